@@ -1,0 +1,53 @@
+# SPDX-License-Identifier: GPL-2.0
+#
+# msvm's user-facing targets. Kbuild (not this file) describes the module to
+# the kernel build; every target here sets up what it needs first.
+#
+#   make run           boot 3 emulated GPUs, load msvm, show `msvm info`
+#   make test          everything: host tests, lints, KUnit + guest tests
+#   make setup         packages, bindgen, kernel source, guest kernel (cached)
+#   make module        build msvm.ko against the cached kernel
+#   make tools         build the user-space workspace (tools/)
+#   make hmm-tests     the kernel's hmm-tests against test_hmm.ko, in a guest
+#   make rustfmtcheck  rustfmt --check over the module
+#   make clippy        the module under clippy (CLIPPY=1), warnings fail
+#
+# Variables: MSVM_VARIANT=release|debug (kernel), MSVM_CACHE (cache dir,
+# default ~/.cache/msvm), MSVM_KVM=1 (use /dev/kvm instead of TCG).
+
+.PHONY: all run test setup module tools hmm-tests rustfmtcheck rustfmt clippy clean
+
+all: module
+
+run:
+	scripts/run.sh
+
+test:
+	scripts/test.sh
+
+setup:
+	scripts/setup.sh $(MSVM_VARIANT)
+
+module: setup
+	scripts/build.sh module
+
+tools:
+	scripts/build.sh tools
+
+hmm-tests:
+	scripts/hmm-tests.sh
+
+rustfmtcheck:
+	scripts/build.sh rustfmtcheck
+
+rustfmt:
+	scripts/build.sh rustfmt
+
+clippy:
+	scripts/build.sh clippy
+
+clean:
+	rm -rf build tools/target
+	rm -f msvm.ko msvm.o msvm.mod msvm.mod.c msvm.mod.o .module-common.o \
+		modules.order Module.symvers src/*.o src/mm/bindings_generated.rs
+	find . -name '.*.cmd' -delete

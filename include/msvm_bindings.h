@@ -1,0 +1,13 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Input of msvm's bindgen step (see Kbuild): the kernel C APIs msvm uses that
+ * the kernel's `bindings` crate lacks, msvm's uAPI and msvm's C helpers.
+ * Only src/mm/ may use what this generates.
+ */
+#include <linux/io.h>
+#include <linux/pci.h>
+#include <linux/pci-p2pdma.h>
+#include <drm/drm.h>
+
+#include "uapi/drm/msvm_drm.h"
+#include "msvm_helpers.h"

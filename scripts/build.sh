@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Builds msvm's parts against the cached kernel (run scripts/setup.sh first;
+# the Makefile does).
+#   build.sh module        msvm.ko (CLIPPY=1 in the environment runs clippy)
+#   build.sh rustfmtcheck  rustfmt --check over the module crate
+#   build.sh tools         the user-space workspace (static binaries)
+#   build.sh hmm-tests     the kernel's hmm-tests selftest, static
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+[ -f "$MSVM_KDIR/Module.symvers" ] ||
+	msvm_die "no built kernel in $MSVM_KDIR: run 'scripts/setup.sh $MSVM_VARIANT' (or make setup)"
+
+kmake() {
+	make -C "$MSVM_KDIR" M="$MSVM_TOP" $(msvm_kmake_args) "$@"
+}
+
+case ${1:-module} in
+module)
+	kmake ${CLIPPY:+CLIPPY=1} -j"$(nproc)" modules
+	;;
+clippy)
+	# Rebuild the Rust objects so that clippy sees them.
+	rm -f "$MSVM_TOP"/src/msvm_main.o
+	kmake CLIPPY=1 -j"$(nproc)" modules 2>&1 | tee "$MSVM_TOP/build/clippy.log"
+	if grep -qE '^(warning|error)' "$MSVM_TOP/build/clippy.log"; then
+		msvm_die "clippy found problems (see above)"
+	fi
+	;;
+rustfmtcheck)
+	rustfmt --check --edition 2021 --config-path "$MSVM_KSRC/.rustfmt.toml" \
+		"$MSVM_TOP"/src/msvm_main.rs
+	;;
+rustfmt)
+	rustfmt --edition 2021 --config-path "$MSVM_KSRC/.rustfmt.toml" "$MSVM_TOP"/src/msvm_main.rs
+	;;
+tools)
+	(cd "$MSVM_TOP/tools" && cargo build --release --locked --quiet)
+	;;
+hmm-tests)
+	# The kernel's own device-private test suite, built static from the
+	# kernel source against the kernel's exported headers.
+	src=$MSVM_KSRC/tools/testing/selftests/mm
+	out=$MSVM_TOP/build/hmm-tests
+	if [ ! -x "$out" ] || [ "$src/hmm-tests.c" -nt "$out" ]; then
+		mkdir -p "$MSVM_TOP/build"
+		# As tools/testing/selftests/mm/Makefile builds it, but static.
+		gcc -static -O2 -U_FORTIFY_SOURCE -o "$out" -I "$MSVM_KSRC" \
+			-isystem "$MSVM_KDIR/usr/include" -I "$MSVM_KSRC/tools/include" \
+			-I "$MSVM_KSRC/tools/testing/selftests" -I "$src" \
+			"$src/hmm-tests.c" "$src/vm_util.c" "$src/hugepage_settings.c" \
+			-lrt -lpthread -lm
+	fi
+	;;
+*)
+	msvm_die "unknown build target '$1'"
+	;;
+esac

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The README's test command: sets everything up, then
+#   1. host: the user-space workspace (cargo test, clippy -D warnings, fmt),
+#   2. host: the module with rustfmt --check and clippy (CLIPPY=1), no warnings,
+#   3. guest: boots three emulated GPUs (two behind a PCIe switch, one on its
+#      own root port), loads msvm (its KUnit suites run), runs the integration
+#      tests, unbind/re-bind, PCIe hot-unplug/re-plug and rmmod,
+#   4. host: parses the guest's KTAP with the kernel's kunit.py.
+# Any failure, or any kernel splat in the guest console, fails the command.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+export MSVM_VARIANT
+t0=$(date +%s)
+B=$MSVM_TOP/build
+mkdir -p "$B"
+
+"$MSVM_TOP/scripts/setup.sh" "$MSVM_VARIANT"
+
+host_tests() {
+	cd "$MSVM_TOP/tools"
+	cargo fmt --check
+	cargo clippy --release --locked --quiet -- -D warnings
+	cargo test --release --locked 2>&1 | tee "$B/cargo-test.log" | grep -E '^test |test result' || true
+	! grep -q 'test result: FAILED' "$B/cargo-test.log" && grep -q 'test result: ok' "$B/cargo-test.log"
+}
+msvm_stage host-tests host_tests
+msvm_stage module-rustfmt "$MSVM_TOP/scripts/build.sh" rustfmtcheck
+msvm_stage module-clippy "$MSVM_TOP/scripts/build.sh" clippy >/dev/null # also builds msvm.ko
+msvm_stage tools "$MSVM_TOP/scripts/build.sh" tools
+"$MSVM_TOP/scripts/mkinitramfs.sh" "$B/test-initramfs.cpio"
+
+guest_rc=0
+msvm_stage guest python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
+	--initrd "$B/test-initramfs.cpio" --gpus sw,sw,rp --cmd test \
+	--log "$B/test-console.log" --timeout "${MSVM_TEST_TIMEOUT:-900}" || guest_rc=$?
+
+echo
+echo "== KUnit (parsed by the kernel's tools/testing/kunit/kunit.py)"
+kunit_rc=0
+# msvm's suites run when the module loads: their KTAP document starts at the
+# first top-level "KTAP version" line after the guest's insmod marker.
+awk '/^== msvm: insmod/ { armed = 1 }
+	armed && /^\[ *[0-9.]+\] KTAP version/ { on = 1 }
+	/^== msvm-tests/ { on = 0; armed = 0 }
+	on' "$B/test-console.log" >"$B/kunit-ktap.log"
+python3 "$MSVM_KSRC/tools/testing/kunit/kunit.py" parse "$B/kunit-ktap.log" \
+	>"$B/kunit.log" 2>&1 || kunit_rc=$?
+sed 's/\x1b\[[0-9;]*m//g' "$B/kunit.log" | grep -vE '^\[..:..:..\] *$' | tail -20
+for suite in msvm_topology msvm_uapi; do
+	grep -q "# Subtest: $suite" "$B/test-console.log" || {
+		echo "KUnit suite $suite did not run"
+		kunit_rc=1
+	}
+done
+kunit_pass=$(sed -nE 's/.*Ran [0-9]+ tests?:.* passed: ([0-9]+).*/\1/p' "$B/kunit.log" | tail -1)
+kunit_fail=$(sed -nE 's/.*Ran [0-9]+ tests?:.* failed: ([0-9]+).*/\1/p' "$B/kunit.log" | tail -1)
+kunit_pass=${kunit_pass:-0}
+kunit_fail=${kunit_fail:-0}
+
+read -r it_pass it_fail < <(grep -hoE 'msvm-tests: [0-9]+ passed, [0-9]+ failed' "$B/test-console.log" |
+	awk '{p += $2; f += $4} END {print p + 0, f + 0}')
+host_pass=$(grep -hoE 'test result: [a-zA-Z]+\. [0-9]+ passed' "$B/cargo-test.log" | awk '{s += $4} END {print s + 0}')
+host_fail=$(grep -hoE '; [0-9]+ failed' "$B/cargo-test.log" | awk '{s += $2} END {print s + 0}')
+
+echo
+echo "== summary (kernel: $MSVM_VARIANT, $(( $(date +%s) - t0 )) s)"
+echo "host cargo tests:     $host_pass passed, $host_fail failed"
+echo "KUnit cases:          $kunit_pass passed, $kunit_fail failed (kunit.py exit $kunit_rc)"
+echo "guest integration:    $it_pass passed, $it_fail failed (guest exit $guest_rc)"
+fail=$(( host_fail + kunit_fail + it_fail ))
+if [ "$guest_rc" != 0 ] || [ "$kunit_rc" != 0 ]; then
+	fail=$(( fail + 1 ))
+fi
+[ "$it_pass" -gt 0 ] || fail=$(( fail + 1 ))
+echo "total: $(( host_pass + kunit_pass + it_pass )) passed, $fail failed"
+[ "$fail" = 0 ]

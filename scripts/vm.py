@@ -1,0 +1,338 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""Boot the msvm test guest under QEMU with emulated PCIe GPUs.
+
+The guest is a kernel plus an initramfs (scripts/mkinitramfs.sh). Its /init
+runs the guest command named by ``msvm_cmd=`` on the kernel command line,
+prints ``MSVM-EXIT: <status>`` and powers off. This harness:
+
+- builds the PCIe topology: GPUs ("sw") behind one PCIe switch, where
+  peer-to-peer works, or each on its own root port ("rp"), where it does not;
+  every GPU is an ``ivshmem-plain`` device whose BAR2 is its VRAM, backed by
+  its own shared memfd, on a hot-pluggable port;
+- streams the console to stdout and to a log file;
+- keeps a QMP socket, and serves the guest's requests for host actions: a
+  console line ``MSVM-HOST: device_del gpuN`` (or ``device_add gpuN``) makes
+  the harness unplug (re-plug) that GPU and report when QEMU confirms it;
+- enforces a timeout;
+- fails the run on any kernel splat (oops, BUG, WARNING, KASAN, lockdep,
+  sleeping in atomic context, RCU stall, hung task, kmemleak) in the console;
+- exits with the guest command's status (124: timeout, 125: no status).
+"""
+
+import argparse
+import json
+import os
+import queue
+import re
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+SPLATS = [
+    r"\bBUG[: ]",
+    r"WARNING: ",
+    r"Oops",
+    r"general protection fault",
+    r"Kernel panic",
+    r"KASAN: ",
+    r"UBSAN: ",
+    r"kernel BUG at",
+    r"possible circular locking dependency",
+    r"possible recursive locking",
+    r"inconsistent lock state",
+    r"suspicious RCU usage",
+    r"sleeping function called from invalid context",
+    r"rcu: INFO: .* stall",
+    r"INFO: task .* blocked for more than",
+    r"kmemleak: .* new suspected memory leaks",
+    r"unreferenced object 0x",
+    r"Call Trace:",
+    r"rust_panic",
+    r"panicked at",
+]
+SPLAT_RE = re.compile("|".join(SPLATS))
+EXIT_RE = re.compile(r"MSVM-EXIT: (-?\d+)")
+HOST_RE = re.compile(r"MSVM-HOST: (device_del|device_add) (gpu\d+)")
+
+
+def parse_size(s):
+    m = re.fullmatch(r"(\d+)([KMG]?)", s)
+    if not m:
+        raise argparse.ArgumentTypeError(f"bad size {s!r}")
+    return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2)]
+
+
+class Topology:
+    """QEMU arguments for the GPUs and the ports they sit on."""
+
+    def __init__(self, spec, vram):
+        self.args = []
+        self.gpus = {}  # id -> device_add arguments, for re-plug
+        self.switch_made = False
+        chassis = 1
+        for i, kind in enumerate(spec):
+            if kind == "sw":
+                if not self.switch_made:
+                    self.args += ["-device", f"pcie-root-port,id=msvm_rp_sw,bus=pcie.0,chassis={chassis},slot=0,port=16"]
+                    chassis += 1
+                    self.args += ["-device", "x3130-upstream,id=msvm_up,bus=msvm_rp_sw"]
+                    self.switch_made = True
+                port = f"msvm_dn{i}"
+                self.args += ["-device", f"xio3130-downstream,id={port},bus=msvm_up,chassis={chassis},slot=0,port={i}"]
+            elif kind == "rp":
+                port = f"msvm_rp{i}"
+                self.args += ["-device", f"pcie-root-port,id={port},bus=pcie.0,chassis={chassis},slot=0,port={17 + i}"]
+            else:
+                raise SystemExit(f"vm.py: unknown GPU placement {kind!r} (want sw or rp)")
+            chassis += 1
+            self.args += ["-object", f"memory-backend-memfd,id=vram{i},size={vram},share=on"]
+            dev = {"driver": "ivshmem-plain", "memdev": f"vram{i}", "bus": port, "id": f"gpu{i}"}
+            self.gpus[f"gpu{i}"] = dev
+            self.args += ["-device", ",".join(f"{k}={v}" if k != "driver" else v for k, v in dev.items())]
+
+
+class Qmp:
+    """A minimal QMP client: commands and a queue of events."""
+
+    def __init__(self, path, log):
+        self.log = log
+        self.sock = None
+        for _ in range(100):
+            try:
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.connect(path)
+                self.sock = s
+                break
+            except OSError:
+                time.sleep(0.05)
+        if self.sock is None:
+            raise RuntimeError("cannot connect to QMP")
+        self.file = self.sock.makefile("rw")
+        self.events = []
+        self.cond = threading.Condition()
+        self.replies = []
+        json.loads(self.file.readline())  # greeting
+        threading.Thread(target=self._reader, daemon=True).start()
+        self.command("qmp_capabilities")
+
+    def _reader(self):
+        for line in self.file:
+            msg = json.loads(line)
+            with self.cond:
+                if "event" in msg:
+                    self.events.append(msg)
+                else:
+                    self.replies.append(msg)
+                self.cond.notify_all()
+
+    def command(self, name, **args):
+        with self.cond:
+            self.file.write(json.dumps({"execute": name, "arguments": args}) + "\n")
+            self.file.flush()
+            self.cond.wait_for(lambda: self.replies, timeout=30)
+            if not self.replies:
+                raise RuntimeError(f"QMP {name}: no reply")
+            reply = self.replies.pop(0)
+        if "error" in reply:
+            raise RuntimeError(f"QMP {name}: {reply['error'].get('desc')}")
+        return reply.get("return")
+
+    def wait_event(self, name, pred, timeout):
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for i, ev in enumerate(self.events):
+                    if ev["event"] == name and pred(ev.get("data", {})):
+                        return self.events.pop(i)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self.cond.wait(left)
+
+
+def accel_args(want_kvm):
+    if want_kvm:
+        if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+            raise SystemExit("vm.py: MSVM_KVM=1 but /dev/kvm is not usable")
+        return ["-accel", "kvm", "-cpu", "host"], "kvm"
+    return ["-accel", "tcg,thread=multi", "-cpu", "max"], "tcg"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kernel", required=True)
+    ap.add_argument("--initrd", required=True)
+    ap.add_argument("--gpus", default="sw,sw,rp", help="comma-separated placements: sw (behind the shared switch) or rp (own root port)")
+    ap.add_argument("--vram", default="256M", type=parse_size, help="VRAM per GPU (default 256M)")
+    ap.add_argument("--mem", default="1G", help="guest RAM (default 1G)")
+    ap.add_argument("--smp", default="2")
+    ap.add_argument("--timeout", default=600, type=float, help="seconds (default 600)")
+    ap.add_argument("--log", help="console log file")
+    ap.add_argument("--append", default="", help="extra kernel command line")
+    ap.add_argument("--cmd", default="shell", help="guest command (msvm_cmd=)")
+    ap.add_argument("--quiet", action="store_true", help="do not echo the console")
+    ap.add_argument("--quiet-boot", action="store_true",
+                    help="echo the console only once the guest's /init starts (the log has everything)")
+    args = ap.parse_args()
+
+    want_kvm = os.environ.get("MSVM_KVM", "") not in ("", "0")
+    accel, accel_name = accel_args(want_kvm)
+    topo = Topology([g for g in args.gpus.split(",") if g], args.vram)
+    tmp = tempfile.mkdtemp(prefix="msvm-vm-")
+    qmp_path = os.path.join(tmp, "qmp.sock")
+    cmdline = f"console=ttyS0 panic=-1 loglevel=7 msvm_cmd={args.cmd} {args.append}".strip()
+    qemu = [
+        "qemu-system-x86_64", "-machine", "q35", *accel, "-smp", args.smp, "-m", args.mem,
+        "-global", "ICH9-LPC.acpi-pci-hotplug-with-bridge-support=off",
+        "-display", "none", "-monitor", "none", "-serial", "stdio", "-no-reboot",
+        "-qmp", f"unix:{qmp_path},server=on,wait=off",
+        "-kernel", args.kernel, "-initrd", args.initrd, "-append", cmdline,
+        *topo.args,
+    ]
+    log = open(args.log, "w") if args.log else None
+
+    def say(msg):
+        line = f"[vm] {msg}"
+        print(line, flush=True)
+        if log:
+            log.write(line + "\n")
+            log.flush()
+
+    say(f"accelerator: {accel_name}; GPUs: {args.gpus} ({args.vram >> 20} MiB VRAM each); "
+        f"guest: {args.smp} vCPUs, {args.mem} RAM; command: {args.cmd}; timeout {args.timeout:.0f} s")
+    t0 = time.monotonic()
+    proc = subprocess.Popen(qemu, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    qmp = None
+    try:
+        qmp = Qmp(qmp_path, log)
+    except RuntimeError as e:
+        say(f"warning: {e}; host actions unavailable")
+
+    splats = []
+    status = None
+    timed_out = False
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    buf = b""
+    context = []  # lines after a splat, for the report
+    booted = False
+
+    generation = {}
+
+    def host_action(action, gpu):
+        if qmp is None:
+            say(f"host: cannot {action} {gpu}: no QMP")
+            return
+        start = time.monotonic()
+        try:
+            if action == "device_del":
+                qmp.command("device_del", id=gpu)
+                ev = qmp.wait_event("DEVICE_DELETED", lambda d: d.get("device") == gpu, 30)
+                if ev:
+                    say(f"host: {gpu} unplugged (DEVICE_DELETED after {time.monotonic() - start:.1f} s)")
+                    qmp.command("object-del", id=topo.gpus[gpu]["memdev"])
+                else:
+                    say(f"host: {gpu}: no DEVICE_DELETED within 30 s")
+            else:
+                # A fresh memory backend for the new card: QEMU cannot
+                # re-register the RAM block of a backend it already used.
+                dev = dict(topo.gpus[gpu])
+                generation[gpu] = generation.get(gpu, 0) + 1
+                mem = f"{dev['memdev'].split('.')[0]}.{generation[gpu]}"
+                qmp.command("object-add", **{"qom-type": "memory-backend-memfd", "id": mem,
+                                             "size": args.vram, "share": True})
+                dev["memdev"] = mem
+                qmp.command("device_add", **dev)
+                topo.gpus[gpu] = dev
+                say(f"host: {gpu} plugged back in (VRAM backend {mem})")
+        except (RuntimeError, KeyError) as e:
+            say(f"host: {action} {gpu} failed: {e}")
+
+    # Host actions run one at a time, in the order the guest asked for them:
+    # a device_add waits until the device_del before it is confirmed.
+    actions = queue.Queue()
+
+    def serve_actions():
+        while (item := actions.get()) is not None:
+            host_action(*item)
+
+    worker = threading.Thread(target=serve_actions, daemon=True)
+    worker.start()
+
+    while True:
+        left = args.timeout - (time.monotonic() - t0)
+        if left <= 0:
+            timed_out = True
+            break
+        events = sel.select(timeout=min(left, 1.0))
+        if not events:
+            if proc.poll() is not None:
+                break
+            continue
+        chunk = os.read(proc.stdout.fileno(), 65536)
+        if not chunk:
+            break
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        for raw in lines:
+            line = raw.decode("utf-8", "backslashreplace").rstrip("\r")
+            if "msvm guest:" in line:
+                booted = True
+            if not args.quiet and (booted or not args.quiet_boot):
+                print(line, flush=True)
+            if log:
+                log.write(line + "\n")
+            if context and len(context[-1]) < 40:
+                context[-1].append(line)
+            if SPLAT_RE.search(line) and "MSVM-" not in line:
+                splats.append(line)
+                if len(context) < 5:
+                    context.append([line])
+            m = HOST_RE.search(line)
+            if m:
+                actions.put(m.groups())
+            m = EXIT_RE.search(line)
+            if m and status is None:
+                status = int(m.group(1))
+        if log:
+            log.flush()
+
+    actions.put(None)
+    worker.join(timeout=35)
+    if proc.poll() is None:
+        try:
+            proc.wait(timeout=15 if status is not None else 0.1)
+        except subprocess.TimeoutExpired:
+            pass
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    elapsed = time.monotonic() - t0
+
+    rc = status if status is not None else 125
+    if timed_out:
+        say(f"TIMEOUT after {args.timeout:.0f} s")
+        rc = 124
+    if splats:
+        say(f"FAIL: {len(splats)} kernel splat line(s) in the console:")
+        for block in context:
+            for line in block:
+                say(f"  | {line}")
+            say("  |")
+        if rc == 0:
+            rc = 1
+    say(f"guest finished in {elapsed:.1f} s ({accel_name}): status {status if status is not None else 'none'}, harness exit {rc}")
+    if log:
+        log.close()
+    sys.exit(rc)
+
+
+if __name__ == "__main__":
+    main()

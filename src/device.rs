@@ -1,0 +1,160 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! One msvm GPU: a bound PCI device, its VRAM and its place in the topology.
+
+use kernel::fmt;
+
+use kernel::{device::Bound, pci, prelude::*, sync::aref::ARef};
+
+use crate::mm::{iomem::WcBar, pci as mmpci};
+use crate::topology::TOPOLOGY;
+
+/// The kinds of device msvm drives, from the PCI id table
+/// (`driver::PCI_TABLE`).
+pub(crate) struct DeviceKind {
+    /// The BAR that exposes the device's memory.
+    pub(crate) vram_bar: u32,
+    /// A short name for logs.
+    pub(crate) name: &'static str,
+}
+
+/// A PCI address, as the uAPI carries it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PciAddr {
+    pub(crate) domain: u32,
+    /// `bus << 8 | devfn`.
+    pub(crate) bdf: u16,
+}
+
+impl PciAddr {
+    fn of(pdev: &pci::Device<Bound>) -> Self {
+        Self {
+            domain: mmpci::domain_nr(pdev),
+            bdf: pdev.dev_id(),
+        }
+    }
+}
+
+impl fmt::Display for PciAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:04x}:{:02x}:{:02x}.{}",
+            self.domain,
+            self.bdf >> 8,
+            (self.bdf >> 3) & 0x1f,
+            self.bdf & 7
+        )
+    }
+}
+
+/// What the topology keeps of each device.
+pub(crate) struct GpuNode {
+    pub(crate) pdev: ARef<pci::Device>,
+    pub(crate) pci: PciAddr,
+    pub(crate) vram_size: u64,
+}
+
+/// Membership of a device in [`TOPOLOGY`]: leaves it when dropped.
+struct Membership(usize);
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        TOPOLOGY.lock().remove(self.0);
+    }
+}
+
+/// A bound msvm GPU. It is the DRM registration data of the device: the
+/// ioctl handlers get it, and it lives until the device is unbound.
+pub(crate) struct Gpu<'a> {
+    /// msvm device index (also the topology index).
+    pub(crate) index: usize,
+    /// The device memory, mapped write-combined for as long as the device
+    /// is bound (checked at probe; the engine will work through it).
+    _vram: WcBar<'a>,
+    _member: Membership,
+}
+
+impl<'a> Gpu<'a> {
+    /// Maps the VRAM of `pdev` and adds the device to the topology.
+    pub(crate) fn new(pdev: &'a pci::Device<Bound>, kind: &DeviceKind) -> Result<Self> {
+        let vram = WcBar::new(pdev, kind.vram_bar, c"msvm-vram")?;
+        vram_selftest(&vram).inspect_err(|e| {
+            dev_err!(
+                pdev.as_ref(),
+                "VRAM (BAR{}) does not hold data: {e:?}\n",
+                kind.vram_bar
+            )
+        })?;
+        let pci = PciAddr::of(pdev);
+        let node = GpuNode {
+            pdev: ARef::from(&**pdev),
+            pci,
+            vram_size: vram.len() as u64,
+        };
+        let index = TOPOLOGY
+            .lock()
+            .insert(node, |provider, client| {
+                mmpci::p2pdma_distance(&provider.pdev, &client.pdev)
+            })
+            .inspect_err(|_| {
+                dev_err!(
+                    pdev.as_ref(),
+                    "too many msvm devices (at most {})\n",
+                    crate::topology::MAX_DEVICES
+                )
+            })?;
+        let member = Membership(index);
+        {
+            let topo = TOPOLOGY.lock();
+            for peer in topo.peers(index) {
+                let other = topo.get(peer.index).map(|n| n.pci);
+                match (other, peer.distance) {
+                    (Some(o), Some(d)) => dev_info!(
+                        pdev.as_ref(),
+                        "gpu{index} -> gpu{} ({o}): P2P, distance {d}\n",
+                        peer.index
+                    ),
+                    (Some(o), None) => dev_info!(
+                        pdev.as_ref(),
+                        "gpu{index} -> gpu{} ({o}): no P2P path\n",
+                        peer.index
+                    ),
+                    (None, _) => {}
+                }
+            }
+        }
+        dev_info!(
+            pdev.as_ref(),
+            "gpu{index}: {} at {pci}, {} MiB VRAM (BAR{}, write-combined)\n",
+            kind.name,
+            vram.len() >> 20,
+            kind.vram_bar
+        );
+        Ok(Self {
+            index,
+            _vram: vram,
+            _member: member,
+        })
+    }
+}
+
+/// Checks that the BAR really is memory: a pattern written at both ends of it
+/// through the write-combined mapping reads back unchanged. Run at probe,
+/// before anything lives in the VRAM.
+fn vram_selftest(vram: &WcBar<'_>) -> Result {
+    const LEN: usize = 256;
+    let mut pattern = [0u8; LEN];
+    let mut back = [0u8; LEN];
+    for offset in [0, vram.len().saturating_sub(LEN)] {
+        for (i, b) in pattern.iter_mut().enumerate() {
+            *b = (i ^ (offset >> 12) ^ 0xa5) as u8;
+        }
+        vram.write(offset, &pattern)?;
+        vram.read(offset, &mut back)?;
+        if back != pattern {
+            return Err(EIO);
+        }
+    }
+    Ok(())
+}

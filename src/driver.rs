@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The PCI and DRM driver: probe, unbind, one render node per device.
+
+use kernel::{
+    device::{Core, DeviceContext},
+    drm::{self, gem, ioctl},
+    pci,
+    prelude::*,
+};
+
+use crate::device::{DeviceKind, Gpu};
+use crate::file::File;
+use crate::gem::MsvmObject;
+use crate::mm::bindings::{drm_msvm_query, DRM_MSVM_QUERY};
+use crate::mm::drm_ioctl::declare_msvm_ioctls;
+use crate::uapi;
+
+/// The msvm driver type (PCI and DRM).
+pub(crate) struct MsvmDriver;
+
+/// The DRM device of an msvm GPU.
+pub(crate) type MsvmDevice<Ctx = drm::Normal> = drm::Device<MsvmDriver, Ctx>;
+
+/// Emulated GPU: QEMU's `ivshmem-plain`, whose BAR2 is its memory.
+const IVSHMEM: DeviceKind = DeviceKind {
+    vram_bar: 2,
+    name: "ivshmem",
+};
+
+// The devices msvm binds. Real device ids go here, with their VRAM BAR.
+kernel::pci_device_table!(
+    PCI_TABLE,
+    <MsvmDriver as pci::Driver>::IdInfo,
+    [(
+        pci::DeviceId::from_id(pci::Vendor::REDHAT_QUMRANET, 0x1110),
+        IVSHMEM
+    )]
+);
+
+/// What a bound device holds: its DRM registration, which owns the [`Gpu`].
+pub(crate) struct Binding<'bound> {
+    _reg: drm::Registration<'bound, MsvmDriver>,
+}
+
+impl pci::Driver for MsvmDriver {
+    type IdInfo = DeviceKind;
+    type Data<'bound> = Binding<'bound>;
+    const ID_TABLE: pci::IdTable<Self::IdInfo> = &PCI_TABLE;
+
+    fn probe<'bound>(
+        pdev: &'bound pci::Device<Core<'_>>,
+        info: Option<&'bound Self::IdInfo>,
+    ) -> impl PinInit<Self::Data<'bound>, Error> + 'bound {
+        let kind = info.ok_or(ENODEV)?;
+        pdev.enable_device_mem()?;
+        pdev.set_master();
+        let gpu = Gpu::new(pdev, kind)?;
+        let drm = drm::UnregisteredDevice::<Self>::new(pdev, Ok(()))?;
+        // SAFETY: `reg` is stored in the `Binding`, which is dropped when the
+        // device is unbound; it is never forgotten.
+        let reg = unsafe { drm::Registration::new(pdev.as_ref(), drm, gpu, 0)? };
+        Ok(Binding { _reg: reg })
+    }
+}
+
+#[vtable]
+impl drm::Driver for MsvmDriver {
+    type Data = ();
+    type RegistrationData<'a> = Gpu<'a>;
+    type File = File;
+    type Object = gem::Object<MsvmObject>;
+    type ParentDevice<Ctx: DeviceContext> = pci::Device<Ctx>;
+
+    const INFO: drm::DriverInfo = drm::DriverInfo {
+        major: 0,
+        minor: 1,
+        patchlevel: 0,
+        name: c"msvm",
+        desc: c"Multi-device shared virtual memory",
+    };
+
+    const FEAT_RENDER: bool = true;
+
+    declare_msvm_ioctls! { MsvmDriver;
+        (MSVM_QUERY, DRM_MSVM_QUERY, drm_msvm_query, ioctl::RENDER_ALLOW, uapi::query),
+    }
+}

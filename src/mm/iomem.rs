@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A write-combined mapping of a PCI memory BAR: the CPU's window onto a
+//! device's VRAM.
+//!
+//! `kernel::pci` maps BARs uncached (`ioremap`), which is right for registers
+//! and about ten times too slow for bulk copies into device memory. VRAM is
+//! mapped write-combined here, as GPU drivers map their aperture.
+
+use core::ffi::c_void;
+use core::ptr::NonNull;
+
+use kernel::{device::Bound, pci, prelude::*};
+
+use super::bindings as b;
+use super::pci::raw_pci_dev;
+
+/// A BAR of a bound PCI device, requested for exclusive use and mapped
+/// write-combined.
+///
+/// # Invariants
+///
+/// - `base` is the `pci_iomap_wc()` mapping of all `len` bytes of BAR `bar`
+///   of `pdev`, and the region is requested by us (`pci_request_region`);
+///   both are released on drop, which happens before `pdev` is unbound (the
+///   mapping lives in the driver's bound data, `'a`).
+pub(crate) struct WcBar<'a> {
+    pdev: &'a pci::Device<Bound>,
+    bar: i32,
+    base: NonNull<c_void>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain MMIO: any thread may access it, and all
+// accesses go through `memcpy_{to,from}io` on disjoint or racy-but-defined
+// device memory (no Rust references into it are ever created).
+unsafe impl Send for WcBar<'_> {}
+// SAFETY: see `Send`; `&WcBar` only offers copies in and out.
+unsafe impl Sync for WcBar<'_> {}
+
+impl<'a> WcBar<'a> {
+    /// Requests BAR `bar` of `pdev` under `name` and maps it write-combined.
+    pub(crate) fn new(pdev: &'a pci::Device<Bound>, bar: u32, name: &'static CStr) -> Result<Self> {
+        let len = usize::try_from(pdev.resource_len(bar)?)?;
+        if len == 0 {
+            return Err(ENODEV);
+        }
+        let bar_i = i32::try_from(bar)?;
+        let raw = raw_pci_dev(pdev);
+        // SAFETY: `raw` is a valid, bound `struct pci_dev`; `name` is a
+        // NUL-terminated string that outlives the region (it is `'static`).
+        kernel::error::to_result(unsafe { b::pci_request_region(raw, bar_i, name.as_char_ptr()) })?;
+        // SAFETY: as above; BAR `bar` exists (its length is not zero) and is
+        // now ours. A `maxlen` of 0 maps the whole BAR.
+        let base = unsafe { b::pci_iomap_wc(raw, bar_i, 0) };
+        let Some(base) = NonNull::new(base) else {
+            // SAFETY: we requested this region just above.
+            unsafe { b::pci_release_region(raw, bar_i) };
+            return Err(ENOMEM);
+        };
+        // INVARIANT: mapped and requested above, for `len` bytes.
+        Ok(Self {
+            pdev,
+            bar: bar_i,
+            base,
+            len,
+        })
+    }
+
+    /// Size of the BAR in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Fails with `ERANGE` unless `[offset, offset + count)` lies in the BAR.
+    fn check(&self, offset: usize, count: usize) -> Result {
+        match offset.checked_add(count) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(ERANGE),
+        }
+    }
+
+    /// Copies `dst.len()` bytes of the BAR at `offset` into `dst`.
+    pub(crate) fn read(&self, offset: usize, dst: &mut [u8]) -> Result {
+        self.check(offset, dst.len())?;
+        // SAFETY: the source range lies within the mapping (checked above,
+        // type invariant); `dst` is a valid, exclusively borrowed buffer.
+        unsafe {
+            b::memcpy_fromio(
+                dst.as_mut_ptr().cast(),
+                self.base.as_ptr().cast::<u8>().add(offset).cast(),
+                dst.len(),
+            )
+        };
+        Ok(())
+    }
+
+    /// Copies `src` into the BAR at `offset`.
+    pub(crate) fn write(&self, offset: usize, src: &[u8]) -> Result {
+        self.check(offset, src.len())?;
+        // SAFETY: the destination range lies within the mapping (checked
+        // above, type invariant); `src` is a valid buffer.
+        unsafe {
+            b::memcpy_toio(
+                self.base.as_ptr().cast::<u8>().add(offset).cast(),
+                src.as_ptr().cast(),
+                src.len(),
+            )
+        };
+        Ok(())
+    }
+}
+
+impl Drop for WcBar<'_> {
+    fn drop(&mut self) {
+        let raw = raw_pci_dev(self.pdev);
+        // SAFETY: by the type invariant `base` is our live mapping of BAR
+        // `bar` and the region is ours; neither is used after this.
+        unsafe {
+            b::pci_iounmap(raw, self.base.as_ptr());
+            b::pci_release_region(raw, self.bar);
+        }
+    }
+}

@@ -1,0 +1,12 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The kernel glue of msvm: the only place that calls C directly.
+//!
+//! Every other module of the crate is safe code built on the types here, the
+//! `kernel` crate and the generated bindings of [`bindings`]. Each wrapper
+//! states the invariants it relies on; each `unsafe` block says why it holds.
+
+pub(crate) mod bindings;
+pub(crate) mod drm_ioctl;
+pub(crate) mod iomem;
+pub(crate) mod pci;

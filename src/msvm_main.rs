@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! msvm: one shared virtual memory for several GPUs and the processes that
+//! use them.
+//!
+//! See `Documentation/design.rst` for the architecture and
+//! `include/uapi/drm/msvm_drm.h` for the ABI.
+
+use kernel::{pci, prelude::*};
+
+mod device;
+mod driver;
+mod file;
+mod gem;
+mod mm;
+mod topology;
+mod uapi;
+
+module! {
+    type: MsvmModule,
+    name: "msvm",
+    authors: ["msvm developers"],
+    description: "Multi-device shared virtual memory for GPUs",
+    license: "GPL",
+}
+
+#[pin_data]
+struct MsvmModule {
+    #[pin]
+    _driver: kernel::driver::Registration<pci::Adapter<driver::MsvmDriver>>,
+}
+
+impl kernel::InPlaceModule for MsvmModule {
+    fn init(module: &'static ThisModule) -> impl PinInit<Self, Error> {
+        // SAFETY: module init runs once, before the driver is registered
+        // below, which is the first user of the topology.
+        unsafe { topology::init() };
+        try_pin_init!(Self {
+            _driver <- kernel::driver::Registration::new(
+                <Self as kernel::ModuleMetadata>::NAME,
+                module,
+            ),
+        })
+    }
+}

@@ -1,0 +1,230 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Which msvm devices exist and which can reach each other's memory over
+//! PCIe peer-to-peer.
+//!
+//! # Lock order
+//!
+//! [`TOPOLOGY`] is a leaf lock: nothing else is locked while it is held, and
+//! nothing that can sleep on user memory or reclaim runs under it (the QUERY
+//! ioctl snapshots what it needs and copies to user space after unlocking).
+
+use kernel::prelude::*;
+
+use crate::device::GpuNode;
+
+/// At most this many devices are bound at once (`MSVM_MAX_DEVICES`).
+pub(crate) const MAX_DEVICES: usize = crate::mm::bindings::MSVM_MAX_DEVICES as usize;
+
+/// How one device sees another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Peer {
+    /// msvm index of the other device.
+    pub(crate) index: usize,
+    /// P2P distance for this device accessing the peer's memory, `None` when
+    /// there is no P2P path.
+    pub(crate) distance: Option<u32>,
+}
+
+/// The devices and their pairwise P2P distances.
+///
+/// Generic over the per-device node so that the logic is tested with plain
+/// values (KUnit, below) and used with real PCI devices ([`GpuNode`]).
+///
+/// # Invariants
+///
+/// - `dist[a][b]` is `None` unless both `nodes[a]` and `nodes[b]` are `Some`
+///   and `a != b`.
+pub(crate) struct Topology<N> {
+    nodes: [Option<N>; MAX_DEVICES],
+    /// `dist[provider][client]`: distance for `client` accessing `provider`'s
+    /// memory.
+    dist: [[Option<u32>; MAX_DEVICES]; MAX_DEVICES],
+}
+
+impl<N> Topology<N> {
+    /// An empty topology.
+    pub(crate) const fn new() -> Self {
+        Self {
+            nodes: [const { None }; MAX_DEVICES],
+            dist: [[None; MAX_DEVICES]; MAX_DEVICES],
+        }
+    }
+
+    /// Adds `node` at the lowest free index and records its distances to
+    /// every present device, as `distance(provider, client)` gives them.
+    ///
+    /// Fails with `ENOSPC` when [`MAX_DEVICES`] devices are present.
+    pub(crate) fn insert(
+        &mut self,
+        node: N,
+        mut distance: impl FnMut(&N, &N) -> Option<u32>,
+    ) -> Result<usize> {
+        let index = self.nodes.iter().position(Option::is_none).ok_or(ENOSPC)?;
+        for (j, other) in self.nodes.iter().enumerate() {
+            if let Some(other) = other {
+                self.dist[index][j] = distance(&node, other);
+                self.dist[j][index] = distance(other, &node);
+            }
+        }
+        self.nodes[index] = Some(node);
+        Ok(index)
+    }
+
+    /// Removes the device at `index`, with its distances, and returns it.
+    pub(crate) fn remove(&mut self, index: usize) -> Option<N> {
+        let node = self.nodes.get_mut(index)?.take()?;
+        for j in 0..MAX_DEVICES {
+            self.dist[index][j] = None;
+            self.dist[j][index] = None;
+        }
+        Some(node)
+    }
+
+    /// The device at `index`.
+    pub(crate) fn get(&self, index: usize) -> Option<&N> {
+        self.nodes.get(index)?.as_ref()
+    }
+
+    /// Number of devices present.
+    pub(crate) fn len(&self) -> usize {
+        self.nodes.iter().filter(|n| n.is_some()).count()
+    }
+
+    /// Every other present device as seen from `index` (as a client of their
+    /// memory), in index order. Empty if `index` is not present.
+    pub(crate) fn peers(&self, index: usize) -> impl Iterator<Item = Peer> + '_ {
+        let present = self.get(index).is_some();
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(move |(j, n)| present && *j != index && n.is_some())
+            .map(move |(j, _)| Peer {
+                index: j,
+                distance: self.dist[j][index],
+            })
+    }
+}
+
+kernel::sync::global_lock! {
+    // SAFETY: initialised by `init()` in module init, before the PCI driver
+    // is registered and so before any use.
+    pub(crate) unsafe(uninit) static TOPOLOGY: Mutex<Topology<GpuNode>> = Topology::new();
+}
+
+/// Initialises [`TOPOLOGY`].
+///
+/// # Safety
+///
+/// Must be called exactly once, from module init, before anything uses
+/// [`TOPOLOGY`].
+pub(crate) unsafe fn init() {
+    // SAFETY: the caller guarantees a single call before any use.
+    unsafe { TOPOLOGY.init() };
+}
+
+#[kunit_tests(msvm_topology)]
+mod tests {
+    use super::*;
+
+    /// A fake device: its id and the switch it sits behind (0: own port).
+    #[derive(Clone, Copy)]
+    struct Fake(u32, u32);
+
+    /// Same switch: distance 4 (as `pci_p2pdma` reports behind one switch).
+    fn dist(a: &Fake, b: &Fake) -> Option<u32> {
+        (a.1 != 0 && a.1 == b.1).then_some(4)
+    }
+
+    #[test]
+    fn empty_has_no_devices() {
+        let t: Topology<Fake> = Topology::new();
+        assert_eq!(t.len(), 0);
+        assert!(t.get(0).is_none());
+        assert_eq!(t.peers(0).count(), 0);
+    }
+
+    #[test]
+    fn matrix_from_switches() -> Result {
+        let mut t = Topology::new();
+        assert_eq!(t.insert(Fake(10, 1), dist)?, 0);
+        assert_eq!(t.insert(Fake(11, 1), dist)?, 1);
+        assert_eq!(t.insert(Fake(12, 0), dist)?, 2);
+        assert_eq!(t.len(), 3);
+        let mut p = KVec::new();
+        for peer in t.peers(0) {
+            p.push(peer, GFP_KERNEL)?;
+        }
+        assert_eq!(p.len(), 2);
+        assert_eq!(
+            p[0],
+            Peer {
+                index: 1,
+                distance: Some(4)
+            }
+        );
+        assert_eq!(
+            p[1],
+            Peer {
+                index: 2,
+                distance: None
+            }
+        );
+        // Symmetric, and the isolated device reaches nobody.
+        assert_eq!(
+            t.peers(1).next(),
+            Some(Peer {
+                index: 0,
+                distance: Some(4)
+            })
+        );
+        assert!(t.peers(2).all(|p| p.distance.is_none()));
+        Ok(())
+    }
+
+    #[test]
+    fn remove_frees_the_lowest_index_and_clears_distances() -> Result {
+        let mut t = Topology::new();
+        t.insert(Fake(10, 1), dist)?;
+        t.insert(Fake(11, 1), dist)?;
+        t.insert(Fake(12, 1), dist)?;
+        assert_eq!(t.remove(1).map(|f| f.0), Some(11));
+        assert!(t.remove(1).is_none());
+        assert_eq!(t.len(), 2);
+        assert!(t.peers(0).all(|p| p.index != 1));
+        // The freed index is reused, with fresh distances.
+        assert_eq!(t.insert(Fake(13, 0), dist)?, 1);
+        assert_eq!(
+            t.peers(0).find(|p| p.index == 1).map(|p| p.distance),
+            Some(None)
+        );
+        assert_eq!(
+            t.peers(2).find(|p| p.index == 0).map(|p| p.distance),
+            Some(Some(4))
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn full_topology_is_enospc() -> Result {
+        let mut t = Topology::new();
+        for i in 0..MAX_DEVICES {
+            assert_eq!(t.insert(Fake(i as u32, 1), dist)?, i);
+        }
+        assert_eq!(t.insert(Fake(99, 1), dist), Err(ENOSPC));
+        assert_eq!(t.peers(3).count(), MAX_DEVICES - 1);
+        assert!(t.remove(MAX_DEVICES).is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn asymmetric_distance_is_kept_per_direction() -> Result {
+        let mut t = Topology::new();
+        t.insert(Fake(1, 1), dist)?;
+        // Device 1 may read device 0's memory, not the other way round.
+        t.insert(Fake(2, 1), |p: &Fake, _c: &Fake| (p.0 == 1).then_some(2))?;
+        assert_eq!(t.peers(1).next().map(|p| p.distance), Some(Some(2)));
+        assert_eq!(t.peers(0).next().map(|p| p.distance), Some(None));
+        Ok(())
+    }
+}

@@ -1,0 +1,212 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The ioctl handlers: argument decoding and validation, errno mapping.
+//!
+//! Every handler first turns the raw uAPI struct into a checked request (pure
+//! code, tested by KUnit below), then acts on it. Errors, as documented in
+//! `include/uapi/drm/msvm_drm.h` and `Documentation/uapi.rst`:
+//!
+//! - `EINVAL`: non-zero flags, padding or reserved fields; a device index
+//!   beyond `MSVM_MAX_DEVICES`; a peer element size other than ours;
+//! - `ENOENT`: no device has the index asked for;
+//! - `EFAULT`: the peer array is not writable.
+
+use kernel::{
+    drm,
+    prelude::*,
+    uaccess::{UserPtr, UserSlice},
+};
+
+use crate::device::Gpu;
+use crate::driver::MsvmDevice;
+use crate::file::File;
+use crate::mm::bindings::{
+    drm_msvm_peer, drm_msvm_query, MSVM_PEER_P2P, MSVM_QUERY_SELF, MSVM_UAPI_VERSION,
+};
+use crate::topology::{Peer, MAX_DEVICES, TOPOLOGY};
+
+/// Size of one `drm_msvm_peer`.
+const PEER_SIZE: usize = core::mem::size_of::<drm_msvm_peer>();
+
+/// A checked QUERY request.
+#[derive(Debug, PartialEq, Eq)]
+struct QueryRequest {
+    /// Device to describe; `None` for the one the ioctl came through.
+    device: Option<usize>,
+    /// Capacity of the user's peer array, in elements.
+    capacity: usize,
+    /// Address of the user's peer array.
+    peers_ptr: usize,
+}
+
+impl QueryRequest {
+    fn decode(arg: &drm_msvm_query) -> Result<Self> {
+        if arg.flags != 0 || arg.pad != 0 || arg.reserved.iter().any(|&r| r != 0) {
+            return Err(EINVAL);
+        }
+        let device = match arg.device {
+            MSVM_QUERY_SELF => None,
+            d if (d as usize) < MAX_DEVICES => Some(d as usize),
+            _ => return Err(EINVAL),
+        };
+        let capacity = arg.num_peers as usize;
+        if capacity != 0 && arg.peer_size as usize != PEER_SIZE {
+            return Err(EINVAL);
+        }
+        Ok(Self {
+            device,
+            capacity,
+            peers_ptr: usize::try_from(arg.peers_ptr).map_err(|_| EFAULT)?,
+        })
+    }
+}
+
+/// The user-space record of one peer.
+fn encode_peer(p: &Peer) -> [u8; PEER_SIZE] {
+    let (distance, flags) = match p.distance {
+        Some(d) => (i32::try_from(d).unwrap_or(i32::MAX), MSVM_PEER_P2P),
+        None => (-1, 0),
+    };
+    let mut out = [0u8; PEER_SIZE];
+    out[0..4].copy_from_slice(&(p.index as u32).to_ne_bytes());
+    out[4..8].copy_from_slice(&distance.to_ne_bytes());
+    out[8..12].copy_from_slice(&flags.to_ne_bytes());
+    out
+}
+
+/// `DRM_IOCTL_MSVM_QUERY`: describes a device and how it reaches the others.
+pub(crate) fn query(
+    _dev: &MsvmDevice<drm::Registered>,
+    gpu: &Gpu<'_>,
+    arg: &mut drm_msvm_query,
+    _file: &drm::File<File>,
+) -> Result<u32> {
+    let req = QueryRequest::decode(arg)?;
+    let index = req.device.unwrap_or(gpu.index);
+
+    // Snapshot under the lock; copy to user space after dropping it.
+    let mut records = [0u8; MAX_DEVICES * PEER_SIZE];
+    let (pci, vram_size, num_devices, num_peers) = {
+        let topo = TOPOLOGY.lock();
+        let node = topo.get(index).ok_or(ENOENT)?;
+        let mut n = 0;
+        for peer in topo.peers(index) {
+            records[n * PEER_SIZE..(n + 1) * PEER_SIZE].copy_from_slice(&encode_peer(&peer));
+            n += 1;
+        }
+        (node.pci, node.vram_size, topo.len(), n)
+    };
+
+    let fill = num_peers.min(req.capacity);
+    if fill > 0 {
+        let bytes = &records[..fill * PEER_SIZE];
+        UserSlice::new(UserPtr::from_addr(req.peers_ptr), bytes.len())
+            .writer()
+            .write_slice(bytes)?;
+    }
+
+    arg.version = MSVM_UAPI_VERSION;
+    arg.index = index as u32;
+    arg.num_devices = num_devices as u32;
+    arg.pci_domain = pci.domain;
+    arg.pci_bdf = pci.bdf.into();
+    arg.vram_size = vram_size;
+    arg.num_peers = num_peers as u32;
+    Ok(0)
+}
+
+#[kunit_tests(msvm_uapi)]
+mod tests {
+    use super::*;
+
+    fn valid() -> drm_msvm_query {
+        drm_msvm_query {
+            device: MSVM_QUERY_SELF,
+            peer_size: PEER_SIZE as u32,
+            num_peers: 4,
+            peers_ptr: 0x1000,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn decode_accepts_self_and_indices() -> Result {
+        assert_eq!(
+            QueryRequest::decode(&valid())?,
+            QueryRequest {
+                device: None,
+                capacity: 4,
+                peers_ptr: 0x1000
+            }
+        );
+        let q = drm_msvm_query {
+            device: (MAX_DEVICES - 1) as u32,
+            ..valid()
+        };
+        assert_eq!(QueryRequest::decode(&q)?.device, Some(MAX_DEVICES - 1));
+        Ok(())
+    }
+
+    #[test]
+    fn decode_rejects_out_of_range_index() {
+        let q = drm_msvm_query {
+            device: MAX_DEVICES as u32,
+            ..valid()
+        };
+        assert_eq!(QueryRequest::decode(&q), Err(EINVAL));
+    }
+
+    #[test]
+    fn decode_rejects_non_zero_reserved_fields() {
+        assert_eq!(
+            QueryRequest::decode(&drm_msvm_query {
+                flags: 1,
+                ..valid()
+            }),
+            Err(EINVAL)
+        );
+        assert_eq!(
+            QueryRequest::decode(&drm_msvm_query { pad: 1, ..valid() }),
+            Err(EINVAL)
+        );
+        let mut q = valid();
+        q.reserved[3] = 1;
+        assert_eq!(QueryRequest::decode(&q), Err(EINVAL));
+    }
+
+    #[test]
+    fn decode_checks_peer_size_only_with_peers() -> Result {
+        let q = drm_msvm_query {
+            peer_size: 8,
+            ..valid()
+        };
+        assert_eq!(QueryRequest::decode(&q), Err(EINVAL));
+        let q = drm_msvm_query {
+            peer_size: 8,
+            num_peers: 0,
+            ..valid()
+        };
+        assert_eq!(QueryRequest::decode(&q)?.capacity, 0);
+        Ok(())
+    }
+
+    #[test]
+    fn peer_record_layout() {
+        let r = encode_peer(&Peer {
+            index: 3,
+            distance: Some(4),
+        });
+        assert_eq!(r[0..4], 3u32.to_ne_bytes());
+        assert_eq!(r[4..8], 4i32.to_ne_bytes());
+        assert_eq!(r[8..12], MSVM_PEER_P2P.to_ne_bytes());
+        assert_eq!(r[12..16], [0u8; 4]);
+        let r = encode_peer(&Peer {
+            index: 1,
+            distance: None,
+        });
+        assert_eq!(r[4..8], (-1i32).to_ne_bytes());
+        assert_eq!(r[8..12], 0u32.to_ne_bytes());
+        // The record is exactly the C struct.
+        assert_eq!(PEER_SIZE, 16);
+    }
+}

@@ -1,0 +1,244 @@
+//! One msvm device, opened through its render node.
+
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::path::{Path, PathBuf};
+
+use crate::abi::{self, DrmMsvmPeer, DrmMsvmQuery};
+use crate::{Error, Result};
+
+/// Where DRM nodes live.
+const DEV_DRI: &str = "/dev/dri";
+/// Where their sysfs entries live.
+const SYS_CLASS_DRM: &str = "/sys/class/drm";
+/// The PCI driver name of the module.
+const DRIVER_NAME: &str = "msvm";
+
+/// A PCI address, `domain:bus:device.function`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PciAddr {
+    pub domain: u32,
+    pub bus: u8,
+    pub device: u8,
+    pub function: u8,
+}
+
+impl PciAddr {
+    /// Decodes the ABI's `pci_domain` and `pci_bdf` fields.
+    pub fn from_abi(domain: u32, bdf: u32) -> Self {
+        Self {
+            domain,
+            bus: (bdf >> 8) as u8,
+            device: ((bdf >> 3) & 0x1f) as u8,
+            function: (bdf & 0x7) as u8,
+        }
+    }
+}
+
+impl fmt::Display for PciAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:04x}:{:02x}:{:02x}.{}",
+            self.domain, self.bus, self.device, self.function
+        )
+    }
+}
+
+/// How one device sees another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerInfo {
+    /// msvm index of the peer.
+    pub index: u32,
+    /// PCIe peer-to-peer is possible between the two.
+    pub p2p: bool,
+    /// `pci_p2pdma` distance, `None` when there is no P2P path.
+    pub distance: Option<u32>,
+}
+
+/// What QUERY says of a device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    pub version: u32,
+    pub index: u32,
+    pub num_devices: u32,
+    pub pci: PciAddr,
+    pub vram_size: u64,
+    /// Every other msvm device, by index.
+    pub peers: Vec<PeerInfo>,
+}
+
+/// An open msvm render node.
+#[derive(Debug)]
+pub struct Device {
+    file: File,
+    path: PathBuf,
+}
+
+impl Device {
+    /// Opens the render node at `path`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|source| Error::Open {
+                path: path.clone(),
+                source,
+            })?;
+        Ok(Self { file, path })
+    }
+
+    /// Paths of every msvm render node, in node order.
+    pub fn render_nodes() -> Result<Vec<PathBuf>> {
+        let list_err = |source| Error::List {
+            path: SYS_CLASS_DRM.into(),
+            source,
+        };
+        let mut nodes = Vec::new();
+        for entry in std::fs::read_dir(SYS_CLASS_DRM).map_err(list_err)? {
+            let name = entry.map_err(list_err)?.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if !name.starts_with("renderD") {
+                continue;
+            }
+            let driver = Path::new(SYS_CLASS_DRM).join(name).join("device/driver");
+            let is_msvm = std::fs::read_link(&driver)
+                .ok()
+                .and_then(|p| p.file_name().map(|n| n == DRIVER_NAME))
+                .unwrap_or(false);
+            if is_msvm {
+                nodes.push(Path::new(DEV_DRI).join(name));
+            }
+        }
+        nodes.sort_by_key(|p| node_minor(p));
+        Ok(nodes)
+    }
+
+    /// Opens every msvm device.
+    pub fn all() -> Result<Vec<Self>> {
+        Self::render_nodes()?.iter().map(Self::open).collect()
+    }
+
+    /// The render node this device was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Issues QUERY with a caller-built argument, exactly as given.
+    ///
+    /// For tests of the ioctl's argument checking; [`Device::query`] is the
+    /// normal way to ask.
+    pub fn query_raw(&self, arg: &mut DrmMsvmQuery) -> Result<()> {
+        // SAFETY: `arg` is a valid, exclusively borrowed `drm_msvm_query` for
+        // the duration of the call; a `peers_ptr` in it is only written by the
+        // kernel after access checks, so a bad one gives -EFAULT, not UB here.
+        unsafe { abi::drm_ioctl_msvm_query(self.file.as_raw_fd(), arg) }
+            .map(drop)
+            .map_err(|errno| Error::Ioctl { op: "QUERY", errno })
+    }
+
+    /// Describes the device with msvm index `device`, or this one if `None`.
+    pub fn query_device(&self, device: Option<u32>) -> Result<DeviceInfo> {
+        let device = device.unwrap_or(abi::MSVM_QUERY_SELF);
+        let mut arg = DrmMsvmQuery {
+            device,
+            ..Default::default()
+        };
+        self.query_raw(&mut arg)?;
+        if arg.version != abi::MSVM_UAPI_VERSION {
+            return Err(Error::Version {
+                module: arg.version,
+                runtime: abi::MSVM_UAPI_VERSION,
+            });
+        }
+        let mut peers = vec![DrmMsvmPeer::default(); arg.num_peers as usize];
+        if !peers.is_empty() {
+            arg = DrmMsvmQuery {
+                device,
+                peer_size: size_of::<DrmMsvmPeer>() as u32,
+                num_peers: peers.len() as u32,
+                peers_ptr: peers.as_mut_ptr() as u64,
+                ..Default::default()
+            };
+            self.query_raw(&mut arg)?;
+            // Devices may have come or gone between the two calls.
+            peers.truncate(arg.num_peers as usize);
+        }
+        Ok(DeviceInfo {
+            version: arg.version,
+            index: arg.index,
+            num_devices: arg.num_devices,
+            pci: PciAddr::from_abi(arg.pci_domain, arg.pci_bdf),
+            vram_size: arg.vram_size,
+            peers: peers
+                .into_iter()
+                .map(|p| PeerInfo {
+                    index: p.index,
+                    p2p: p.flags & abi::MSVM_PEER_P2P != 0,
+                    distance: u32::try_from(p.distance).ok(),
+                })
+                .collect(),
+        })
+    }
+
+    /// Describes this device.
+    pub fn query(&self) -> Result<DeviceInfo> {
+        self.query_device(None)
+    }
+}
+
+impl AsFd for Device {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+}
+
+/// The minor number in `renderD<minor>`, for sorting.
+fn node_minor(p: &Path) -> u32 {
+    p.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix("renderD"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pci_addr_round_trip() {
+        let a = PciAddr::from_abi(1, (0x3a << 8) | (0x1f << 3) | 7);
+        assert_eq!(
+            a,
+            PciAddr {
+                domain: 1,
+                bus: 0x3a,
+                device: 0x1f,
+                function: 7
+            }
+        );
+        assert_eq!(a.to_string(), "0001:3a:1f.7");
+    }
+
+    #[test]
+    fn node_minor_sorts_numerically() {
+        let mut v = vec![
+            PathBuf::from("/dev/dri/renderD130"),
+            PathBuf::from("/dev/dri/renderD128"),
+            PathBuf::from("/dev/dri/renderD1000"),
+        ];
+        v.sort_by_key(|p| node_minor(p));
+        assert_eq!(v[0], Path::new("/dev/dri/renderD128"));
+        assert_eq!(v[2], Path::new("/dev/dri/renderD1000"));
+    }
+
+    #[test]
+    fn open_missing_node_is_typed() {
+        let err = Device::open("/nonexistent/renderD999").unwrap_err();
+        assert!(matches!(err, Error::Open { .. }), "{err}");
+    }
+}

@@ -1,0 +1,16 @@
+//! msvm runtime: a safe API over the msvm DRM ioctls.
+//!
+//! ```no_run
+//! for dev in msvm_rt::Device::all()? {
+//!     let info = dev.query()?;
+//!     println!("gpu{} {} {} bytes", info.index, info.pci, info.vram_size);
+//! }
+//! # Ok::<(), msvm_rt::Error>(())
+//! ```
+
+pub mod abi;
+mod device;
+mod error;
+
+pub use device::{Device, DeviceInfo, PciAddr, PeerInfo};
+pub use error::{Error, Result};

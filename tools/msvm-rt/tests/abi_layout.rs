@@ -1,0 +1,120 @@
+//! The Rust ABI structs against the C header: sizes, field offsets and the
+//! ioctl request code, as a C compiler sees `include/uapi/drm/msvm_drm.h`.
+
+use std::mem::{offset_of, size_of};
+use std::path::PathBuf;
+use std::process::Command;
+
+use msvm_rt::abi::*;
+
+/// Compiles and runs a C program that prints `name value` lines.
+fn c_layout() -> Vec<(String, u64)> {
+    let top = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = std::env::temp_dir().join(format!("msvm-abi-{}", std::process::id()));
+    let src = out.with_extension("c");
+    let fields = |s: &str, fs: &[&str]| -> String {
+        let mut c = format!("P(\"{s}.size\", sizeof(struct {s}));\n");
+        for f in fs {
+            c += &format!("P(\"{s}.{f}\", offsetof(struct {s}, {f}));\n");
+        }
+        c
+    };
+    let body = fields("drm_msvm_peer", &["index", "distance", "flags", "pad"])
+        + &fields(
+            "drm_msvm_query",
+            &[
+                "device",
+                "version",
+                "index",
+                "num_devices",
+                "pci_domain",
+                "pci_bdf",
+                "vram_size",
+                "peer_size",
+                "num_peers",
+                "peers_ptr",
+                "flags",
+                "pad",
+                "reserved",
+            ],
+        );
+    let prog = format!(
+        "#include <stdio.h>\n#include <stddef.h>\n#include <drm.h>\n#include \"msvm_drm.h\"\n\
+         #define P(n, v) printf(\"%s %llu\\n\", n, (unsigned long long)(v))\n\
+         int main(void) {{\n{body}\
+         P(\"DRM_IOCTL_MSVM_QUERY\", DRM_IOCTL_MSVM_QUERY);\n\
+         P(\"MSVM_UAPI_VERSION\", MSVM_UAPI_VERSION);\n\
+         P(\"MSVM_MAX_DEVICES\", MSVM_MAX_DEVICES);\n\
+         P(\"MSVM_QUERY_SELF\", MSVM_QUERY_SELF);\n\
+         P(\"MSVM_PEER_P2P\", MSVM_PEER_P2P);\n\
+         return 0; }}\n"
+    );
+    std::fs::write(&src, prog).unwrap();
+    let cc = Command::new("cc")
+        .arg("-I")
+        .arg(top.join("include/uapi/drm"))
+        .args(["-I", "/usr/include/libdrm", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .output()
+        .expect("run cc");
+    assert!(
+        cc.status.success(),
+        "cc failed (libdrm-dev provides drm.h): {}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let run = Command::new(&out).output().expect("run layout program");
+    let _ = std::fs::remove_file(&out);
+    let _ = std::fs::remove_file(&src);
+    String::from_utf8(run.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (n, v) = l.split_once(' ').unwrap();
+            (n.to_string(), v.parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn layouts_match_the_c_header() {
+    let c = c_layout();
+    let get = |n: &str| {
+        c.iter()
+            .find(|(k, _)| k == n)
+            .unwrap_or_else(|| panic!("{n}"))
+            .1
+    };
+    macro_rules! same {
+        ($ty:ty, $cname:literal, [$($f:ident),*]) => {
+            assert_eq!(size_of::<$ty>() as u64, get(concat!($cname, ".size")), "size of {}", $cname);
+            $(assert_eq!(offset_of!($ty, $f) as u64, get(concat!($cname, ".", stringify!($f))),
+                "{}.{}", $cname, stringify!($f));)*
+        };
+    }
+    same!(DrmMsvmPeer, "drm_msvm_peer", [index, distance, flags, pad]);
+    same!(
+        DrmMsvmQuery,
+        "drm_msvm_query",
+        [
+            device,
+            version,
+            index,
+            num_devices,
+            pci_domain,
+            pci_bdf,
+            vram_size,
+            peer_size,
+            num_peers,
+            peers_ptr,
+            flags,
+            pad,
+            reserved
+        ]
+    );
+    assert_eq!(query_request_code(), get("DRM_IOCTL_MSVM_QUERY"));
+    assert_eq!(u64::from(MSVM_UAPI_VERSION), get("MSVM_UAPI_VERSION"));
+    assert_eq!(u64::from(MSVM_MAX_DEVICES), get("MSVM_MAX_DEVICES"));
+    assert_eq!(u64::from(MSVM_QUERY_SELF), get("MSVM_QUERY_SELF"));
+    assert_eq!(u64::from(MSVM_PEER_P2P), get("MSVM_PEER_P2P"));
+}

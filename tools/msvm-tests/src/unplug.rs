@@ -1,0 +1,168 @@
+//! PCI hot-unplug and re-plug of a GPU, driven by the host harness.
+//!
+//! The test prints `MSVM-HOST: device_del gpu1` on the console; the harness
+//! (scripts/vm.py) unplugs that QEMU device through QMP. The guest sees the
+//! PCIe slot power off (pciehp) and msvm's remove run.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use msvm_rt::Device;
+use nix::errno::Errno;
+
+use crate::check;
+use crate::harness::{Outcome, Test};
+use crate::sysfs;
+
+/// The QEMU id of the GPU to unplug: the second GPU behind the switch.
+const VICTIM: &str = "gpu1";
+
+pub fn tests() -> Vec<Test> {
+    vec![
+        Test {
+            name: "sysfs_unbind_and_rebind",
+            run: sysfs_unbind_and_rebind,
+        },
+        Test {
+            name: "hot_unplug_and_replug",
+            run: hot_unplug_and_replug,
+        },
+    ]
+}
+
+fn addrs() -> Result<BTreeSet<String>, String> {
+    Ok(sysfs::msvm_gpus()?.into_iter().map(|g| g.addr).collect())
+}
+
+fn host(action: &str) {
+    println!("MSVM-HOST: {action} {VICTIM}");
+    let _ = std::io::stdout().flush();
+}
+
+fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> Result<bool, String>) -> Outcome {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(secs) {
+        if cond()? {
+            println!("# {what} after {:.1} s", start.elapsed().as_secs_f64());
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Err(format!("{what}: not within {secs} s"))
+}
+
+/// Unbinds the first GPU through sysfs and binds it again: its render node
+/// goes and comes back, with the same index and P2P links.
+fn sysfs_unbind_and_rebind() -> Outcome {
+    let before = sysfs::msvm_gpus()?;
+    let victim = before.first().ok_or("no GPU")?;
+    let info = Device::open(&victim.node)
+        .and_then(|d| d.query())
+        .map_err(|e| e.to_string())?;
+    let drv = "/sys/bus/pci/drivers/msvm";
+    std::fs::write(format!("{drv}/unbind"), &victim.addr).map_err(|e| format!("unbind: {e}"))?;
+    let gone = addrs()?;
+    check!(!gone.contains(&victim.addr), "{} still bound", victim.addr);
+    check!(
+        !victim.node.exists(),
+        "{} still exists",
+        victim.node.display()
+    );
+    std::fs::write(format!("{drv}/bind"), &victim.addr).map_err(|e| format!("bind: {e}"))?;
+    let g = sysfs::msvm_gpus()?
+        .into_iter()
+        .find(|g| g.addr == victim.addr)
+        .ok_or("not bound again")?;
+    let again = Device::open(&g.node)
+        .and_then(|d| d.query())
+        .map_err(|e| e.to_string())?;
+    check!(
+        again.index == info.index,
+        "index {} after re-bind, was {}",
+        again.index,
+        info.index
+    );
+    check!(
+        again.peers == info.peers,
+        "peers {:?} after re-bind, were {:?}",
+        again.peers,
+        info.peers
+    );
+    Ok(())
+}
+
+fn hot_unplug_and_replug() -> Outcome {
+    let before = addrs()?;
+    check!(before.len() >= 2, "need at least 2 GPUs");
+    // Keep every device open across the unplug.
+    let mut open: Vec<(String, Device, msvm_rt::DeviceInfo)> = Vec::new();
+    for g in sysfs::msvm_gpus()? {
+        let dev = Device::open(&g.node).map_err(|e| e.to_string())?;
+        let info = dev.query().map_err(|e| e.to_string())?;
+        open.push((g.addr, dev, info));
+    }
+
+    host("device_del");
+    wait_for("GPU unbound", 40, || Ok(addrs()?.len() == before.len() - 1))?;
+    let after = addrs()?;
+    let gone: Vec<&String> = before.difference(&after).collect();
+    check!(gone.len() == 1, "vanished: {gone:?}");
+    let (_, gone_dev, gone_info) = open
+        .iter()
+        .find(|(a, _, _)| a == gone[0])
+        .ok_or("lost track of the unplugged device")?;
+    let gone_info = gone_info.clone();
+
+    // New work on the unplugged device fails at once with ENODEV.
+    let r = gone_dev.query().err().and_then(|e| e.errno());
+    check!(r == Some(Errno::ENODEV), "QUERY on unplugged device: {r:?}");
+    // The others no longer see it.
+    for (addr, dev, _) in open.iter().filter(|(a, _, _)| a != gone[0]) {
+        let i = dev.query().map_err(|e| format!("{addr}: {e}"))?;
+        check!(
+            i.num_devices as usize == after.len(),
+            "{addr}: num_devices {}",
+            i.num_devices
+        );
+        check!(
+            i.peers.iter().all(|p| p.index != gone_info.index),
+            "{addr} still lists gpu{}",
+            gone_info.index
+        );
+        let r = dev
+            .query_device(Some(gone_info.index))
+            .err()
+            .and_then(|e| e.errno());
+        check!(
+            r == Some(Errno::ENOENT),
+            "{addr}: QUERY gpu{}: {r:?}",
+            gone_info.index
+        );
+    }
+    open.clear();
+
+    host("device_add");
+    wait_for("GPU bound again", 40, || Ok(addrs()? == before))?;
+    // It is back, with its index and its P2P links.
+    let gpus = sysfs::msvm_gpus()?;
+    let back = gpus
+        .iter()
+        .find(|g| &g.addr == gone[0])
+        .ok_or("re-plugged GPU missing")?;
+    let dev = Device::open(&back.node).map_err(|e| e.to_string())?;
+    let info = dev.query().map_err(|e| e.to_string())?;
+    check!(
+        info.index == gone_info.index,
+        "index {} after re-plug, was {}",
+        info.index,
+        gone_info.index
+    );
+    check!(
+        info.peers == gone_info.peers,
+        "peers {:?} after re-plug, were {:?}",
+        info.peers,
+        gone_info.peers
+    );
+    Ok(())
+}
