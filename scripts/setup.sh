@@ -98,7 +98,7 @@ stage_kernel() {
 	local variant=$1 kdir=$MSVM_CACHE/build-$1 frags stamp
 	mapfile -t frags < <(fragments_for "$variant")
 	mkdir -p "$kdir"
-	stamp=$( (cat "${frags[@]}"; "$MSVM_RUSTC" --version; "${MSVM_LLVM}clang" --version | head -1;
+	stamp=$( (cat "${frags[@]}" "$MSVM_TOP/scripts/kconfig/required"; "$MSVM_RUSTC" --version; "${MSVM_LLVM}clang" --version | head -1;
 		echo "$MSVM_KVER_MAJOR") | sha256sum | cut -c1-16)
 	if [ -f "$kdir/.msvm-stamp" ] && [ "$(cat "$kdir/.msvm-stamp")" = "$stamp" ] &&
 		[ -f "$kdir/arch/x86/boot/bzImage" ]; then
@@ -110,7 +110,7 @@ stage_kernel() {
 	"${mk[@]}" -s tinyconfig >/dev/null
 	"$MSVM_KSRC/scripts/kconfig/merge_config.sh" -m -O "$kdir" "$kdir/.config" "${frags[@]}" >/dev/null
 	"${mk[@]}" -s olddefconfig
-	verify_config "$kdir" "${frags[@]}"
+	verify_config "$kdir" "${frags[@]}" "$MSVM_TOP/scripts/kconfig/required"
 	msvm_log "building kernel '$variant' in $kdir (log: $kdir/build.log); a cold build takes ~20 min on 2 cores"
 	local jobs
 	jobs=$(nproc)
