@@ -5,6 +5,9 @@
  * Only src/mm/ may use what this generates.
  */
 #include <linux/io.h>
+#include <linux/memremap.h>
+#include <linux/migrate.h>
+#include <linux/mm.h>
 #include <linux/pci.h>
 #include <linux/pci-p2pdma.h>
 #include <drm/drm.h>

@@ -1,13 +1,45 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * C helpers of msvm (src/helpers.c): wrappers for static-inline kernel
- * functions that bindgen cannot turn into callable symbols.
+ * functions and macros that bindgen cannot turn into callable symbols.
+ * Only src/mm/ calls them.
  */
 #ifndef _MSVM_HELPERS_H_
 #define _MSVM_HELPERS_H_
 
+#include <linux/migrate.h>
+#include <linux/mm.h>
 #include <linux/pci.h>
 
 int msvm_pci_domain_nr(struct pci_dev *pdev);
+
+/* The source selection of migrate_vma (an anonymous enum in migrate.h). */
+enum msvm_migrate_select {
+	MSVM_SELECT_SYSTEM = MIGRATE_VMA_SELECT_SYSTEM,
+	MSVM_SELECT_DEVICE_PRIVATE = MIGRATE_VMA_SELECT_DEVICE_PRIVATE,
+};
+
+/* Device-private memory. */
+struct resource *msvm_request_devmem(unsigned long size, const char *name);
+void msvm_release_devmem(struct resource *res);
+int msvm_numa_node_id(void);
+struct dev_pagemap *msvm_page_pgmap(struct page *page);
+unsigned long msvm_page_to_pfn(struct page *page);
+struct page *msvm_pfn_to_page(unsigned long pfn);
+void *msvm_page_zone_device_data(struct page *page);
+void msvm_page_set_zone_device_data(struct page *page, void *data);
+bool msvm_is_device_private_page(struct page *page);
+
+/* System pages. */
+struct page *msvm_alloc_page_vma(struct vm_area_struct *vma, unsigned long addr);
+struct page *msvm_alloc_page_nofail(void);
+void msvm_lock_page(struct page *page);
+void msvm_unlock_page(struct page *page);
+void msvm_put_page(struct page *page);
+
+/* Copies between a system page and I/O memory (a VRAM page through the BAR). */
+void msvm_copy_page_to_io(void __iomem *dst, struct page *src);
+void msvm_copy_io_to_page(struct page *dst, const void __iomem *src);
+void msvm_clear_io_page(void __iomem *dst);
 
 #endif /* _MSVM_HELPERS_H_ */

@@ -8,6 +8,7 @@ use kernel::{device::Bound, pci, prelude::*, sync::aref::ARef};
 
 use crate::mm::{iomem::WcBar, pci as mmpci};
 use crate::topology::TOPOLOGY;
+use crate::vram::VramPool;
 
 /// The kinds of device msvm drives, from the PCI id table
 /// (`driver::PCI_TABLE`).
@@ -69,13 +70,25 @@ impl Drop for Membership {
 pub(crate) struct Gpu<'a> {
     /// msvm device index (also the topology index).
     pub(crate) index: usize,
-    /// The device memory, mapped write-combined for as long as the device
-    /// is bound (checked at probe; the engine will work through it).
-    _vram: WcBar<'a>,
+    /// The device memory: its BAR window and its chunks. Dropped before the
+    /// topology membership, after the DRM device is unplugged: every page
+    /// goes home first.
+    vram: Pin<KBox<VramPool<'a>>>,
     _member: Membership,
 }
 
+/// Bytes per chunk of device memory (module parameter `chunk_mib`).
+fn chunk_size() -> usize {
+    let mib = crate::module_parameters::chunk_mib.value().clamp(2, 1024);
+    mib as usize * 1024 * 1024
+}
+
 impl<'a> Gpu<'a> {
+    /// The device memory.
+    pub(crate) fn vram(&self) -> &VramPool<'a> {
+        &self.vram
+    }
+
     /// Maps the VRAM of `pdev` and adds the device to the topology.
     pub(crate) fn new(pdev: &'a pci::Device<Bound>, kind: &DeviceKind) -> Result<Self> {
         let vram = WcBar::new(pdev, kind.vram_bar, c"msvm-vram")?;
@@ -126,14 +139,15 @@ impl<'a> Gpu<'a> {
         }
         dev_info!(
             pdev.as_ref(),
-            "gpu{index}: {} at {pci}, {} MiB VRAM (BAR{}, write-combined)\n",
+            "gpu{index}: {} at {pci}, {} MiB VRAM (BAR{}, write-combined), {} MiB chunks\n",
             kind.name,
             vram.len() >> 20,
-            kind.vram_bar
+            kind.vram_bar,
+            chunk_size() >> 20
         );
         Ok(Self {
             index,
-            _vram: vram,
+            vram: VramPool::new(vram, chunk_size())?,
             _member: member,
         })
     }

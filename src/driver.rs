@@ -12,7 +12,10 @@ use kernel::{
 use crate::device::{DeviceKind, Gpu};
 use crate::file::File;
 use crate::gem::MsvmObject;
-use crate::mm::bindings::{drm_msvm_query, DRM_MSVM_QUERY};
+use crate::mm::bindings::{
+    drm_msvm_migrate, drm_msvm_query, drm_msvm_stats, drm_msvm_vm_create, drm_msvm_vm_destroy,
+    DRM_MSVM_MIGRATE, DRM_MSVM_QUERY, DRM_MSVM_STATS, DRM_MSVM_VM_CREATE, DRM_MSVM_VM_DESTROY,
+};
 use crate::mm::drm_ioctl::declare_msvm_ioctls;
 use crate::uapi;
 
@@ -84,5 +87,9 @@ impl drm::Driver for MsvmDriver {
 
     declare_msvm_ioctls! { MsvmDriver;
         (MSVM_QUERY, DRM_MSVM_QUERY, drm_msvm_query, ioctl::RENDER_ALLOW, uapi::query),
+        (MSVM_VM_CREATE, DRM_MSVM_VM_CREATE, drm_msvm_vm_create, ioctl::RENDER_ALLOW, uapi::vm_create),
+        (MSVM_VM_DESTROY, DRM_MSVM_VM_DESTROY, drm_msvm_vm_destroy, ioctl::RENDER_ALLOW, uapi::vm_destroy),
+        (MSVM_MIGRATE, DRM_MSVM_MIGRATE, drm_msvm_migrate, ioctl::RENDER_ALLOW, uapi::migrate),
+        (MSVM_STATS, DRM_MSVM_STATS, drm_msvm_stats, ioctl::RENDER_ALLOW, uapi::stats),
     }
 }

@@ -1,18 +1,32 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! An open msvm render node.
+//! An open msvm render node and its VM.
+//!
+//! # Lock order
+//!
+//! [`File::vm`] is a leaf: held only to create, destroy or look at the VM,
+//! never across a migration (see `src/svm.rs`).
 
-use kernel::{drm, prelude::*};
+use kernel::{drm, new_mutex, prelude::*, sync::Mutex};
 
 use crate::driver::{MsvmDevice, MsvmDriver};
+use crate::svm::Vm;
 
-/// Per-open-file state (none yet: a VM will live here).
-pub(crate) struct File;
+/// Per-open-file state.
+#[pin_data]
+pub(crate) struct File {
+    /// The VM of this file, once created.
+    #[pin]
+    pub(crate) vm: Mutex<Option<Vm>>,
+}
 
 impl drm::file::DriverFile for File {
     type Driver = MsvmDriver;
 
     fn open(_dev: &MsvmDevice) -> Result<Pin<KBox<Self>>> {
-        Ok(KBox::new(Self, GFP_KERNEL)?.into())
+        KBox::pin_init(
+            try_pin_init!(File { vm <- new_mutex!(None) }? Error),
+            GFP_KERNEL,
+        )
     }
 }

@@ -12,9 +12,12 @@ mod device;
 mod driver;
 mod file;
 mod gem;
+mod migrate;
 mod mm;
+mod svm;
 mod topology;
 mod uapi;
+mod vram;
 
 module! {
     type: MsvmModule,
@@ -22,6 +25,12 @@ module! {
     authors: ["msvm developers"],
     description: "Multi-device shared virtual memory for GPUs",
     license: "GPL",
+    params: {
+        chunk_mib: u32 {
+            default: 64,
+            description: "Device memory chunk (one dev_pagemap each) in MiB, 2..1024",
+        },
+    },
 }
 
 #[pin_data]

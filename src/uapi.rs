@@ -10,6 +10,9 @@
 //!   beyond `MSVM_MAX_DEVICES`; a peer element size other than ours;
 //! - `ENOENT`: no device has the index asked for;
 //! - `EFAULT`: the peer array is not writable.
+//!
+//! The errors of the VM and MIGRATE ioctls are listed with their structs in
+//! the header.
 
 use kernel::{
     drm,
@@ -20,10 +23,16 @@ use kernel::{
 use crate::device::Gpu;
 use crate::driver::MsvmDevice;
 use crate::file::File;
+use crate::migrate::{migrate_range, Direction};
 use crate::mm::bindings::{
-    drm_msvm_peer, drm_msvm_query, MSVM_PEER_P2P, MSVM_QUERY_SELF, MSVM_UAPI_VERSION,
+    drm_msvm_migrate, drm_msvm_peer, drm_msvm_query, drm_msvm_stats, drm_msvm_vm_create,
+    drm_msvm_vm_destroy, MSVM_MIGRATE_TO_DEVICE, MSVM_MIGRATE_TO_SYSTEM, MSVM_PEER_P2P,
+    MSVM_QUERY_SELF, MSVM_UAPI_VERSION,
 };
+use crate::mm::pagemap::PAGE_SIZE;
+use crate::svm::Vm;
 use crate::topology::{Peer, MAX_DEVICES, TOPOLOGY};
+use kernel::sync::atomic::Relaxed;
 
 /// Size of one `drm_msvm_peer`.
 const PEER_SIZE: usize = core::mem::size_of::<drm_msvm_peer>();
@@ -112,6 +121,126 @@ pub(crate) fn query(
     arg.pci_bdf = pci.bdf.into();
     arg.vram_size = vram_size;
     arg.num_peers = num_peers as u32;
+    Ok(0)
+}
+
+/// `DRM_IOCTL_MSVM_VM_CREATE`.
+pub(crate) fn vm_create(
+    _dev: &MsvmDevice<drm::Registered>,
+    _gpu: &Gpu<'_>,
+    arg: &mut drm_msvm_vm_create,
+    file: &drm::File<File>,
+) -> Result<u32> {
+    if arg.flags != 0 || arg.pad != 0 || arg.reserved.iter().any(|&r| r != 0) {
+        return Err(EINVAL);
+    }
+    let f = file.inner();
+    let mut vm = f.vm.lock();
+    if vm.is_some() {
+        return Err(EBUSY);
+    }
+    *vm = Some(Vm::for_current()?);
+    Ok(0)
+}
+
+/// `DRM_IOCTL_MSVM_VM_DESTROY`.
+pub(crate) fn vm_destroy(
+    _dev: &MsvmDevice<drm::Registered>,
+    _gpu: &Gpu<'_>,
+    arg: &mut drm_msvm_vm_destroy,
+    file: &drm::File<File>,
+) -> Result<u32> {
+    if arg.flags != 0 || arg.pad != 0 || arg.reserved.iter().any(|&r| r != 0) {
+        return Err(EINVAL);
+    }
+    let f = file.inner();
+    let vm = f.vm.lock().take().ok_or(ENOENT)?;
+    drop(vm);
+    Ok(0)
+}
+
+/// Highest user address + 1 on x86-64 with 4-level page tables.
+const USER_END: u64 = 1 << 47;
+
+/// A checked MIGRATE request.
+#[derive(Debug, PartialEq, Eq)]
+struct MigrateRequest {
+    start: usize,
+    len: usize,
+    dir: Direction,
+}
+
+impl MigrateRequest {
+    fn decode(arg: &drm_msvm_migrate) -> Result<Self> {
+        let page = PAGE_SIZE as u64;
+        if arg.flags != 0 || arg.reserved.iter().any(|&r| r != 0) {
+            return Err(EINVAL);
+        }
+        if arg.addr % page != 0 || arg.length % page != 0 || arg.length == 0 {
+            return Err(EINVAL);
+        }
+        let end = arg.addr.checked_add(arg.length).ok_or(EINVAL)?;
+        if end > USER_END {
+            return Err(EFAULT);
+        }
+        let dir = match arg.to {
+            MSVM_MIGRATE_TO_DEVICE => Direction::ToDevice,
+            MSVM_MIGRATE_TO_SYSTEM => Direction::ToSystem,
+            _ => return Err(EINVAL),
+        };
+        Ok(Self {
+            start: arg.addr as usize,
+            len: arg.length as usize,
+            dir,
+        })
+    }
+}
+
+/// `DRM_IOCTL_MSVM_MIGRATE`.
+pub(crate) fn migrate(
+    _dev: &MsvmDevice<drm::Registered>,
+    gpu: &Gpu<'_>,
+    arg: &mut drm_msvm_migrate,
+    file: &drm::File<File>,
+) -> Result<u32> {
+    let req = MigrateRequest::decode(arg)?;
+    let f = file.inner();
+    let mm = f.vm.lock().as_ref().ok_or(ENOENT)?.mm_for_current()?;
+    let out = migrate_range(gpu.vram(), &mm, req.start, req.len, req.dir)?;
+    arg.moved = out.moved;
+    arg.already = out.already;
+    arg.busy = out.busy;
+    arg.no_vram = out.no_vram;
+    Ok(0)
+}
+
+/// `DRM_IOCTL_MSVM_STATS`.
+pub(crate) fn stats(
+    _dev: &MsvmDevice<drm::Registered>,
+    gpu: &Gpu<'_>,
+    arg: &mut drm_msvm_stats,
+    _file: &drm::File<File>,
+) -> Result<u32> {
+    if arg.reserved.iter().any(|&r| r != 0) {
+        return Err(EINVAL);
+    }
+    let pool = gpu.vram();
+    let s = &pool.stats;
+    let allocated = s.allocated.load(Relaxed);
+    let freed = s.freed.load(Relaxed);
+    *arg = drm_msvm_stats {
+        to_device: s.to_device.load(Relaxed),
+        to_system: s.to_system.load(Relaxed),
+        cpu_faults: s.cpu_faults.load(Relaxed),
+        evicted: s.evicted.load(Relaxed),
+        resident: allocated.saturating_sub(freed),
+        no_vram: s.no_vram.load(Relaxed),
+        chunks_live: pool.live_chunks() as u64,
+        chunks_created: s.chunks_created.load(Relaxed),
+        vram_size: pool.size() as u64,
+        chunk_size: pool.chunk_size() as u64,
+        reserved: [0; 4],
+    };
     Ok(0)
 }
 
@@ -208,5 +337,66 @@ mod tests {
         assert_eq!(r[8..12], 0u32.to_ne_bytes());
         // The record is exactly the C struct.
         assert_eq!(PEER_SIZE, 16);
+    }
+
+    fn mig(addr: u64, length: u64, to: u32) -> drm_msvm_migrate {
+        drm_msvm_migrate {
+            addr,
+            length,
+            to,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn migrate_decode_accepts_aligned_ranges() -> Result {
+        let r = MigrateRequest::decode(&mig(0x10000, 0x2000, MSVM_MIGRATE_TO_DEVICE))?;
+        assert_eq!(
+            r,
+            MigrateRequest {
+                start: 0x10000,
+                len: 0x2000,
+                dir: Direction::ToDevice
+            }
+        );
+        let r = MigrateRequest::decode(&mig(0x10000, 0x1000, MSVM_MIGRATE_TO_SYSTEM))?;
+        assert_eq!(r.dir, Direction::ToSystem);
+        Ok(())
+    }
+
+    #[test]
+    fn migrate_decode_rejects_bad_ranges() {
+        assert_eq!(
+            MigrateRequest::decode(&mig(0x10001, 0x1000, 1)),
+            Err(EINVAL)
+        );
+        assert_eq!(
+            MigrateRequest::decode(&mig(0x10000, 0x1001, 1)),
+            Err(EINVAL)
+        );
+        assert_eq!(MigrateRequest::decode(&mig(0x10000, 0, 1)), Err(EINVAL));
+        assert_eq!(MigrateRequest::decode(&mig(!0xfff, 0x2000, 1)), Err(EINVAL));
+        assert_eq!(
+            MigrateRequest::decode(&mig(USER_END - 0x1000, 0x2000, 1)),
+            Err(EFAULT)
+        );
+        assert_eq!(
+            MigrateRequest::decode(&mig(0xffff_8880_0000_0000, 0x1000, 1)),
+            Err(EFAULT)
+        );
+    }
+
+    #[test]
+    fn migrate_decode_rejects_bad_fields() {
+        assert_eq!(
+            MigrateRequest::decode(&mig(0x10000, 0x1000, 2)),
+            Err(EINVAL)
+        );
+        let mut m = mig(0x10000, 0x1000, 1);
+        m.flags = 1;
+        assert_eq!(MigrateRequest::decode(&m), Err(EINVAL));
+        let mut m = mig(0x10000, 0x1000, 1);
+        m.reserved[1] = 1;
+        assert_eq!(MigrateRequest::decode(&m), Err(EINVAL));
     }
 }

@@ -13,6 +13,8 @@ use core::ptr::NonNull;
 use kernel::{device::Bound, pci, prelude::*};
 
 use super::bindings as b;
+use super::page::PageRef;
+use super::pagemap::PAGE_SIZE;
 use super::pci::raw_pci_dev;
 
 /// A BAR of a bound PCI device, requested for exclusive use and mapped
@@ -107,6 +109,40 @@ impl<'a> WcBar<'a> {
                 src.len(),
             )
         };
+        Ok(())
+    }
+}
+
+impl WcBar<'_> {
+    /// Address of `offset` in the mapping, for a page-sized access.
+    fn page_io(&self, offset: usize) -> Result<*mut c_void> {
+        self.check(offset, PAGE_SIZE)?;
+        // SAFETY: in bounds (checked above, type invariant).
+        Ok(unsafe { self.base.as_ptr().cast::<u8>().add(offset) }.cast())
+    }
+
+    /// Copies system page `page` into the BAR at `offset`.
+    pub(crate) fn copy_from_page(&self, offset: usize, page: PageRef) -> Result {
+        let dst = self.page_io(offset)?;
+        // SAFETY: `dst` is a page inside the mapping; `page` is valid for
+        // the caller's migration.
+        unsafe { b::msvm_copy_page_to_io(dst, page.as_ptr()) };
+        Ok(())
+    }
+
+    /// Copies the page of the BAR at `offset` into system page `page`.
+    pub(crate) fn copy_to_page(&self, offset: usize, page: PageRef) -> Result {
+        let src = self.page_io(offset)?;
+        // SAFETY: as in `copy_from_page`.
+        unsafe { b::msvm_copy_io_to_page(page.as_ptr(), src) };
+        Ok(())
+    }
+
+    /// Zeroes the page of the BAR at `offset`.
+    pub(crate) fn clear_page(&self, offset: usize) -> Result {
+        let dst = self.page_io(offset)?;
+        // SAFETY: `dst` is a page inside the mapping.
+        unsafe { b::msvm_clear_io_page(dst) };
         Ok(())
     }
 }

@@ -9,4 +9,7 @@
 pub(crate) mod bindings;
 pub(crate) mod drm_ioctl;
 pub(crate) mod iomem;
+pub(crate) mod migrate;
+pub(crate) mod page;
+pub(crate) mod pagemap;
 pub(crate) mod pci;

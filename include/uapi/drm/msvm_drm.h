@@ -24,7 +24,7 @@ extern "C" {
 #endif
 
 /* Bumped on every ABI addition. */
-#define MSVM_UAPI_VERSION 1
+#define MSVM_UAPI_VERSION 2
 
 /* At most this many msvm devices are bound at once. */
 #define MSVM_MAX_DEVICES 16
@@ -89,10 +89,133 @@ struct drm_msvm_query {
 	__u64 reserved[4];
 };
 
+/**
+ * struct drm_msvm_vm_create - DRM_IOCTL_MSVM_VM_CREATE
+ *
+ * Creates the VM of this open file: from now on the device works on the
+ * address space of the calling process (its mm), and only that process may
+ * use the VM (-EPERM from any other, e.g. a fork child that inherited the
+ * file). One VM per open file (-EBUSY for a second).
+ *
+ * @flags: must be zero
+ * @pad: must be zero
+ * @reserved: must be zero
+ */
+struct drm_msvm_vm_create {
+	__u32 flags;
+	__u32 pad;
+	__u64 reserved[2];
+};
+
+/**
+ * struct drm_msvm_vm_destroy - DRM_IOCTL_MSVM_VM_DESTROY
+ *
+ * Destroys the VM of this open file (-ENOENT if there is none). Pages the
+ * VM moved to the device stay there until the process touches them (they
+ * come home on CPU access), migrates them back, or the device goes away.
+ * Closing the file destroys the VM too.
+ *
+ * @flags: must be zero
+ * @pad: must be zero
+ * @reserved: must be zero
+ */
+struct drm_msvm_vm_destroy {
+	__u32 flags;
+	__u32 pad;
+	__u64 reserved[2];
+};
+
+/* drm_msvm_migrate.to */
+#define MSVM_MIGRATE_TO_SYSTEM 0
+#define MSVM_MIGRATE_TO_DEVICE 1
+
+/**
+ * struct drm_msvm_migrate - DRM_IOCTL_MSVM_MIGRATE
+ *
+ * Moves the pages of [@addr, @addr + @length) of the VM's process to this
+ * device's memory (MSVM_MIGRATE_TO_DEVICE) or back to system RAM
+ * (MSVM_MIGRATE_TO_SYSTEM). Partial success is success: the counters say
+ * what happened to every page of the range (they add up to @length / 4096).
+ *
+ * Errors: -EINVAL: @addr or @length not 4 KiB aligned, @length zero, the
+ * range wraps, @to unknown, non-zero @flags/@pad/@reserved; -EFAULT: a page
+ * of the range is not mapped or is beyond the user address space; -EACCES:
+ * part of the range has no read access (PROT_NONE); -ENOENT: no VM;
+ * -EPERM: the VM belongs to another process; -ESRCH: that process is
+ * exiting. Nothing moved when an error is returned.
+ *
+ * @addr: in: start, page aligned
+ * @length: in: bytes, page aligned, not zero
+ * @to: in: MSVM_MIGRATE_TO_*
+ * @flags: must be zero
+ * @moved: out: pages moved
+ * @already: out: pages that were already at the destination
+ * @busy: out: pages the kernel would not move (pinned, shared, file-backed,
+ *        in use by another migration)
+ * @no_vram: out: pages not moved for lack of device memory
+ * @reserved: must be zero
+ */
+struct drm_msvm_migrate {
+	__u64 addr;
+	__u64 length;
+	__u32 to;
+	__u32 flags;
+	__u64 moved;
+	__u64 already;
+	__u64 busy;
+	__u64 no_vram;
+	__u64 reserved[2];
+};
+
+/**
+ * struct drm_msvm_stats - DRM_IOCTL_MSVM_STATS
+ *
+ * Counters of this device since it was bound (in pages of 4 KiB unless said
+ * otherwise).
+ *
+ * @to_device: pages migrated into this device's memory
+ * @to_system: pages migrated out of it to system RAM (explicitly, by CPU
+ *             faults and by eviction)
+ * @cpu_faults: CPU accesses that brought a page home (migrate_to_ram)
+ * @evicted: pages sent home because the device memory went away
+ * @resident: pages of device memory in use now
+ * @no_vram: pages a migration could not move for lack of device memory
+ * @chunks_live: chunks of device memory with a pagemap now
+ * @chunks_created: pagemaps created so far
+ * @vram_size: bytes of device memory in chunks
+ * @chunk_size: bytes per chunk
+ * @reserved: zero
+ */
+struct drm_msvm_stats {
+	__u64 to_device;
+	__u64 to_system;
+	__u64 cpu_faults;
+	__u64 evicted;
+	__u64 resident;
+	__u64 no_vram;
+	__u64 chunks_live;
+	__u64 chunks_created;
+	__u64 vram_size;
+	__u64 chunk_size;
+	__u64 reserved[4];
+};
+
 #define DRM_MSVM_QUERY 0x00
+#define DRM_MSVM_VM_CREATE 0x01
+#define DRM_MSVM_VM_DESTROY 0x02
+#define DRM_MSVM_MIGRATE 0x03
+#define DRM_MSVM_STATS 0x04
 
 #define DRM_IOCTL_MSVM_QUERY \
 	DRM_IOWR(DRM_COMMAND_BASE + DRM_MSVM_QUERY, struct drm_msvm_query)
+#define DRM_IOCTL_MSVM_VM_CREATE \
+	DRM_IOWR(DRM_COMMAND_BASE + DRM_MSVM_VM_CREATE, struct drm_msvm_vm_create)
+#define DRM_IOCTL_MSVM_VM_DESTROY \
+	DRM_IOWR(DRM_COMMAND_BASE + DRM_MSVM_VM_DESTROY, struct drm_msvm_vm_destroy)
+#define DRM_IOCTL_MSVM_MIGRATE \
+	DRM_IOWR(DRM_COMMAND_BASE + DRM_MSVM_MIGRATE, struct drm_msvm_migrate)
+#define DRM_IOCTL_MSVM_STATS \
+	DRM_IOWR(DRM_COMMAND_BASE + DRM_MSVM_STATS, struct drm_msvm_stats)
 
 #if defined(__cplusplus)
 }

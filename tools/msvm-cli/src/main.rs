@@ -17,6 +17,8 @@ struct Cli {
 enum Command {
     /// List the msvm devices and the P2P matrix between them.
     Info,
+    /// Show the counters of every device (migrations, faults, residency).
+    Stats,
     /// Show what QUERY returns for one device.
     Query {
         /// Render node to ask through (default: the first msvm device).
@@ -32,6 +34,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let res = match cli.command {
         Command::Info => info(),
+        Command::Stats => stats(),
         Command::Query { node, device } => query(node, device),
     };
     match res {
@@ -96,6 +99,37 @@ fn info() -> msvm_rt::Result<()> {
         }
         println!();
     }
+    Ok(())
+}
+
+fn stats() -> msvm_rt::Result<()> {
+    let devices = Device::all()?;
+    if devices.is_empty() {
+        println!("msvm: no devices (is msvm.ko loaded?)");
+        return Ok(());
+    }
+    println!(
+        "{:<5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10}",
+        "gpu", "resident", "to_dev", "to_sys", "cpu_fault", "evicted", "no_vram", "chunks", "vram"
+    );
+    for d in &devices {
+        let i = d.query()?;
+        let s = d.stats()?;
+        println!(
+            "{:<5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10}",
+            i.index,
+            mib(s.resident * 4096),
+            mib(s.to_device * 4096),
+            mib(s.to_system * 4096),
+            s.cpu_faults,
+            mib(s.evicted * 4096),
+            mib(s.no_vram * 4096),
+            format!("{}/{}", s.chunks_live, s.vram_size / s.chunk_size.max(1)),
+            mib(s.vram_size)
+        );
+    }
+    println!("(sizes in MiB; cpu_fault counts pages brought home by CPU access; chunks: live/total, {} MiB each)",
+        devices[0].stats()?.chunk_size >> 20);
     Ok(())
 }
 

@@ -4,7 +4,7 @@
 //! which compiles a small C program against the real header.
 
 /// `MSVM_UAPI_VERSION`.
-pub const MSVM_UAPI_VERSION: u32 = 1;
+pub const MSVM_UAPI_VERSION: u32 = 2;
 /// `MSVM_MAX_DEVICES`.
 pub const MSVM_MAX_DEVICES: u32 = 16;
 /// `MSVM_QUERY_SELF`.
@@ -18,6 +18,18 @@ pub const DRM_IOCTL_BASE: u8 = b'd';
 pub const DRM_COMMAND_BASE: u8 = 0x40;
 /// `DRM_MSVM_QUERY`.
 pub const DRM_MSVM_QUERY: u8 = 0x00;
+/// `DRM_MSVM_VM_CREATE`.
+pub const DRM_MSVM_VM_CREATE: u8 = 0x01;
+/// `DRM_MSVM_VM_DESTROY`.
+pub const DRM_MSVM_VM_DESTROY: u8 = 0x02;
+/// `DRM_MSVM_MIGRATE`.
+pub const DRM_MSVM_MIGRATE: u8 = 0x03;
+/// `DRM_MSVM_STATS`.
+pub const DRM_MSVM_STATS: u8 = 0x04;
+/// `MSVM_MIGRATE_TO_SYSTEM`.
+pub const MSVM_MIGRATE_TO_SYSTEM: u32 = 0;
+/// `MSVM_MIGRATE_TO_DEVICE`.
+pub const MSVM_MIGRATE_TO_DEVICE: u32 = 1;
 
 /// `struct drm_msvm_peer`.
 #[repr(C)]
@@ -46,6 +58,122 @@ pub struct DrmMsvmQuery {
     pub flags: u32,
     pub pad: u32,
     pub reserved: [u64; 4],
+}
+
+/// `struct drm_msvm_vm_create` (and `struct drm_msvm_vm_destroy`, which
+/// has the same layout).
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DrmMsvmVmCreate {
+    pub flags: u32,
+    pub pad: u32,
+    pub reserved: [u64; 2],
+}
+
+/// `struct drm_msvm_vm_destroy`.
+pub type DrmMsvmVmDestroy = DrmMsvmVmCreate;
+
+/// `struct drm_msvm_migrate`.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DrmMsvmMigrate {
+    pub addr: u64,
+    pub length: u64,
+    pub to: u32,
+    pub flags: u32,
+    pub moved: u64,
+    pub already: u64,
+    pub busy: u64,
+    pub no_vram: u64,
+    pub reserved: [u64; 2],
+}
+
+/// `struct drm_msvm_stats`.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DrmMsvmStats {
+    pub to_device: u64,
+    pub to_system: u64,
+    pub cpu_faults: u64,
+    pub evicted: u64,
+    pub resident: u64,
+    pub no_vram: u64,
+    pub chunks_live: u64,
+    pub chunks_created: u64,
+    pub vram_size: u64,
+    pub chunk_size: u64,
+    pub reserved: [u64; 4],
+}
+
+nix::ioctl_readwrite!(
+    /// `DRM_IOCTL_MSVM_VM_CREATE`.
+    drm_ioctl_msvm_vm_create,
+    DRM_IOCTL_BASE,
+    DRM_COMMAND_BASE + DRM_MSVM_VM_CREATE,
+    DrmMsvmVmCreate
+);
+
+nix::ioctl_readwrite!(
+    /// `DRM_IOCTL_MSVM_VM_DESTROY`.
+    drm_ioctl_msvm_vm_destroy,
+    DRM_IOCTL_BASE,
+    DRM_COMMAND_BASE + DRM_MSVM_VM_DESTROY,
+    DrmMsvmVmDestroy
+);
+
+nix::ioctl_readwrite!(
+    /// `DRM_IOCTL_MSVM_MIGRATE`.
+    drm_ioctl_msvm_migrate,
+    DRM_IOCTL_BASE,
+    DRM_COMMAND_BASE + DRM_MSVM_MIGRATE,
+    DrmMsvmMigrate
+);
+
+nix::ioctl_readwrite!(
+    /// `DRM_IOCTL_MSVM_STATS`.
+    drm_ioctl_msvm_stats,
+    DRM_IOCTL_BASE,
+    DRM_COMMAND_BASE + DRM_MSVM_STATS,
+    DrmMsvmStats
+);
+
+/// The request codes of every ioctl, by name, for layout checks.
+pub fn request_codes() -> [(&'static str, u64); 5] {
+    [
+        ("DRM_IOCTL_MSVM_QUERY", query_request_code()),
+        (
+            "DRM_IOCTL_MSVM_VM_CREATE",
+            nix::request_code_readwrite!(
+                DRM_IOCTL_BASE,
+                DRM_COMMAND_BASE + DRM_MSVM_VM_CREATE,
+                size_of::<DrmMsvmVmCreate>()
+            ) as u64,
+        ),
+        (
+            "DRM_IOCTL_MSVM_VM_DESTROY",
+            nix::request_code_readwrite!(
+                DRM_IOCTL_BASE,
+                DRM_COMMAND_BASE + DRM_MSVM_VM_DESTROY,
+                size_of::<DrmMsvmVmDestroy>()
+            ) as u64,
+        ),
+        (
+            "DRM_IOCTL_MSVM_MIGRATE",
+            nix::request_code_readwrite!(
+                DRM_IOCTL_BASE,
+                DRM_COMMAND_BASE + DRM_MSVM_MIGRATE,
+                size_of::<DrmMsvmMigrate>()
+            ) as u64,
+        ),
+        (
+            "DRM_IOCTL_MSVM_STATS",
+            nix::request_code_readwrite!(
+                DRM_IOCTL_BASE,
+                DRM_COMMAND_BASE + DRM_MSVM_STATS,
+                size_of::<DrmMsvmStats>()
+            ) as u64,
+        ),
+    ]
 }
 
 nix::ioctl_readwrite!(

@@ -5,7 +5,7 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
-use crate::abi::{self, DrmMsvmPeer, DrmMsvmQuery};
+use crate::abi::{self, DrmMsvmMigrate, DrmMsvmPeer, DrmMsvmQuery, DrmMsvmStats, DrmMsvmVmCreate};
 use crate::{Error, Result};
 
 /// Where DRM nodes live.
@@ -68,6 +68,39 @@ pub struct DeviceInfo {
     /// Every other msvm device, by index.
     pub peers: Vec<PeerInfo>,
 }
+
+/// Where MIGRATE moves pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Location {
+    /// System RAM.
+    System,
+    /// The memory of the device the call is made on.
+    Device,
+}
+
+/// What one MIGRATE did to the pages of its range.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MigrateOutcome {
+    /// Pages moved.
+    pub moved: u64,
+    /// Pages already at the destination.
+    pub already: u64,
+    /// Pages the kernel would not move (pinned, shared, file-backed, busy).
+    pub busy: u64,
+    /// Pages not moved for lack of device memory.
+    pub no_vram: u64,
+}
+
+impl MigrateOutcome {
+    /// Every page of the range, whatever happened to it.
+    pub fn total(&self) -> u64 {
+        self.moved + self.already + self.busy + self.no_vram
+    }
+}
+
+/// Device counters (`DRM_IOCTL_MSVM_STATS`), in 4 KiB pages unless named
+/// otherwise.
+pub type Stats = DrmMsvmStats;
 
 /// An open msvm render node.
 #[derive(Debug)]
@@ -193,6 +226,86 @@ impl Device {
 impl AsFd for Device {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.file.as_fd()
+    }
+}
+
+impl Device {
+    /// Issues VM_CREATE with a caller-built argument (tests).
+    pub fn vm_create_raw(&self, arg: &mut DrmMsvmVmCreate) -> Result<()> {
+        // SAFETY: `arg` is a valid, exclusively borrowed argument.
+        unsafe { abi::drm_ioctl_msvm_vm_create(self.file.as_raw_fd(), arg) }
+            .map(drop)
+            .map_err(|errno| Error::Ioctl {
+                op: "VM_CREATE",
+                errno,
+            })
+    }
+
+    /// Creates the VM of this open file on the calling process's address
+    /// space.
+    pub fn vm_create(&self) -> Result<()> {
+        self.vm_create_raw(&mut DrmMsvmVmCreate::default())
+    }
+
+    /// Destroys the VM of this open file.
+    pub fn vm_destroy(&self) -> Result<()> {
+        let mut arg = abi::DrmMsvmVmDestroy::default();
+        // SAFETY: `arg` is a valid, exclusively borrowed argument.
+        unsafe { abi::drm_ioctl_msvm_vm_destroy(self.file.as_raw_fd(), &mut arg) }
+            .map(drop)
+            .map_err(|errno| Error::Ioctl {
+                op: "VM_DESTROY",
+                errno,
+            })
+    }
+
+    /// Issues MIGRATE with a caller-built argument (tests).
+    pub fn migrate_raw(&self, arg: &mut DrmMsvmMigrate) -> Result<()> {
+        // SAFETY: `arg` is a valid, exclusively borrowed argument; the range
+        // it names is only migrated, never dereferenced by this process here.
+        unsafe { abi::drm_ioctl_msvm_migrate(self.file.as_raw_fd(), arg) }
+            .map(drop)
+            .map_err(|errno| Error::Ioctl {
+                op: "MIGRATE",
+                errno,
+            })
+    }
+
+    /// Moves the pages of `[addr, addr + len)` of this process (page
+    /// aligned) to `to`. The contents stay the same; only where they live
+    /// changes.
+    pub fn migrate(&self, addr: usize, len: usize, to: Location) -> Result<MigrateOutcome> {
+        let mut arg = DrmMsvmMigrate {
+            addr: addr as u64,
+            length: len as u64,
+            to: match to {
+                Location::System => abi::MSVM_MIGRATE_TO_SYSTEM,
+                Location::Device => abi::MSVM_MIGRATE_TO_DEVICE,
+            },
+            ..Default::default()
+        };
+        self.migrate_raw(&mut arg)?;
+        Ok(MigrateOutcome {
+            moved: arg.moved,
+            already: arg.already,
+            busy: arg.busy,
+            no_vram: arg.no_vram,
+        })
+    }
+
+    /// Moves the pages behind `buf` (page aligned) to `to`.
+    pub fn migrate_slice(&self, buf: &[u8], to: Location) -> Result<MigrateOutcome> {
+        self.migrate(buf.as_ptr() as usize, buf.len(), to)
+    }
+
+    /// The device's counters.
+    pub fn stats(&self) -> Result<Stats> {
+        let mut arg = DrmMsvmStats::default();
+        // SAFETY: `arg` is a valid, exclusively borrowed argument.
+        unsafe { abi::drm_ioctl_msvm_stats(self.file.as_raw_fd(), &mut arg) }
+            .map(drop)
+            .map_err(|errno| Error::Ioctl { op: "STATS", errno })?;
+        Ok(arg)
     }
 }
 

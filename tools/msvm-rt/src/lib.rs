@@ -12,5 +12,5 @@ pub mod abi;
 mod device;
 mod error;
 
-pub use device::{Device, DeviceInfo, PciAddr, PeerInfo};
+pub use device::{Device, DeviceInfo, Location, MigrateOutcome, PciAddr, PeerInfo, Stats};
 pub use error::{Error, Result};

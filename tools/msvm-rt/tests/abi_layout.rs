@@ -20,6 +20,30 @@ fn c_layout() -> Vec<(String, u64)> {
         c
     };
     let body = fields("drm_msvm_peer", &["index", "distance", "flags", "pad"])
+        + &fields("drm_msvm_vm_create", &["flags", "pad", "reserved"])
+        + &fields("drm_msvm_vm_destroy", &["flags", "pad", "reserved"])
+        + &fields(
+            "drm_msvm_migrate",
+            &[
+                "addr", "length", "to", "flags", "moved", "already", "busy", "no_vram", "reserved",
+            ],
+        )
+        + &fields(
+            "drm_msvm_stats",
+            &[
+                "to_device",
+                "to_system",
+                "cpu_faults",
+                "evicted",
+                "resident",
+                "no_vram",
+                "chunks_live",
+                "chunks_created",
+                "vram_size",
+                "chunk_size",
+                "reserved",
+            ],
+        )
         + &fields(
             "drm_msvm_query",
             &[
@@ -43,6 +67,12 @@ fn c_layout() -> Vec<(String, u64)> {
          #define P(n, v) printf(\"%s %llu\\n\", n, (unsigned long long)(v))\n\
          int main(void) {{\n{body}\
          P(\"DRM_IOCTL_MSVM_QUERY\", DRM_IOCTL_MSVM_QUERY);\n\
+         P(\"DRM_IOCTL_MSVM_VM_CREATE\", DRM_IOCTL_MSVM_VM_CREATE);\n\
+         P(\"DRM_IOCTL_MSVM_VM_DESTROY\", DRM_IOCTL_MSVM_VM_DESTROY);\n\
+         P(\"DRM_IOCTL_MSVM_MIGRATE\", DRM_IOCTL_MSVM_MIGRATE);\n\
+         P(\"DRM_IOCTL_MSVM_STATS\", DRM_IOCTL_MSVM_STATS);\n\
+         P(\"MSVM_MIGRATE_TO_SYSTEM\", MSVM_MIGRATE_TO_SYSTEM);\n\
+         P(\"MSVM_MIGRATE_TO_DEVICE\", MSVM_MIGRATE_TO_DEVICE);\n\
          P(\"MSVM_UAPI_VERSION\", MSVM_UAPI_VERSION);\n\
          P(\"MSVM_MAX_DEVICES\", MSVM_MAX_DEVICES);\n\
          P(\"MSVM_QUERY_SELF\", MSVM_QUERY_SELF);\n\
@@ -112,7 +142,49 @@ fn layouts_match_the_c_header() {
             reserved
         ]
     );
-    assert_eq!(query_request_code(), get("DRM_IOCTL_MSVM_QUERY"));
+    same!(
+        DrmMsvmVmCreate,
+        "drm_msvm_vm_create",
+        [flags, pad, reserved]
+    );
+    same!(
+        DrmMsvmVmDestroy,
+        "drm_msvm_vm_destroy",
+        [flags, pad, reserved]
+    );
+    same!(
+        DrmMsvmMigrate,
+        "drm_msvm_migrate",
+        [addr, length, to, flags, moved, already, busy, no_vram, reserved]
+    );
+    same!(
+        DrmMsvmStats,
+        "drm_msvm_stats",
+        [
+            to_device,
+            to_system,
+            cpu_faults,
+            evicted,
+            resident,
+            no_vram,
+            chunks_live,
+            chunks_created,
+            vram_size,
+            chunk_size,
+            reserved
+        ]
+    );
+    for (name, code) in request_codes() {
+        assert_eq!(code, get(name), "{name}");
+    }
+    assert_eq!(
+        u64::from(MSVM_MIGRATE_TO_SYSTEM),
+        get("MSVM_MIGRATE_TO_SYSTEM")
+    );
+    assert_eq!(
+        u64::from(MSVM_MIGRATE_TO_DEVICE),
+        get("MSVM_MIGRATE_TO_DEVICE")
+    );
     assert_eq!(u64::from(MSVM_UAPI_VERSION), get("MSVM_UAPI_VERSION"));
     assert_eq!(u64::from(MSVM_MAX_DEVICES), get("MSVM_MAX_DEVICES"));
     assert_eq!(u64::from(MSVM_QUERY_SELF), get("MSVM_QUERY_SELF"));

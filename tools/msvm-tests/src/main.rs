@@ -1,12 +1,14 @@
 //! msvm integration tests, run inside the QEMU guest with msvm.ko loaded.
 //!
-//! `msvm-tests [FILTER]` runs the device tests; `msvm-tests unplug` runs the
-//! hot-unplug test, which asks the host harness (scripts/vm.py) to unplug and
-//! re-plug a GPU. Output: one `ok`/`not ok` line per test, then a summary line
+//! `msvm-tests [FILTER]` runs the device and SVM tests; `msvm-tests rebind`
+//! the sysfs unbind/re-bind test; `msvm-tests hotplug` the hot-unplug test,
+//! which asks the host harness (scripts/vm.py) to unplug and re-plug a GPU;
+//! `msvm-tests hold READY GO` parks data on a device across an rmmod. Output: one `ok`/`not ok` line per test, then a summary line
 //! `N passed, N failed`. The exit status is non-zero if any test failed.
 
 mod cases;
 mod harness;
+mod svm;
 mod sysfs;
 mod unplug;
 
@@ -15,18 +17,40 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let arg = std::env::args().nth(1);
     let tests: Vec<harness::Test> = match arg.as_deref() {
-        Some("unplug") => unplug::tests(),
+        Some("rebind") => unplug::rebind_tests(),
+        Some("hotplug") => unplug::hotplug_tests(),
+        Some("hold") => {
+            let mut a = std::env::args().skip(2);
+            let (Some(ready), Some(go)) = (a.next(), a.next()) else {
+                eprintln!("usage: msvm-tests hold READY GO");
+                return ExitCode::FAILURE;
+            };
+            return match unplug::hold(&ready, &go) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    println!("hold: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Some("--list") => {
-            for t in cases::tests().iter().chain(unplug::tests().iter()) {
+            let all = [
+                cases::tests(),
+                svm::tests(),
+                unplug::rebind_tests(),
+                unplug::hotplug_tests(),
+            ];
+            for t in all.iter().flatten() {
                 println!("{}", t.name);
             }
             return ExitCode::SUCCESS;
         }
         Some(filter) => cases::tests()
             .into_iter()
+            .chain(svm::tests())
             .filter(|t| t.name.contains(filter))
             .collect(),
-        None => cases::tests(),
+        None => cases::tests().into_iter().chain(svm::tests()).collect(),
     };
     if harness::run(&tests) {
         ExitCode::SUCCESS

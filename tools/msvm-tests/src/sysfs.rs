@@ -36,7 +36,7 @@ fn bar_size(dev: &Path, n: usize) -> Result<u64, String> {
     Ok(if end > start { end - start + 1 } else { 0 })
 }
 
-/// Every PCI device bound to msvm, with its render node.
+/// Every PCI device bound to msvm and registered (with its render node).
 pub fn msvm_gpus() -> Result<Vec<SysGpu>, String> {
     let drv = Path::new("/sys/bus/pci/drivers/msvm");
     let mut out = Vec::new();
@@ -46,23 +46,35 @@ pub fn msvm_gpus() -> Result<Vec<SysGpu>, String> {
         if !is_pci_addr(&name) {
             continue;
         }
-        let dev = fs::canonicalize(e.path()).map_err(|e| e.to_string())?;
+        // A device being bound or unbound right now may lose its entries
+        // while we look: skip it, as if we had looked a moment earlier or
+        // later.
+        let Ok(dev) = fs::canonicalize(e.path()) else {
+            continue;
+        };
         let chain: Vec<String> = dev
             .components()
             .filter_map(|c| c.as_os_str().to_str().map(String::from))
             .filter(|c| is_pci_addr(c))
             .collect();
-        let node = fs::read_dir(dev.join("drm"))
-            .map_err(|e| format!("{name}/drm: {e}"))?
+        let Ok(drm) = fs::read_dir(dev.join("drm")) else {
+            continue;
+        };
+        let Some(node) = drm
             .flatten()
             .map(|d| d.file_name().to_string_lossy().into_owned())
             .find(|n| n.starts_with("renderD"))
-            .ok_or(format!("{name}: no render node"))?;
+        else {
+            continue;
+        };
+        let Ok(bar2_size) = bar_size(&dev, 2) else {
+            continue;
+        };
         out.push(SysGpu {
             node: Path::new("/dev/dri").join(node),
             addr: name,
             chain,
-            bar2_size: bar_size(&dev, 2)?,
+            bar2_size,
         });
     }
     out.sort_by(|a, b| a.addr.cmp(&b.addr));

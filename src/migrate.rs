@@ -1,0 +1,212 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The migration planner: moves a range of a process's address space to a
+//! device's VRAM or back, one page table (2 MiB, [`MAX_PAGES`]) at a time,
+//! with one VRAM allocation and one copy pass per step; and brings a page
+//! home when the CPU touches it (`migrate_to_ram`).
+//!
+//! Fault-back window: the faulting 4 KiB page only. A CPU touching device
+//! memory is the slow path; the explicit MIGRATE is the fast one, and a
+//! larger window would move data the CPU may never touch.
+//!
+//! # Lock order
+//!
+//! Callers hold the mmap read lock; the VRAM pool's locks nest inside (see
+//! `src/vram.rs`).
+
+use kernel::{
+    mm::{virt::VmaRef, MmWithUser},
+    prelude::*,
+    sync::atomic::Relaxed,
+};
+
+use crate::mm::{
+    migrate::{Entry, Select, VmaMigration, MAX_PAGES},
+    page::NewPage,
+    pagemap::{Fault, FaultError, PAGE_SIZE},
+};
+use crate::vram::VramPool;
+
+/// What one MIGRATE did.
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Outcome {
+    /// Pages that now live where they were asked to.
+    pub(crate) moved: u64,
+    /// Pages that were already there.
+    pub(crate) already: u64,
+    /// Pages that could not move: the core would not isolate them (pinned,
+    /// shared, file-backed, under writeback, ...).
+    pub(crate) busy: u64,
+    /// Pages that could not move for lack of VRAM.
+    pub(crate) no_vram: u64,
+}
+
+/// Where to move.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Direction {
+    ToDevice,
+    ToSystem,
+}
+
+/// Moves `[start, start + len)` of `mm` (page aligned, checked by the caller)
+/// to `pool`'s VRAM or back to system RAM.
+pub(crate) fn migrate_range(
+    pool: &VramPool<'_>,
+    mm: &MmWithUser,
+    start: usize,
+    len: usize,
+    dir: Direction,
+) -> Result<Outcome> {
+    let end = start.checked_add(len).ok_or(EINVAL)?;
+    let mut out = Outcome::default();
+    let guard = mm.mmap_read_lock();
+    // Check the whole range first: an error moves nothing.
+    let mut addr = start;
+    while addr < end {
+        let vma = guard.vma_lookup(addr).ok_or(EFAULT)?;
+        if vma.flags() & kernel::mm::virt::flags::READ == 0 {
+            return Err(EACCES);
+        }
+        addr = vma.end();
+    }
+    let mut addr = start;
+    while addr < end {
+        let vma = guard.vma_lookup(addr).ok_or(EFAULT)?;
+        let step_end = end
+            .min(vma.end())
+            .min((addr / (MAX_PAGES * PAGE_SIZE) + 1) * MAX_PAGES * PAGE_SIZE);
+        let step = match dir {
+            Direction::ToDevice => step_to_device(pool, vma, addr, step_end)?,
+            Direction::ToSystem => step_to_system(pool, vma, addr, step_end)?,
+        };
+        out.moved += step.moved;
+        out.already += step.already;
+        out.busy += step.busy;
+        out.no_vram += step.no_vram;
+        addr = step_end;
+    }
+    Ok(out)
+}
+
+fn step_to_device(pool: &VramPool<'_>, vma: &VmaRef, start: usize, end: usize) -> Result<Outcome> {
+    let mut mig = VmaMigration::setup(vma, start, end, Select::System, pool.owner(), None)?;
+    let mut out = Outcome::default();
+    let n = mig.npages();
+    let mut filled = [false; MAX_PAGES];
+    let mut want = 0;
+    // Collected pages are in RAM (or unpopulated), or ours already; the
+    // rest could not be isolated.
+    let mut ours = [false; MAX_PAGES];
+    for (i, own) in ours.iter_mut().enumerate().take(n) {
+        let src = mig.src(i);
+        if !src.migrate() {
+            out.busy += 1;
+        } else if src.page().is_some_and(|p| pool.offset_of(p).is_some()) {
+            *own = true;
+            out.already += 1;
+        } else {
+            want += 1;
+        }
+    }
+    // Pages of the batch not handed to the migration go back on drop.
+    let mut batch = pool.alloc(want)?;
+    for (i, own) in ours.iter().enumerate().take(n) {
+        let src = mig.src(i);
+        if !src.migrate() || *own {
+            continue;
+        }
+        let Some((dpage, offset)) = batch.peek() else {
+            out.no_vram += 1;
+            continue;
+        };
+        // A source without a page is an untouched (or zero-page) address.
+        match src.page() {
+            Some(spage) => pool.bar().copy_from_page(offset, spage)?,
+            None => pool.bar().clear_page(offset)?,
+        }
+        batch.take();
+        mig.set_dst(i, Entry::to(dpage, src.write()));
+        filled[i] = true;
+    }
+    mig.pages();
+    for (i, _) in filled.iter().enumerate().take(n).filter(|(_, f)| **f) {
+        if mig.src(i).migrate() {
+            out.moved += 1;
+        } else {
+            out.busy += 1;
+        }
+    }
+    drop(mig);
+    pool.stats.to_device.add(out.moved, Relaxed);
+    pool.stats.no_vram.add(out.no_vram, Relaxed);
+    Ok(out)
+}
+
+fn step_to_system(pool: &VramPool<'_>, vma: &VmaRef, start: usize, end: usize) -> Result<Outcome> {
+    let mut mig = VmaMigration::setup(vma, start, end, Select::DevicePrivate, pool.owner(), None)?;
+    let mut out = Outcome::default();
+    let n = mig.npages();
+    let mut filled = [false; MAX_PAGES];
+    for (i, fill) in filled.iter_mut().enumerate().take(n) {
+        let src = mig.src(i);
+        // Only this device's pages are collected; the rest is in RAM.
+        let Some((spage, offset)) = src
+            .page()
+            .filter(|_| src.migrate())
+            .and_then(|p| Some((p, pool.offset_of(p)?)))
+        else {
+            out.already += 1;
+            continue;
+        };
+        let _ = spage;
+        let Some(dst) = NewPage::for_vma(vma, start + i * PAGE_SIZE) else {
+            out.busy += 1;
+            continue;
+        };
+        pool.bar().copy_to_page(offset, dst.page())?;
+        mig.set_dst(i, Entry::to(dst.into_migration(), src.write()));
+        *fill = true;
+    }
+    mig.pages();
+    for (i, _) in filled.iter().enumerate().take(n).filter(|(_, f)| **f) {
+        if mig.src(i).migrate() {
+            out.moved += 1;
+        } else {
+            out.busy += 1;
+        }
+    }
+    drop(mig);
+    pool.stats.to_system.add(out.moved, Relaxed);
+    Ok(out)
+}
+
+/// `migrate_to_ram` of a device page of `pool`.
+pub(crate) fn fault_to_ram(pool: &VramPool<'_>, fault: &Fault<'_>) -> Result<(), FaultError> {
+    let start = fault.address() & !(PAGE_SIZE - 1);
+    let vma = fault.vma();
+    let mut mig = VmaMigration::setup(
+        vma,
+        start,
+        start + PAGE_SIZE,
+        Select::DevicePrivate,
+        pool.owner(),
+        Some(fault.page()),
+    )
+    .map_err(|_| FaultError::Sigbus)?;
+    let src = mig.src(0);
+    // Not collected: someone else is migrating it; the fault is retried.
+    let (Some(spage), true) = (src.page(), src.migrate()) else {
+        return Ok(());
+    };
+    let offset = pool.offset_of(spage).ok_or(FaultError::Sigbus)?;
+    let dst = NewPage::for_vma(vma, start).ok_or(FaultError::Oom)?;
+    pool.bar()
+        .copy_to_page(offset, dst.page())
+        .map_err(|_| FaultError::Sigbus)?;
+    mig.set_dst(0, Entry::to(dst.into_migration(), src.write()));
+    mig.pages();
+    drop(mig);
+    pool.stats.cpu_faults.add(1, Relaxed);
+    pool.stats.to_system.add(1, Relaxed);
+    Ok(())
+}

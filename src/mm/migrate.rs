@@ -1,0 +1,248 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Page migration between system RAM and device-private memory:
+//! `migrate_vma_*` (a range of a process's address space) and
+//! `migrate_device_*` (a range of device page frames, for eviction).
+//!
+//! Both follow the same three steps: collect and isolate the source pages
+//! (`setup`/`range`), let the caller allocate destination pages and copy,
+//! then install the destinations (`pages`) and release everything
+//! (`finalize`). [`Entry`] wraps one element of the `src`/`dst` arrays.
+
+use core::ffi::c_void;
+
+use kernel::{mm::virt::VmaRef, prelude::*};
+
+use super::bindings as b;
+use super::page::PageRef;
+use super::pagemap::PAGE_SIZE;
+
+/// Most pages one migration step covers: one page table (2 MiB).
+pub(crate) const MAX_PAGES: usize = 512;
+
+/// One migrate-PFN entry: a page frame number and `MIGRATE_PFN_*` flags.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Entry(u64);
+
+impl Entry {
+    /// An entry naming `page` as a destination, writable if `write`.
+    pub(crate) fn to(page: PageRef, write: bool) -> Self {
+        let mut v = ((page.pfn() as u64) << b::MIGRATE_PFN_SHIFT) | u64::from(b::MIGRATE_PFN_VALID);
+        if write {
+            v |= u64::from(b::MIGRATE_PFN_WRITE);
+        }
+        Self(v)
+    }
+
+    /// The page the entry names, if any (`None` for holes and the zero page).
+    ///
+    /// The page is valid while the migration that produced the entry is in
+    /// progress (it holds the page locked and referenced).
+    pub(crate) fn page(self) -> Option<PageRef> {
+        if self.0 & u64::from(b::MIGRATE_PFN_VALID) == 0 {
+            return None;
+        }
+        // SAFETY: a valid migrate entry names a page with a `struct page`
+        // that the migration keeps referenced.
+        Some(unsafe { PageRef::from_pfn((self.0 >> b::MIGRATE_PFN_SHIFT) as usize) })
+    }
+
+    /// The core will migrate this page (collected and isolated).
+    pub(crate) fn migrate(self) -> bool {
+        self.0 & u64::from(b::MIGRATE_PFN_MIGRATE) != 0
+    }
+
+    /// The source was mapped writable.
+    pub(crate) fn write(self) -> bool {
+        self.0 & u64::from(b::MIGRATE_PFN_WRITE) != 0
+    }
+}
+
+/// Which source pages a [`VmaMigration`] collects.
+#[derive(Clone, Copy)]
+pub(crate) enum Select {
+    /// Pages in system RAM (and unpopulated ones), and the owner's own
+    /// device pages (so that the caller can tell them apart from busy
+    /// pages; it leaves their destination empty and they stay): towards the
+    /// device.
+    System,
+    /// Device-private pages of the given owner: towards system RAM.
+    DevicePrivate,
+}
+
+/// A migration of `[start, end)` of one VMA, set up and not yet finalized.
+///
+/// # Invariants
+///
+/// `args` was accepted by `migrate_vma_setup` and points at `src` and `dst`
+/// (boxed, so they do not move); it is finalized exactly once, in `drop`.
+pub(crate) struct VmaMigration<'a> {
+    args: b::migrate_vma,
+    src: KBox<[u64; MAX_PAGES]>,
+    dst: KBox<[u64; MAX_PAGES]>,
+    npages: usize,
+    pages_done: bool,
+    _vma: &'a VmaRef,
+}
+
+impl<'a> VmaMigration<'a> {
+    /// Collects and unmaps the pages of `[start, end)` in `vma` (page aligned,
+    /// at most [`MAX_PAGES`] pages, inside the VMA). `owner` is the
+    /// device-private owner: the pages to collect for
+    /// [`Select::DevicePrivate`], and the owner whose device mappings the
+    /// invalidation may skip. `fault_page` is the faulting page when called
+    /// from `migrate_to_ram`.
+    pub(crate) fn setup(
+        vma: &'a VmaRef,
+        start: usize,
+        end: usize,
+        select: Select,
+        owner: *const c_void,
+        fault_page: Option<PageRef>,
+    ) -> Result<Self> {
+        let npages = (end - start) / PAGE_SIZE;
+        if start % PAGE_SIZE != 0
+            || end <= start
+            || npages > MAX_PAGES
+            || start < vma.start()
+            || end > vma.end()
+        {
+            return Err(EINVAL);
+        }
+        let mut src = KBox::new([0u64; MAX_PAGES], GFP_KERNEL)?;
+        let mut dst = KBox::new([0u64; MAX_PAGES], GFP_KERNEL)?;
+        let flags = match select {
+            Select::System => {
+                b::msvm_migrate_select_MSVM_SELECT_SYSTEM
+                    | b::msvm_migrate_select_MSVM_SELECT_DEVICE_PRIVATE
+            }
+            Select::DevicePrivate => b::msvm_migrate_select_MSVM_SELECT_DEVICE_PRIVATE,
+        };
+        let mut args = b::migrate_vma {
+            vma: vma.as_ptr(),
+            dst: dst.as_mut_ptr().cast(),
+            src: src.as_mut_ptr().cast(),
+            cpages: 0,
+            npages: 0,
+            start,
+            end,
+            pgmap_owner: owner.cast_mut(),
+            flags: flags as usize,
+            fault_page: fault_page.map_or(core::ptr::null_mut(), |p| p.as_ptr()),
+        };
+        // SAFETY: `args` describes a range inside `vma`, which is locked for
+        // `'a` (the borrow), with `src`/`dst` arrays of `npages` entries.
+        kernel::error::to_result(unsafe { b::migrate_vma_setup(&mut args) })?;
+        // INVARIANT: set up just above; `src`/`dst` are boxed.
+        Ok(Self {
+            args,
+            src,
+            dst,
+            npages,
+            pages_done: false,
+            _vma: vma,
+        })
+    }
+
+    /// Number of pages in the range.
+    pub(crate) fn npages(&self) -> usize {
+        self.npages
+    }
+
+    /// Source entry `i`.
+    pub(crate) fn src(&self, i: usize) -> Entry {
+        Entry(self.src[i])
+    }
+
+    /// Sets destination entry `i`; the page (locked, one reference) now
+    /// belongs to the migration.
+    pub(crate) fn set_dst(&mut self, i: usize, e: Entry) {
+        self.dst[i] = e.0;
+    }
+
+    /// Installs the destination pages. Afterwards, [`Self::src`] tells which
+    /// pages really moved ([`Entry::migrate`] still set).
+    pub(crate) fn pages(&mut self) {
+        // SAFETY: set up (invariant), destinations filled in by the caller.
+        unsafe { b::migrate_vma_pages(&mut self.args) };
+        self.pages_done = true;
+    }
+}
+
+impl Drop for VmaMigration<'_> {
+    fn drop(&mut self) {
+        // SAFETY: set up and not finalized yet (invariant). Without
+        // `pages()`, finalize restores the sources and frees destinations.
+        unsafe { b::migrate_vma_finalize(&mut self.args) };
+    }
+}
+
+/// A migration of device page frames `[pfn, pfn + npages)` wherever they
+/// are mapped: eviction of device memory.
+///
+/// # Invariants
+///
+/// `src` was filled by `migrate_device_range`; the migration is finalized
+/// exactly once, in `drop`.
+pub(crate) struct DeviceMigration {
+    src: KVec<u64>,
+    dst: KVec<u64>,
+}
+
+impl DeviceMigration {
+    /// Collects the in-use pages among `npages` device page frames from
+    /// `pfn`.
+    ///
+    /// # Safety
+    ///
+    /// The frames must belong to a live device-private pagemap of the caller.
+    pub(crate) unsafe fn range(pfn: usize, npages: usize) -> Result<Self> {
+        let mut src = KVec::from_elem(0u64, npages, GFP_KERNEL)?;
+        let dst = KVec::from_elem(0u64, npages, GFP_KERNEL)?;
+        // SAFETY: `src` has `npages` entries; the frames are ours (caller).
+        kernel::error::to_result(unsafe {
+            b::migrate_device_range(src.as_mut_ptr().cast(), pfn, npages)
+        })?;
+        Ok(Self { src, dst })
+    }
+
+    /// Number of frames.
+    pub(crate) fn npages(&self) -> usize {
+        self.src.len()
+    }
+
+    /// Source entry `i`.
+    pub(crate) fn src(&self, i: usize) -> Entry {
+        Entry(self.src[i])
+    }
+
+    /// Sets destination entry `i` (see [`VmaMigration::set_dst`]).
+    pub(crate) fn set_dst(&mut self, i: usize, e: Entry) {
+        self.dst[i] = e.0;
+    }
+
+    /// Installs the destinations.
+    pub(crate) fn pages(&mut self) {
+        // SAFETY: collected by `range` (invariant), arrays of equal length.
+        unsafe {
+            b::migrate_device_pages(
+                self.src.as_mut_ptr().cast(),
+                self.dst.as_mut_ptr().cast(),
+                self.src.len(),
+            )
+        };
+    }
+}
+
+impl Drop for DeviceMigration {
+    fn drop(&mut self) {
+        // SAFETY: collected by `range`, finalized only here (invariant).
+        unsafe {
+            b::migrate_device_finalize(
+                self.src.as_mut_ptr().cast(),
+                self.dst.as_mut_ptr().cast(),
+                self.src.len(),
+            )
+        };
+    }
+}

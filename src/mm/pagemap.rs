@@ -1,0 +1,295 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Device-private memory: a `dev_pagemap` of type `MEMORY_DEVICE_PRIVATE`
+//! whose callbacks are dispatched to a Rust trait.
+//!
+//! A [`Pagemap`] reserves a free physical address range (it is never
+//! accessed: device-private pages are not CPU-addressable), creates its
+//! `struct page`s with `memremap_pages` and removes them on drop with
+//! `memunmap_pages`, which waits until every page of the map is free again.
+
+use core::ffi::c_void;
+use core::marker::PhantomPinned;
+use core::ptr::NonNull;
+
+use kernel::{bindings, prelude::*, types::Opaque};
+
+use super::bindings as b;
+use super::page::PageRef;
+
+/// Page size of the pagemaps (`PAGE_SIZE`).
+pub(crate) const PAGE_SIZE: usize = 4096;
+
+/// What a device-private pagemap's owner does when the mm core calls.
+pub(crate) trait PagemapOps: Send + Sync + Sized + 'static {
+    /// The last reference to `page` (a page of this map) is gone; it is
+    /// free for the device to reuse. May run in any context that can put a
+    /// page: must not sleep.
+    fn folio_free(&self, page: PageRef);
+
+    /// The CPU touched `fault.page()`, a page of this map mapped in a process:
+    /// move it (and maybe its neighbours) to system RAM.
+    fn migrate_to_ram(&self, fault: &Fault<'_>) -> Result<(), FaultError>;
+}
+
+/// Why a `migrate_to_ram` failed, as the fault handler reports it.
+pub(crate) enum FaultError {
+    /// No memory for the system page: `VM_FAULT_OOM`.
+    Oom,
+    /// The page cannot be brought back: `VM_FAULT_SIGBUS`.
+    Sigbus,
+}
+
+/// A CPU fault on a device-private page (`struct vm_fault`).
+pub(crate) struct Fault<'a>(&'a bindings::vm_fault);
+
+impl Fault<'_> {
+    /// The device-private page that was touched.
+    pub(crate) fn page(&self) -> PageRef {
+        // SAFETY: for `migrate_to_ram`, `vmf->page` is the faulting
+        // device-private page, referenced by the fault path for the call.
+        unsafe { PageRef::from_raw(self.0.page) }.expect("migrate_to_ram without a page")
+    }
+
+    /// The faulting address.
+    pub(crate) fn address(&self) -> usize {
+        self.0.__bindgen_anon_1.address
+    }
+
+    /// The VMA the fault is in; the fault path holds its lock for the call.
+    pub(crate) fn vma(&self) -> &kernel::mm::virt::VmaRef {
+        // SAFETY: `vmf->vma` is valid and locked (mmap or per-VMA lock) for
+        // the duration of the fault handler, which bounds the borrow.
+        unsafe { kernel::mm::virt::VmaRef::from_raw(self.0.__bindgen_anon_1.vma) }
+    }
+}
+
+/// A `MEMORY_DEVICE_PRIVATE` pagemap of `len` bytes, its callbacks going to
+/// `T`.
+///
+/// # Invariants
+///
+/// - `pgmap` is the first field (`#[repr(C)]`), so a `dev_pagemap` pointer of
+///   this map is a pointer to the `Pagemap`;
+/// - `res` is the region `pgmap` covers, reserved by
+///   `request_free_mem_region`; if `mapped`, `pgmap` was successfully passed
+///   to `memremap_pages`; both are undone in `drop`.
+#[repr(C)]
+#[pin_data(PinnedDrop)]
+pub(crate) struct Pagemap<T: PagemapOps> {
+    #[pin]
+    pgmap: Opaque<bindings::dev_pagemap>,
+    res: NonNull<bindings::resource>,
+    pfn_first: usize,
+    npages: usize,
+    #[pin]
+    data: T,
+    /// `memremap_pages` succeeded.
+    mapped: bool,
+    #[pin]
+    _pin: PhantomPinned,
+}
+
+// SAFETY: the C parts are only touched through the mm core's own locking;
+// `T` is `Send + Sync`.
+unsafe impl<T: PagemapOps> Send for Pagemap<T> {}
+// SAFETY: see `Send`.
+unsafe impl<T: PagemapOps> Sync for Pagemap<T> {}
+
+struct OpsTable<T>(core::marker::PhantomData<T>);
+
+impl<T: PagemapOps> OpsTable<T> {
+    const OPS: bindings::dev_pagemap_ops = bindings::dev_pagemap_ops {
+        folio_free: Some(folio_free_cb::<T>),
+        migrate_to_ram: Some(migrate_to_ram_cb::<T>),
+        memory_failure: None,
+        folio_split: None,
+    };
+}
+
+/// The `Pagemap` a page of one of ours belongs to.
+///
+/// # Safety
+///
+/// `page` must be a valid page of a `Pagemap<T>` that is alive.
+unsafe fn owner_of<'a, T: PagemapOps>(page: *mut bindings::page) -> &'a Pagemap<T> {
+    // SAFETY: `page` is a device page (caller), so it has a pagemap.
+    let pgmap = unsafe { b::msvm_page_pgmap(page) };
+    // SAFETY: the pagemap is the first field of a live `Pagemap<T>` (type
+    // invariant, caller).
+    unsafe { &*pgmap.cast::<Pagemap<T>>() }
+}
+
+/// `dev_pagemap_ops.folio_free`.
+///
+/// # Safety
+///
+/// Called by the mm core with a folio of a pagemap registered with these ops.
+unsafe extern "C" fn folio_free_cb<T: PagemapOps>(folio: *mut bindings::folio) {
+    // `struct folio` starts with its first `struct page`.
+    let page = folio.cast::<bindings::page>();
+    // SAFETY: the folio is one of ours (these ops are only ours) and its
+    // pagemap lives until `memunmap_pages` has seen every page freed.
+    let map = unsafe { owner_of::<T>(page) };
+    // SAFETY: the page stays valid for the callback.
+    if let Some(p) = unsafe { PageRef::from_raw(page) } {
+        map.data.folio_free(p);
+    }
+}
+
+/// `dev_pagemap_ops.migrate_to_ram`.
+///
+/// # Safety
+///
+/// Called by the fault path with a valid `vmf` whose page is one of ours.
+unsafe extern "C" fn migrate_to_ram_cb<T: PagemapOps>(
+    vmf: *mut bindings::vm_fault,
+) -> bindings::vm_fault_t {
+    // SAFETY: `vmf` is valid for the call (caller).
+    let vmf = unsafe { &*vmf };
+    // SAFETY: `vmf->page` is a page of one of our live pagemaps (caller).
+    let map = unsafe { owner_of::<T>(vmf.page) };
+    match map.data.migrate_to_ram(&Fault(vmf)) {
+        Ok(()) => 0,
+        Err(FaultError::Oom) => bindings::vm_fault_reason_VM_FAULT_OOM,
+        Err(FaultError::Sigbus) => bindings::vm_fault_reason_VM_FAULT_SIGBUS,
+    }
+}
+
+impl<T: PagemapOps> Pagemap<T> {
+    /// Creates a pagemap of `len` bytes (a multiple of [`PAGE_SIZE`]) whose
+    /// `owner` (the `dev_private_owner` of HMM and migration) is `owner`; `data`
+    /// is built from the first page frame number of the map.
+    pub(crate) fn new<I: PinInit<T, Error>>(
+        len: usize,
+        owner: *const c_void,
+        name: &'static CStr,
+        data: impl FnOnce(usize) -> I,
+    ) -> Result<Pin<KBox<Self>>> {
+        if len == 0 || len % PAGE_SIZE != 0 {
+            return Err(EINVAL);
+        }
+        // SAFETY: `name` is a static NUL-terminated string.
+        let res = unsafe { b::msvm_request_devmem(len, name.as_char_ptr()) };
+        let res = NonNull::new(res).ok_or(ENOSPC)?;
+        // SAFETY: `res` is the region just reserved.
+        let start = unsafe { (*res.as_ptr()).start } as usize;
+        let first_pfn = start / PAGE_SIZE;
+        let release = || {
+            // SAFETY: the region is ours and not used by a pagemap.
+            unsafe { b::msvm_release_devmem(res.as_ptr()) }
+        };
+        let mut map = KBox::pin_init(
+            try_pin_init!(Self {
+                pgmap <- Opaque::ffi_init(|p: *mut bindings::dev_pagemap| {
+                    // SAFETY: `p` is valid for writes; all-zeroes is a valid
+                    // `dev_pagemap` before its fields are set.
+                    unsafe {
+                        core::ptr::write_bytes(p, 0, 1);
+                        (*p).type_ = bindings::memory_type_MEMORY_DEVICE_PRIVATE;
+                        (*p).nr_range = 1;
+                        let range = (*p).__bindgen_anon_1.range.as_mut();
+                        range.start = start as u64;
+                        range.end = (start + len - 1) as u64;
+                        (*p).ops = &OpsTable::<T>::OPS;
+                        (*p).owner = owner.cast_mut();
+                    }
+                }),
+                res,
+                pfn_first: first_pfn,
+                npages: len / PAGE_SIZE,
+                data <- data(first_pfn),
+                mapped: false,
+                _pin: PhantomPinned,
+            }? Error),
+            GFP_KERNEL,
+        )
+        .inspect_err(|_| release())?;
+        // From here on, dropping `map` releases the region.
+        // SAFETY: `pgmap` is initialised above and pinned in the box; the
+        // node id is a valid one.
+        let ret = unsafe { bindings::memremap_pages(map.pgmap.get(), b::msvm_numa_node_id()) };
+        kernel::error::from_err_ptr(ret)?;
+        // SAFETY: setting a flag moves nothing out of the pinned box.
+        unsafe { map.as_mut().get_unchecked_mut() }.mapped = true;
+        Ok(map)
+    }
+
+    /// The owner's data.
+    pub(crate) fn data(&self) -> &T {
+        &self.data
+    }
+
+    /// The first page frame number of the map.
+    pub(crate) fn pfn_first(&self) -> usize {
+        self.pfn_first
+    }
+
+    /// Number of pages in the map.
+    pub(crate) fn npages(&self) -> usize {
+        self.npages
+    }
+
+    /// Page `index` of the map, prepared for use as the destination of a
+    /// migration (refcount one, locked, `zone_device_data` set).
+    ///
+    /// # Safety
+    ///
+    /// Page `index` must be free (not in use by any mapping or migration), and
+    /// owned by the caller from now until it hands it to a migration.
+    pub(crate) unsafe fn init_page(&self, index: usize, zone_data: *mut c_void) -> PageRef {
+        debug_assert!(index < self.npages);
+        // SAFETY: `index` is within the map, whose `struct page`s exist.
+        let page = unsafe { PageRef::from_pfn(self.pfn_first + index) };
+        // SAFETY: the page is free and ours (caller); `pgmap` is its map.
+        unsafe {
+            bindings::zone_device_page_init(page.as_ptr(), self.pgmap.get(), 0);
+            b::msvm_page_set_zone_device_data(page.as_ptr(), zone_data);
+        }
+        page
+    }
+
+    /// The index in this map of `page`, if it is one of its pages.
+    pub(crate) fn index_of(&self, page: PageRef) -> Option<usize> {
+        let pfn = page.pfn();
+        (pfn >= self.pfn_first && pfn < self.pfn_first + self.npages).then(|| pfn - self.pfn_first)
+    }
+}
+
+/// The `Pagemap<T>` that owns `page`, if `page` is a device-private page whose
+/// map has owner `owner`.
+///
+/// # Safety
+///
+/// `page` must be valid, and every device-private pagemap with owner `owner`
+/// must be a `Pagemap<T>`.
+pub(crate) unsafe fn map_of<'a, T: PagemapOps>(
+    page: PageRef,
+    owner: *const c_void,
+) -> Option<&'a Pagemap<T>> {
+    if !page.is_device_private() {
+        return None;
+    }
+    // SAFETY: device-private pages have a pagemap.
+    let pgmap = unsafe { b::msvm_page_pgmap(page.as_ptr()) };
+    // SAFETY: `pgmap` is valid while the page is.
+    let map_owner = unsafe { (*pgmap).owner }.cast_const();
+    if !core::ptr::eq(map_owner, owner) {
+        return None;
+    }
+    // SAFETY: the owner is ours, hence so is the map (caller).
+    Some(unsafe { owner_of::<T>(page.as_ptr()) })
+}
+
+#[pinned_drop]
+impl<T: PagemapOps> PinnedDrop for Pagemap<T> {
+    fn drop(self: Pin<&mut Self>) {
+        if self.mapped {
+            // SAFETY: `pgmap` was mapped by `memremap_pages` (type invariant);
+            // this waits until every page of it is free, then removes them.
+            unsafe { bindings::memunmap_pages(self.pgmap.get()) };
+        }
+        // SAFETY: the region is ours and no longer used by the map.
+        unsafe { b::msvm_release_devmem(self.res.as_ptr()) };
+    }
+}

@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A VM: the binding of an open render node to the address space (mm) of
+//! the process that created it.
+//!
+//! # Lock order
+//!
+//! [`crate::file::File::vm`] is taken first and dropped before any mm lock is
+//! taken: callers copy out the mm reference they need.
+
+use kernel::{mm::Mm, mm::MmWithUser, prelude::*, sync::aref::ARef};
+
+/// The VM of an open file.
+pub(crate) struct Vm {
+    /// The address space this VM mirrors; a counted reference (`mmgrab`)
+    /// that keeps the `mm_struct`, not its pages, alive.
+    mm: ARef<Mm>,
+}
+
+impl Vm {
+    /// A VM on the calling process's address space.
+    pub(crate) fn for_current() -> Result<Self> {
+        let task = kernel::current!();
+        let mm = task.mm().ok_or(EINVAL)?;
+        Ok(Self {
+            mm: ARef::from(&**mm),
+        })
+    }
+
+    /// The VM's mm with a user reference (`mmget`), if the caller is the
+    /// VM's process and it is not exiting.
+    ///
+    /// Fails with `EPERM` when called from another process (e.g. a fork
+    /// child using an inherited file), `ESRCH` when the process is exiting.
+    pub(crate) fn mm_for_current(&self) -> Result<ARef<MmWithUser>> {
+        let task = kernel::current!();
+        let cur = task.mm().ok_or(EPERM)?;
+        if cur.as_raw() != self.mm.as_raw() {
+            return Err(EPERM);
+        }
+        self.mm.mmget_not_zero().ok_or(ESRCH)
+    }
+}

@@ -1,0 +1,513 @@
+//! Shared virtual memory on one device: migration both ways, CPU fault-back,
+//! partial success, and every documented error.
+
+use std::num::NonZeroUsize;
+use std::ptr::NonNull;
+
+use msvm_rt::abi::{DrmMsvmMigrate, DrmMsvmVmCreate};
+use msvm_rt::{Device, Location, MigrateOutcome, Stats};
+use nix::errno::Errno;
+use nix::sys::mman::{mmap_anonymous, mprotect, munmap, MapFlags, ProtFlags};
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::{fork, ForkResult};
+
+use crate::check;
+use crate::harness::{Outcome, Test};
+use crate::sysfs;
+
+pub const PAGE: usize = 4096;
+
+pub fn tests() -> Vec<Test> {
+    vec![
+        Test {
+            name: "svm_round_trip_by_cpu_fault",
+            run: round_trip_by_cpu_fault,
+        },
+        Test {
+            name: "svm_round_trip_explicit_sizes",
+            run: round_trip_explicit_sizes,
+        },
+        Test {
+            name: "svm_untouched_pages_read_as_zero",
+            run: untouched_pages_read_as_zero,
+        },
+        Test {
+            name: "svm_second_migrate_reports_already",
+            run: second_migrate_reports_already,
+        },
+        Test {
+            name: "svm_write_after_fault_back",
+            run: write_after_fault_back,
+        },
+        Test {
+            name: "svm_errors",
+            run: errors,
+        },
+        Test {
+            name: "svm_vm_used_from_fork_child_eperm",
+            run: fork_child_eperm,
+        },
+        Test {
+            name: "svm_munmap_frees_device_pages",
+            run: munmap_frees_device_pages,
+        },
+        Test {
+            name: "svm_process_exit_frees_device_pages",
+            run: exit_frees_device_pages,
+        },
+        Test {
+            name: "svm_vram_exhausted_partial_nothing_lost",
+            run: vram_exhausted,
+        },
+    ]
+}
+
+/// An anonymous private mapping, unmapped on drop.
+pub struct Map {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+impl Map {
+    pub fn new(len: usize) -> Result<Self, String> {
+        // SAFETY: a fresh anonymous mapping aliases nothing.
+        let ptr = unsafe {
+            mmap_anonymous(
+                None,
+                NonZeroUsize::new(len).ok_or("empty map")?,
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_PRIVATE,
+            )
+        }
+        .map_err(|e| format!("mmap {len}: {e}"))?;
+        Ok(Self {
+            ptr: ptr.cast(),
+            len,
+        })
+    }
+
+    pub fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the mapping is readable and lives as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: the mapping is writable, exclusively borrowed.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for Map {
+    fn drop(&mut self) {
+        // SAFETY: we own the mapping; no borrow of it outlives `self`.
+        let _ = unsafe { munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// Fills `buf` with a pseudo-random pattern from `seed` (xorshift64*).
+pub fn fill(buf: &mut [u8], seed: u64) {
+    let mut x = seed | 1;
+    for chunk in buf.chunks_mut(8) {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        let v = x.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes();
+        chunk.copy_from_slice(&v[..chunk.len()]);
+    }
+}
+
+/// Compares `buf` with the pattern of `seed`; describes the first mismatch.
+pub fn verify(buf: &[u8], seed: u64) -> Result<(), String> {
+    let mut want = vec![0u8; buf.len()];
+    fill(&mut want, seed);
+    match buf.iter().zip(want.iter()).position(|(a, b)| a != b) {
+        None => Ok(()),
+        Some(i) => Err(format!(
+            "byte {i} (page {}) is {:#04x}, want {:#04x}; {} bytes differ",
+            i / PAGE,
+            buf[i],
+            want[i],
+            buf.iter().zip(want.iter()).filter(|(a, b)| a != b).count()
+        )),
+    }
+}
+
+/// The first GPU, with a VM on this process.
+pub fn gpu0() -> Result<Device, String> {
+    let g = sysfs::msvm_gpus()?.into_iter().next().ok_or("no GPU")?;
+    let dev = Device::open(&g.node).map_err(|e| e.to_string())?;
+    dev.vm_create().map_err(|e| e.to_string())?;
+    Ok(dev)
+}
+
+pub fn stats(dev: &Device) -> Result<Stats, String> {
+    dev.stats().map_err(|e| e.to_string())
+}
+
+fn migrate(dev: &Device, m: &Map, to: Location) -> Result<MigrateOutcome, String> {
+    dev.migrate(m.addr(), m.len(), to)
+        .map_err(|e| e.to_string())
+}
+
+fn errno(r: msvm_rt::Result<()>) -> Option<Errno> {
+    r.err().and_then(|e| e.errno())
+}
+
+fn round_trip_by_cpu_fault() -> Outcome {
+    let dev = gpu0()?;
+    let mut m = Map::new(4 << 20)?;
+    fill(m.bytes_mut(), 1);
+    let n = (m.len() / PAGE) as u64;
+    let s0 = stats(&dev)?;
+    let out = migrate(&dev, &m, Location::Device)?;
+    check!(out.moved == n && out.total() == n, "to device: {out:?}");
+    let s1 = stats(&dev)?;
+    check!(
+        s1.to_device - s0.to_device == n,
+        "to_device +{}",
+        s1.to_device - s0.to_device
+    );
+    check!(
+        s1.resident - s0.resident == n,
+        "resident +{}",
+        s1.resident - s0.resident
+    );
+    // The CPU reads every byte: each page faults home with its contents.
+    verify(m.bytes(), 1)?;
+    let s2 = stats(&dev)?;
+    check!(
+        s2.cpu_faults - s1.cpu_faults == n,
+        "cpu_faults +{}",
+        s2.cpu_faults - s1.cpu_faults
+    );
+    check!(
+        s2.resident == s0.resident,
+        "resident {} after fault-back, was {}",
+        s2.resident,
+        s0.resident
+    );
+    Ok(())
+}
+
+fn round_trip_explicit_sizes() -> Outcome {
+    let dev = gpu0()?;
+    for (k, len) in [PAGE, 16 * PAGE, (2 << 20) + 3 * PAGE, 16 << 20]
+        .into_iter()
+        .enumerate()
+    {
+        let mut m = Map::new(len)?;
+        let seed = 100 + k as u64;
+        fill(m.bytes_mut(), seed);
+        let n = (len / PAGE) as u64;
+        let s0 = stats(&dev)?;
+        let out = migrate(&dev, &m, Location::Device)?;
+        check!(out.moved == n, "{len} B to device: {out:?}");
+        let back = migrate(&dev, &m, Location::System)?;
+        check!(back.moved == n, "{len} B to system: {back:?}");
+        let s1 = stats(&dev)?;
+        check!(
+            s1.cpu_faults == s0.cpu_faults,
+            "explicit return took CPU faults"
+        );
+        check!(
+            s1.to_system - s0.to_system == n,
+            "to_system +{}",
+            s1.to_system - s0.to_system
+        );
+        verify(m.bytes(), seed).map_err(|e| format!("{len} B: {e}"))?;
+    }
+    Ok(())
+}
+
+fn untouched_pages_read_as_zero() -> Outcome {
+    let dev = gpu0()?;
+    let m = Map::new(64 * PAGE)?;
+    let out = migrate(&dev, &m, Location::Device)?;
+    check!(out.moved == 64, "{out:?}");
+    check!(
+        m.bytes().iter().all(|&b| b == 0),
+        "untouched memory is not zero after migration"
+    );
+    Ok(())
+}
+
+fn second_migrate_reports_already() -> Outcome {
+    let dev = gpu0()?;
+    let mut m = Map::new(32 * PAGE)?;
+    fill(m.bytes_mut(), 7);
+    migrate(&dev, &m, Location::Device)?;
+    let again = migrate(&dev, &m, Location::Device)?;
+    check!(again.already == 32 && again.moved == 0, "{again:?}");
+    let back = migrate(&dev, &m, Location::System)?;
+    let back2 = migrate(&dev, &m, Location::System)?;
+    check!(
+        back.moved == 32 && back2.already == 32 && back2.moved == 0,
+        "{back:?} {back2:?}"
+    );
+    verify(m.bytes(), 7)
+}
+
+fn write_after_fault_back() -> Outcome {
+    let dev = gpu0()?;
+    let mut m = Map::new(8 * PAGE)?;
+    fill(m.bytes_mut(), 9);
+    migrate(&dev, &m, Location::Device)?;
+    // A write faults the page home, then lands.
+    m.bytes_mut()[5 * PAGE + 17] ^= 0xff;
+    m.bytes_mut()[5 * PAGE + 17] ^= 0xff;
+    verify(m.bytes(), 9)?;
+    migrate(&dev, &m, Location::Device)?;
+    fill(m.bytes_mut(), 10);
+    migrate(&dev, &m, Location::Device)?;
+    migrate(&dev, &m, Location::System)?;
+    verify(m.bytes(), 10)
+}
+
+fn errors() -> Outcome {
+    let g = sysfs::msvm_gpus()?.into_iter().next().ok_or("no GPU")?;
+    let dev = Device::open(&g.node).map_err(|e| e.to_string())?;
+    let m = Map::new(8 * PAGE)?;
+    let e = |r: msvm_rt::Result<MigrateOutcome>| r.err().and_then(|e| e.errno());
+    check!(
+        e(dev.migrate(m.addr(), PAGE, Location::Device)) == Some(Errno::ENOENT),
+        "no VM"
+    );
+    check!(
+        errno(dev.vm_destroy()) == Some(Errno::ENOENT),
+        "destroy without VM"
+    );
+    let mut bad = DrmMsvmVmCreate {
+        flags: 1,
+        ..Default::default()
+    };
+    check!(
+        errno(dev.vm_create_raw(&mut bad)) == Some(Errno::EINVAL),
+        "VM_CREATE flags"
+    );
+    dev.vm_create().map_err(|e| e.to_string())?;
+    check!(
+        errno(dev.vm_create()) == Some(Errno::EBUSY),
+        "second VM_CREATE"
+    );
+    let cases: [(&str, u64, u64, u32, Errno); 7] = [
+        (
+            "unaligned address",
+            m.addr() as u64 + 8,
+            PAGE as u64,
+            1,
+            Errno::EINVAL,
+        ),
+        ("unaligned length", m.addr() as u64, 100, 1, Errno::EINVAL),
+        ("zero length", m.addr() as u64, 0, 1, Errno::EINVAL),
+        ("wrapping range", !0xfff, 2 * PAGE as u64, 1, Errno::EINVAL),
+        (
+            "bad destination",
+            m.addr() as u64,
+            PAGE as u64,
+            7,
+            Errno::EINVAL,
+        ),
+        (
+            "kernel address",
+            0xffff_8880_0000_0000,
+            PAGE as u64,
+            1,
+            Errno::EFAULT,
+        ),
+        (
+            "unmapped address",
+            PAGE as u64,
+            PAGE as u64,
+            1,
+            Errno::EFAULT,
+        ),
+    ];
+    for (what, addr, length, to, want) in cases {
+        let mut a = DrmMsvmMigrate {
+            addr,
+            length,
+            to,
+            ..Default::default()
+        };
+        let got = errno(dev.migrate_raw(&mut a));
+        check!(got == Some(want), "{what}: got {got:?}, want {want}");
+    }
+    let mut a = DrmMsvmMigrate {
+        addr: m.addr() as u64,
+        length: PAGE as u64,
+        to: 1,
+        ..Default::default()
+    };
+    a.reserved[0] = 1;
+    check!(
+        errno(dev.migrate_raw(&mut a)) == Some(Errno::EINVAL),
+        "reserved"
+    );
+    // A hole in the middle: nothing moves, EFAULT.
+    let mut h = Map::new(8 * PAGE)?;
+    fill(h.bytes_mut(), 3);
+    // SAFETY: unmapping one page of our own mapping; it is not touched again.
+    unsafe { munmap(NonNull::new((h.addr() + 4 * PAGE) as *mut _).unwrap(), PAGE) }
+        .map_err(|e| e.to_string())?;
+    let s0 = stats(&dev)?;
+    check!(
+        e(dev.migrate(h.addr(), 8 * PAGE, Location::Device)) == Some(Errno::EFAULT),
+        "hole"
+    );
+    check!(
+        stats(&dev)?.to_device == s0.to_device,
+        "pages moved despite the hole"
+    );
+    verify(&h.bytes()[..4 * PAGE], 3)?;
+    // `h` unmaps the rest on drop (munmap accepts a range with a hole).
+    drop(h);
+    // PROT_NONE: EACCES.
+    let p = Map::new(4 * PAGE)?;
+    // SAFETY: changing the protection of our own mapping, not borrowed now.
+    unsafe {
+        mprotect(
+            NonNull::new(p.addr() as *mut _).unwrap(),
+            4 * PAGE,
+            ProtFlags::PROT_NONE,
+        )
+    }
+    .map_err(|e| e.to_string())?;
+    check!(
+        e(dev.migrate(p.addr(), 4 * PAGE, Location::Device)) == Some(Errno::EACCES),
+        "PROT_NONE"
+    );
+    dev.vm_destroy().map_err(|e| e.to_string())?;
+    check!(
+        e(dev.migrate(m.addr(), PAGE, Location::Device)) == Some(Errno::ENOENT),
+        "after destroy"
+    );
+    Ok(())
+}
+
+fn fork_child_eperm() -> Outcome {
+    let dev = gpu0()?;
+    let mut m = Map::new(4 * PAGE)?;
+    fill(m.bytes_mut(), 5);
+    // SAFETY: the child only makes an ioctl and exits.
+    match unsafe { fork() }.map_err(|e| e.to_string())? {
+        ForkResult::Child => {
+            let r = dev.migrate(m.addr(), m.len(), Location::Device);
+            let code = match r.err().and_then(|e| e.errno()) {
+                Some(Errno::EPERM) => 0,
+                _ => 1,
+            };
+            // SAFETY: leaving the child without running the parent's destructors.
+            unsafe { nix::libc::_exit(code) };
+        }
+        ForkResult::Parent { child } => {
+            let st = waitpid(child, None).map_err(|e| e.to_string())?;
+            check!(
+                st == WaitStatus::Exited(child, 0),
+                "child: {st:?} (0 means it got EPERM)"
+            );
+        }
+    }
+    let out = migrate(&dev, &m, Location::Device)?;
+    check!(out.moved == 4, "parent still can: {out:?}");
+    verify(m.bytes(), 5)
+}
+
+fn munmap_frees_device_pages() -> Outcome {
+    let dev = gpu0()?;
+    let s0 = stats(&dev)?;
+    {
+        let m = Map::new(256 * PAGE)?;
+        migrate(&dev, &m, Location::Device)?;
+        check!(stats(&dev)?.resident == s0.resident + 256, "not resident");
+    }
+    let s1 = stats(&dev)?;
+    check!(
+        s1.resident == s0.resident,
+        "resident {} after munmap, was {}",
+        s1.resident,
+        s0.resident
+    );
+    Ok(())
+}
+
+fn exit_frees_device_pages() -> Outcome {
+    let g = sysfs::msvm_gpus()?.into_iter().next().ok_or("no GPU")?;
+    let dev = Device::open(&g.node).map_err(|e| e.to_string())?;
+    let s0 = stats(&dev)?;
+    // SAFETY: the child opens its own file, migrates and exits.
+    match unsafe { fork() }.map_err(|e| e.to_string())? {
+        ForkResult::Child => {
+            let ok = (|| -> Result<(), String> {
+                let d = gpu0()?;
+                let mut m = Map::new(128 * PAGE)?;
+                fill(m.bytes_mut(), 11);
+                let out = migrate(&d, &m, Location::Device)?;
+                check!(out.moved == 128, "{out:?}");
+                std::mem::forget(m);
+                Ok(())
+            })();
+            // SAFETY: leaving the child with its pages still on the device.
+            unsafe { nix::libc::_exit(if ok.is_ok() { 0 } else { 1 }) };
+        }
+        ForkResult::Parent { child } => {
+            let st = waitpid(child, None).map_err(|e| e.to_string())?;
+            check!(st == WaitStatus::Exited(child, 0), "child: {st:?}");
+        }
+    }
+    let s1 = stats(&dev)?;
+    check!(
+        s1.to_device - s0.to_device == 128,
+        "child moved {}",
+        s1.to_device - s0.to_device
+    );
+    check!(
+        s1.resident == s0.resident,
+        "resident {} after the child exited, was {}",
+        s1.resident,
+        s0.resident
+    );
+    Ok(())
+}
+
+fn vram_exhausted() -> Outcome {
+    let dev = gpu0()?;
+    let s0 = stats(&dev)?;
+    let free = s0.vram_size / PAGE as u64 - s0.resident;
+    let extra = 512u64;
+    let len = ((free + extra) as usize) * PAGE;
+    let mut m = Map::new(len)?;
+    fill(m.bytes_mut(), 21);
+    let out = migrate(&dev, &m, Location::Device)?;
+    check!(
+        out.moved == free && out.no_vram == extra,
+        "{out:?} with {free} pages free"
+    );
+    check!(
+        out.total() == (len / PAGE) as u64,
+        "{out:?} does not add up"
+    );
+    let s1 = stats(&dev)?;
+    check!(
+        s1.no_vram - s0.no_vram == extra,
+        "no_vram +{}",
+        s1.no_vram - s0.no_vram
+    );
+    check!(
+        s1.chunks_live * s1.chunk_size == s1.vram_size,
+        "chunks live {}",
+        s1.chunks_live
+    );
+    // Every byte is intact, wherever it lives.
+    verify(m.bytes(), 21)?;
+    drop(m);
+    check!(stats(&dev)?.resident == s0.resident, "pages left behind");
+    Ok(())
+}
