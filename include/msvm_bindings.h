@@ -4,7 +4,9 @@
  * the kernel's `bindings` crate lacks, msvm's uAPI and msvm's C helpers.
  * Only src/mm/ may use what this generates.
  */
+#include <linux/hmm.h>
 #include <linux/io.h>
+#include <linux/mmu_notifier.h>
 #include <linux/memremap.h>
 #include <linux/migrate.h>
 #include <linux/mm.h>

@@ -7,7 +7,10 @@
 #ifndef _MSVM_HELPERS_H_
 #define _MSVM_HELPERS_H_
 
+#include <linux/dma-mapping.h>
+#include <linux/hmm.h>
 #include <linux/migrate.h>
+#include <linux/mmu_notifier.h>
 #include <linux/mm.h>
 #include <linux/pci.h>
 
@@ -41,5 +44,27 @@ void msvm_put_page(struct page *page);
 void msvm_copy_page_to_io(void __iomem *dst, struct page *src);
 void msvm_copy_io_to_page(struct page *dst, const void __iomem *src);
 void msvm_clear_io_page(void __iomem *dst);
+
+/* Page-table mirroring. */
+bool msvm_mmu_interval_read_retry(struct mmu_interval_notifier *sub, unsigned long seq);
+void msvm_mmu_interval_set_seq(struct mmu_interval_notifier *sub, unsigned long seq);
+bool msvm_mmu_notifier_range_blockable(const struct mmu_notifier_range *range);
+void msvm_mmap_read_lock(struct mm_struct *mm);
+void msvm_mmap_read_unlock(struct mm_struct *mm);
+
+/* The HMM pfn flags (members of an enum of hmm.h that bindgen cannot name). */
+unsigned long msvm_hmm_pfn_valid(void);
+unsigned long msvm_hmm_pfn_write(void);
+unsigned long msvm_hmm_pfn_error(void);
+unsigned long msvm_hmm_pfn_flags(void);
+
+/* DMA mappings of system pages for a device. */
+u64 msvm_dma_map_page(struct device *dev, struct page *page);
+void msvm_dma_unmap_page(struct device *dev, u64 addr);
+
+/* CPU access to system pages (the engine's address decoder). */
+void msvm_page_read(struct page *page, unsigned int off, void *buf, unsigned int len);
+void msvm_page_write(struct page *page, unsigned int off, const void *buf, unsigned int len);
+void msvm_page_add_u64(struct page *page, unsigned int off, u64 value);
 
 #endif /* _MSVM_HELPERS_H_ */

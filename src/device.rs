@@ -70,6 +70,7 @@ impl Drop for Membership {
 pub(crate) struct Gpu<'a> {
     /// msvm device index (also the topology index).
     pub(crate) index: usize,
+    pdev: &'a pci::Device<Bound>,
     /// The device memory: its BAR window and its chunks. Dropped before the
     /// topology membership, after the DRM device is unplugged: every page
     /// goes home first.
@@ -87,6 +88,11 @@ impl<'a> Gpu<'a> {
     /// The device memory.
     pub(crate) fn vram(&self) -> &VramPool<'a> {
         &self.vram
+    }
+
+    /// The generic device, for DMA mappings.
+    pub(crate) fn device(&self) -> &kernel::device::Device<Bound> {
+        self.pdev.as_ref()
     }
 
     /// Maps the VRAM of `pdev` and adds the device to the topology.
@@ -147,6 +153,7 @@ impl<'a> Gpu<'a> {
         );
         Ok(Self {
             index,
+            pdev,
             vram: VramPool::new(vram, chunk_size())?,
             _member: member,
         })

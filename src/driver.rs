@@ -13,8 +13,9 @@ use crate::device::{DeviceKind, Gpu};
 use crate::file::File;
 use crate::gem::MsvmObject;
 use crate::mm::bindings::{
-    drm_msvm_migrate, drm_msvm_query, drm_msvm_stats, drm_msvm_vm_create, drm_msvm_vm_destroy,
-    DRM_MSVM_MIGRATE, DRM_MSVM_QUERY, DRM_MSVM_STATS, DRM_MSVM_VM_CREATE, DRM_MSVM_VM_DESTROY,
+    drm_msvm_exec, drm_msvm_migrate, drm_msvm_query, drm_msvm_stats, drm_msvm_vm_create,
+    drm_msvm_vm_destroy, DRM_MSVM_EXEC, DRM_MSVM_MIGRATE, DRM_MSVM_QUERY, DRM_MSVM_STATS,
+    DRM_MSVM_VM_CREATE, DRM_MSVM_VM_DESTROY,
 };
 use crate::mm::drm_ioctl::declare_msvm_ioctls;
 use crate::uapi;
@@ -91,5 +92,6 @@ impl drm::Driver for MsvmDriver {
         (MSVM_VM_DESTROY, DRM_MSVM_VM_DESTROY, drm_msvm_vm_destroy, ioctl::RENDER_ALLOW, uapi::vm_destroy),
         (MSVM_MIGRATE, DRM_MSVM_MIGRATE, drm_msvm_migrate, ioctl::RENDER_ALLOW, uapi::migrate),
         (MSVM_STATS, DRM_MSVM_STATS, drm_msvm_stats, ioctl::RENDER_ALLOW, uapi::stats),
+        (MSVM_EXEC, DRM_MSVM_EXEC, drm_msvm_exec, ioctl::RENDER_ALLOW, uapi::exec),
     }
 }

@@ -5,7 +5,11 @@
  * src/mm/bindings.rs; each is a one-line forward with the same contract as
  * the function it wraps.
  */
+#include <linux/dma-mapping.h>
 #include <linux/highmem.h>
+#include <linux/hmm.h>
+#include <linux/mmu_notifier.h>
+#include <linux/mmap_lock.h>
 #include <linux/io.h>
 #include <linux/ioport.h>
 #include <linux/memremap.h>
@@ -112,4 +116,85 @@ void msvm_copy_io_to_page(struct page *dst, const void __iomem *src)
 void msvm_clear_io_page(void __iomem *dst)
 {
 	memset_io(dst, 0, PAGE_SIZE);
+}
+
+bool msvm_mmu_interval_read_retry(struct mmu_interval_notifier *sub, unsigned long seq)
+{
+	return mmu_interval_read_retry(sub, seq);
+}
+
+void msvm_mmu_interval_set_seq(struct mmu_interval_notifier *sub, unsigned long seq)
+{
+	mmu_interval_set_seq(sub, seq);
+}
+
+bool msvm_mmu_notifier_range_blockable(const struct mmu_notifier_range *range)
+{
+	return mmu_notifier_range_blockable(range);
+}
+
+void msvm_mmap_read_lock(struct mm_struct *mm)
+{
+	mmap_read_lock(mm);
+}
+
+void msvm_mmap_read_unlock(struct mm_struct *mm)
+{
+	mmap_read_unlock(mm);
+}
+
+unsigned long msvm_hmm_pfn_valid(void)
+{
+	return HMM_PFN_VALID;
+}
+
+unsigned long msvm_hmm_pfn_write(void)
+{
+	return HMM_PFN_WRITE;
+}
+
+unsigned long msvm_hmm_pfn_error(void)
+{
+	return HMM_PFN_ERROR;
+}
+
+unsigned long msvm_hmm_pfn_flags(void)
+{
+	return HMM_PFN_FLAGS;
+}
+
+u64 msvm_dma_map_page(struct device *dev, struct page *page)
+{
+	dma_addr_t addr = dma_map_page(dev, page, 0, PAGE_SIZE, DMA_BIDIRECTIONAL);
+
+	return dma_mapping_error(dev, addr) ? 0 : addr;
+}
+
+void msvm_dma_unmap_page(struct device *dev, u64 addr)
+{
+	dma_unmap_page(dev, addr, PAGE_SIZE, DMA_BIDIRECTIONAL);
+}
+
+void msvm_page_read(struct page *page, unsigned int off, void *buf, unsigned int len)
+{
+	void *p = kmap_local_page(page);
+
+	memcpy(buf, p + off, len);
+	kunmap_local(p);
+}
+
+void msvm_page_write(struct page *page, unsigned int off, const void *buf, unsigned int len)
+{
+	void *p = kmap_local_page(page);
+
+	memcpy(p + off, buf, len);
+	kunmap_local(p);
+}
+
+void msvm_page_add_u64(struct page *page, unsigned int off, u64 value)
+{
+	void *p = kmap_local_page(page);
+
+	atomic64_add(value, (atomic64_t *)(p + off));
+	kunmap_local(p);
 }

@@ -15,7 +15,10 @@
 //! `src/vram.rs`).
 
 use kernel::{
-    mm::{virt::VmaRef, MmWithUser},
+    mm::{
+        virt::{flags, VmaRef},
+        MmWithUser, MmapReadGuard,
+    },
     prelude::*,
     sync::atomic::Relaxed,
 };
@@ -61,14 +64,7 @@ pub(crate) fn migrate_range(
     let mut out = Outcome::default();
     let guard = mm.mmap_read_lock();
     // Check the whole range first: an error moves nothing.
-    let mut addr = start;
-    while addr < end {
-        let vma = guard.vma_lookup(addr).ok_or(EFAULT)?;
-        if vma.flags() & kernel::mm::virt::flags::READ == 0 {
-            return Err(EACCES);
-        }
-        addr = vma.end();
-    }
+    check_vmas(&guard, start, end, false)?;
     let mut addr = start;
     while addr < end {
         let vma = guard.vma_lookup(addr).ok_or(EFAULT)?;
@@ -86,6 +82,30 @@ pub(crate) fn migrate_range(
         addr = step_end;
     }
     Ok(out)
+}
+
+/// Checks that `[start, end)` is mapped without holes (`EFAULT`) and
+/// readable, and writable if `write` (`EACCES`).
+pub(crate) fn check_vmas(
+    guard: &MmapReadGuard<'_>,
+    start: usize,
+    end: usize,
+    write: bool,
+) -> Result {
+    let mut addr = start;
+    while addr < end {
+        let vma = guard.vma_lookup(addr).ok_or(EFAULT)?;
+        let need = if write {
+            flags::READ | flags::WRITE
+        } else {
+            flags::READ
+        };
+        if vma.flags() & need != need {
+            return Err(EACCES);
+        }
+        addr = vma.end();
+    }
+    Ok(())
 }
 
 fn step_to_device(pool: &VramPool<'_>, vma: &VmaRef, start: usize, end: usize) -> Result<Outcome> {

@@ -10,6 +10,7 @@ use kernel::{pci, prelude::*};
 
 mod device;
 mod driver;
+mod engine;
 mod file;
 mod gem;
 mod migrate;

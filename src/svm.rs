@@ -10,11 +10,21 @@
 
 use kernel::{mm::Mm, mm::MmWithUser, prelude::*, sync::aref::ARef};
 
+use crate::engine::VmMirror;
+use crate::mm::hmm::Mirror;
+
+/// The mirrored part of the address space: all of user space.
+const MIRROR_START: usize = 0;
+const MIRROR_LEN: usize = crate::uapi::USER_END as usize;
+
 /// The VM of an open file.
 pub(crate) struct Vm {
     /// The address space this VM mirrors; a counted reference (`mmgrab`)
     /// that keeps the `mm_struct`, not its pages, alive.
     mm: ARef<Mm>,
+    /// The interval notifier over the whole user address space: the
+    /// engine's view of the process's page tables.
+    mirror: Pin<KBox<Mirror<VmMirror>>>,
 }
 
 impl Vm {
@@ -22,8 +32,10 @@ impl Vm {
     pub(crate) fn for_current() -> Result<Self> {
         let task = kernel::current!();
         let mm = task.mm().ok_or(EINVAL)?;
+        let mirror = Mirror::new(mm, MIRROR_START, MIRROR_LEN, VmMirror::new())?;
         Ok(Self {
             mm: ARef::from(&**mm),
+            mirror,
         })
     }
 
@@ -39,5 +51,12 @@ impl Vm {
             return Err(EPERM);
         }
         self.mm.mmget_not_zero().ok_or(ESRCH)
+    }
+}
+
+impl Vm {
+    /// The mirror of the VM's page tables.
+    pub(crate) fn mirror(&self) -> &Mirror<VmMirror> {
+        &self.mirror
     }
 }

@@ -22,12 +22,14 @@ use kernel::{
 
 use crate::device::Gpu;
 use crate::driver::MsvmDevice;
+use crate::engine::{Engine, Job, Op};
 use crate::file::File;
 use crate::migrate::{migrate_range, Direction};
 use crate::mm::bindings::{
-    drm_msvm_migrate, drm_msvm_peer, drm_msvm_query, drm_msvm_stats, drm_msvm_vm_create,
-    drm_msvm_vm_destroy, MSVM_MIGRATE_TO_DEVICE, MSVM_MIGRATE_TO_SYSTEM, MSVM_PEER_P2P,
-    MSVM_QUERY_SELF, MSVM_UAPI_VERSION,
+    drm_msvm_exec, drm_msvm_migrate, drm_msvm_peer, drm_msvm_query, drm_msvm_stats,
+    drm_msvm_vm_create, drm_msvm_vm_destroy, MSVM_EXEC_ATOMIC_ADD, MSVM_EXEC_CHECKSUM,
+    MSVM_EXEC_COPY, MSVM_EXEC_FILL, MSVM_EXEC_IN_PLACE, MSVM_MIGRATE_TO_DEVICE,
+    MSVM_MIGRATE_TO_SYSTEM, MSVM_PEER_P2P, MSVM_QUERY_SELF, MSVM_UAPI_VERSION,
 };
 use crate::mm::pagemap::PAGE_SIZE;
 use crate::svm::Vm;
@@ -160,7 +162,7 @@ pub(crate) fn vm_destroy(
 }
 
 /// Highest user address + 1 on x86-64 with 4-level page tables.
-const USER_END: u64 = 1 << 47;
+pub(crate) const USER_END: u64 = 1 << 47;
 
 /// A checked MIGRATE request.
 #[derive(Debug, PartialEq, Eq)]
@@ -239,8 +241,75 @@ pub(crate) fn stats(
         chunks_created: s.chunks_created.load(Relaxed),
         vram_size: pool.size() as u64,
         chunk_size: pool.chunk_size() as u64,
+        engine_vram_read: s.engine_vram_read.load(Relaxed),
+        engine_vram_written: s.engine_vram_written.load(Relaxed),
+        engine_sys_read: s.engine_sys_read.load(Relaxed),
+        engine_sys_written: s.engine_sys_written.load(Relaxed),
         reserved: [0; 4],
     };
+    Ok(0)
+}
+
+/// Decodes and checks an EXEC request.
+fn decode_exec(arg: &drm_msvm_exec) -> Result<Job> {
+    if arg.flags & !MSVM_EXEC_IN_PLACE != 0 || arg.reserved.iter().any(|&r| r != 0) {
+        return Err(EINVAL);
+    }
+    if arg.addr % 8 != 0 || arg.length % 8 != 0 || arg.src % 8 != 0 || arg.length == 0 {
+        return Err(EINVAL);
+    }
+    let end = arg.addr.checked_add(arg.length).ok_or(EINVAL)?;
+    if end > USER_END {
+        return Err(EFAULT);
+    }
+    let op = match arg.op {
+        MSVM_EXEC_FILL => Op::Fill(arg.value),
+        MSVM_EXEC_ATOMIC_ADD => Op::AtomicAdd(arg.value),
+        MSVM_EXEC_CHECKSUM => Op::Checksum,
+        MSVM_EXEC_COPY => {
+            let send = arg.src.checked_add(arg.length).ok_or(EINVAL)?;
+            if send > USER_END {
+                return Err(EFAULT);
+            }
+            if arg.src < end && arg.addr < send {
+                return Err(EINVAL);
+            }
+            Op::Copy {
+                src: arg.src as usize,
+            }
+        }
+        _ => return Err(EINVAL),
+    };
+    if !matches!(op, Op::Copy { .. }) && arg.src != 0 {
+        return Err(EINVAL);
+    }
+    if matches!(op, Op::Checksum | Op::Copy { .. }) && arg.value != 0 {
+        return Err(EINVAL);
+    }
+    Ok(Job {
+        op,
+        addr: arg.addr as usize,
+        len: arg.length as usize,
+        in_place: arg.flags & MSVM_EXEC_IN_PLACE != 0,
+    })
+}
+
+/// `DRM_IOCTL_MSVM_EXEC`.
+pub(crate) fn exec(
+    _dev: &MsvmDevice<drm::Registered>,
+    gpu: &Gpu<'_>,
+    arg: &mut drm_msvm_exec,
+    file: &drm::File<File>,
+) -> Result<u32> {
+    let job = decode_exec(arg)?;
+    let f = file.inner();
+    let vm = f.vm.lock();
+    let vm = vm.as_ref().ok_or(ENOENT)?;
+    let mm = vm.mm_for_current()?;
+    let mut engine = Engine::new(gpu.vram(), gpu.device())?;
+    let done = engine.run(&mm, vm.mirror(), &job)?;
+    arg.result = done.result;
+    arg.migrated = done.migrated;
     Ok(0)
 }
 
@@ -398,5 +467,84 @@ mod tests {
         let mut m = mig(0x10000, 0x1000, 1);
         m.reserved[1] = 1;
         assert_eq!(MigrateRequest::decode(&m), Err(EINVAL));
+    }
+
+    fn ex(op: u32, addr: u64, length: u64) -> drm_msvm_exec {
+        drm_msvm_exec {
+            op,
+            addr,
+            length,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn exec_decode_ops() -> Result {
+        let j = decode_exec(&drm_msvm_exec {
+            value: 7,
+            ..ex(MSVM_EXEC_FILL, 0x1000, 64)
+        })?;
+        assert_eq!(
+            j,
+            Job {
+                op: Op::Fill(7),
+                addr: 0x1000,
+                len: 64,
+                in_place: false
+            }
+        );
+        let j = decode_exec(&drm_msvm_exec {
+            src: 0x9000,
+            ..ex(MSVM_EXEC_COPY, 0x1000, 0x100)
+        })?;
+        assert_eq!(j.op, Op::Copy { src: 0x9000 });
+        let j = decode_exec(&drm_msvm_exec {
+            flags: MSVM_EXEC_IN_PLACE,
+            ..ex(MSVM_EXEC_CHECKSUM, 8, 8)
+        })?;
+        assert!(j.in_place);
+        Ok(())
+    }
+
+    #[test]
+    fn exec_decode_rejects_bad_input() {
+        assert_eq!(decode_exec(&ex(0, 0x1000, 8)), Err(EINVAL));
+        assert_eq!(decode_exec(&ex(9, 0x1000, 8)), Err(EINVAL));
+        assert_eq!(decode_exec(&ex(MSVM_EXEC_FILL, 0x1004, 8)), Err(EINVAL));
+        assert_eq!(decode_exec(&ex(MSVM_EXEC_FILL, 0x1000, 12)), Err(EINVAL));
+        assert_eq!(decode_exec(&ex(MSVM_EXEC_FILL, 0x1000, 0)), Err(EINVAL));
+        assert_eq!(
+            decode_exec(&ex(MSVM_EXEC_FILL, USER_END - 8, 16)),
+            Err(EFAULT)
+        );
+        assert_eq!(
+            decode_exec(&drm_msvm_exec {
+                flags: 2,
+                ..ex(MSVM_EXEC_FILL, 8, 8)
+            }),
+            Err(EINVAL)
+        );
+        // Overlapping copy, and stray arguments.
+        assert_eq!(
+            decode_exec(&drm_msvm_exec {
+                src: 0x1800,
+                ..ex(MSVM_EXEC_COPY, 0x1000, 0x1000)
+            }),
+            Err(EINVAL)
+        );
+        assert_eq!(
+            decode_exec(&drm_msvm_exec {
+                src: 8,
+                ..ex(MSVM_EXEC_FILL, 0x1000, 8)
+            }),
+            Err(EINVAL)
+        );
+        assert_eq!(
+            decode_exec(&drm_msvm_exec {
+                value: 1,
+                ..ex(MSVM_EXEC_CHECKSUM, 0x1000, 8)
+            }),
+            Err(EINVAL)
+        );
     }
 }

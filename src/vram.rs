@@ -42,6 +42,11 @@ pub(crate) struct Stats {
     pub(crate) freed: Atomic<u64>,
     pub(crate) chunks_created: Atomic<u64>,
     pub(crate) no_vram: Atomic<u64>,
+    /// Engine bytes, per memory kind.
+    pub(crate) engine_vram_read: Atomic<u64>,
+    pub(crate) engine_vram_written: Atomic<u64>,
+    pub(crate) engine_sys_read: Atomic<u64>,
+    pub(crate) engine_sys_written: Atomic<u64>,
 }
 
 impl Stats {
@@ -55,6 +60,10 @@ impl Stats {
             freed: Atomic::new(0),
             chunks_created: Atomic::new(0),
             no_vram: Atomic::new(0),
+            engine_vram_read: Atomic::new(0),
+            engine_vram_written: Atomic::new(0),
+            engine_sys_read: Atomic::new(0),
+            engine_sys_written: Atomic::new(0),
         }
     }
 }
@@ -117,6 +126,9 @@ pub(crate) struct VramPool<'a> {
     /// The chunks, `None` until first needed.
     #[pin]
     chunks: Mutex<KVec<ChunkSlot>>,
+    /// Serialises the engine's read-modify-write of VRAM words.
+    #[pin]
+    pub(crate) atomics: Mutex<()>,
     pub(crate) stats: Stats,
 }
 
@@ -141,6 +153,7 @@ impl<'a> VramPool<'a> {
                 chunk_size,
                 nchunks,
                 chunks <- new_mutex!(slots),
+                atomics <- new_mutex!(()),
                 stats: Stats::new(),
             }? Error),
             GFP_KERNEL,

@@ -7,7 +7,9 @@
 //! states the invariants it relies on; each `unsafe` block says why it holds.
 
 pub(crate) mod bindings;
+pub(crate) mod dma;
 pub(crate) mod drm_ioctl;
+pub(crate) mod hmm;
 pub(crate) mod iomem;
 pub(crate) mod migrate;
 pub(crate) mod page;

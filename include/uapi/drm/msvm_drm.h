@@ -24,7 +24,7 @@ extern "C" {
 #endif
 
 /* Bumped on every ABI addition. */
-#define MSVM_UAPI_VERSION 2
+#define MSVM_UAPI_VERSION 3
 
 /* At most this many msvm devices are bound at once. */
 #define MSVM_MAX_DEVICES 16
@@ -184,6 +184,10 @@ struct drm_msvm_migrate {
  * @chunks_created: pagemaps created so far
  * @vram_size: bytes of device memory in chunks
  * @chunk_size: bytes per chunk
+ * @engine_vram_read: bytes the engine read from this device's memory
+ * @engine_vram_written: bytes the engine wrote to this device's memory
+ * @engine_sys_read: bytes the engine read from system RAM (DMA)
+ * @engine_sys_written: bytes the engine wrote to system RAM (DMA)
  * @reserved: zero
  */
 struct drm_msvm_stats {
@@ -197,7 +201,65 @@ struct drm_msvm_stats {
 	__u64 chunks_created;
 	__u64 vram_size;
 	__u64 chunk_size;
+	__u64 engine_vram_read;
+	__u64 engine_vram_written;
+	__u64 engine_sys_read;
+	__u64 engine_sys_written;
 	__u64 reserved[4];
+};
+
+/* drm_msvm_exec.op */
+#define MSVM_EXEC_FILL 1
+#define MSVM_EXEC_COPY 2
+#define MSVM_EXEC_ATOMIC_ADD 3
+#define MSVM_EXEC_CHECKSUM 4
+
+/* drm_msvm_exec.flags */
+/* Access system memory in place (DMA) instead of migrating it first. */
+#define MSVM_EXEC_IN_PLACE (1u << 0)
+
+/**
+ * struct drm_msvm_exec - DRM_IOCTL_MSVM_EXEC
+ *
+ * Runs one job of the device's engine over [@addr, @addr + @length) of the
+ * VM's process, synchronously. The engine reaches memory as a device does:
+ * its own memory directly, system RAM by DMA. By default the range (and
+ * the source of a COPY) is first migrated to this device, like a GPU page
+ * fault would; with MSVM_EXEC_IN_PLACE, system memory is used where it is.
+ *
+ * MSVM_EXEC_FILL writes the 64-bit @value over the range;
+ * MSVM_EXEC_COPY copies [@src, @src + @length) over it (the two must not
+ * overlap); MSVM_EXEC_ATOMIC_ADD adds @value to every 64-bit word of it;
+ * MSVM_EXEC_CHECKSUM returns in @result the 64-bit FNV-1a hash of its bytes.
+ *
+ * Errors: -EINVAL: unknown @op or @flags, @addr, @src or @length not a
+ * multiple of 8, @length zero, a range wraps or the COPY ranges overlap,
+ * non-zero @reserved; -EFAULT: part of a range is not mapped or is beyond
+ * the user address space; -EACCES: part of a range lacks the access the job
+ * needs (read; write for FILL, COPY's destination and ATOMIC_ADD);
+ * -ENOENT: no VM; -EPERM: the VM belongs to another process; -ESRCH: it is
+ * exiting.
+ *
+ * @op: in: MSVM_EXEC_*
+ * @flags: in: MSVM_EXEC_IN_PLACE
+ * @addr: in: start of the range (the destination of a COPY)
+ * @length: in: bytes
+ * @src: in: source of a COPY, else zero
+ * @value: in: FILL pattern or ATOMIC_ADD addend, else zero
+ * @result: out: CHECKSUM result
+ * @migrated: out: pages migrated to this device for the job
+ * @reserved: must be zero
+ */
+struct drm_msvm_exec {
+	__u32 op;
+	__u32 flags;
+	__u64 addr;
+	__u64 length;
+	__u64 src;
+	__u64 value;
+	__u64 result;
+	__u64 migrated;
+	__u64 reserved[2];
 };
 
 #define DRM_MSVM_QUERY 0x00
@@ -205,6 +267,7 @@ struct drm_msvm_stats {
 #define DRM_MSVM_VM_DESTROY 0x02
 #define DRM_MSVM_MIGRATE 0x03
 #define DRM_MSVM_STATS 0x04
+#define DRM_MSVM_EXEC 0x05
 
 #define DRM_IOCTL_MSVM_QUERY \
 	DRM_IOWR(DRM_COMMAND_BASE + DRM_MSVM_QUERY, struct drm_msvm_query)
@@ -216,6 +279,8 @@ struct drm_msvm_stats {
 	DRM_IOWR(DRM_COMMAND_BASE + DRM_MSVM_MIGRATE, struct drm_msvm_migrate)
 #define DRM_IOCTL_MSVM_STATS \
 	DRM_IOWR(DRM_COMMAND_BASE + DRM_MSVM_STATS, struct drm_msvm_stats)
+#define DRM_IOCTL_MSVM_EXEC \
+	DRM_IOWR(DRM_COMMAND_BASE + DRM_MSVM_EXEC, struct drm_msvm_exec)
 
 #if defined(__cplusplus)
 }

@@ -4,7 +4,7 @@
 //! which compiles a small C program against the real header.
 
 /// `MSVM_UAPI_VERSION`.
-pub const MSVM_UAPI_VERSION: u32 = 2;
+pub const MSVM_UAPI_VERSION: u32 = 3;
 /// `MSVM_MAX_DEVICES`.
 pub const MSVM_MAX_DEVICES: u32 = 16;
 /// `MSVM_QUERY_SELF`.
@@ -26,6 +26,18 @@ pub const DRM_MSVM_VM_DESTROY: u8 = 0x02;
 pub const DRM_MSVM_MIGRATE: u8 = 0x03;
 /// `DRM_MSVM_STATS`.
 pub const DRM_MSVM_STATS: u8 = 0x04;
+/// `DRM_MSVM_EXEC`.
+pub const DRM_MSVM_EXEC: u8 = 0x05;
+/// `MSVM_EXEC_FILL`.
+pub const MSVM_EXEC_FILL: u32 = 1;
+/// `MSVM_EXEC_COPY`.
+pub const MSVM_EXEC_COPY: u32 = 2;
+/// `MSVM_EXEC_ATOMIC_ADD`.
+pub const MSVM_EXEC_ATOMIC_ADD: u32 = 3;
+/// `MSVM_EXEC_CHECKSUM`.
+pub const MSVM_EXEC_CHECKSUM: u32 = 4;
+/// `MSVM_EXEC_IN_PLACE`.
+pub const MSVM_EXEC_IN_PLACE: u32 = 1 << 0;
 /// `MSVM_MIGRATE_TO_SYSTEM`.
 pub const MSVM_MIGRATE_TO_SYSTEM: u32 = 0;
 /// `MSVM_MIGRATE_TO_DEVICE`.
@@ -102,8 +114,35 @@ pub struct DrmMsvmStats {
     pub chunks_created: u64,
     pub vram_size: u64,
     pub chunk_size: u64,
+    pub engine_vram_read: u64,
+    pub engine_vram_written: u64,
+    pub engine_sys_read: u64,
+    pub engine_sys_written: u64,
     pub reserved: [u64; 4],
 }
+
+/// `struct drm_msvm_exec`.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DrmMsvmExec {
+    pub op: u32,
+    pub flags: u32,
+    pub addr: u64,
+    pub length: u64,
+    pub src: u64,
+    pub value: u64,
+    pub result: u64,
+    pub migrated: u64,
+    pub reserved: [u64; 2],
+}
+
+nix::ioctl_readwrite!(
+    /// `DRM_IOCTL_MSVM_EXEC`.
+    drm_ioctl_msvm_exec,
+    DRM_IOCTL_BASE,
+    DRM_COMMAND_BASE + DRM_MSVM_EXEC,
+    DrmMsvmExec
+);
 
 nix::ioctl_readwrite!(
     /// `DRM_IOCTL_MSVM_VM_CREATE`.
@@ -138,7 +177,7 @@ nix::ioctl_readwrite!(
 );
 
 /// The request codes of every ioctl, by name, for layout checks.
-pub fn request_codes() -> [(&'static str, u64); 5] {
+pub fn request_codes() -> [(&'static str, u64); 6] {
     [
         ("DRM_IOCTL_MSVM_QUERY", query_request_code()),
         (
@@ -163,6 +202,14 @@ pub fn request_codes() -> [(&'static str, u64); 5] {
                 DRM_IOCTL_BASE,
                 DRM_COMMAND_BASE + DRM_MSVM_MIGRATE,
                 size_of::<DrmMsvmMigrate>()
+            ) as u64,
+        ),
+        (
+            "DRM_IOCTL_MSVM_EXEC",
+            nix::request_code_readwrite!(
+                DRM_IOCTL_BASE,
+                DRM_COMMAND_BASE + DRM_MSVM_EXEC,
+                size_of::<DrmMsvmExec>()
             ) as u64,
         ),
         (

@@ -12,5 +12,7 @@ pub mod abi;
 mod device;
 mod error;
 
-pub use device::{Device, DeviceInfo, Location, MigrateOutcome, PciAddr, PeerInfo, Stats};
+pub use device::{
+    Device, DeviceInfo, Exec, ExecOutcome, Location, MigrateOutcome, PciAddr, PeerInfo, Stats,
+};
 pub use error::{Error, Result};

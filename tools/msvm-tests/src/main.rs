@@ -7,6 +7,7 @@
 //! `N passed, N failed`. The exit status is non-zero if any test failed.
 
 mod cases;
+mod engine;
 mod harness;
 mod svm;
 mod sysfs;
@@ -37,6 +38,7 @@ fn main() -> ExitCode {
             let all = [
                 cases::tests(),
                 svm::tests(),
+                engine::tests(),
                 unplug::rebind_tests(),
                 unplug::hotplug_tests(),
             ];
@@ -48,9 +50,14 @@ fn main() -> ExitCode {
         Some(filter) => cases::tests()
             .into_iter()
             .chain(svm::tests())
+            .chain(engine::tests())
             .filter(|t| t.name.contains(filter))
             .collect(),
-        None => cases::tests().into_iter().chain(svm::tests()).collect(),
+        None => cases::tests()
+            .into_iter()
+            .chain(svm::tests())
+            .chain(engine::tests())
+            .collect(),
     };
     if harness::run(&tests) {
         ExitCode::SUCCESS

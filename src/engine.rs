@@ -1,0 +1,438 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The emulated GPU engine: runs a job over a process's virtual addresses as
+//! a device would.
+//!
+//! A job resolves its pages like hardware: [`Mirror::fault`]
+//! (`hmm_range_fault` with the device's owner, so that its own device pages
+//! come back as they are) under the VM's mirror sequence, then it builds a
+//! device page table of device-visible addresses only: a VRAM offset for a
+//! page in this device's memory, a DMA address for a page in system RAM.
+//! The executor sees nothing else; the address decoder turns a device
+//! address into a CPU access (the BAR mapping for VRAM; for a DMA address,
+//! the page that the job's own DMA mapping table says it maps, like an
+//! IOMMU walk). Counters record the bytes read and written per memory kind.
+//!
+//! Default policy: migrate-on-access, like a GPU page fault: the job's range
+//! is first migrated to this device; pages that cannot move are used in
+//! place. With [`Job::in_place`], system memory is accessed in place.
+//!
+//! # Lock order
+//!
+//! `mmap_lock` (read, only around `hmm_range_fault` and migration) is never
+//! held together with [`VmMirror::lock`]; invalidations take
+//! `VmMirror::lock` from under the mm core's locks, so the job holds it only
+//! while it touches pages, and takes nothing inside it but the VRAM pool's
+//! `atomics` mutex.
+
+use kernel::{
+    mm::MmWithUser,
+    new_mutex,
+    prelude::*,
+    sync::{atomic::Relaxed, Mutex},
+};
+
+use crate::migrate::{check_vmas, migrate_range, Direction};
+use crate::mm::{
+    dma::DmaPage,
+    hmm::{HmmPfn, Invalidation, Mirror, MirrorOps},
+    pagemap::PAGE_SIZE,
+};
+use crate::vram::VramPool;
+
+/// Pages per engine window: one page table.
+const WINDOW: usize = 512;
+
+/// The mirror state of a VM: the lock that keeps pages found by a job valid
+/// while it runs.
+#[pin_data]
+pub(crate) struct VmMirror {
+    #[pin]
+    lock: Mutex<()>,
+}
+
+impl VmMirror {
+    pub(crate) fn new() -> impl PinInit<Self, Error> {
+        try_pin_init!(Self { lock <- new_mutex!(()) }? Error)
+    }
+}
+
+impl MirrorOps for VmMirror {
+    fn invalidate(&self, inv: &Invalidation<'_>) -> bool {
+        // Jobs hold the lock while they use pages of the range: an
+        // invalidation waits for them (or, if it may not sleep, fails).
+        // Every invalidation bumps the sequence, the device's own
+        // migrations included: a job simply faults again.
+        let guard = if inv.blockable() {
+            self.lock.lock()
+        } else {
+            match self.lock.try_lock() {
+                Some(g) => g,
+                None => return false,
+            }
+        };
+        inv.set_seq();
+        drop(guard);
+        true
+    }
+}
+
+/// What a job does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// Writes the 64-bit `value` over the range.
+    Fill(u64),
+    /// Copies the range at `src` over the range.
+    Copy { src: usize },
+    /// Adds `value` to every 64-bit word of the range.
+    AtomicAdd(u64),
+    /// Computes the 64-bit FNV-1a hash of the range.
+    Checksum,
+}
+
+/// One job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Job {
+    pub(crate) op: Op,
+    pub(crate) addr: usize,
+    pub(crate) len: usize,
+    pub(crate) in_place: bool,
+}
+
+/// What a job returns.
+#[derive(Default, Clone, Copy, Debug)]
+pub(crate) struct Done {
+    pub(crate) result: u64,
+    pub(crate) migrated: u64,
+}
+
+/// A device-visible address.
+#[derive(Clone, Copy)]
+enum DevAddr {
+    /// Offset in this device's VRAM.
+    Vram(usize),
+    /// DMA address of a system page.
+    Dma(u64),
+}
+
+/// The device page table of one window, and the DMA mappings behind it.
+struct PageTable<'a> {
+    entries: KVec<DevAddr>,
+    /// Sorted by address: the decoder's view of the DMA mappings.
+    dma: KVec<DmaPage<'a>>,
+}
+
+impl PageTable<'_> {
+    fn with_capacity(n: usize) -> Result<Self> {
+        Ok(Self {
+            entries: KVec::with_capacity(n, GFP_KERNEL)?,
+            dma: KVec::with_capacity(n, GFP_KERNEL)?,
+        })
+    }
+}
+
+/// FNV-1a, 64-bit.
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(FNV_PRIME);
+    }
+    h
+}
+
+/// The executor of one device.
+pub(crate) struct Engine<'a, 'p> {
+    pool: &'p VramPool<'a>,
+    dev: &'p kernel::device::Device<kernel::device::Bound>,
+    buf: KBox<[u8; PAGE_SIZE]>,
+}
+
+impl<'a, 'p> Engine<'a, 'p> {
+    pub(crate) fn new(
+        pool: &'p VramPool<'a>,
+        dev: &'p kernel::device::Device<kernel::device::Bound>,
+    ) -> Result<Self> {
+        Ok(Self {
+            pool,
+            dev,
+            buf: KBox::new([0; PAGE_SIZE], GFP_KERNEL)?,
+        })
+    }
+
+    /// Runs `job` on the process behind `mm`, mirrored by `mirror`.
+    pub(crate) fn run(
+        &mut self,
+        mm: &MmWithUser,
+        mirror: &Mirror<VmMirror>,
+        job: &Job,
+    ) -> Result<Done> {
+        let write = !matches!(job.op, Op::Checksum);
+        {
+            let guard = mm.mmap_read_lock();
+            check_vmas(&guard, job.addr, job.addr + job.len, write)?;
+            if let Op::Copy { src } = job.op {
+                check_vmas(&guard, src, src + job.len, false)?;
+            }
+        }
+        let mut done = Done::default();
+        if let Op::Checksum = job.op {
+            done.result = FNV_OFFSET;
+        }
+        if !job.in_place {
+            done.migrated += self.migrate_in(mm, job.addr, job.len)?;
+            if let Op::Copy { src } = job.op {
+                done.migrated += self.migrate_in(mm, src, job.len)?;
+            }
+        }
+        let mut off = 0;
+        while off < job.len {
+            // The window ends at a page-table boundary of the destination.
+            let a = job.addr + off;
+            let wend = ((a / (WINDOW * PAGE_SIZE)) + 1) * WINDOW * PAGE_SIZE;
+            let n = (wend - a).min(job.len - off);
+            self.window(mm, mirror, job, off, n, write, &mut done)?;
+            off += n;
+        }
+        Ok(done)
+    }
+
+    /// Migrates the pages covering `[addr, addr + len)` to this device.
+    fn migrate_in(&self, mm: &MmWithUser, addr: usize, len: usize) -> Result<u64> {
+        let start = addr & !(PAGE_SIZE - 1);
+        let end = (addr + len).next_multiple_of(PAGE_SIZE);
+        Ok(migrate_range(self.pool, mm, start, end - start, Direction::ToDevice)?.moved)
+    }
+
+    /// Runs bytes `[off, off + n)` of the job, which lie in one window of
+    /// the destination (a source may straddle two).
+    #[allow(clippy::too_many_arguments)]
+    fn window(
+        &mut self,
+        mm: &MmWithUser,
+        mirror: &Mirror<VmMirror>,
+        job: &Job,
+        off: usize,
+        n: usize,
+        write: bool,
+        done: &mut Done,
+    ) -> Result {
+        let dst = job.addr + off;
+        let dst_first = dst & !(PAGE_SIZE - 1);
+        let dst_pages = (dst + n - dst_first).div_ceil(PAGE_SIZE);
+        let mut dst_pfns = KVec::from_elem(0usize, dst_pages, GFP_KERNEL)?;
+        let src = match job.op {
+            Op::Copy { src } => Some(src + off),
+            _ => None,
+        };
+        let src_first = src.map_or(0, |s| s & !(PAGE_SIZE - 1));
+        let src_pages = src.map_or(0, |s| (s + n - src_first).div_ceil(PAGE_SIZE));
+        let mut src_pfns = KVec::from_elem(0usize, src_pages, GFP_KERNEL)?;
+        let owner = self.pool.owner();
+        let mut dst_pt = PageTable::with_capacity(dst_pages)?;
+        let mut src_pt = PageTable::with_capacity(src_pages)?;
+        loop {
+            let seq = mirror.read_begin();
+            match mirror.fault(mm, seq, dst_first, &mut dst_pfns, write, owner) {
+                Err(e) if e == EBUSY => continue,
+                // The mapping changed since the check: no access.
+                Err(e) if e == EPERM => return Err(EACCES),
+                r => r?,
+            }
+            if src.is_some() {
+                match mirror.fault(mm, seq, src_first, &mut src_pfns, false, owner) {
+                    Err(e) if e == EBUSY => continue,
+                    r => r?,
+                }
+            }
+            let guard = mirror.data().lock.lock();
+            if mirror.read_retry(seq) {
+                drop(guard);
+                continue;
+            }
+            // The pages stay as found while `guard` is held. Nothing below
+            // allocates memory (see `page_table`).
+            let res = self
+                .page_table(&dst_pfns, &mut dst_pt)
+                .and_then(|()| self.page_table(&src_pfns, &mut src_pt))
+                .and_then(|()| {
+                    self.execute(
+                        job.op,
+                        &dst_pt,
+                        dst - dst_first,
+                        &src_pt,
+                        src.map_or(0, |s| s - src_first),
+                        n,
+                        done,
+                    )
+                });
+            // Unmap the DMA mappings while the pages are still valid.
+            dst_pt.dma.clear();
+            src_pt.dma.clear();
+            drop(guard);
+            return res;
+        }
+    }
+
+    /// Fills `pt` with device addresses for the pages `hmm_range_fault`
+    /// found. Runs under the mirror lock, which reclaim can wait for (an
+    /// invalidation takes it): it must not allocate, so `pt` comes with room
+    /// for every page.
+    fn page_table(&self, pfns: &[usize], pt: &mut PageTable<'p>) -> Result {
+        pt.entries.clear();
+        pt.dma.clear();
+        for &p in pfns {
+            let page = HmmPfn(p).page().ok_or(EFAULT)?;
+            let addr = match self.pool.offset_of(page) {
+                Some(off) => DevAddr::Vram(off),
+                None if page.is_device_private() => return Err(EFAULT),
+                None => {
+                    let m = DmaPage::map(self.dev, page).ok_or(ENOMEM)?;
+                    let a = m.addr();
+                    pt.dma.push_within_capacity(m).map_err(|_| ENOMEM)?;
+                    DevAddr::Dma(a)
+                }
+            };
+            pt.entries.push_within_capacity(addr).map_err(|_| ENOMEM)?;
+        }
+        pt.dma.sort_unstable_by_key(|m| m.addr());
+        Ok(())
+    }
+
+    /// Runs `op` over `n` bytes from `doff` of the `dst` table (and `soff`
+    /// of the `src` table).
+    #[allow(clippy::too_many_arguments)]
+    fn execute(
+        &mut self,
+        op: Op,
+        dst: &PageTable<'_>,
+        doff: usize,
+        src: &PageTable<'_>,
+        soff: usize,
+        n: usize,
+        done: &mut Done,
+    ) -> Result {
+        let pool = self.pool;
+        let buf = &mut self.buf[..];
+        let mut k = 0;
+        while k < n {
+            let d = doff + k;
+            let (dp, dpo) = (dst.entries[d / PAGE_SIZE], d % PAGE_SIZE);
+            let mut step = (PAGE_SIZE - dpo).min(n - k);
+            match op {
+                Op::Fill(v) => {
+                    let bytes = v.to_ne_bytes();
+                    for (i, b) in buf[..step].iter_mut().enumerate() {
+                        *b = bytes[(d + i) % 8];
+                    }
+                    dev_write(pool, dst, dp, dpo, &buf[..step])?;
+                }
+                Op::Checksum => {
+                    dev_read(pool, dst, dp, dpo, &mut buf[..step])?;
+                    done.result = fnv1a(done.result, &buf[..step]);
+                }
+                Op::Copy { .. } => {
+                    let s = soff + k;
+                    let (sp, spo) = (src.entries[s / PAGE_SIZE], s % PAGE_SIZE);
+                    step = step.min(PAGE_SIZE - spo);
+                    dev_read(pool, src, sp, spo, &mut buf[..step])?;
+                    dev_write(pool, dst, dp, dpo, &buf[..step])?;
+                }
+                Op::AtomicAdd(v) => dev_add(pool, dst, dp, dpo, step, v)?,
+            }
+            k += step;
+        }
+        Ok(())
+    }
+}
+
+/// The address decoder: reads `buf.len()` bytes at `off` of the page at
+/// device address `a`.
+fn dev_read(
+    pool: &VramPool<'_>,
+    pt: &PageTable<'_>,
+    a: DevAddr,
+    off: usize,
+    buf: &mut [u8],
+) -> Result {
+    let s = &pool.stats;
+    match a {
+        DevAddr::Vram(base) => {
+            pool.bar().read(base + off, buf)?;
+            s.engine_vram_read.add(buf.len() as u64, Relaxed);
+        }
+        DevAddr::Dma(d) => {
+            decode_dma(pt, d)?.read(off, buf);
+            s.engine_sys_read.add(buf.len() as u64, Relaxed);
+        }
+    }
+    Ok(())
+}
+
+/// The address decoder, for writes.
+fn dev_write(
+    pool: &VramPool<'_>,
+    pt: &PageTable<'_>,
+    a: DevAddr,
+    off: usize,
+    buf: &[u8],
+) -> Result {
+    let s = &pool.stats;
+    match a {
+        DevAddr::Vram(base) => {
+            pool.bar().write(base + off, buf)?;
+            s.engine_vram_written.add(buf.len() as u64, Relaxed);
+        }
+        DevAddr::Dma(d) => {
+            decode_dma(pt, d)?.write(off, buf);
+            s.engine_sys_written.add(buf.len() as u64, Relaxed);
+        }
+    }
+    Ok(())
+}
+
+/// Adds `v` to each `u64` of `[off, off + len)` of the page at `a`.
+fn dev_add(
+    pool: &VramPool<'_>,
+    pt: &PageTable<'_>,
+    a: DevAddr,
+    off: usize,
+    len: usize,
+    v: u64,
+) -> Result {
+    let s = &pool.stats;
+    match a {
+        DevAddr::Vram(base) => {
+            // Read-modify-write through the BAR, serialised per device.
+            let _g = pool.atomics.lock();
+            for w in (off..off + len).step_by(8) {
+                let mut x = [0u8; 8];
+                pool.bar().read(base + w, &mut x)?;
+                let y = u64::from_ne_bytes(x).wrapping_add(v);
+                pool.bar().write(base + w, &y.to_ne_bytes())?;
+            }
+            s.engine_vram_read.add(len as u64, Relaxed);
+            s.engine_vram_written.add(len as u64, Relaxed);
+        }
+        DevAddr::Dma(d) => {
+            let page = decode_dma(pt, d)?;
+            for w in (off..off + len).step_by(8) {
+                page.add_u64(w, v);
+            }
+            s.engine_sys_read.add(len as u64, Relaxed);
+            s.engine_sys_written.add(len as u64, Relaxed);
+        }
+    }
+    Ok(())
+}
+
+/// The system page the job mapped at DMA address `d`.
+fn decode_dma(pt: &PageTable<'_>, d: u64) -> Result<crate::mm::page::PageRef> {
+    let i = pt
+        .dma
+        .binary_search_by_key(&d, |m| m.addr())
+        .map_err(|_| EFAULT)?;
+    Ok(pt.dma[i].page())
+}
