@@ -7,7 +7,7 @@ use std::ptr::NonNull;
 use msvm_rt::abi::{DrmMsvmMigrate, DrmMsvmVmCreate};
 use msvm_rt::{Device, Location, MigrateOutcome, Stats};
 use nix::errno::Errno;
-use nix::sys::mman::{mmap_anonymous, mprotect, munmap, MapFlags, ProtFlags};
+use nix::sys::mman::{madvise, mmap_anonymous, mprotect, munmap, MapFlags, MmapAdvise, ProtFlags};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult};
 
@@ -58,6 +58,22 @@ pub fn tests() -> Vec<Test> {
         Test {
             name: "svm_vram_exhausted_partial_nothing_lost",
             run: vram_exhausted,
+        },
+        Test {
+            name: "svm_fork_cow_with_pages_on_device",
+            run: fork_cow,
+        },
+        Test {
+            name: "svm_madvise_dontneed_on_device",
+            run: madvise_dontneed,
+        },
+        Test {
+            name: "svm_mprotect_read_only_on_device",
+            run: mprotect_read_only,
+        },
+        Test {
+            name: "svm_partial_munmap_on_device",
+            run: partial_munmap,
         },
     ]
 }
@@ -509,5 +525,133 @@ fn vram_exhausted() -> Outcome {
     verify(m.bytes(), 21)?;
     drop(m);
     check!(stats(&dev)?.resident == s0.resident, "pages left behind");
+    Ok(())
+}
+
+/// Pages on the device when the process forks: parent and child each see
+/// the data, and each sees only its own writes afterwards (copy-on-write).
+fn fork_cow() -> Outcome {
+    let dev = gpu0()?;
+    let mut m = Map::new(32 * PAGE)?;
+    fill(m.bytes_mut(), 71);
+    let out = migrate(&dev, &m, Location::Device)?;
+    check!(out.moved == 32, "{out:?}");
+    // SAFETY: the child only touches its copy of the mapping and exits.
+    match unsafe { fork() }.map_err(|e| e.to_string())? {
+        ForkResult::Child => {
+            let ok = verify(m.bytes(), 71).is_ok();
+            fill(&mut m.bytes_mut()[..8 * PAGE], 72);
+            let ok = ok && verify(&m.bytes()[..8 * PAGE], 72).is_ok();
+            // SAFETY: leaving the child at once.
+            unsafe { nix::libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        ForkResult::Parent { child } => {
+            let st = waitpid(child, None).map_err(|e| e.to_string())?;
+            check!(
+                st == WaitStatus::Exited(child, 0),
+                "child saw wrong data: {st:?}"
+            );
+        }
+    }
+    // The parent's copy is untouched by the child's writes.
+    verify(m.bytes(), 71)?;
+    // And the parent can move it again.
+    fill(m.bytes_mut(), 73);
+    migrate(&dev, &m, Location::Device)?;
+    verify(m.bytes(), 73)
+}
+
+/// MADV_DONTNEED on pages that live on the device frees them; the range
+/// reads as zero afterwards.
+fn madvise_dontneed() -> Outcome {
+    let dev = gpu0()?;
+    let mut m = Map::new(16 * PAGE)?;
+    fill(m.bytes_mut(), 81);
+    let s0 = stats(&dev)?;
+    migrate(&dev, &m, Location::Device)?;
+    // SAFETY: discarding the first half of our own mapping.
+    unsafe {
+        madvise(
+            NonNull::new(m.addr() as *mut _).unwrap(),
+            8 * PAGE,
+            MmapAdvise::MADV_DONTNEED,
+        )
+    }
+    .map_err(|e| e.to_string())?;
+    let s1 = stats(&dev)?;
+    check!(
+        s1.resident == s0.resident + 8,
+        "resident {} (was {})",
+        s1.resident,
+        s0.resident
+    );
+    check!(
+        m.bytes()[..8 * PAGE].iter().all(|&b| b == 0),
+        "discarded pages not zero"
+    );
+    let mut want = vec![0u8; 16 * PAGE];
+    fill(&mut want, 81);
+    check!(
+        m.bytes()[8 * PAGE..] == want[8 * PAGE..],
+        "kept pages changed"
+    );
+    Ok(())
+}
+
+/// Making pages read-only while they are on the device: the CPU still reads
+/// them (they come home), and MIGRATE still moves them.
+fn mprotect_read_only() -> Outcome {
+    let dev = gpu0()?;
+    let mut m = Map::new(8 * PAGE)?;
+    fill(m.bytes_mut(), 91);
+    migrate(&dev, &m, Location::Device)?;
+    // SAFETY: changing the protection of our own mapping (only read below).
+    unsafe {
+        mprotect(
+            NonNull::new(m.addr() as *mut _).unwrap(),
+            m.len(),
+            ProtFlags::PROT_READ,
+        )
+    }
+    .map_err(|e| e.to_string())?;
+    verify(m.bytes(), 91)?;
+    let out = migrate(&dev, &m, Location::Device)?;
+    check!(out.moved == 8, "read-only pages to device: {out:?}");
+    let back = migrate(&dev, &m, Location::System)?;
+    check!(back.moved == 8, "read-only pages back: {back:?}");
+    verify(m.bytes(), 91)
+}
+
+/// Unmapping part of a range that lives on the device frees exactly those
+/// pages; the rest stays correct.
+fn partial_munmap() -> Outcome {
+    let dev = gpu0()?;
+    let mut m = Map::new(32 * PAGE)?;
+    fill(m.bytes_mut(), 95);
+    let s0 = stats(&dev)?;
+    migrate(&dev, &m, Location::Device)?;
+    // SAFETY: unmapping pages 8..24 of our own mapping, not touched again.
+    unsafe {
+        munmap(
+            NonNull::new((m.addr() + 8 * PAGE) as *mut _).unwrap(),
+            16 * PAGE,
+        )
+    }
+    .map_err(|e| e.to_string())?;
+    let s1 = stats(&dev)?;
+    check!(
+        s1.resident == s0.resident + 16,
+        "resident {} (was {})",
+        s1.resident,
+        s0.resident
+    );
+    let mut want = vec![0u8; 32 * PAGE];
+    fill(&mut want, 95);
+    check!(m.bytes()[..8 * PAGE] == want[..8 * PAGE], "head changed");
+    check!(m.bytes()[24 * PAGE..] == want[24 * PAGE..], "tail changed");
+    check!(
+        stats(&dev)?.resident == s0.resident,
+        "pages left on the device"
+    );
     Ok(())
 }
