@@ -5,6 +5,7 @@
 #
 #   make run           boot 3 emulated GPUs, load msvm, show `msvm info`
 #   make test          everything: host tests, lints, KUnit + guest tests
+#   make bench         msvm vs test_hmm vs memcpy, one boot, GiB/s and ratios
 #   make setup         packages, bindgen, kernel source, guest kernel (cached)
 #   make module        build msvm.ko against the cached kernel
 #   make tools         build the user-space workspace (tools/)
@@ -15,7 +16,7 @@
 # Variables: MSVM_VARIANT=release|debug (kernel), MSVM_CACHE (cache dir,
 # default ~/.cache/msvm), MSVM_KVM=1 (use /dev/kvm instead of TCG).
 
-.PHONY: all run test setup module tools hmm-tests rustfmtcheck rustfmt clippy clean
+.PHONY: all run test bench setup module tools hmm-tests rustfmtcheck rustfmt clippy clean
 
 all: module
 
@@ -24,6 +25,9 @@ run:
 
 test:
 	scripts/test.sh
+
+bench:
+	scripts/bench.sh
 
 setup:
 	scripts/setup.sh $(MSVM_VARIANT)

@@ -5,6 +5,7 @@
 #   build.sh rustfmtcheck  rustfmt --check over the module crate
 #   build.sh tools         the user-space workspace (static binaries)
 #   build.sh hmm-tests     the kernel's hmm-tests selftest, static
+#   build.sh hmm-bench     the test_hmm side of make bench, static
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -51,6 +52,13 @@ hmm-tests)
 			"$src/hmm-tests.c" "$src/vm_util.c" "$src/hugepage_settings.c" \
 			-lrt -lpthread -lm
 	fi
+	;;
+hmm-bench)
+	# The baseline of make bench, against the kernel source's test_hmm uAPI.
+	out=$MSVM_TOP/build/hmm-bench
+	mkdir -p "$MSVM_TOP/build"
+	gcc -static -O2 -Wall -o "$out" -I "$MSVM_KSRC" -isystem "$MSVM_KDIR/usr/include" \
+		"$MSVM_TOP/tests/bench/hmm_bench.c"
 	;;
 *)
 	msvm_die "unknown build target '$1'"

@@ -26,6 +26,8 @@ for b in msvm msvm-tests; do
 done
 hmm=$(find "$MSVM_KDIR/lib" -name test_hmm.ko 2>/dev/null | head -1)
 [ -n "$hmm" ] && cp "$hmm" "$root/msvm/"
-[ -x "$MSVM_TOP/build/hmm-tests" ] && cp "$MSVM_TOP/build/hmm-tests" "$root/msvm/bin/"
+for b in hmm-tests hmm-bench; do
+	[ -x "$MSVM_TOP/build/$b" ] && cp "$MSVM_TOP/build/$b" "$root/msvm/bin/"
+done
 (cd "$root" && find . | cpio -o -H newc --quiet) >"$out"
 msvm_log "initramfs: $out ($(( $(stat -c %s "$out") >> 20 )) MiB)"

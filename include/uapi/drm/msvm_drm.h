@@ -176,7 +176,8 @@ struct drm_msvm_migrate {
  * @to_device: pages migrated into this device's memory
  * @to_system: pages migrated out of it to system RAM (explicitly, by CPU
  *             faults and by eviction)
- * @cpu_faults: CPU accesses that brought a page home (migrate_to_ram)
+ * @cpu_faults: CPU faults on device pages (migrate_to_ram); each brings
+ *              home this device's pages of the 64 KiB block around it
  * @evicted: pages sent home because the device memory went away
  * @resident: pages of device memory in use now
  * @no_vram: pages a migration could not move for lack of device memory

@@ -6,6 +6,7 @@
 //! `msvm-tests hold READY GO` parks data on a device across an rmmod. Output: one `ok`/`not ok` line per test, then a summary line
 //! `N passed, N failed`. The exit status is non-zero if any test failed.
 
+mod bench;
 mod cases;
 mod engine;
 mod harness;
@@ -18,6 +19,18 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let arg = std::env::args().nth(1);
     let tests: Vec<harness::Test> = match arg.as_deref() {
+        Some("bench") => {
+            let mut a = std::env::args().skip(2);
+            let mib = a.next().and_then(|m| m.parse().ok()).unwrap_or(64);
+            let suffix = a.next().unwrap_or_default();
+            return match bench::run(mib, &suffix) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    println!("bench: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Some("rebind") => unplug::rebind_tests(),
         Some("hotplug") => unplug::hotplug_tests(),
         Some("hold") => {

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The README's bench command: msvm against the kernel's test_hmm and a guest
+# memcpy, side by side in one boot of the release kernel; a table of GiB/s
+# and ratios, then every figure as a "BENCH <name> <value> <unit>" line.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+export MSVM_VARIANT=release
+MSVM_KDIR=$MSVM_CACHE/build-release
+B=$MSVM_TOP/build
+mkdir -p "$B"
+
+"$MSVM_TOP/scripts/setup.sh" release
+msvm_stage module "$MSVM_TOP/scripts/build.sh" module >/dev/null
+msvm_stage tools "$MSVM_TOP/scripts/build.sh" tools
+msvm_stage hmm-bench "$MSVM_TOP/scripts/build.sh" hmm-bench
+"$MSVM_TOP/scripts/mkinitramfs.sh" "$B/bench-initramfs.cpio"
+rc=0
+python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
+	--initrd "$B/bench-initramfs.cpio" --gpus sw --vram 512M --mem 2G --cmd bench \
+	--quiet-boot --log "$B/bench-console.log" --timeout 1200 || rc=$?
+
+python3 - "$B/bench-console.log" <<'PY'
+import re, sys
+vals = {}
+for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"BENCH (\S+) ([0-9.]+) (\S+)", line.strip())
+    if m:
+        vals[m.group(1)] = float(m.group(2))
+print()
+print(f"{'GiB/s':<22}{'msvm':>9}{'test_hmm':>10}{'msvm/hmm':>10}{'msvm/memcpy':>13}")
+for size in ("64M", "256M"):
+    for op in ("to_dev", "to_dev_4k", "to_sys", "to_sys_4k", "fault_back", "fault_back_4k"):
+        name = f"{op}_{size}"
+        a, b = vals.get(name + ".msvm"), vals.get(name + ".test_hmm")
+        mc = vals.get(f"memcpy{'_4k' if '_4k' in op else ''}_{size}")
+        if a is None or b is None:
+            continue
+        print(f"{name:<22}{a:>9.3f}{b:>10.3f}{a / b:>9.2f}x{(a / mc if mc else 0):>12.0%}")
+    mc = vals.get(f"memcpy_{size}")
+    if mc:
+        print(f"{'memcpy_' + size:<22}{mc:>9.3f}")
+print()
+for k in sorted(vals):
+    print(f"BENCH {k} {vals[k]:.3f} GiB/s")
+PY
+exit $rc

@@ -1,0 +1,21 @@
+#!/bin/sh
+# The README's "make bench", guest side: msvm and the kernel's test_hmm
+# moving the same sizes the same ways, in one boot, THP on and off.
+. /msvm/guest/lib.sh
+dmesg -n 4
+insmod /msvm/test_hmm.ko || exit 1
+load_msvm || exit 1
+thp=/sys/kernel/mm/transparent_hugepage/enabled
+rc=0
+for size in 64 256; do
+	for mode in always never; do
+		echo $mode >$thp
+		tag=
+		[ $mode = never ] && tag=_4k
+		echo "== $size MiB, THP $mode"
+		hmm-bench $size "$tag" || rc=1
+		msvm-tests bench $size "$tag" || rc=1
+	done
+done
+echo always >$thp
+exit $rc

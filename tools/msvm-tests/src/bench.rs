@@ -1,0 +1,92 @@
+//! The msvm side of `make bench`: the same moves as tests/bench/hmm_bench.c
+//! does with test_hmm, timed the same way, plus a guest memcpy.
+//!
+//! `msvm-tests bench SIZE_MIB TAG` prints
+//! `BENCH <op><TAG>_<SIZE>M.msvm <GiB/s> GiB/s` lines and
+//! `BENCH memcpy<TAG>_<SIZE>M <GiB/s> GiB/s` (TAG is empty or `_4k`).
+
+use std::num::NonZeroUsize;
+use std::ptr::NonNull;
+use std::time::Instant;
+
+use msvm_rt::Location;
+use nix::sys::mman::{madvise, mmap_anonymous, MapFlags, MmapAdvise, ProtFlags};
+
+use crate::svm::{gpu0, PAGE};
+
+const HUGE: usize = 2 << 20;
+
+/// A 2 MiB aligned anonymous buffer (THP can back it when enabled). Left
+/// mapped: the bench process exits right after.
+fn buffer(len: usize) -> Result<&'static mut [u64], String> {
+    // SAFETY: a fresh anonymous mapping aliases nothing.
+    let p = unsafe {
+        mmap_anonymous(
+            None,
+            NonZeroUsize::new(len + HUGE).ok_or("empty")?,
+            ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+            MapFlags::MAP_PRIVATE,
+        )
+    }
+    .map_err(|e| e.to_string())?;
+    let a = (p.as_ptr() as usize).next_multiple_of(HUGE);
+    // SAFETY: advice on our own mapping.
+    let _ = unsafe {
+        madvise(
+            NonNull::new(a as *mut _).unwrap(),
+            len,
+            MmapAdvise::MADV_HUGEPAGE,
+        )
+    };
+    // SAFETY: `[a, a + len)` lies in the mapping, which is never unmapped.
+    Ok(unsafe { std::slice::from_raw_parts_mut(a as *mut u64, len / 8) })
+}
+
+fn gibps(len: usize, secs: f64) -> f64 {
+    len as f64 / secs / f64::from(1u32 << 30)
+}
+
+pub fn run(mib: usize, tag: &str) -> Result<(), String> {
+    let len = mib << 20;
+    let dev = gpu0()?;
+    let p = buffer(len)?;
+    for (i, w) in p.iter_mut().enumerate() {
+        *w = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    let report =
+        |op: &str, secs: f64| println!("BENCH {op}{tag}_{mib}M.msvm {:.3} GiB/s", gibps(len, secs));
+    let addr = p.as_ptr() as usize;
+    let mv = |to| -> Result<f64, String> {
+        let t = Instant::now();
+        let out = dev.migrate(addr, len, to).map_err(|e| e.to_string())?;
+        let secs = t.elapsed().as_secs_f64();
+        if out.moved != (len / PAGE) as u64 {
+            return Err(format!("moved {out:?} of {} pages", len / PAGE));
+        }
+        Ok(secs)
+    };
+    report("to_dev", mv(Location::Device)?);
+    report("to_sys", mv(Location::System)?);
+    mv(Location::Device)?;
+    let t = Instant::now();
+    let mut sum = 0u64;
+    for i in (0..p.len()).step_by(PAGE / 8) {
+        // SAFETY: reading our own buffer; volatile so the loop is kept.
+        sum = sum.wrapping_add(unsafe { std::ptr::read_volatile(&p[i]) });
+    }
+    report("fault_back", t.elapsed().as_secs_f64());
+    for (i, &w) in p.iter().enumerate() {
+        if w != (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) {
+            return Err(format!("data lost at word {i}"));
+        }
+    }
+    // The physical limit of a CPU-copy engine: a guest memcpy of the size.
+    let q = buffer(len)?;
+    q.fill(1);
+    let t = Instant::now();
+    q.copy_from_slice(p);
+    let secs = t.elapsed().as_secs_f64();
+    println!("BENCH memcpy{tag}_{mib}M {:.3} GiB/s", gibps(len, secs));
+    std::hint::black_box((sum, &q[0]));
+    Ok(())
+}
