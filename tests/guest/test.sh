@@ -14,6 +14,8 @@ echo "== msvm: insmod (KUnit suites run now)"
 load_msvm || exit 1
 echo "== msvm-tests"
 msvm-tests || rc=1
+echo "== msvm-tests fuzz (seed ${msvm_fuzz_seed:-1}, ${msvm_fuzz_calls:-100000} calls)"
+msvm-tests fuzz "${msvm_fuzz_seed:-1}" "${msvm_fuzz_calls:-100000}" 300 || rc=1
 echo "== msvm-tests rebind"
 msvm-tests rebind || rc=1
 

@@ -9,6 +9,7 @@
 mod bench;
 mod cases;
 mod engine;
+mod fuzz;
 mod harness;
 mod svm;
 mod sysfs;
@@ -29,6 +30,23 @@ fn main() -> ExitCode {
                     println!("bench: {e}");
                     ExitCode::FAILURE
                 }
+            };
+        }
+        Some("fuzz") => {
+            let mut a = std::env::args().skip(2).map(|x| x.parse::<u64>().ok());
+            let seed = a.next().flatten().unwrap_or(1);
+            let calls = a.next().flatten().unwrap_or(100_000);
+            let secs = a.next().flatten().unwrap_or(300);
+            let ok = fuzz::run(seed, calls, secs);
+            let (p, f) = if ok.is_ok() { (1, 0) } else { (0, 1) };
+            if let Err(e) = ok {
+                println!("fuzz: {e}");
+            }
+            println!("msvm-tests: {p} passed, {f} failed (fuzz)");
+            return if f == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
             };
         }
         Some("rebind") => unplug::rebind_tests(),
