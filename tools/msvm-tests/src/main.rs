@@ -11,6 +11,7 @@ mod cases;
 mod engine;
 mod fuzz;
 mod harness;
+mod stress;
 mod svm;
 mod sysfs;
 mod unplug;
@@ -43,6 +44,23 @@ fn main() -> ExitCode {
                 println!("fuzz: {e}");
             }
             println!("msvm-tests: {p} passed, {f} failed (fuzz)");
+            return if f == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            };
+        }
+        Some("stress") => {
+            let mut a = std::env::args().skip(2).map(|x| x.parse::<u64>().ok());
+            let secs = a.next().flatten().unwrap_or(20);
+            let procs = a.next().flatten().unwrap_or(3);
+            let threads = a.next().flatten().unwrap_or(2);
+            let res = stress::run(secs, procs, threads);
+            if let Err(e) = &res {
+                println!("stress: {e}");
+            }
+            let f = u32::from(res.is_err());
+            println!("msvm-tests: {} passed, {f} failed (stress)", 1 - f);
             return if f == 0 {
                 ExitCode::SUCCESS
             } else {

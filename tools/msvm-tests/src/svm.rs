@@ -75,6 +75,14 @@ pub fn tests() -> Vec<Test> {
             name: "svm_partial_munmap_on_device",
             run: partial_munmap,
         },
+        Test {
+            name: "svm_shared_and_file_backed_pages_are_busy",
+            run: shared_and_file_backed,
+        },
+        Test {
+            name: "svm_cpu_faults_race_migration",
+            run: cpu_faults_race_migration,
+        },
     ]
 }
 
@@ -663,4 +671,113 @@ fn partial_munmap() -> Outcome {
         "pages left on the device"
     );
     Ok(())
+}
+
+/// Shared anonymous and file-backed (memfd) mappings: their pages stay in
+/// RAM (reported `busy`, not an error), the engine reaches them in place, and
+/// nothing changes.
+fn shared_and_file_backed() -> Outcome {
+    use std::os::fd::AsFd;
+    let dev = gpu0()?;
+    let len = 16 * PAGE;
+    // SAFETY: a fresh shared anonymous mapping.
+    let shared = unsafe {
+        mmap_anonymous(
+            None,
+            NonZeroUsize::new(len).unwrap(),
+            ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+            MapFlags::MAP_SHARED,
+        )
+    }
+    .map_err(|e| e.to_string())?;
+    let memfd = nix::sys::memfd::memfd_create(c"msvm-test", nix::sys::memfd::MFdFlags::empty())
+        .map_err(|e| e.to_string())?;
+    nix::unistd::ftruncate(&memfd, len as i64).map_err(|e| e.to_string())?;
+    // SAFETY: mapping our own memfd.
+    let file = unsafe {
+        nix::sys::mman::mmap(
+            None,
+            NonZeroUsize::new(len).unwrap(),
+            ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+            MapFlags::MAP_SHARED,
+            memfd.as_fd(),
+            0,
+        )
+    }
+    .map_err(|e| e.to_string())?;
+    for (what, p) in [("shared anonymous", shared), ("memfd", file)] {
+        // SAFETY: the mapping is ours, `len` bytes, readable and writable.
+        let b = unsafe { std::slice::from_raw_parts_mut(p.as_ptr().cast::<u8>(), len) };
+        fill(b, 97);
+        let out = dev
+            .migrate(p.as_ptr() as usize, len, Location::Device)
+            .map_err(|e| e.to_string())?;
+        check!(out.moved == 0 && out.busy == 16, "{what}: {out:?}");
+        verify(b, 97).map_err(|e| format!("{what}: {e}"))?;
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for &x in b.iter() {
+            h = (h ^ u64::from(x)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        let sum = dev
+            .exec(msvm_rt::Exec::Checksum, p.as_ptr() as usize, len, true)
+            .map_err(|e| format!("{what}: {e}"))?;
+        check!(sum.result == h, "{what}: engine checksum differs");
+        // SAFETY: unmapping our own mapping, not borrowed any more.
+        unsafe { munmap(p, len) }.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Two threads read the same range, page by page, over and over (faulting
+/// it home whenever it is on the device), while a third migrates it back
+/// and forth: every read sees the right bytes.
+fn cpu_faults_race_migration() -> Outcome {
+    let mut m = Map::new(256 * PAGE)?;
+    fill(m.bytes_mut(), 99);
+    let mut want = vec![0u8; m.len()];
+    fill(&mut want, 99);
+    let (addr, len) = (m.addr(), m.len());
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| -> Outcome {
+        let want = &want;
+        let stop = &stop;
+        let readers: Vec<_> = (0..2)
+            .map(|t| {
+                s.spawn(move || -> Result<u64, String> {
+                    let mut rounds = 0;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        for pg in
+                            (0..len / PAGE).map(|i| if t == 0 { i } else { len / PAGE - 1 - i })
+                        {
+                            // SAFETY: reading our own mapping.
+                            let b = unsafe {
+                                std::slice::from_raw_parts((addr + pg * PAGE) as *const u8, PAGE)
+                            };
+                            if b != &want[pg * PAGE..(pg + 1) * PAGE] {
+                                return Err(format!("reader {t}: page {pg} wrong"));
+                            }
+                        }
+                        rounds += 1;
+                    }
+                    Ok(rounds)
+                })
+            })
+            .collect();
+        let dev = gpu0()?;
+        for i in 0..20 {
+            let to = if i % 2 == 0 {
+                Location::Device
+            } else {
+                Location::System
+            };
+            dev.migrate(addr, len, to).map_err(|e| e.to_string())?;
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for r in readers {
+            let rounds = r.join().map_err(|_| "reader panicked".to_string())??;
+            check!(rounds > 0, "a reader never finished a round");
+        }
+        Ok(())
+    })?;
+    verify(m.bytes(), 99)
 }
