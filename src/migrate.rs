@@ -109,6 +109,19 @@ pub(crate) fn check_vmas(
     Ok(())
 }
 
+/// Installs the destinations given for the entries marked in `filled`, and
+/// counts each of them as moved or, if the core backed out, busy.
+fn install(mig: &mut VmaMigration<'_>, filled: &[bool], out: &mut Outcome) {
+    mig.pages();
+    for (i, _) in filled.iter().enumerate().filter(|(_, f)| **f) {
+        if mig.src(i).migrate() {
+            out.moved += 1;
+        } else {
+            out.busy += 1;
+        }
+    }
+}
+
 fn step_to_device(pool: &VramPool<'_>, vma: &VmaRef, start: usize, end: usize) -> Result<Outcome> {
     let mut mig = VmaMigration::setup(vma, start, end, Select::System, pool.owner(), None)?;
     let mut out = Outcome::default();
@@ -149,15 +162,7 @@ fn step_to_device(pool: &VramPool<'_>, vma: &VmaRef, start: usize, end: usize) -
         mig.set_dst(i, Entry::to(dpage, src.write()));
         filled[i] = true;
     }
-    mig.pages();
-    for (i, _) in filled.iter().enumerate().take(n).filter(|(_, f)| **f) {
-        if mig.src(i).migrate() {
-            out.moved += 1;
-        } else {
-            out.busy += 1;
-        }
-    }
-    drop(mig);
+    install(&mut mig, &filled[..n], &mut out);
     pool.stats.to_device.add(out.moved, Relaxed);
     pool.stats.no_vram.add(out.no_vram, Relaxed);
     Ok(out)
@@ -188,15 +193,7 @@ fn step_to_system(pool: &VramPool<'_>, vma: &VmaRef, start: usize, end: usize) -
         mig.set_dst(i, Entry::to(dst.into_migration(), src.write()));
         *fill = true;
     }
-    mig.pages();
-    for (i, _) in filled.iter().enumerate().take(n).filter(|(_, f)| **f) {
-        if mig.src(i).migrate() {
-            out.moved += 1;
-        } else {
-            out.busy += 1;
-        }
-    }
-    drop(mig);
+    install(&mut mig, &filled[..n], &mut out);
     pool.stats.to_system.add(out.moved, Relaxed);
     Ok(out)
 }

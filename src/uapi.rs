@@ -52,9 +52,7 @@ struct QueryRequest {
 
 impl QueryRequest {
     fn decode(arg: &drm_msvm_query) -> Result<Self> {
-        if arg.flags != 0 || arg.pad != 0 || arg.reserved.iter().any(|&r| r != 0) {
-            return Err(EINVAL);
-        }
+        all_zero(&[arg.flags.into(), arg.pad.into()], &arg.reserved)?;
         let device = match arg.device {
             MSVM_QUERY_SELF => None,
             d if (d as usize) < MAX_DEVICES => Some(d as usize),
@@ -126,6 +124,15 @@ pub(crate) fn query(
     Ok(0)
 }
 
+/// Fails with `EINVAL` unless every flag, padding and reserved field given
+/// is zero.
+fn all_zero(fields: &[u64], reserved: &[u64]) -> Result {
+    if fields.iter().any(|&v| v != 0) || reserved.iter().any(|&v| v != 0) {
+        return Err(EINVAL);
+    }
+    Ok(())
+}
+
 /// `DRM_IOCTL_MSVM_VM_CREATE`.
 pub(crate) fn vm_create(
     _dev: &MsvmDevice<drm::Registered>,
@@ -133,9 +140,7 @@ pub(crate) fn vm_create(
     arg: &mut drm_msvm_vm_create,
     file: &drm::File<File>,
 ) -> Result<u32> {
-    if arg.flags != 0 || arg.pad != 0 || arg.reserved.iter().any(|&r| r != 0) {
-        return Err(EINVAL);
-    }
+    all_zero(&[arg.flags.into(), arg.pad.into()], &arg.reserved)?;
     let f = file.inner();
     let mut vm = f.vm.lock();
     if vm.is_some() {
@@ -152,9 +157,7 @@ pub(crate) fn vm_destroy(
     arg: &mut drm_msvm_vm_destroy,
     file: &drm::File<File>,
 ) -> Result<u32> {
-    if arg.flags != 0 || arg.pad != 0 || arg.reserved.iter().any(|&r| r != 0) {
-        return Err(EINVAL);
-    }
+    all_zero(&[arg.flags.into(), arg.pad.into()], &arg.reserved)?;
     let f = file.inner();
     let vm = f.vm.lock().take().ok_or(ENOENT)?;
     drop(vm);

@@ -11,3 +11,9 @@ dmesg | grep -E 'msvm [0-9a-f]{4}:' | sed 's/^\[[ 0-9.]*\] //'
 echo
 echo "== msvm info"
 msvm info
+echo
+echo "== msvm demo"
+msvm demo
+echo
+echo "== msvm stats"
+msvm stats

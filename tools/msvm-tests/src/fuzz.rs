@@ -19,7 +19,7 @@ use nix::sys::mman::{mmap_anonymous, mprotect, munmap, MapFlags, ProtFlags};
 use nix::sys::wait::waitpid;
 use nix::unistd::{fork, ForkResult};
 
-use crate::svm::{fill, verify, Map, PAGE};
+use crate::svm::{self, fill, verify, Map, PAGE};
 use crate::sysfs;
 
 /// xorshift64*.
@@ -233,14 +233,7 @@ pub fn run(seed: u64, calls: u64, secs: u64) -> Result<(), String> {
     .as_ptr() as usize;
     // Data the fuzzer only ever moves, through files of its own (the fuzzed
     // ones lose their VM at random): it must survive everything.
-    let keepers: Vec<Device> = gpus
-        .iter()
-        .map(|g| {
-            let d = Device::open(&g.node).map_err(|e| e.to_string())?;
-            d.vm_create().map_err(|e| e.to_string())?;
-            Ok(d)
-        })
-        .collect::<Result<_, String>>()?;
+    let keepers = svm::every_gpu_with_vm()?;
     let mut keep = Map::new(64 * PAGE)?;
     fill(keep.bytes_mut(), seed ^ 0x5eed);
     let stop = AtomicBool::new(false);

@@ -13,7 +13,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult};
 
-use crate::svm::{fill, Map, PAGE};
+use crate::svm::{self, fill, Map, PAGE};
 use crate::sysfs;
 
 const REGION: usize = 256 * PAGE;
@@ -56,14 +56,7 @@ impl Rng {
 
 /// One worker thread; returns (operations, bytes verified).
 fn worker(seed: u64, deadline: Instant) -> Result<(u64, u64), String> {
-    let devs: Vec<Device> = sysfs::msvm_gpus()?
-        .iter()
-        .map(|g| {
-            let d = Device::open(&g.node).map_err(|e| e.to_string())?;
-            d.vm_create().map_err(|e| e.to_string())?;
-            Ok(d)
-        })
-        .collect::<Result<_, String>>()?;
+    let devs = svm::every_gpu_with_vm()?;
     let mut r = Rng(seed | 1);
     let mut m = Map::new(REGION)?;
     let mut c = Content::Pattern(seed);

@@ -179,6 +179,18 @@ pub fn fault_blocks(addr: usize, len: usize) -> u64 {
     ((addr + len).div_ceil(W) - addr / W) as u64
 }
 
+/// Every GPU, each through a file of its own with a VM on this process.
+pub fn every_gpu_with_vm() -> Result<Vec<Device>, String> {
+    sysfs::msvm_gpus()?
+        .iter()
+        .map(|g| {
+            let d = Device::open(&g.node).map_err(|e| e.to_string())?;
+            d.vm_create().map_err(|e| e.to_string())?;
+            Ok(d)
+        })
+        .collect()
+}
+
 pub fn stats(dev: &Device) -> Result<Stats, String> {
     dev.stats().map_err(|e| e.to_string())
 }
