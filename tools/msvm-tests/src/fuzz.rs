@@ -311,6 +311,18 @@ pub fn run(seed: u64, calls: u64, secs: u64) -> Result<(), String> {
                 Ok(())
             }));
         }
+        // msvm's ioctl numbers on another driver's file: refused by it.
+        if let Ok(null) = std::fs::File::open("/dev/null") {
+            let mut q = DrmMsvmQuery::default();
+            // SAFETY: a valid argument; /dev/null does not know the request.
+            let r = unsafe {
+                abi::drm_ioctl_msvm_query(std::os::fd::AsRawFd::as_raw_fd(&null), &mut q)
+            };
+            if r.is_ok() {
+                bad.fetch_add(1, Ordering::Relaxed);
+                println!("# fuzz: QUERY on /dev/null succeeded");
+            }
+        }
         // Forked children use inherited files: their VM calls are refused.
         for _ in 0..4 {
             // SAFETY: the child makes ioctls on inherited files and exits.

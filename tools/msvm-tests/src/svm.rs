@@ -83,6 +83,14 @@ pub fn tests() -> Vec<Test> {
             name: "svm_cpu_faults_race_migration",
             run: cpu_faults_race_migration,
         },
+        Test {
+            name: "svm_mremap_with_pages_on_device",
+            run: mremap_on_device,
+        },
+        Test {
+            name: "svm_gup_on_device_pages",
+            run: gup_on_device_pages,
+        },
     ]
 }
 
@@ -792,4 +800,79 @@ fn cpu_faults_race_migration() -> Outcome {
         Ok(())
     })?;
     verify(m.bytes(), 99)
+}
+
+/// Pages on the device move with their mapping (mremap to a new address):
+/// the CPU faults them home at the new address with their contents, and the
+/// device works on them there.
+fn mremap_on_device() -> Outcome {
+    let dev = gpu0()?;
+    let mut m = Map::new(16 * PAGE)?;
+    fill(m.bytes_mut(), 111);
+    let out = migrate(&dev, &m, Location::Device)?;
+    check!(out.moved == 16, "{out:?}");
+    let old = m.addr();
+    // SAFETY: moving our own mapping; `m` is forgotten and the new one
+    // unmapped below.
+    let new =
+        unsafe { nix::libc::mremap(old as *mut _, m.len(), 32 * PAGE, nix::libc::MREMAP_MAYMOVE) };
+    check!(new != nix::libc::MAP_FAILED, "mremap failed");
+    std::mem::forget(m);
+    let new = new as usize;
+    // SAFETY: the moved mapping is ours, 32 pages, the first 16 with data.
+    let b = unsafe { std::slice::from_raw_parts(new as *const u8, 32 * PAGE) };
+    let sum = dev
+        .exec(msvm_rt::Exec::Checksum, new, 16 * PAGE, false)
+        .map_err(|e| e.to_string())?;
+    let mut want = vec![0u8; 16 * PAGE];
+    fill(&mut want, 111);
+    let h = want.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
+        (h ^ u64::from(x)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    check!(
+        sum.result == h,
+        "engine checksum at the new address differs"
+    );
+    verify(&b[..16 * PAGE], 111)?;
+    check!(
+        b[16 * PAGE..].iter().all(|&x| x == 0),
+        "grown part not zero"
+    );
+    // SAFETY: unmapping the moved mapping.
+    unsafe { munmap(NonNull::new(new as *mut _).unwrap(), 32 * PAGE) }
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// get_user_pages on pages that live on the device (vmsplice pins the
+/// pages it splices into a pipe): they come home and the pipe carries the
+/// right bytes.
+fn gup_on_device_pages() -> Outcome {
+    use std::io::Read;
+    let dev = gpu0()?;
+    let mut m = Map::new(16 * PAGE)?;
+    fill(m.bytes_mut(), 121);
+    let out = migrate(&dev, &m, Location::Device)?;
+    check!(out.moved == 16, "{out:?}");
+    let (rd, wr) = nix::unistd::pipe().map_err(|e| e.to_string())?;
+    let iov = [nix::libc::iovec {
+        iov_base: m.addr() as *mut _,
+        iov_len: m.len(),
+    }];
+    // SAFETY: the iovec describes our own mapping, valid for the call; the
+    // pipe holds 16 pages by default.
+    let n =
+        unsafe { nix::libc::vmsplice(std::os::fd::AsRawFd::as_raw_fd(&wr), iov.as_ptr(), 1, 0) };
+    check!(
+        n == m.len() as isize,
+        "vmsplice returned {n} ({})",
+        Errno::last()
+    );
+    drop(wr);
+    let mut copy = Vec::new();
+    std::fs::File::from(rd)
+        .read_to_end(&mut copy)
+        .map_err(|e| e.to_string())?;
+    verify(&copy, 121)?;
+    verify(m.bytes(), 121)
 }
