@@ -12,7 +12,7 @@ use kernel::{
 use crate::device::{DeviceKind, Gpu};
 use crate::file::File;
 use crate::gem::MsvmObject;
-use crate::mm::bindings::{
+use crate::mm::abi::{
     drm_msvm_exec, drm_msvm_migrate, drm_msvm_query, drm_msvm_stats, drm_msvm_vm_create,
     drm_msvm_vm_destroy, DRM_MSVM_EXEC, DRM_MSVM_MIGRATE, DRM_MSVM_QUERY, DRM_MSVM_STATS,
     DRM_MSVM_VM_CREATE, DRM_MSVM_VM_DESTROY,

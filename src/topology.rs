@@ -14,7 +14,7 @@ use kernel::prelude::*;
 use crate::device::GpuNode;
 
 /// At most this many devices are bound at once (`MSVM_MAX_DEVICES`).
-pub(crate) const MAX_DEVICES: usize = crate::mm::bindings::MSVM_MAX_DEVICES as usize;
+pub(crate) const MAX_DEVICES: usize = crate::mm::abi::MSVM_MAX_DEVICES as usize;
 
 /// How one device sees another.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

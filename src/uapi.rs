@@ -25,7 +25,7 @@ use crate::driver::MsvmDevice;
 use crate::engine::{Engine, Job, Op};
 use crate::file::File;
 use crate::migrate::{migrate_range, Direction};
-use crate::mm::bindings::{
+use crate::mm::abi::{
     drm_msvm_exec, drm_msvm_migrate, drm_msvm_peer, drm_msvm_query, drm_msvm_stats,
     drm_msvm_vm_create, drm_msvm_vm_destroy, MSVM_EXEC_ATOMIC_ADD, MSVM_EXEC_CHECKSUM,
     MSVM_EXEC_COPY, MSVM_EXEC_FILL, MSVM_EXEC_IN_PLACE, MSVM_MIGRATE_TO_DEVICE,

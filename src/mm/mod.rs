@@ -2,11 +2,14 @@
 
 //! The kernel glue of msvm: the only place that calls C directly.
 //!
-//! Every other module of the crate is safe code built on the types here, the
-//! `kernel` crate and the generated bindings of [`bindings`]. Each wrapper
-//! states the invariants it relies on; each `unsafe` block says why it holds.
+//! Every other module of the crate is safe code built on the types here and
+//! the `kernel` crate. The generated bindings (`bindings`) are private to
+//! this module, which the compiler enforces; the uAPI structs they include
+//! are re-exported by [`abi`]. Each wrapper states the invariants it relies
+//! on; each `unsafe` block says why it holds.
 
-pub(crate) mod bindings;
+pub(crate) mod abi;
+mod bindings;
 pub(crate) mod dma;
 pub(crate) mod drm_ioctl;
 pub(crate) mod hmm;
