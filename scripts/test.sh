@@ -6,6 +6,8 @@
 #      own root port), loads msvm (its KUnit suites run), runs the integration
 #      tests, unbind/re-bind, PCIe hot-unplug/re-plug and rmmod,
 #   4. host: parses the guest's KTAP with the kernel's kunit.py.
+# MSVM_GUEST_ARGS adds guest parameters, e.g. msvm_fuzz_calls=, msvm_fuzz_seed=,
+# msvm_stress_secs= (make soak sets long ones).
 # Any failure, or any kernel splat in the guest console (other than a known
 # report of the kernel itself, see scripts/vm.py), fails the command.
 set -euo pipefail
@@ -36,6 +38,7 @@ msvm_stage tools "$MSVM_TOP/scripts/build.sh" tools
 guest_rc=0
 msvm_stage guest python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
 	--initrd "$B/test-initramfs.cpio" --gpus sw,sw,rp --cmd test \
+	--append "${MSVM_GUEST_ARGS:-}" \
 	--log "$B/test-console.log" --timeout "${MSVM_TEST_TIMEOUT:-900}" || guest_rc=$?
 
 echo

@@ -164,7 +164,8 @@ fn call(r: &mut Rng, dev: &Device, arena: usize) -> (&'static str, Result<(), Er
                         | Errno::EFAULT
                         | Errno::EACCES
                         | Errno::ENOENT
-                        | Errno::ENOMEM)
+                        | Errno::ENOMEM
+                        | Errno::ENOSPC)
             );
             ("MIGRATE", res, ok || res == Err(Errno::EPERM))
         }
@@ -197,7 +198,8 @@ fn call(r: &mut Rng, dev: &Device, arena: usize) -> (&'static str, Result<(), Er
                         | Errno::EFAULT
                         | Errno::EACCES
                         | Errno::ENOENT
-                        | Errno::ENOMEM)
+                        | Errno::ENOMEM
+                        | Errno::ENOSPC)
             );
             ("EXEC", res, ok || res == Err(Errno::EPERM))
         }
