@@ -288,26 +288,29 @@ impl VramPool<'_> {
     }
 
     /// Moves every page of chunk `map` that is in use back to system RAM.
-    fn evict(&self, map: &Pagemap<Chunk>) -> Result {
+    /// Returns how many in-use pages could not be moved this time (locked
+    /// by a migration in flight, say).
+    fn evict(&self, map: &Pagemap<Chunk>) -> Result<usize> {
         // SAFETY: the frames are those of `map`, a live pagemap of ours.
         let mut mig = unsafe { DeviceMigration::range(map.pfn_first(), map.npages()) }?;
         let base = map.data().base;
-        let mut moved = 0u64;
+        let (mut moved, mut stuck) = (0u64, 0usize);
         for i in 0..mig.npages() {
             let src = mig.src(i);
-            let Some(spage) = src.page() else { continue };
+            if src.page().is_none() {
+                continue;
+            }
             if !src.migrate() {
+                stuck += 1;
                 continue;
             }
-            let Some(dst) = NewPage::must() else { continue };
-            if self
-                .bar
-                .copy_to_page(base + i * PAGE_SIZE, dst.page())
-                .is_err()
-            {
+            // `must` waits for memory rather than fail: the data has
+            // nowhere else to go.
+            let Some(dst) = NewPage::must() else {
+                stuck += 1;
                 continue;
-            }
-            let _ = spage;
+            };
+            self.bar.copy_to_page(base + i * PAGE_SIZE, dst.page())?;
             mig.set_dst(i, Entry::to(dst.into_migration(), src.write()));
             moved += 1;
         }
@@ -315,7 +318,27 @@ impl VramPool<'_> {
         drop(mig);
         self.stats.evicted.add(moved, Relaxed);
         self.stats.to_system.add(moved, Relaxed);
-        Ok(())
+        Ok(stuck)
+    }
+
+    /// Evicts chunk `c` until no page of it is in use, retrying with
+    /// backoff while pages are busy; says so if some never move (the
+    /// pagemap's teardown then waits for them).
+    fn evict_all(&self, c: usize, map: &Pagemap<Chunk>) {
+        let mut wait_ms = 1;
+        for attempt in 0..12 {
+            match self.evict(map) {
+                Ok(0) => return,
+                Ok(n) if attempt == 11 => {
+                    pr_err!("msvm: chunk {c}: {n} page(s) still busy after {attempt} retries\n");
+                    return;
+                }
+                Ok(_) => {}
+                Err(e) => pr_err!("msvm: chunk {c}: eviction failed: {e:?}, retrying\n"),
+            }
+            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(wait_ms));
+            wait_ms = (wait_ms * 2).min(100);
+        }
     }
 }
 
@@ -327,9 +350,7 @@ impl PinnedDrop for VramPool<'_> {
         let mut chunks = self.chunks.lock();
         for (c, slot) in chunks.iter_mut().enumerate() {
             if let Some(map) = slot.as_ref() {
-                if let Err(e) = self.evict(map) {
-                    pr_err!("msvm: chunk {c}: eviction failed: {e:?}\n");
-                }
+                self.evict_all(c, map);
             }
             *slot = None;
         }
