@@ -61,6 +61,8 @@ unsigned long msvm_hmm_pfn_flags(void);
 /* DMA mappings of system pages for a device. */
 u64 msvm_dma_map_page(struct device *dev, struct page *page);
 void msvm_dma_unmap_page(struct device *dev, u64 addr);
+u64 msvm_dma_map_resource(struct device *dev, u64 phys);
+void msvm_dma_unmap_resource(struct device *dev, u64 addr);
 
 /* CPU access to system pages (the engine's address decoder). */
 void msvm_page_read(struct page *page, unsigned int off, void *buf, unsigned int len);

@@ -124,6 +124,7 @@ impl<'a> Gpu<'a> {
                 )
             })?;
         let member = Membership(index);
+        let group = TOPOLOGY.lock().group(index).unwrap_or(index);
         {
             let topo = TOPOLOGY.lock();
             for peer in topo.peers(index) {
@@ -145,7 +146,7 @@ impl<'a> Gpu<'a> {
         }
         dev_info!(
             pdev.as_ref(),
-            "gpu{index}: {} at {pci}, {} MiB VRAM (BAR{}, write-combined), {} MiB chunks\n",
+            "gpu{index}: {} at {pci}, {} MiB VRAM (BAR{}, write-combined), {} MiB chunks, owner group {group}\n",
             kind.name,
             vram.len() >> 20,
             kind.vram_bar,
@@ -154,7 +155,7 @@ impl<'a> Gpu<'a> {
         Ok(Self {
             index,
             pdev,
-            vram: VramPool::new(vram, chunk_size())?,
+            vram: VramPool::new(vram, chunk_size(), crate::topology::owner_token(group))?,
             _member: member,
         })
     }

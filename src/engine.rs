@@ -34,7 +34,7 @@ use kernel::{
 
 use crate::migrate::{check_vmas, migrate_range, Direction};
 use crate::mm::{
-    dma::DmaPage,
+    dma::{DmaPage, PeerMap},
     hmm::{HmmPfn, Invalidation, Mirror, MirrorOps},
     pagemap::PAGE_SIZE,
 };
@@ -113,13 +113,24 @@ enum DevAddr {
     Vram(usize),
     /// DMA address of a system page.
     Dma(u64),
+    /// Bus address of a page of a peer's VRAM (P2P).
+    Peer(u64),
 }
 
-/// The device page table of one window, and the DMA mappings behind it.
+/// A P2P mapping of a peer page, with what the decoder needs to reach it.
+struct PeerPage<'a> {
+    map: PeerMap<'a>,
+    pool: &'a VramPool<'static>,
+    offset: usize,
+}
+
+/// The device page table of one window, and the mappings behind it.
 struct PageTable<'a> {
     entries: KVec<DevAddr>,
     /// Sorted by address: the decoder's view of the DMA mappings.
     dma: KVec<DmaPage<'a>>,
+    /// Sorted by address: the decoder's view of the P2P mappings.
+    p2p: KVec<PeerPage<'a>>,
 }
 
 impl PageTable<'_> {
@@ -127,6 +138,7 @@ impl PageTable<'_> {
         Ok(Self {
             entries: KVec::with_capacity(n, GFP_KERNEL)?,
             dma: KVec::with_capacity(n, GFP_KERNEL)?,
+            p2p: KVec::with_capacity(n, GFP_KERNEL)?,
         })
     }
 }
@@ -268,9 +280,11 @@ impl<'a, 'p> Engine<'a, 'p> {
                         done,
                     )
                 });
-            // Unmap the DMA mappings while the pages are still valid.
+            // Unmap the DMA and P2P mappings while the pages are still valid.
             dst_pt.dma.clear();
             src_pt.dma.clear();
+            dst_pt.p2p.clear();
+            src_pt.p2p.clear();
             drop(guard);
             return res;
         }
@@ -283,10 +297,26 @@ impl<'a, 'p> Engine<'a, 'p> {
     fn page_table(&self, pfns: &[usize], pt: &mut PageTable<'p>) -> Result {
         pt.entries.clear();
         pt.dma.clear();
+        pt.p2p.clear();
         for &p in pfns {
             let page = HmmPfn(p).page().ok_or(EFAULT)?;
-            let addr = match self.pool.offset_of(page) {
-                Some(off) => DevAddr::Vram(off),
+            let addr = match self.pool.locate(page) {
+                Some((pool, off)) if self.pool.is(pool) => DevAddr::Vram(off),
+                // A peer's page: `hmm_range_fault` left it where it is
+                // because the peer shares our owner group, i.e. we reach it
+                // over P2P.
+                Some((pool, off)) => {
+                    let map = PeerMap::map(self.dev, pool.bar().phys(off)).ok_or(ENOMEM)?;
+                    let a = map.addr();
+                    pt.p2p
+                        .push_within_capacity(PeerPage {
+                            map,
+                            pool,
+                            offset: off,
+                        })
+                        .map_err(|_| ENOMEM)?;
+                    DevAddr::Peer(a)
+                }
                 None if page.is_device_private() => return Err(EFAULT),
                 None => {
                     let m = DmaPage::map(self.dev, page).ok_or(ENOMEM)?;
@@ -298,6 +328,7 @@ impl<'a, 'p> Engine<'a, 'p> {
             pt.entries.push_within_capacity(addr).map_err(|_| ENOMEM)?;
         }
         pt.dma.sort_unstable_by_key(|m| m.addr());
+        pt.p2p.sort_unstable_by_key(|m| m.map.addr());
         Ok(())
     }
 
@@ -367,6 +398,11 @@ fn dev_read(
             decode_dma(pt, d)?.read(off, buf);
             s.engine_sys_read.add(buf.len() as u64, Relaxed);
         }
+        DevAddr::Peer(d) => {
+            let (peer, base) = decode_peer(pt, d)?;
+            peer.bar().read(base + off, buf)?;
+            s.engine_p2p_read.add(buf.len() as u64, Relaxed);
+        }
     }
     Ok(())
 }
@@ -389,6 +425,11 @@ fn dev_write(
             decode_dma(pt, d)?.write(off, buf);
             s.engine_sys_written.add(buf.len() as u64, Relaxed);
         }
+        DevAddr::Peer(d) => {
+            let (peer, base) = decode_peer(pt, d)?;
+            peer.bar().write(base + off, buf)?;
+            s.engine_p2p_written.add(buf.len() as u64, Relaxed);
+        }
     }
     Ok(())
 }
@@ -405,16 +446,15 @@ fn dev_add(
     let s = &pool.stats;
     match a {
         DevAddr::Vram(base) => {
-            // Read-modify-write through the BAR, serialised per device.
-            let _g = pool.atomics.lock();
-            for w in (off..off + len).step_by(8) {
-                let mut x = [0u8; 8];
-                pool.bar().read(base + w, &mut x)?;
-                let y = u64::from_ne_bytes(x).wrapping_add(v);
-                pool.bar().write(base + w, &y.to_ne_bytes())?;
-            }
+            vram_add(pool, base + off, len, v)?;
             s.engine_vram_read.add(len as u64, Relaxed);
             s.engine_vram_written.add(len as u64, Relaxed);
+        }
+        DevAddr::Peer(d) => {
+            let (peer, base) = decode_peer(pt, d)?;
+            vram_add(peer, base + off, len, v)?;
+            s.engine_p2p_read.add(len as u64, Relaxed);
+            s.engine_p2p_written.add(len as u64, Relaxed);
         }
         DevAddr::Dma(d) => {
             let page = decode_dma(pt, d)?;
@@ -426,6 +466,28 @@ fn dev_add(
         }
     }
     Ok(())
+}
+
+/// Read-modify-write of VRAM words through `owner`'s BAR, serialised by the
+/// owning device's mutex (the engines of all devices take it).
+fn vram_add(owner: &VramPool<'_>, at: usize, len: usize, v: u64) -> Result {
+    let _g = owner.atomics.lock();
+    for w in (at..at + len).step_by(8) {
+        let mut x = [0u8; 8];
+        owner.bar().read(w, &mut x)?;
+        let y = u64::from_ne_bytes(x).wrapping_add(v);
+        owner.bar().write(w, &y.to_ne_bytes())?;
+    }
+    Ok(())
+}
+
+/// The peer pool and BAR offset the job mapped at bus address `d`.
+fn decode_peer<'a>(pt: &'a PageTable<'_>, d: u64) -> Result<(&'a VramPool<'static>, usize)> {
+    let i = pt
+        .p2p
+        .binary_search_by_key(&d, |m| m.map.addr())
+        .map_err(|_| EFAULT)?;
+    Ok((pt.p2p[i].pool, pt.p2p[i].offset))
 }
 
 /// The system page the job mapped at DMA address `d`.

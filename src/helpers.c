@@ -175,6 +175,18 @@ void msvm_dma_unmap_page(struct device *dev, u64 addr)
 	dma_unmap_page(dev, addr, PAGE_SIZE, DMA_BIDIRECTIONAL);
 }
 
+u64 msvm_dma_map_resource(struct device *dev, u64 phys)
+{
+	dma_addr_t addr = dma_map_resource(dev, phys, PAGE_SIZE, DMA_BIDIRECTIONAL, 0);
+
+	return dma_mapping_error(dev, addr) ? 0 : addr;
+}
+
+void msvm_dma_unmap_resource(struct device *dev, u64 addr)
+{
+	dma_unmap_resource(dev, addr, PAGE_SIZE, DMA_BIDIRECTIONAL, 0);
+}
+
 void msvm_page_read(struct page *page, unsigned int off, void *buf, unsigned int len)
 {
 	void *p = kmap_local_page(page);

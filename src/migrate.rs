@@ -144,6 +144,8 @@ fn step_to_device(pool: &VramPool<'_>, vma: &VmaRef, start: usize, end: usize) -
     }
     // Pages of the batch not handed to the migration go back on drop.
     let mut batch = pool.alloc(want)?;
+    let mut stage = KBox::new([0u8; PAGE_SIZE], GFP_KERNEL)?;
+    let mut from_peer = [false; MAX_PAGES];
     for (i, own) in ours.iter().enumerate().take(n) {
         let src = mig.src(i);
         if !src.migrate() || *own {
@@ -153,9 +155,18 @@ fn step_to_device(pool: &VramPool<'_>, vma: &VmaRef, start: usize, end: usize) -
             out.no_vram += 1;
             continue;
         };
-        // A source without a page is an untouched (or zero-page) address.
         match src.page() {
-            Some(spage) => pool.bar().copy_from_page(offset, spage)?,
+            Some(spage) => match pool.locate(spage) {
+                // A page of a peer of our owner group: device to device,
+                // BAR to BAR over P2P, no system page involved.
+                Some((peer, poff)) => {
+                    pool.bar()
+                        .copy_from_bar(offset, peer.bar(), poff, &mut stage)?;
+                    from_peer[i] = true;
+                }
+                None => pool.bar().copy_from_page(offset, spage)?,
+            },
+            // An untouched (or zero-page) address.
             None => pool.bar().clear_page(offset)?,
         }
         batch.take();
@@ -163,6 +174,10 @@ fn step_to_device(pool: &VramPool<'_>, vma: &VmaRef, start: usize, end: usize) -
         filled[i] = true;
     }
     install(&mut mig, &filled[..n], &mut out);
+    let peers = (0..n)
+        .filter(|&i| from_peer[i] && mig.src(i).migrate())
+        .count() as u64;
+    pool.stats.from_peer.add(peers, Relaxed);
     pool.stats.to_device.add(out.moved, Relaxed);
     pool.stats.no_vram.add(out.no_vram, Relaxed);
     Ok(out)
@@ -175,21 +190,21 @@ fn step_to_system(pool: &VramPool<'_>, vma: &VmaRef, start: usize, end: usize) -
     let mut filled = [false; MAX_PAGES];
     for (i, fill) in filled.iter_mut().enumerate().take(n) {
         let src = mig.src(i);
-        // Only this device's pages are collected; the rest is in RAM.
-        let Some((spage, offset)) = src
+        // The pages of this device and of its owner group's peers are
+        // collected; the rest is in RAM (or on a device we do not reach).
+        let Some((owner, offset)) = src
             .page()
             .filter(|_| src.migrate())
-            .and_then(|p| Some((p, pool.offset_of(p)?)))
+            .and_then(|p| pool.locate(p))
         else {
             out.already += 1;
             continue;
         };
-        let _ = spage;
         let Some(dst) = NewPage::for_vma(vma, start + i * PAGE_SIZE) else {
             out.busy += 1;
             continue;
         };
-        pool.bar().copy_to_page(offset, dst.page())?;
+        owner.bar().copy_to_page(offset, dst.page())?;
         mig.set_dst(i, Entry::to(dst.into_migration(), src.write()));
         *fill = true;
     }

@@ -37,6 +37,8 @@ pub(crate) struct Peer {
 ///   and `a != b`.
 pub(crate) struct Topology<N> {
     nodes: [Option<N>; MAX_DEVICES],
+    /// Owner group of each present device (see [`Topology::group`]).
+    groups: [usize; MAX_DEVICES],
     /// `dist[provider][client]`: distance for `client` accessing `provider`'s
     /// memory.
     dist: [[Option<u32>; MAX_DEVICES]; MAX_DEVICES],
@@ -47,6 +49,7 @@ impl<N> Topology<N> {
     pub(crate) const fn new() -> Self {
         Self {
             nodes: [const { None }; MAX_DEVICES],
+            groups: [0; MAX_DEVICES],
             dist: [[None; MAX_DEVICES]; MAX_DEVICES],
         }
     }
@@ -68,7 +71,39 @@ impl<N> Topology<N> {
             }
         }
         self.nodes[index] = Some(node);
+        self.groups[index] = self.pick_group(index);
         Ok(index)
+    }
+
+    /// The group a new device at `index` joins: the first existing group
+    /// (by lowest member index) all of whose members it reaches both ways,
+    /// else a new group with the lowest id no present device uses.
+    fn pick_group(&self, index: usize) -> usize {
+        let present = |j: usize| j != index && self.nodes[j].is_some();
+        let reach = |j: usize| self.dist[j][index].is_some() && self.dist[index][j].is_some();
+        for first in (0..MAX_DEVICES).filter(|&j| present(j)) {
+            let g = self.groups[first];
+            // Only try each group once, from its lowest member.
+            if (0..first).any(|j| present(j) && self.groups[j] == g) {
+                continue;
+            }
+            if (0..MAX_DEVICES)
+                .filter(|&j| present(j) && self.groups[j] == g)
+                .all(reach)
+            {
+                return g;
+            }
+        }
+        (0..MAX_DEVICES)
+            .find(|&g| !(0..MAX_DEVICES).any(|j| present(j) && self.groups[j] == g))
+            .unwrap_or(index)
+    }
+
+    /// The owner group of device `index`: devices that all reach each other
+    /// over P2P share one, and so one `dev_private_owner`, so that each
+    /// sees the others' device pages as they are.
+    pub(crate) fn group(&self, index: usize) -> Option<usize> {
+        self.get(index).map(|_| self.groups[index])
     }
 
     /// Removes the device at `index`, with its distances, and returns it.
@@ -104,6 +139,15 @@ impl<N> Topology<N> {
                 distance: self.dist[j][index],
             })
     }
+}
+
+/// The `dev_private_owner` tokens, one per group: only their addresses
+/// matter.
+static OWNER_TOKENS: [u8; MAX_DEVICES] = [0; MAX_DEVICES];
+
+/// The `dev_private_owner` of group `g`.
+pub(crate) fn owner_token(g: usize) -> *const core::ffi::c_void {
+    core::ptr::from_ref(&OWNER_TOKENS[g % MAX_DEVICES]).cast()
 }
 
 kernel::sync::global_lock! {
@@ -214,6 +258,27 @@ mod tests {
         assert_eq!(t.insert(Fake(99, 1), dist), Err(ENOSPC));
         assert_eq!(t.peers(3).count(), MAX_DEVICES - 1);
         assert!(t.remove(MAX_DEVICES).is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn groups_follow_p2p_cliques() -> Result {
+        let mut t = Topology::new();
+        t.insert(Fake(10, 1), dist)?;
+        t.insert(Fake(11, 1), dist)?;
+        t.insert(Fake(12, 0), dist)?;
+        assert_eq!(
+            (t.group(0), t.group(1), t.group(2)),
+            (Some(0), Some(0), Some(1))
+        );
+        // The first member leaves: its group lives on in the second; a new
+        // device that reaches it joins it, one that does not gets a free id.
+        t.remove(0);
+        assert_eq!(t.insert(Fake(13, 1), dist)?, 0);
+        assert_eq!(t.group(0), Some(0));
+        t.insert(Fake(14, 2), dist)?;
+        assert_eq!(t.group(3), Some(2));
+        assert!(t.group(9).is_none());
         Ok(())
     }
 

@@ -248,6 +248,9 @@ pub(crate) fn stats(
         engine_vram_written: s.engine_vram_written.load(Relaxed),
         engine_sys_read: s.engine_sys_read.load(Relaxed),
         engine_sys_written: s.engine_sys_written.load(Relaxed),
+        engine_p2p_read: s.engine_p2p_read.load(Relaxed),
+        engine_p2p_written: s.engine_p2p_written.load(Relaxed),
+        from_peer: s.from_peer.load(Relaxed),
         reserved: [0; 4],
     };
     Ok(0)

@@ -47,6 +47,11 @@ pub(crate) struct Stats {
     pub(crate) engine_vram_written: Atomic<u64>,
     pub(crate) engine_sys_read: Atomic<u64>,
     pub(crate) engine_sys_written: Atomic<u64>,
+    /// Engine bytes in peers' VRAM over P2P.
+    pub(crate) engine_p2p_read: Atomic<u64>,
+    pub(crate) engine_p2p_written: Atomic<u64>,
+    /// Pages migrated into this device straight from a peer's VRAM.
+    pub(crate) from_peer: Atomic<u64>,
 }
 
 impl Stats {
@@ -64,6 +69,9 @@ impl Stats {
             engine_vram_written: Atomic::new(0),
             engine_sys_read: Atomic::new(0),
             engine_sys_written: Atomic::new(0),
+            engine_p2p_read: Atomic::new(0),
+            engine_p2p_written: Atomic::new(0),
+            from_peer: Atomic::new(0),
         }
     }
 }
@@ -88,6 +96,12 @@ pub(crate) struct Chunk {
 
 // SAFETY: `pool` is only read, and the pool is `Sync`.
 unsafe impl Send for Chunk {}
+
+// SAFETY: `owner` is a token compared by address, never dereferenced; the
+// rest of the pool is `Send` and `Sync` or behind its locks.
+unsafe impl Send for VramPool<'_> {}
+// SAFETY: see `Send`.
+unsafe impl Sync for VramPool<'_> {}
 // SAFETY: see `Send`.
 unsafe impl Sync for Chunk {}
 
@@ -121,6 +135,9 @@ type ChunkSlot = Option<Pin<KBox<Pagemap<Chunk>>>>;
 #[pin_data(PinnedDrop)]
 pub(crate) struct VramPool<'a> {
     bar: WcBar<'a>,
+    /// The `dev_private_owner` of this device's pages: its owner group's
+    /// token, shared with the peers it reaches over P2P.
+    owner: *const c_void,
     chunk_size: usize,
     nchunks: usize,
     /// The chunks, `None` until first needed.
@@ -135,7 +152,11 @@ pub(crate) struct VramPool<'a> {
 impl<'a> VramPool<'a> {
     /// A pool over `bar`, in chunks of `chunk_size` bytes (a multiple of the
     /// page size; the BAR's tail that does not fill a chunk is not used).
-    pub(crate) fn new(bar: WcBar<'a>, chunk_size: usize) -> Result<Pin<KBox<Self>>> {
+    pub(crate) fn new(
+        bar: WcBar<'a>,
+        chunk_size: usize,
+        owner: *const c_void,
+    ) -> Result<Pin<KBox<Self>>> {
         if chunk_size == 0 || chunk_size % PAGE_SIZE != 0 {
             return Err(EINVAL);
         }
@@ -150,6 +171,7 @@ impl<'a> VramPool<'a> {
         KBox::pin_init(
             try_pin_init!(Self {
                 bar,
+                owner,
                 chunk_size,
                 nchunks,
                 chunks <- new_mutex!(slots),
@@ -160,9 +182,9 @@ impl<'a> VramPool<'a> {
         )
     }
 
-    /// The `dev_private_owner` of this device's pages.
+    /// The `dev_private_owner` of this device's pages (and its group's).
     pub(crate) fn owner(&self) -> *const c_void {
-        core::ptr::from_ref(self).cast()
+        self.owner
     }
 
     /// The BAR window.
@@ -185,11 +207,33 @@ impl<'a> VramPool<'a> {
         self.chunks.lock().iter().filter(|c| c.is_some()).count()
     }
 
+    /// The pool and BAR offset of device page `page`, if it belongs to this
+    /// device's owner group (this device or a P2P peer).
+    ///
+    /// The peer's pool stays alive while the caller holds `page` (locked by
+    /// a migration, or protected by the mirror lock): the pool tears down
+    /// its chunks, evicting their pages first, before it goes.
+    pub(crate) fn locate(&self, page: PageRef) -> Option<(&VramPool<'static>, usize)> {
+        // SAFETY: every pagemap with our group's owner is a
+        // `Pagemap<Chunk>` of an msvm pool.
+        let map = unsafe { pagemap::map_of::<Chunk>(page, self.owner) }?;
+        let chunk = map.data();
+        Some((chunk.pool(), chunk.base + map.index_of(page)? * PAGE_SIZE))
+    }
+
     /// The BAR offset of device page `page`, if it is one of this pool's.
     pub(crate) fn offset_of(&self, page: PageRef) -> Option<usize> {
-        // SAFETY: every pagemap with our owner is a `Pagemap<Chunk>` of ours.
-        let map = unsafe { pagemap::map_of::<Chunk>(page, self.owner()) }?;
-        Some(map.data().base + map.index_of(page)? * PAGE_SIZE)
+        self.locate(page)
+            .filter(|(p, _)| self.is(p))
+            .map(|(_, off)| off)
+    }
+
+    /// Whether `other` is this pool.
+    pub(crate) fn is(&self, other: &VramPool<'_>) -> bool {
+        core::ptr::eq(
+            core::ptr::from_ref(self).cast::<u8>(),
+            core::ptr::from_ref(other).cast::<u8>(),
+        )
     }
 }
 

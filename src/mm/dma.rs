@@ -47,6 +47,44 @@ impl Drop for DmaPage<'_> {
     }
 }
 
+/// A page of a peer device's memory (a piece of its BAR) mapped for P2P
+/// access by one device, unmapped on drop.
+///
+/// This is the one place that decides how a device reaches a peer's
+/// memory: today `dma_map_resource` of the peer's BAR (what upstream's
+/// drm_pagemap does); P2P pages of a published `pci_p2pdma` region would fit
+/// behind the same type.
+///
+/// # Invariants
+///
+/// `addr` is a live mapping of one page at `phys` for `dev`.
+pub(crate) struct PeerMap<'a> {
+    dev: &'a device::Device<Bound>,
+    addr: u64,
+}
+
+impl<'a> PeerMap<'a> {
+    /// Maps the page of peer memory at CPU physical address `phys` for `dev`.
+    pub(crate) fn map(dev: &'a device::Device<Bound>, phys: u64) -> Option<Self> {
+        // SAFETY: `dev` is live (the borrow); `phys` is a page of a peer's
+        // BAR that the caller keeps mapped while this mapping lives.
+        let addr = unsafe { b::msvm_dma_map_resource(raw(dev), phys) };
+        (addr != 0).then_some(Self { dev, addr })
+    }
+
+    /// The device-visible (bus) address of the peer page.
+    pub(crate) fn addr(&self) -> u64 {
+        self.addr
+    }
+}
+
+impl Drop for PeerMap<'_> {
+    fn drop(&mut self) {
+        // SAFETY: a live mapping for `dev` (invariant).
+        unsafe { b::msvm_dma_unmap_resource(raw(self.dev), self.addr) };
+    }
+}
+
 /// `device::Device` is `#[repr(transparent)]` over `Opaque<bindings::device>`.
 fn raw(dev: &device::Device<Bound>) -> *mut bindings::device {
     core::ptr::from_ref(dev)

@@ -29,6 +29,8 @@ use super::pci::raw_pci_dev;
 pub(crate) struct WcBar<'a> {
     pdev: &'a pci::Device<Bound>,
     bar: i32,
+    /// CPU physical address of the BAR (the resource start).
+    phys: u64,
     base: NonNull<c_void>,
     len: usize,
 }
@@ -44,6 +46,7 @@ impl<'a> WcBar<'a> {
     /// Requests BAR `bar` of `pdev` under `name` and maps it write-combined.
     pub(crate) fn new(pdev: &'a pci::Device<Bound>, bar: u32, name: &'static CStr) -> Result<Self> {
         let len = usize::try_from(pdev.resource_len(bar)?)?;
+        let phys = pdev.resource_start(bar)?;
         if len == 0 {
             return Err(ENODEV);
         }
@@ -64,9 +67,29 @@ impl<'a> WcBar<'a> {
         Ok(Self {
             pdev,
             bar: bar_i,
+            phys,
             base,
             len,
         })
+    }
+
+    /// CPU physical address of byte `offset` of the BAR: what a peer maps
+    /// for P2P access (see `super::dma::PeerMap`).
+    pub(crate) fn phys(&self, offset: usize) -> u64 {
+        self.phys + offset as u64
+    }
+
+    /// Copies the page at `src_off` of `src` (another device's BAR) to
+    /// `offset` of this one, through `stage`: a device-to-device copy.
+    pub(crate) fn copy_from_bar(
+        &self,
+        offset: usize,
+        src: &WcBar<'_>,
+        src_off: usize,
+        stage: &mut [u8; PAGE_SIZE],
+    ) -> Result {
+        src.read(src_off, stage)?;
+        self.write(offset, stage)
     }
 
     /// Size of the BAR in bytes.

@@ -24,7 +24,7 @@ extern "C" {
 #endif
 
 /* Bumped on every ABI addition. */
-#define MSVM_UAPI_VERSION 3
+#define MSVM_UAPI_VERSION 4
 
 /* At most this many msvm devices are bound at once. */
 #define MSVM_MAX_DEVICES 16
@@ -189,6 +189,10 @@ struct drm_msvm_migrate {
  * @engine_vram_written: bytes the engine wrote to this device's memory
  * @engine_sys_read: bytes the engine read from system RAM (DMA)
  * @engine_sys_written: bytes the engine wrote to system RAM (DMA)
+ * @engine_p2p_read: bytes the engine read from peers' memory over P2P
+ * @engine_p2p_written: bytes the engine wrote to peers' memory over P2P
+ * @from_peer: pages migrated into this device straight from a peer's
+ *             memory over P2P (no system RAM copy)
  * @reserved: zero
  */
 struct drm_msvm_stats {
@@ -206,6 +210,9 @@ struct drm_msvm_stats {
 	__u64 engine_vram_written;
 	__u64 engine_sys_read;
 	__u64 engine_sys_written;
+	__u64 engine_p2p_read;
+	__u64 engine_p2p_written;
+	__u64 from_peer;
 	__u64 reserved[4];
 };
 

@@ -118,27 +118,41 @@ fn stats() -> msvm_rt::Result<()> {
         return Ok(());
     }
     println!(
-        "{:<5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10}",
-        "gpu", "resident", "to_dev", "to_sys", "cpu_fault", "evicted", "no_vram", "chunks", "vram"
+        "{:<5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10}",
+        "gpu",
+        "resident",
+        "to_dev",
+        "from_peer",
+        "to_sys",
+        "cpu_fault",
+        "p2p_rw",
+        "evicted",
+        "chunks",
+        "vram"
     );
     for d in &devices {
         let i = d.query()?;
         let s = d.stats()?;
         println!(
-            "{:<5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10}",
+            "{:<5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10}",
             i.index,
             mib(s.resident * 4096),
             mib(s.to_device * 4096),
+            mib(s.from_peer * 4096),
             mib(s.to_system * 4096),
             s.cpu_faults,
+            mib(s.engine_p2p_read + s.engine_p2p_written),
             mib(s.evicted * 4096),
-            mib(s.no_vram * 4096),
             format!("{}/{}", s.chunks_live, s.vram_size / s.chunk_size.max(1)),
             mib(s.vram_size)
         );
     }
-    println!("(sizes in MiB; cpu_fault: CPU faults on device pages, each bringing home up to 64 KiB; chunks: live/total, {} MiB each)",
-        devices[0].stats()?.chunk_size >> 20);
+    println!(
+        "(sizes in MiB; from_peer: migrated in straight from a peer's memory; cpu_fault: CPU faults \
+         on device pages, each bringing home up to 64 KiB; p2p_rw: engine bytes read and written \
+         in peers' memory; chunks: live/total, {} MiB each)",
+        devices[0].stats()?.chunk_size >> 20
+    );
     Ok(())
 }
 

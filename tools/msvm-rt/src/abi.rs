@@ -4,7 +4,7 @@
 //! which compiles a small C program against the real header.
 
 /// `MSVM_UAPI_VERSION`.
-pub const MSVM_UAPI_VERSION: u32 = 3;
+pub const MSVM_UAPI_VERSION: u32 = 4;
 /// `MSVM_MAX_DEVICES`.
 pub const MSVM_MAX_DEVICES: u32 = 16;
 /// `MSVM_QUERY_SELF`.
@@ -118,6 +118,9 @@ pub struct DrmMsvmStats {
     pub engine_vram_written: u64,
     pub engine_sys_read: u64,
     pub engine_sys_written: u64,
+    pub engine_p2p_read: u64,
+    pub engine_p2p_written: u64,
+    pub from_peer: u64,
     pub reserved: [u64; 4],
 }
 

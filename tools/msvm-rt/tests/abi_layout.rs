@@ -41,7 +41,20 @@ fn c_layout() -> Vec<(String, u64)> {
                 "chunks_created",
                 "vram_size",
                 "chunk_size",
+                "engine_vram_read",
+                "engine_vram_written",
+                "engine_sys_read",
+                "engine_sys_written",
+                "engine_p2p_read",
+                "engine_p2p_written",
+                "from_peer",
                 "reserved",
+            ],
+        )
+        + &fields(
+            "drm_msvm_exec",
+            &[
+                "op", "flags", "addr", "length", "src", "value", "result", "migrated", "reserved",
             ],
         )
         + &fields(
@@ -177,9 +190,30 @@ fn layouts_match_the_c_header() {
             chunks_created,
             vram_size,
             chunk_size,
+            engine_vram_read,
+            engine_vram_written,
+            engine_sys_read,
+            engine_sys_written,
+            engine_p2p_read,
+            engine_p2p_written,
+            from_peer,
             reserved
         ]
     );
+    same!(
+        DrmMsvmExec,
+        "drm_msvm_exec",
+        [op, flags, addr, length, src, value, result, migrated, reserved]
+    );
+    for (name, v) in [
+        ("MSVM_EXEC_FILL", MSVM_EXEC_FILL),
+        ("MSVM_EXEC_COPY", MSVM_EXEC_COPY),
+        ("MSVM_EXEC_ATOMIC_ADD", MSVM_EXEC_ATOMIC_ADD),
+        ("MSVM_EXEC_CHECKSUM", MSVM_EXEC_CHECKSUM),
+        ("MSVM_EXEC_IN_PLACE", MSVM_EXEC_IN_PLACE),
+    ] {
+        assert_eq!(u64::from(v), get(name), "{name}");
+    }
     for (name, code) in request_codes() {
         assert_eq!(code, get(name), "{name}");
     }

@@ -11,6 +11,7 @@ mod cases;
 mod engine;
 mod fuzz;
 mod harness;
+mod multi;
 mod stress;
 mod svm;
 mod sysfs;
@@ -88,6 +89,7 @@ fn main() -> ExitCode {
                 cases::tests(),
                 svm::tests(),
                 engine::tests(),
+                multi::tests(),
                 unplug::rebind_tests(),
                 unplug::hotplug_tests(),
             ];
@@ -100,12 +102,14 @@ fn main() -> ExitCode {
             .into_iter()
             .chain(svm::tests())
             .chain(engine::tests())
+            .chain(multi::tests())
             .filter(|t| t.name.contains(filter))
             .collect(),
         None => cases::tests()
             .into_iter()
             .chain(svm::tests())
             .chain(engine::tests())
+            .chain(multi::tests())
             .collect(),
     };
     if harness::run(&tests) {
