@@ -16,7 +16,7 @@ msvm_stage hmm-bench "$MSVM_TOP/scripts/build.sh" hmm-bench
 "$MSVM_TOP/scripts/mkinitramfs.sh" "$B/bench-initramfs.cpio"
 rc=0
 python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
-	--initrd "$B/bench-initramfs.cpio" --gpus sw --vram 512M --mem 2G --cmd bench \
+	--initrd "$B/bench-initramfs.cpio" --gpus sw,sw,rp --vram 512M --mem 2G --cmd bench \
 	--quiet-boot --log "$B/bench-console.log" --timeout 1200 || rc=$?
 
 python3 - "$B/bench-console.log" <<'PY'
@@ -40,6 +40,16 @@ for size in ("64M", "256M"):
     if mc:
         print(f"{'memcpy_' + size:<22}{mc:>9.3f}")
 print()
+mp = {k: vals.get(k + "_64M") for k in ("local_checksum", "peer_inplace_checksum",
+      "migrate_then_checksum", "d2d_migrate_p2p", "d2d_migrate_via_ram")}
+if all(v for v in mp.values()):
+    print(f"{'GiB/s, 64 MiB':<32}{'':>9}")
+    for k, v in mp.items():
+        print(f"{k:<32}{v:>9.3f}")
+    print(f"{'peer in place / local':<32}{mp['peer_inplace_checksum'] / mp['local_checksum']:>8.2f}x")
+    print(f"{'peer in place / migrate+run':<32}{mp['peer_inplace_checksum'] / mp['migrate_then_checksum']:>8.2f}x")
+    print(f"{'d2d p2p / via RAM':<32}{mp['d2d_migrate_p2p'] / mp['d2d_migrate_via_ram']:>8.2f}x")
+    print()
 for k in sorted(vals):
     print(f"BENCH {k} {vals[k]:.3f} GiB/s")
 PY

@@ -4,6 +4,7 @@
 
 use kernel::{
     device::{Core, DeviceContext},
+    dma::Device as _,
     drm::{self, gem, ioctl},
     pci,
     prelude::*,
@@ -59,6 +60,11 @@ impl pci::Driver for MsvmDriver {
         let kind = info.ok_or(ENODEV)?;
         pdev.enable_device_mem()?;
         pdev.set_master();
+        // The engine reaches system pages and peers' BARs, which may lie
+        // anywhere in the 64-bit space (a large BAR goes above 4 GiB).
+        // SAFETY: probe runs before any DMA allocation or mapping of this
+        // device.
+        unsafe { pdev.dma_set_mask_and_coherent(kernel::dma::DmaMask::new::<64>())? };
         let gpu = Gpu::new(pdev, kind)?;
         let drm = drm::UnregisteredDevice::<Self>::new(pdev, Ok(()))?;
         // SAFETY: `reg` is stored in the `Binding`, which is dropped when the

@@ -18,4 +18,6 @@ for size in 64 256; do
 	done
 done
 echo always >$thp
+echo "== multi-device, 64 MiB"
+msvm-tests bench-p2p 64 || rc=1
 exit $rc

@@ -90,3 +90,60 @@ pub fn run(mib: usize, tag: &str) -> Result<(), String> {
     std::hint::black_box((sum, &q[0]));
     Ok(())
 }
+
+/// `msvm-tests bench-p2p SIZE_MIB`: execution out of a peer's memory and
+/// device-to-device migration, each timed once, as
+/// `BENCH <name>_<SIZE>M <GiB/s> GiB/s` lines.
+pub fn run_p2p(mib: usize) -> Result<(), String> {
+    let len = mib << 20;
+    let (a, b, c) = crate::multi::devices()?;
+    let p = buffer(len)?;
+    for (i, w) in p.iter_mut().enumerate() {
+        *w = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    let addr = p.as_ptr() as usize;
+    let report =
+        |name: &str, secs: f64| println!("BENCH {name}_{mib}M {:.3} GiB/s", gibps(len, secs));
+    let timed = |f: &dyn Fn() -> Result<(), String>| -> Result<f64, String> {
+        let t = Instant::now();
+        f()?;
+        Ok(t.elapsed().as_secs_f64())
+    };
+    // Every move must move every page, or a timing would measure nothing.
+    let mv = |d: &msvm_rt::Device, to| -> Result<(), String> {
+        let out = d.migrate(addr, len, to).map_err(|e| e.to_string())?;
+        if out.moved != (len / PAGE) as u64 {
+            return Err(format!("moved {out:?} of {} pages", len / PAGE));
+        }
+        Ok(())
+    };
+    let sum = |d: &msvm_rt::Device, in_place| {
+        d.exec(msvm_rt::Exec::Checksum, addr, len, in_place)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    };
+    mv(&a, Location::Device)?;
+    report("local_checksum", timed(&|| sum(&a, true))?);
+    mv(&b, Location::Device)?;
+    report("peer_inplace_checksum", timed(&|| sum(&a, true))?);
+    // Still on B: the default policy migrates it to A, then runs.
+    report("migrate_then_checksum", timed(&|| sum(&a, false))?);
+    mv(&b, Location::Device)?;
+    report("d2d_migrate_p2p", timed(&|| mv(&a, Location::Device))?);
+    // C is out of A's P2P reach: the data goes C -> RAM -> A.
+    mv(&a, Location::System)?;
+    mv(&c, Location::Device)?;
+    report(
+        "d2d_migrate_via_ram",
+        timed(&|| {
+            mv(&c, Location::System)?;
+            mv(&a, Location::Device)
+        })?,
+    );
+    for (i, &w) in p.iter().enumerate() {
+        if w != (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) {
+            return Err(format!("data lost at word {i}"));
+        }
+    }
+    Ok(())
+}

@@ -68,6 +68,19 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             };
         }
+        Some("bench-p2p") => {
+            let mib = std::env::args()
+                .nth(2)
+                .and_then(|m| m.parse().ok())
+                .unwrap_or(64);
+            return match bench::run_p2p(mib) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    println!("bench-p2p: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Some("rebind") => unplug::rebind_tests(),
         Some("hotplug") => unplug::hotplug_tests(),
         Some("hold") => {

@@ -59,6 +59,12 @@ fn roles() -> Result<Roles, String> {
     })
 }
 
+/// The P2P pair and the isolated device, each with a VM of this process.
+pub fn devices() -> Result<(Device, Device, Device), String> {
+    let r = roles()?;
+    Ok((r.a, r.b, r.c))
+}
+
 fn st(d: &Device) -> Result<Stats, String> {
     d.stats().map_err(|e| e.to_string())
 }
