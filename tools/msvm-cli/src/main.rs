@@ -158,12 +158,18 @@ fn stats() -> msvm_rt::Result<()> {
 
 fn demo(mib: usize) -> msvm_rt::Result<()> {
     use msvm_rt::{Exec, Location};
-    let Some(node) = Device::render_nodes()?.into_iter().next() else {
+    let mut devs = Vec::new();
+    for node in Device::render_nodes()? {
+        let d = Device::open(node)?;
+        d.vm_create()?;
+        let i = d.query()?;
+        devs.push((i, d));
+    }
+    devs.sort_by_key(|(i, _)| i.index);
+    let Some((_, g0)) = devs.first() else {
         println!("msvm: no devices (is msvm.ko loaded?)");
         return Ok(());
     };
-    let dev = Device::open(node)?;
-    dev.vm_create()?;
     let len = mib << 20;
     // A page-aligned buffer of this process, written by the CPU.
     let mut buf = vec![0u64; len / 8 + 512];
@@ -181,53 +187,82 @@ fn demo(mib: usize) -> msvm_rt::Result<()> {
             })
     };
     let cpu_sum = fnv(words);
-    let s0 = dev.stats()?;
-    let t = std::time::Instant::now();
-    let out = dev.migrate(addr, len, Location::Device)?;
-    println!(
-        "1. MIGRATE {mib} MiB to gpu0: {} pages moved in {:.0} ms",
-        out.moved,
-        t.elapsed().as_secs_f64() * 1e3
-    );
-    let s1 = dev.stats()?;
-    println!(
-        "   gpu0 now holds {} MiB of this process ({} chunks live)",
-        (s1.resident * 4096) >> 20,
-        s1.chunks_live
-    );
-    let sum = dev.exec(Exec::Checksum, addr, len, false)?;
-    let s2 = dev.stats()?;
-    println!(
-        "2. EXEC CHECKSUM on gpu0: {:#018x} ({}), engine read {} MiB from VRAM, {} MiB from RAM",
-        sum.result,
-        if sum.result == cpu_sum {
+    let same = |r: u64| {
+        if r == cpu_sum {
             "equal to the CPU's"
         } else {
             "DIFFERENT from the CPU's"
-        },
-        (s2.engine_vram_read - s1.engine_vram_read) >> 20,
-        (s2.engine_sys_read - s1.engine_sys_read) >> 20
+        }
+    };
+    let m = |pages: u64| (pages * 4096) >> 20;
+    let b = |bytes: u64| bytes >> 20;
+
+    let t = std::time::Instant::now();
+    let out = g0.migrate(addr, len, Location::Device)?;
+    println!(
+        "1. MIGRATE {mib} MiB to gpu0: {} pages moved in {:.0} ms; gpu0 now holds {} MiB of this process",
+        out.moved,
+        t.elapsed().as_secs_f64() * 1e3,
+        m(g0.stats()?.resident)
     );
+    let s0 = g0.stats()?;
+    let sum = g0.exec(Exec::Checksum, addr, len, false)?;
+    let s1 = g0.stats()?;
+    println!(
+        "2. EXEC CHECKSUM on gpu0: {:#018x}, {}; read {} MiB from its VRAM",
+        sum.result,
+        same(sum.result),
+        b(s1.engine_vram_read - s0.engine_vram_read)
+    );
+    // A peer of gpu0 over P2P, and a device out of its reach.
+    let peer = devs
+        .iter()
+        .find(|(i, _)| devs[0].0.peers.iter().any(|p| p.p2p && p.index == i.index));
+    let far = devs
+        .iter()
+        .find(|(i, _)| devs[0].0.peers.iter().any(|p| !p.p2p && p.index == i.index));
+    if let Some((pi, pd)) = peer {
+        let p0 = pd.stats()?;
+        let sum = pd.exec(Exec::Checksum, addr, len, true)?;
+        let p1 = pd.stats()?;
+        println!(
+            "3. EXEC CHECKSUM on gpu{} in place: {}; read {} MiB from gpu0 over P2P, migrated {} pages, \
+             gpu0 still holds {} MiB",
+            pi.index,
+            same(sum.result),
+            b(p1.engine_p2p_read - p0.engine_p2p_read),
+            sum.migrated,
+            m(g0.stats()?.resident)
+        );
+    }
+    if let Some((fi, fd)) = far {
+        g0.migrate(addr, len, Location::System)?;
+        let f0 = fd.stats()?;
+        let sum = fd.exec(Exec::Checksum, addr, len, false)?;
+        let f1 = fd.stats()?;
+        println!(
+            "4. gpu{} has no P2P path to gpu0: the data came home, then EXEC on gpu{} migrated {} pages to it: {}",
+            fi.index,
+            fi.index,
+            f1.to_device - f0.to_device,
+            same(sum.result)
+        );
+    }
     let ok = words
         .iter()
         .enumerate()
         .all(|(i, &w)| w == (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    let s3 = dev.stats()?;
+    let faults: u64 = devs
+        .iter()
+        .map(|(_, d)| d.stats().map(|s| s.cpu_faults).unwrap_or(0))
+        .sum();
     println!(
-        "3. CPU reads the buffer: {} ({} faults brought {} MiB home)",
+        "5. CPU reads the buffer: {} (CPU faults so far on all GPUs: {faults})",
         if ok {
             "every byte intact"
         } else {
             "DATA DIFFERS"
-        },
-        s3.cpu_faults - s2.cpu_faults,
-        ((s3.to_system - s2.to_system) * 4096) >> 20
-    );
-    println!(
-        "   gpu0 holds {} MiB again; in all {} MiB went to the device and {} MiB came back",
-        (s3.resident * 4096) >> 20,
-        ((s3.to_device - s0.to_device) * 4096) >> 20,
-        ((s3.to_system - s0.to_system) * 4096) >> 20
+        }
     );
     Ok(())
 }
