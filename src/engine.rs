@@ -77,6 +77,35 @@ impl MirrorOps for VmMirror {
     }
 }
 
+/// Faults `[start, start + len)` of `mm` in for reading through `mirror`
+/// with device-private owner `owner`: pages on devices outside the owner's
+/// group are migrated home by their device. Best effort: an error (the
+/// mapping changed meanwhile) leaves the rest to the caller's next step.
+pub(crate) fn fault_in(
+    mm: &MmWithUser,
+    mirror: &Mirror<VmMirror>,
+    owner: *const core::ffi::c_void,
+    start: usize,
+    len: usize,
+) {
+    let Ok(mut pfns) = KVec::from_elem(0usize, WINDOW, GFP_KERNEL) else {
+        return;
+    };
+    let end = start + len;
+    let mut addr = start;
+    while addr < end {
+        let n = ((end - addr) / PAGE_SIZE).min(WINDOW);
+        loop {
+            let seq = mirror.read_begin();
+            match mirror.fault(mm, seq, addr, &mut pfns[..n], false, owner) {
+                Err(e) if e == EBUSY => continue,
+                _ => break,
+            }
+        }
+        addr += n * PAGE_SIZE;
+    }
+}
+
 /// What a job does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Op {

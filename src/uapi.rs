@@ -22,9 +22,9 @@ use kernel::{
 
 use crate::device::Gpu;
 use crate::driver::MsvmDevice;
-use crate::engine::{Engine, Job, Op};
+use crate::engine::{fault_in, Engine, Job, Op};
 use crate::file::File;
-use crate::migrate::{migrate_range, Direction};
+use crate::migrate::{migrate_range, Direction, Outcome};
 use crate::mm::abi::{
     drm_msvm_exec, drm_msvm_migrate, drm_msvm_peer, drm_msvm_query, drm_msvm_stats,
     drm_msvm_vm_create, drm_msvm_vm_destroy, MSVM_EXEC_ATOMIC_ADD, MSVM_EXEC_CHECKSUM,
@@ -210,8 +210,24 @@ pub(crate) fn migrate(
 ) -> Result<u32> {
     let req = MigrateRequest::decode(arg)?;
     let f = file.inner();
-    let mm = f.vm.lock().as_ref().ok_or(ENOENT)?.mm_for_current()?;
-    let out = migrate_range(gpu.vram(), &mm, req.start, req.len, req.dir)?;
+    let vm = f.vm.lock();
+    let vm = vm.as_ref().ok_or(ENOENT)?;
+    let mm = vm.mm_for_current()?;
+    let pool = gpu.vram();
+    let mut out = migrate_range(pool, &mm, req.start, req.len, req.dir)?;
+    if req.dir == Direction::ToDevice && out.busy > 0 {
+        // Pages on a device out of this one's P2P reach are not collected:
+        // fault them home through the VM's mirror (their device migrates
+        // them to RAM), then move what is now movable.
+        fault_in(&mm, vm.mirror(), pool.owner(), req.start, req.len);
+        let again = migrate_range(pool, &mm, req.start, req.len, req.dir)?;
+        out = Outcome {
+            moved: out.moved + again.moved,
+            already: again.already - out.moved.min(again.already),
+            busy: again.busy,
+            no_vram: again.no_vram,
+        };
+    }
     arg.moved = out.moved;
     arg.already = out.already;
     arg.busy = out.busy;

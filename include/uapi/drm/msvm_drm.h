@@ -134,8 +134,10 @@ struct drm_msvm_vm_destroy {
  *
  * Moves the pages of [@addr, @addr + @length) of the VM's process to this
  * device's memory (MSVM_MIGRATE_TO_DEVICE) or back to system RAM
- * (MSVM_MIGRATE_TO_SYSTEM). Partial success is success: the counters say
- * what happened to every page of the range (they add up to @length / 4096).
+ * (MSVM_MIGRATE_TO_SYSTEM). Pages on a peer device move too: straight from
+ * its memory over P2P when this device reaches it, through system RAM when
+ * not. Partial success is success: the counters say what happened to every
+ * page of the range (they add up to @length / 4096).
  *
  * Errors: -EINVAL: @addr or @length not 4 KiB aligned, @length zero, the
  * range wraps, @to unknown, non-zero @flags/@pad/@reserved; -EFAULT: a page

@@ -22,6 +22,10 @@ pub fn tests() -> Vec<Test> {
             name: "unreachable_peer_memory_comes_home_for_exec",
             run: unreachable_peer,
         },
+        Test {
+            name: "migrate_from_unreachable_peer_goes_through_ram",
+            run: migrate_from_unreachable,
+        },
     ]
 }
 
@@ -207,4 +211,32 @@ fn unreachable_peer() -> Outcome {
         c1.to_system - c0.to_system
     );
     verify(m.bytes(), 203)
+}
+
+/// Data on C, out of A's reach; MIGRATE to A moves it anyway, through RAM:
+/// C sends it home, A takes it from there.
+fn migrate_from_unreachable() -> Outcome {
+    let r = roles()?;
+    let len = 64 * PAGE;
+    let mut m = Map::new(len)?;
+    fill(m.bytes_mut(), 204);
+    park(&r.c, &m)?;
+    let (a0, c0) = (st(&r.a)?, st(&r.c)?);
+    let out =
+        r.a.migrate(m.addr(), len, Location::Device)
+            .map_err(|e| e.to_string())?;
+    check!(out.moved == 64 && out.total() == 64, "{out:?}");
+    let (a1, c1) = (st(&r.a)?, st(&r.c)?);
+    check!(
+        c1.to_system - c0.to_system == 64,
+        "C sent {} pages home",
+        c1.to_system - c0.to_system
+    );
+    check!(a1.from_peer == a0.from_peer, "counted as a P2P copy");
+    check!(
+        a1.resident - a0.resident == 64,
+        "A holds {}",
+        a1.resident - a0.resident
+    );
+    verify(m.bytes(), 204)
 }
