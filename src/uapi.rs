@@ -52,7 +52,15 @@ struct QueryRequest {
 
 impl QueryRequest {
     fn decode(arg: &drm_msvm_query) -> Result<Self> {
-        all_zero(&[arg.flags.into(), arg.pad.into()], &arg.reserved)?;
+        all_zero(
+            &[
+                arg.flags.into(),
+                arg.pad.into(),
+                arg.owner_group.into(),
+                arg.pad2.into(),
+            ],
+            &arg.reserved,
+        )?;
         let device = match arg.device {
             MSVM_QUERY_SELF => None,
             d if (d as usize) < MAX_DEVICES => Some(d as usize),
@@ -95,7 +103,7 @@ pub(crate) fn query(
 
     // Snapshot under the lock; copy to user space after dropping it.
     let mut records = [0u8; MAX_DEVICES * PEER_SIZE];
-    let (pci, vram_size, num_devices, num_peers) = {
+    let (pci, vram_size, num_devices, num_peers, group) = {
         let topo = TOPOLOGY.lock();
         let node = topo.get(index).ok_or(ENOENT)?;
         let mut n = 0;
@@ -103,7 +111,13 @@ pub(crate) fn query(
             records[n * PEER_SIZE..(n + 1) * PEER_SIZE].copy_from_slice(&encode_peer(&peer));
             n += 1;
         }
-        (node.pci, node.vram_size, topo.len(), n)
+        (
+            node.pci,
+            node.vram_size,
+            topo.len(),
+            n,
+            topo.group(index).unwrap_or(index),
+        )
     };
 
     let fill = num_peers.min(req.capacity);
@@ -121,6 +135,7 @@ pub(crate) fn query(
     arg.pci_bdf = pci.bdf.into();
     arg.vram_size = vram_size;
     arg.num_peers = num_peers as u32;
+    arg.owner_group = group as u32;
     Ok(0)
 }
 
@@ -390,7 +405,7 @@ mod tests {
             Err(EINVAL)
         );
         let mut q = valid();
-        q.reserved[3] = 1;
+        q.reserved[2] = 1;
         assert_eq!(QueryRequest::decode(&q), Err(EINVAL));
     }
 

@@ -24,7 +24,7 @@ extern "C" {
 #endif
 
 /* Bumped on every ABI addition. */
-#define MSVM_UAPI_VERSION 4
+#define MSVM_UAPI_VERSION 5
 
 /* At most this many msvm devices are bound at once. */
 #define MSVM_MAX_DEVICES 16
@@ -71,6 +71,10 @@ struct drm_msvm_peer {
  *             (-EFAULT if it is not writable for @num_peers entries)
  * @flags: must be zero
  * @pad: must be zero
+ * @owner_group: out: the device's owner group: devices of one group reach
+ *               each other over P2P and work on each other's memory in
+ *               place
+ * @pad2: must be zero
  * @reserved: must be zero
  */
 struct drm_msvm_query {
@@ -86,7 +90,9 @@ struct drm_msvm_query {
 	__u64 peers_ptr;
 	__u32 flags;
 	__u32 pad;
-	__u64 reserved[4];
+	__u32 owner_group;
+	__u32 pad2;
+	__u64 reserved[3];
 };
 
 /**

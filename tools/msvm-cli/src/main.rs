@@ -75,16 +75,24 @@ fn info() -> msvm_rt::Result<()> {
         infos.len(),
         infos[0].0.version
     );
-    println!("{:<5} {:<20} {:<13} {:>10}", "gpu", "node", "pci", "vram");
+    println!(
+        "{:<5} {:<20} {:<13} {:>10} {:>6}",
+        "gpu", "node", "pci", "vram", "group"
+    );
     for (i, d) in &infos {
         println!(
-            "{:<5} {:<20} {:<13} {:>10}",
+            "{:<5} {:<20} {:<13} {:>10} {:>6}",
             i.index,
             d.path().display(),
             i.pci.to_string(),
-            mib(i.vram_size)
+            mib(i.vram_size),
+            i.owner_group
         );
     }
+    println!();
+    println!(
+        "(group: owner group; GPUs of one group work on each other's memory in place over P2P)"
+    );
     println!();
     println!("P2P matrix (row reads column's memory: pci_p2pdma distance, '-' = no P2P path):");
     print!("{:<6}", "");
@@ -284,6 +292,7 @@ fn query(node: Option<PathBuf>, device: Option<u32>) -> msvm_rt::Result<()> {
     println!("num_devices: {}", i.num_devices);
     println!("pci:         {}", i.pci);
     println!("vram_size:   {} ({})", i.vram_size, mib(i.vram_size));
+    println!("owner_group: {}", i.owner_group);
     for p in &i.peers {
         match p.distance {
             Some(d) => println!("peer gpu{}:   P2P, distance {d}", p.index),

@@ -4,7 +4,7 @@
 //! which compiles a small C program against the real header.
 
 /// `MSVM_UAPI_VERSION`.
-pub const MSVM_UAPI_VERSION: u32 = 4;
+pub const MSVM_UAPI_VERSION: u32 = 5;
 /// `MSVM_MAX_DEVICES`.
 pub const MSVM_MAX_DEVICES: u32 = 16;
 /// `MSVM_QUERY_SELF`.
@@ -69,7 +69,9 @@ pub struct DrmMsvmQuery {
     pub peers_ptr: u64,
     pub flags: u32,
     pub pad: u32,
-    pub reserved: [u64; 4],
+    pub owner_group: u32,
+    pub pad2: u32,
+    pub reserved: [u64; 3],
 }
 
 /// `struct drm_msvm_vm_create` (and `struct drm_msvm_vm_destroy`, which

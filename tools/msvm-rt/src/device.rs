@@ -67,6 +67,9 @@ pub struct DeviceInfo {
     pub num_devices: u32,
     pub pci: PciAddr,
     pub vram_size: u64,
+    /// Owner group: the devices of one group work on each other's memory in
+    /// place over P2P.
+    pub owner_group: u32,
     /// Every other msvm device, by index.
     pub peers: Vec<PeerInfo>,
 }
@@ -230,6 +233,7 @@ impl Device {
             num_devices: arg.num_devices,
             pci: PciAddr::from_abi(arg.pci_domain, arg.pci_bdf),
             vram_size: arg.vram_size,
+            owner_group: arg.owner_group,
             peers: peers
                 .into_iter()
                 .map(|p| PeerInfo {

@@ -72,6 +72,8 @@ fn c_layout() -> Vec<(String, u64)> {
                 "peers_ptr",
                 "flags",
                 "pad",
+                "owner_group",
+                "pad2",
                 "reserved",
             ],
         );
@@ -158,6 +160,8 @@ fn layouts_match_the_c_header() {
             peers_ptr,
             flags,
             pad,
+            owner_group,
+            pad2,
             reserved
         ]
     );

@@ -194,6 +194,22 @@ fn harness_topology() -> Outcome {
         .filter(|x| *x != a && *x != b)
         .collect();
     check!(isolated.len() == 1, "isolated {isolated:?}");
+    // The pair shares an owner group; the isolated device has its own.
+    let group = |x: u32| {
+        all.iter()
+            .find(|(_, _, i)| i.index == x)
+            .map(|(_, _, i)| i.owner_group)
+    };
+    check!(
+        group(a) == group(b),
+        "P2P pair in groups {:?} and {:?}",
+        group(a),
+        group(b)
+    );
+    check!(
+        group(isolated[0]) != group(a),
+        "isolated device shares the pair's group"
+    );
     Ok(())
 }
 
@@ -330,8 +346,16 @@ fn reserved_fields_einval() -> Outcome {
                 ..base
             },
         ),
+        (
+            "owner_group (output only)",
+            DrmMsvmQuery {
+                owner_group: 1,
+                ..base
+            },
+        ),
+        ("pad2", DrmMsvmQuery { pad2: 1, ..base }),
     ];
-    for i in 0..4 {
+    for i in 0..3 {
         let mut q = base;
         q.reserved[i] = 1 << i;
         cases.push(("reserved", q));

@@ -109,7 +109,7 @@ fn call(r: &mut Rng, dev: &Device, arena: usize) -> (&'static str, Result<(), Er
                 ..Default::default()
             };
             if !valid && r.below(4) == 0 {
-                q.reserved[r.below(4) as usize] = r.next();
+                q.reserved[r.below(3) as usize] = r.next();
             }
             let res = err(dev.query_raw(&mut q));
             (
