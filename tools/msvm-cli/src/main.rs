@@ -188,11 +188,8 @@ fn demo(mib: usize) -> msvm_rt::Result<()> {
     }
     let addr = words.as_ptr() as usize;
     let fnv = |ws: &[u64]| {
-        ws.iter()
-            .flat_map(|w| w.to_ne_bytes())
-            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-                (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-            })
+        let bytes: Vec<u8> = ws.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        msvm_rt::checksum(&bytes)
     };
     let cpu_sum = fnv(words);
     let same = |r: u64| {

@@ -116,6 +116,14 @@ pub enum Exec {
     Checksum,
 }
 
+/// The 64-bit FNV-1a hash of `bytes`: what `Exec::Checksum` computes, for
+/// checking its result on the CPU.
+pub fn checksum(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
 /// What an engine job returned.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ExecOutcome {
@@ -410,6 +418,14 @@ mod tests {
         v.sort_by_key(|p| node_minor(p));
         assert_eq!(v[0], Path::new("/dev/dri/renderD128"));
         assert_eq!(v[2], Path::new("/dev/dri/renderD1000"));
+    }
+
+    #[test]
+    fn checksum_is_fnv1a_64() {
+        // Reference values of FNV-1a 64.
+        assert_eq!(checksum(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(checksum(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(checksum(b"foobar"), 0x8594_4171_f739_67e8);
     }
 
     #[test]

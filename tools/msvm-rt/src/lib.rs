@@ -13,6 +13,7 @@ mod device;
 mod error;
 
 pub use device::{
-    Device, DeviceInfo, Exec, ExecOutcome, Location, MigrateOutcome, PciAddr, PeerInfo, Stats,
+    checksum, Device, DeviceInfo, Exec, ExecOutcome, Location, MigrateOutcome, PciAddr, PeerInfo,
+    Stats,
 };
 pub use error::{Error, Result};

@@ -51,16 +51,6 @@ pub fn tests() -> Vec<Test> {
     ]
 }
 
-/// FNV-1a, 64-bit, as the engine computes it.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
-
 fn exec(
     dev: &Device,
     job: Exec,
@@ -151,7 +141,7 @@ fn checksum_matches_cpu() -> Outcome {
     let mut m = Map::new((3 << 20) + 5 * PAGE)?;
     fill(m.bytes_mut(), 41);
     let (a, n) = (m.addr() + 24, m.len() - 64);
-    let want = fnv1a(&m.bytes()[24..24 + n]);
+    let want = msvm_rt::checksum(&m.bytes()[24..24 + n]);
     let in_place = exec(&dev, Exec::Checksum, a, n, true)?;
     check!(
         in_place.result == want,
@@ -236,7 +226,7 @@ fn sees_remapped_memory() -> Outcome {
         )
     }
     .map_err(|e| e.to_string())?;
-    let zero = fnv1a(&vec![0u8; m.len()]);
+    let zero = msvm_rt::checksum(&vec![0u8; m.len()]);
     let got = exec(&dev, Exec::Checksum, m.addr(), m.len(), false)?.result;
     check!(
         got == zero,
@@ -324,7 +314,7 @@ fn errors() -> Outcome {
     );
     let sum = exec(&dev, Exec::Checksum, ro.addr(), ro.len(), true)?;
     check!(
-        sum.result == fnv1a(&vec![0u8; ro.len()]),
+        sum.result == msvm_rt::checksum(&vec![0u8; ro.len()]),
         "checksum of read-only memory"
     );
     // PROT_NONE: EACCES for any job.

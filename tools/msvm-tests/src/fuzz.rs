@@ -80,9 +80,24 @@ fn small(r: &mut Rng) -> u32 {
     }
 }
 
+/// Whether `res` is documented for MIGRATE and EXEC. `EPERM` is: a forked
+/// child sharing the file may have created the VM (which is then its own).
+fn memory_ioctl_errno(res: Result<(), Errno>) -> bool {
+    matches!(
+        res,
+        Ok(())
+            | Err(Errno::EINVAL
+                | Errno::EFAULT
+                | Errno::EACCES
+                | Errno::ENOENT
+                | Errno::EPERM
+                | Errno::ENOMEM
+                | Errno::ENOSPC)
+    )
+}
+
 /// One random call; returns the errno if it failed, and whether that errno
-/// is documented for it. `EPERM` is: a forked child sharing the file may
-/// have created the VM (which is then its own).
+/// is documented for it.
 fn call(r: &mut Rng, dev: &Device, arena: usize) -> (&'static str, Result<(), Errno>, bool) {
     let valid = r.below(3) == 0;
     let err = |res: msvm_rt::Result<()>| res.map_err(|e| e.errno().unwrap_or(Errno::EIO));
@@ -157,17 +172,7 @@ fn call(r: &mut Rng, dev: &Device, arena: usize) -> (&'static str, Result<(), Er
                 m.reserved[r.below(2) as usize] = r.next();
             }
             let res = err(dev.migrate_raw(&mut m));
-            let ok = matches!(
-                res,
-                Ok(())
-                    | Err(Errno::EINVAL
-                        | Errno::EFAULT
-                        | Errno::EACCES
-                        | Errno::ENOENT
-                        | Errno::ENOMEM
-                        | Errno::ENOSPC)
-            );
-            ("MIGRATE", res, ok || res == Err(Errno::EPERM))
+            ("MIGRATE", res, memory_ioctl_errno(res))
         }
         5 => {
             let mut e = DrmMsvmExec {
@@ -191,17 +196,7 @@ fn call(r: &mut Rng, dev: &Device, arena: usize) -> (&'static str, Result<(), Er
                 e.value = r.next();
             }
             let res = err(dev.exec_raw(&mut e));
-            let ok = matches!(
-                res,
-                Ok(())
-                    | Err(Errno::EINVAL
-                        | Errno::EFAULT
-                        | Errno::EACCES
-                        | Errno::ENOENT
-                        | Errno::ENOMEM
-                        | Errno::ENOSPC)
-            );
-            ("EXEC", res, ok || res == Err(Errno::EPERM))
+            ("EXEC", res, memory_ioctl_errno(res))
         }
         _ => {
             let mut s = DrmMsvmStats::default();

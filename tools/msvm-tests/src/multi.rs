@@ -73,12 +73,6 @@ fn st(d: &Device) -> Result<Stats, String> {
     d.stats().map_err(|e| e.to_string())
 }
 
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
 fn park(d: &Device, m: &Map) -> Outcome {
     let out = d
         .migrate(m.addr(), m.len(), Location::Device)
@@ -100,7 +94,10 @@ fn exec_on_peer_memory() -> Outcome {
     let sum =
         r.a.exec(Exec::Checksum, m.addr(), len, true)
             .map_err(|e| e.to_string())?;
-    check!(sum.result == fnv1a(&want), "checksum over P2P differs");
+    check!(
+        sum.result == msvm_rt::checksum(&want),
+        "checksum over P2P differs"
+    );
     check!(sum.migrated == 0, "migrated {}", sum.migrated);
     let (a1, b1) = (st(&r.a)?, st(&r.b)?);
     check!(
@@ -194,7 +191,7 @@ fn unreachable_peer() -> Outcome {
     let sum =
         r.a.exec(Exec::Checksum, m.addr(), len, true)
             .map_err(|e| e.to_string())?;
-    check!(sum.result == fnv1a(&want), "checksum differs");
+    check!(sum.result == msvm_rt::checksum(&want), "checksum differs");
     let (a1, c1) = (st(&r.a)?, st(&r.c)?);
     check!(
         a1.engine_p2p_read == a0.engine_p2p_read,

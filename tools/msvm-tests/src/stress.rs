@@ -38,12 +38,6 @@ fn expected(c: Content, len: usize) -> Vec<u8> {
     v
 }
 
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
 struct Rng(u64);
 impl Rng {
     fn below(&mut self, n: u64) -> u64 {
@@ -90,7 +84,7 @@ fn worker(seed: u64, deadline: Instant) -> Result<(u64, u64), String> {
                 let got = dev
                     .exec(Exec::Checksum, m.addr(), REGION, r.below(2) == 0)
                     .map_err(|e| format!("checksum: {e}"))?;
-                if got.result != fnv1a(&expected(c, REGION)) {
+                if got.result != msvm_rt::checksum(&expected(c, REGION)) {
                     return Err("engine checksum differs from what the region must hold".into());
                 }
                 verified += REGION as u64;

@@ -734,10 +734,7 @@ fn shared_and_file_backed() -> Outcome {
             .map_err(|e| e.to_string())?;
         check!(out.moved == 0 && out.busy == 16, "{what}: {out:?}");
         verify(b, 97).map_err(|e| format!("{what}: {e}"))?;
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for &x in b.iter() {
-            h = (h ^ u64::from(x)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
+        let h = msvm_rt::checksum(b);
         let sum = dev
             .exec(msvm_rt::Exec::Checksum, p.as_ptr() as usize, len, true)
             .map_err(|e| format!("{what}: {e}"))?;
@@ -826,9 +823,7 @@ fn mremap_on_device() -> Outcome {
         .map_err(|e| e.to_string())?;
     let mut want = vec![0u8; 16 * PAGE];
     fill(&mut want, 111);
-    let h = want.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
-        (h ^ u64::from(x)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
+    let h = msvm_rt::checksum(&want);
     check!(
         sum.result == h,
         "engine checksum at the new address differs"
