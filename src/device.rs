@@ -4,7 +4,17 @@
 
 use kernel::fmt;
 
-use kernel::{device::Bound, pci, prelude::*, sync::aref::ARef};
+use core::ops::Deref;
+
+use kernel::{
+    device::Bound,
+    pci,
+    prelude::*,
+    sync::{
+        aref::ARef,
+        atomic::{Acquire, Relaxed, Release},
+    },
+};
 
 use crate::mm::{iomem::WcBar, pci as mmpci};
 use crate::topology::TOPOLOGY;
@@ -54,6 +64,61 @@ pub(crate) struct GpuNode {
     pub(crate) pdev: ARef<pci::Device>,
     pub(crate) pci: PciAddr,
     pub(crate) vram_size: u64,
+    /// The device's memory while it takes new users: set once the pool
+    /// exists, cleared when the device starts going away.
+    pool: Option<PoolPtr>,
+}
+
+/// The address of a device's pool, as the topology keeps it.
+#[derive(Clone, Copy)]
+struct PoolPtr(*const VramPool<'static>);
+
+// SAFETY: the pool is `Sync`; the pointer is only dereferenced under the
+// rules of `PoolRef`.
+unsafe impl Send for PoolPtr {}
+
+/// A counted use of a device's memory, taken by index through the
+/// topology: how one device works on another's memory pool (a prefetch to
+/// a peer, a job whose preferred location is a peer).
+///
+/// # Invariants
+///
+/// `pool` is alive and its `users` count includes this reference: the
+/// device's teardown ([`Gpu`]'s `drop`) first unpublishes the pool, then
+/// waits for the count to reach zero before the pool goes.
+pub(crate) struct PoolRef {
+    pool: *const VramPool<'static>,
+}
+
+impl PoolRef {
+    /// The memory of device `index`: `ENOENT` if no device has that index,
+    /// `ENODEV` if it is going away.
+    pub(crate) fn get(index: usize) -> Result<Self> {
+        let topo = TOPOLOGY.lock();
+        let node = topo.get(index).ok_or(ENOENT)?;
+        let ptr = node.pool.ok_or(ENODEV)?.0;
+        // SAFETY: a published pool is alive: `Gpu::drop` unpublishes it
+        // under the topology lock, which we hold, before waiting for users.
+        unsafe { &*ptr }.users.add(1, Relaxed);
+        Ok(Self { pool: ptr })
+    }
+}
+
+impl Deref for PoolRef {
+    type Target = VramPool<'static>;
+
+    fn deref(&self) -> &Self::Target {
+        // SAFETY: alive while counted (type invariant).
+        unsafe { &*self.pool }
+    }
+}
+
+impl Drop for PoolRef {
+    fn drop(&mut self) {
+        // Release: everything this user did to the pool happens before the
+        // teardown sees the count drop.
+        self.users.fetch_sub(1, Release);
+    }
 }
 
 /// Membership of a device in [`TOPOLOGY`]: leaves it when dropped.
@@ -110,6 +175,7 @@ impl<'a> Gpu<'a> {
             pdev: ARef::from(&**pdev),
             pci,
             vram_size: vram.len() as u64,
+            pool: None,
         };
         let index = TOPOLOGY
             .lock()
@@ -152,12 +218,41 @@ impl<'a> Gpu<'a> {
             kind.vram_bar,
             chunk_size() >> 20
         );
+        let vram = VramPool::new(
+            vram,
+            chunk_size(),
+            crate::topology::owner_token(group),
+            index,
+        )?;
+        if let Some(node) = TOPOLOGY.lock().get_mut(index) {
+            let ptr = core::ptr::from_ref(&*vram).cast::<VramPool<'static>>();
+            node.pool = Some(PoolPtr(ptr));
+        }
         Ok(Self {
             index,
             pdev,
-            vram: VramPool::new(vram, chunk_size(), crate::topology::owner_token(group))?,
+            vram,
             _member: member,
         })
+    }
+}
+
+impl Drop for Gpu<'_> {
+    fn drop(&mut self) {
+        // No new users from other devices; then wait for the current ones
+        // (their work is bounded: a prefetch or a job) before the pool's
+        // own teardown sends every page home.
+        if let Some(node) = TOPOLOGY.lock().get_mut(self.index) {
+            node.pool = None;
+        }
+        let mut waited = 0u32;
+        while self.vram.users.load(Acquire) != 0 {
+            if waited % 1000 == 999 {
+                pr_warn!("msvm: gpu{}: still in use by peers\n", self.index);
+            }
+            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
+            waited += 1;
+        }
     }
 }
 

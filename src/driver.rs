@@ -14,9 +14,10 @@ use crate::device::{DeviceKind, Gpu};
 use crate::file::File;
 use crate::gem::MsvmObject;
 use crate::mm::abi::{
-    drm_msvm_exec, drm_msvm_migrate, drm_msvm_query, drm_msvm_stats, drm_msvm_vm_create,
-    drm_msvm_vm_destroy, DRM_MSVM_EXEC, DRM_MSVM_MIGRATE, DRM_MSVM_QUERY, DRM_MSVM_STATS,
-    DRM_MSVM_VM_CREATE, DRM_MSVM_VM_DESTROY,
+    drm_msvm_exec, drm_msvm_migrate, drm_msvm_prefetch, drm_msvm_query, drm_msvm_residency,
+    drm_msvm_set_attr, drm_msvm_stats, drm_msvm_vm_create, drm_msvm_vm_destroy, DRM_MSVM_EXEC,
+    DRM_MSVM_MIGRATE, DRM_MSVM_PREFETCH, DRM_MSVM_QUERY, DRM_MSVM_RESIDENCY, DRM_MSVM_SET_ATTR,
+    DRM_MSVM_STATS, DRM_MSVM_VM_CREATE, DRM_MSVM_VM_DESTROY,
 };
 use crate::mm::drm_ioctl::declare_msvm_ioctls;
 use crate::uapi;
@@ -99,5 +100,8 @@ impl drm::Driver for MsvmDriver {
         (MSVM_MIGRATE, DRM_MSVM_MIGRATE, drm_msvm_migrate, ioctl::RENDER_ALLOW, uapi::migrate),
         (MSVM_STATS, DRM_MSVM_STATS, drm_msvm_stats, ioctl::RENDER_ALLOW, uapi::stats),
         (MSVM_EXEC, DRM_MSVM_EXEC, drm_msvm_exec, ioctl::RENDER_ALLOW, uapi::exec),
+        (MSVM_SET_ATTR, DRM_MSVM_SET_ATTR, drm_msvm_set_attr, ioctl::RENDER_ALLOW, uapi::set_attr),
+        (MSVM_PREFETCH, DRM_MSVM_PREFETCH, drm_msvm_prefetch, ioctl::RENDER_ALLOW, uapi::prefetch),
+        (MSVM_RESIDENCY, DRM_MSVM_RESIDENCY, drm_msvm_residency, ioctl::RENDER_ALLOW, uapi::residency),
     }
 }

@@ -13,9 +13,13 @@
 //! the page that the job's own DMA mapping table says it maps, like an
 //! IOMMU walk). Counters record the bytes read and written per memory kind.
 //!
-//! Default policy: migrate-on-access, like a GPU page fault: the job's range
-//! is first migrated to this device; pages that cannot move are used in
-//! place. With [`Job::in_place`], system memory is accessed in place.
+//! Before the job runs, its placement pass (`crate::migrate::place`) moves
+//! the pages of its ranges as their attributes say: by default to this
+//! device, like a GPU page fault (migrate-on-access); pages that cannot move
+//! are used in place. With [`Job::in_place`] or the range's "in place"
+//! access policy, pages are used where they are: system RAM by DMA, a peer
+//! of the owner group over P2P; pages of a device out of reach are faulted
+//! home by `hmm_range_fault`.
 //!
 //! # Lock order
 //!
@@ -29,10 +33,10 @@ use kernel::{
     mm::MmWithUser,
     new_mutex,
     prelude::*,
-    sync::{atomic::Relaxed, Mutex},
+    sync::{atomic::Relaxed, Mutex, MutexGuard},
 };
 
-use crate::migrate::{check_vmas, migrate_range, Direction};
+use crate::migrate::check_vmas;
 use crate::mm::{
     dma::{DmaPage, PeerMap},
     hmm::{HmmPfn, Invalidation, Mirror, MirrorOps},
@@ -54,6 +58,12 @@ pub(crate) struct VmMirror {
 impl VmMirror {
     pub(crate) fn new() -> impl PinInit<Self, Error> {
         try_pin_init!(Self { lock <- new_mutex!(()) }? Error)
+    }
+
+    /// Holds invalidations off: pages found under a sequence that is still
+    /// valid once this is taken stay as found while the guard lives.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, ()> {
+        self.lock.lock()
     }
 }
 
@@ -106,6 +116,18 @@ pub(crate) fn fault_in(
     }
 }
 
+/// Checks that the job's ranges are mapped (`EFAULT`) with the access it
+/// needs (`EACCES`).
+pub(crate) fn check(mm: &MmWithUser, job: &Job) -> Result {
+    let write = !matches!(job.op, Op::Checksum);
+    let guard = mm.mmap_read_lock();
+    check_vmas(&guard, job.addr, job.addr + job.len, write)?;
+    if let Op::Copy { src } = job.op {
+        check_vmas(&guard, src, src + job.len, false)?;
+    }
+    Ok(())
+}
+
 /// What a job does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Op {
@@ -125,6 +147,8 @@ pub(crate) struct Job {
     pub(crate) op: Op,
     pub(crate) addr: usize,
     pub(crate) len: usize,
+    /// Use every page where it is (`MSVM_EXEC_IN_PLACE`), whatever the
+    /// range's access policy.
     pub(crate) in_place: bool,
 }
 
@@ -211,22 +235,10 @@ impl<'a, 'p> Engine<'a, 'p> {
         job: &Job,
     ) -> Result<Done> {
         let write = !matches!(job.op, Op::Checksum);
-        {
-            let guard = mm.mmap_read_lock();
-            check_vmas(&guard, job.addr, job.addr + job.len, write)?;
-            if let Op::Copy { src } = job.op {
-                check_vmas(&guard, src, src + job.len, false)?;
-            }
-        }
+        check(mm, job)?;
         let mut done = Done::default();
         if let Op::Checksum = job.op {
             done.result = FNV_OFFSET;
-        }
-        if !job.in_place {
-            done.migrated += self.migrate_in(mm, job.addr, job.len)?;
-            if let Op::Copy { src } = job.op {
-                done.migrated += self.migrate_in(mm, src, job.len)?;
-            }
         }
         let mut off = 0;
         while off < job.len {
@@ -238,13 +250,6 @@ impl<'a, 'p> Engine<'a, 'p> {
             off += n;
         }
         Ok(done)
-    }
-
-    /// Migrates the pages covering `[addr, addr + len)` to this device.
-    fn migrate_in(&self, mm: &MmWithUser, addr: usize, len: usize) -> Result<u64> {
-        let start = addr & !(PAGE_SIZE - 1);
-        let end = (addr + len).next_multiple_of(PAGE_SIZE);
-        Ok(migrate_range(self.pool, mm, start, end - start, Direction::ToDevice)?.moved)
     }
 
     /// Runs bytes `[off, off + n)` of the job, which lie in one window of

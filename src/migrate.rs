@@ -24,11 +24,16 @@ use kernel::{
     sync::atomic::Relaxed,
 };
 
+use crate::device::PoolRef;
+use crate::engine::{fault_in, VmMirror};
+use crate::mm::hmm::Mirror;
 use crate::mm::{
     migrate::{Entry, Select, VmaMigration, MAX_PAGES},
     page::NewPage,
     pagemap::{Fault, FaultError, PAGE_SIZE},
 };
+use crate::placement::{Access, Location, Span};
+use crate::topology::{MAX_DEVICES, TOPOLOGY};
 use crate::vram::VramPool;
 
 /// What one MIGRATE did.
@@ -83,6 +88,152 @@ pub(crate) fn migrate_range(
         addr = step_end;
     }
     Ok(out)
+}
+
+/// Where a prefetch or a job moves pages, resolved for the device that
+/// asks.
+pub(crate) enum Target {
+    /// System RAM.
+    System,
+    /// The device that asks.
+    Here,
+    /// A peer of its owner group.
+    Peer(PoolRef),
+}
+
+impl Target {
+    /// Resolves `loc` for device `here` strictly, as PREFETCH and SET_ATTR
+    /// do: `ENOENT` if no device has the index (or it is going away),
+    /// `ENOLINK` if `here` does not work on its memory in place (another
+    /// owner group).
+    pub(crate) fn resolve(here: &VramPool<'_>, loc: Location) -> Result<Self> {
+        match loc {
+            Location::Default => Ok(Self::Here),
+            Location::System => Ok(Self::System),
+            Location::Device(i) if i == here.index() => Ok(Self::Here),
+            Location::Device(i) => {
+                if i >= MAX_DEVICES {
+                    return Err(ENOENT);
+                }
+                {
+                    let topo = TOPOLOGY.lock();
+                    topo.get(i).ok_or(ENOENT)?;
+                    if !topo.same_group(here.index(), i) {
+                        return Err(ENOLINK);
+                    }
+                }
+                PoolRef::get(i).map(Self::Peer).map_err(|_| ENOENT)
+            }
+        }
+    }
+
+    /// Resolves `loc` for a job: a preferred peer that went away or is out
+    /// of reach now means system RAM.
+    fn for_job(here: &VramPool<'_>, loc: Location) -> Self {
+        Self::resolve(here, loc).unwrap_or(Self::System)
+    }
+}
+
+/// Moves `[start, start + len)` of `mm` (page aligned, checked by the
+/// caller) to `target`, for device `here`, whose VM mirrors `mm` through
+/// `mirror`.
+///
+/// To a device: pages in RAM, pages of the device's owner group (straight
+/// over P2P) and, once faulted home through the mirror, pages of devices out
+/// of its reach. To system RAM: the pages of every device, group by group.
+pub(crate) fn prefetch(
+    here: &VramPool<'_>,
+    mm: &MmWithUser,
+    mirror: &Mirror<VmMirror>,
+    target: &Target,
+    start: usize,
+    len: usize,
+) -> Result<Outcome> {
+    match target {
+        Target::System => home(mm, start, len),
+        Target::Here => to_device(here, mm, mirror, start, len),
+        Target::Peer(pool) => to_device(pool, mm, mirror, start, len),
+    }
+}
+
+fn to_device(
+    pool: &VramPool<'_>,
+    mm: &MmWithUser,
+    mirror: &Mirror<VmMirror>,
+    start: usize,
+    len: usize,
+) -> Result<Outcome> {
+    let out = migrate_range(pool, mm, start, len, Direction::ToDevice)?;
+    if out.busy == 0 {
+        return Ok(out);
+    }
+    // Pages on a device out of this one's P2P reach are not collected:
+    // fault them home through the VM's mirror (their device migrates them
+    // to RAM), then move what is now movable.
+    fault_in(mm, mirror, pool.owner(), start, len);
+    let again = migrate_range(pool, mm, start, len, Direction::ToDevice)?;
+    Ok(Outcome {
+        moved: out.moved + again.moved,
+        already: again.already - out.moved.min(again.already),
+        busy: again.busy,
+        no_vram: again.no_vram,
+    })
+}
+
+/// Brings the pages of every device home, one owner group at a time (a
+/// migration collects only the device pages of one owner).
+fn home(mm: &MmWithUser, start: usize, len: usize) -> Result<Outcome> {
+    let mut leaders = [None; MAX_DEVICES];
+    for (slot, l) in leaders.iter_mut().zip(TOPOLOGY.lock().group_leaders()) {
+        *slot = Some(l);
+    }
+    let total = (len / PAGE_SIZE) as u64;
+    let (mut moved, mut busy) = (0, 0);
+    let mut any = false;
+    for l in leaders.into_iter().flatten() {
+        // A device going away sends its pages home itself.
+        let Ok(pool) = PoolRef::get(l) else {
+            continue;
+        };
+        let o = migrate_range(&pool, mm, start, len, Direction::ToSystem)?;
+        moved += o.moved;
+        busy += o.busy;
+        any = true;
+    }
+    if !any {
+        // No device: nothing can be anywhere but in RAM; still check the
+        // range as a migration would.
+        check_vmas(&mm.mmap_read_lock(), start, start + len, false)?;
+    }
+    Ok(Outcome {
+        moved,
+        already: total.saturating_sub(moved + busy),
+        busy,
+        no_vram: 0,
+    })
+}
+
+/// The placement pass of a job on device `here`: moves each piece of the
+/// job's ranges whose access policy is "migrate" to its preferred location
+/// (unless the job asked to run in place). Returns the pages moved.
+pub(crate) fn place(
+    here: &VramPool<'_>,
+    mm: &MmWithUser,
+    mirror: &Mirror<VmMirror>,
+    pieces: &[Span],
+    in_place: bool,
+) -> Result<u64> {
+    let mut moved = 0;
+    for p in pieces {
+        if in_place || p.placement.access == Access::InPlace {
+            continue;
+        }
+        let start = p.start & !(PAGE_SIZE - 1);
+        let end = p.end.next_multiple_of(PAGE_SIZE);
+        let target = Target::for_job(here, p.placement.preferred);
+        moved += prefetch(here, mm, mirror, &target, start, end - start)?.moved;
+    }
+    Ok(moved)
 }
 
 /// Checks that `[start, end)` is mapped without holes (`EFAULT`) and
@@ -209,7 +360,12 @@ fn step_to_system(pool: &VramPool<'_>, vma: &VmaRef, start: usize, end: usize) -
         *fill = true;
     }
     install(&mut mig, &filled[..n], &mut out);
-    pool.stats.to_system.add(out.moved, Relaxed);
+    // Credit each page to the device it left (this one or a group peer).
+    for i in (0..n).filter(|&i| filled[i] && mig.src(i).migrate()) {
+        if let Some((owner, _)) = mig.src(i).page().and_then(|p| pool.locate(p)) {
+            owner.stats.to_system.add(1, Relaxed);
+        }
+    }
     Ok(out)
 }
 

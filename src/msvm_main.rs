@@ -15,6 +15,8 @@ mod file;
 mod gem;
 mod migrate;
 mod mm;
+mod placement;
+mod residency;
 mod svm;
 mod topology;
 mod uapi;

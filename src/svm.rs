@@ -12,6 +12,7 @@ use kernel::{mm::Mm, mm::MmWithUser, prelude::*, sync::aref::ARef};
 
 use crate::engine::VmMirror;
 use crate::mm::hmm::Mirror;
+use crate::placement::Attrs;
 
 /// The mirrored part of the address space: all of user space.
 const MIRROR_START: usize = 0;
@@ -25,6 +26,9 @@ pub(crate) struct Vm {
     /// The interval notifier over the whole user address space: the
     /// engine's view of the process's page tables.
     mirror: Pin<KBox<Mirror<VmMirror>>>,
+    /// Placement attributes of the VM's ranges (guarded by the file's VM
+    /// lock, like the rest of the VM).
+    attrs: Attrs,
 }
 
 impl Vm {
@@ -36,6 +40,7 @@ impl Vm {
         Ok(Self {
             mm: ARef::from(&**mm),
             mirror,
+            attrs: Attrs::new(),
         })
     }
 
@@ -58,5 +63,15 @@ impl Vm {
     /// The mirror of the VM's page tables.
     pub(crate) fn mirror(&self) -> &Mirror<VmMirror> {
         &self.mirror
+    }
+
+    /// The placement attributes.
+    pub(crate) fn attrs(&self) -> &Attrs {
+        &self.attrs
+    }
+
+    /// The placement attributes, to change them.
+    pub(crate) fn attrs_mut(&mut self) -> &mut Attrs {
+        &mut self.attrs
     }
 }

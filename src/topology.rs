@@ -121,6 +121,25 @@ impl<N> Topology<N> {
         self.nodes.get(index)?.as_ref()
     }
 
+    /// The device at `index`, to update what the topology keeps of it.
+    pub(crate) fn get_mut(&mut self, index: usize) -> Option<&mut N> {
+        self.nodes.get_mut(index)?.as_mut()
+    }
+
+    /// Whether devices `a` and `b` (both present) share an owner group: each
+    /// works on the other's memory in place.
+    pub(crate) fn same_group(&self, a: usize, b: usize) -> bool {
+        matches!((self.group(a), self.group(b)), (Some(x), Some(y)) if x == y)
+    }
+
+    /// One present device of each owner group, lowest index first.
+    pub(crate) fn group_leaders(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..MAX_DEVICES).filter(move |&i| {
+            self.nodes[i].is_some()
+                && !(0..i).any(|j| self.nodes[j].is_some() && self.groups[j] == self.groups[i])
+        })
+    }
+
     /// Number of devices present.
     pub(crate) fn len(&self) -> usize {
         self.nodes.iter().filter(|n| n.is_some()).count()
@@ -279,6 +298,36 @@ mod tests {
         t.insert(Fake(14, 2), dist)?;
         assert_eq!(t.group(3), Some(2));
         assert!(t.group(9).is_none());
+        assert!(t.same_group(0, 1) && !t.same_group(0, 3) && !t.same_group(0, 9));
+        let mut leaders = KVec::new();
+        for l in t.group_leaders() {
+            leaders.push(l, GFP_KERNEL)?;
+        }
+        assert_eq!(&leaders[..], &[0, 2, 3]);
+        Ok(())
+    }
+
+    #[test]
+    fn unplugged_group_member_comes_back_to_its_group() -> Result {
+        let mut t = Topology::new();
+        t.insert(Fake(10, 1), dist)?;
+        t.insert(Fake(11, 1), dist)?;
+        t.insert(Fake(12, 0), dist)?;
+        // Device 1 is unplugged and plugged back: same index, same group;
+        // the isolated device keeps its own.
+        t.remove(1);
+        assert_eq!(t.group(1), None);
+        assert!(!t.same_group(0, 1));
+        assert_eq!(t.insert(Fake(11, 1), dist)?, 1);
+        assert_eq!(
+            (t.group(0), t.group(1), t.group(2)),
+            (Some(0), Some(0), Some(1))
+        );
+        // The whole group goes: its id is free for the next device.
+        t.remove(0);
+        t.remove(1);
+        assert_eq!(t.insert(Fake(15, 3), dist)?, 0);
+        assert_eq!(t.group(0), Some(0));
         Ok(())
     }
 

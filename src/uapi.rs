@@ -22,16 +22,19 @@ use kernel::{
 
 use crate::device::Gpu;
 use crate::driver::MsvmDevice;
-use crate::engine::{fault_in, Engine, Job, Op};
+use crate::engine::{Engine, Job, Op};
 use crate::file::File;
-use crate::migrate::{migrate_range, Direction, Outcome};
+use crate::migrate::{place, prefetch as move_to, Direction, Outcome, Target};
 use crate::mm::abi::{
-    drm_msvm_exec, drm_msvm_migrate, drm_msvm_peer, drm_msvm_query, drm_msvm_stats,
-    drm_msvm_vm_create, drm_msvm_vm_destroy, MSVM_EXEC_ATOMIC_ADD, MSVM_EXEC_CHECKSUM,
-    MSVM_EXEC_COPY, MSVM_EXEC_FILL, MSVM_EXEC_IN_PLACE, MSVM_MIGRATE_TO_DEVICE,
+    drm_msvm_exec, drm_msvm_migrate, drm_msvm_peer, drm_msvm_prefetch, drm_msvm_query,
+    drm_msvm_residency, drm_msvm_set_attr, drm_msvm_stats, drm_msvm_vm_create, drm_msvm_vm_destroy,
+    MSVM_ACCESS_DEFAULT, MSVM_ACCESS_IN_PLACE, MSVM_ACCESS_MIGRATE, MSVM_ATTR_MIXED,
+    MSVM_EXEC_ATOMIC_ADD, MSVM_EXEC_CHECKSUM, MSVM_EXEC_COPY, MSVM_EXEC_FILL, MSVM_EXEC_IN_PLACE,
+    MSVM_LOC_DEFAULT, MSVM_LOC_DEVICE, MSVM_LOC_SYSTEM, MSVM_MIGRATE_TO_DEVICE,
     MSVM_MIGRATE_TO_SYSTEM, MSVM_PEER_P2P, MSVM_QUERY_SELF, MSVM_UAPI_VERSION,
 };
 use crate::mm::pagemap::PAGE_SIZE;
+use crate::placement::{Access, Location, Placement, MAX_RANGES};
 use crate::svm::Vm;
 use crate::topology::{Peer, MAX_DEVICES, TOPOLOGY};
 use kernel::sync::atomic::Relaxed;
@@ -192,27 +195,14 @@ struct MigrateRequest {
 
 impl MigrateRequest {
     fn decode(arg: &drm_msvm_migrate) -> Result<Self> {
-        let page = PAGE_SIZE as u64;
-        if arg.flags != 0 || arg.reserved.iter().any(|&r| r != 0) {
-            return Err(EINVAL);
-        }
-        if arg.addr % page != 0 || arg.length % page != 0 || arg.length == 0 {
-            return Err(EINVAL);
-        }
-        let end = arg.addr.checked_add(arg.length).ok_or(EINVAL)?;
-        if end > USER_END {
-            return Err(EFAULT);
-        }
+        all_zero(&[arg.flags.into()], &arg.reserved)?;
+        let (start, len) = page_range(arg.addr, arg.length)?;
         let dir = match arg.to {
             MSVM_MIGRATE_TO_DEVICE => Direction::ToDevice,
             MSVM_MIGRATE_TO_SYSTEM => Direction::ToSystem,
             _ => return Err(EINVAL),
         };
-        Ok(Self {
-            start: arg.addr as usize,
-            len: arg.length as usize,
-            dir,
-        })
+        Ok(Self { start, len, dir })
     }
 }
 
@@ -224,29 +214,176 @@ pub(crate) fn migrate(
     file: &drm::File<File>,
 ) -> Result<u32> {
     let req = MigrateRequest::decode(arg)?;
-    let f = file.inner();
-    let vm = f.vm.lock();
-    let vm = vm.as_ref().ok_or(ENOENT)?;
-    let mm = vm.mm_for_current()?;
-    let pool = gpu.vram();
-    let mut out = migrate_range(pool, &mm, req.start, req.len, req.dir)?;
-    if req.dir == Direction::ToDevice && out.busy > 0 {
-        // Pages on a device out of this one's P2P reach are not collected:
-        // fault them home through the VM's mirror (their device migrates
-        // them to RAM), then move what is now movable.
-        fault_in(&mm, vm.mirror(), pool.owner(), req.start, req.len);
-        let again = migrate_range(pool, &mm, req.start, req.len, req.dir)?;
-        out = Outcome {
-            moved: out.moved + again.moved,
-            already: again.already - out.moved.min(again.already),
-            busy: again.busy,
-            no_vram: again.no_vram,
-        };
-    }
+    let target = match req.dir {
+        Direction::ToDevice => Target::Here,
+        Direction::ToSystem => Target::System,
+    };
+    let out = with_vm(file, |vm, mm| {
+        move_to(gpu.vram(), mm, vm.mirror(), &target, req.start, req.len)
+    })?;
     arg.moved = out.moved;
     arg.already = out.already;
     arg.busy = out.busy;
     arg.no_vram = out.no_vram;
+    Ok(0)
+}
+
+/// Runs `f` on the file's VM and its process's mm, if the caller is that
+/// process: `ENOENT` without a VM, `EPERM`/`ESRCH` as
+/// [`Vm::mm_for_current`] says.
+fn with_vm<R>(
+    file: &drm::File<File>,
+    f: impl FnOnce(&mut Vm, &kernel::mm::MmWithUser) -> Result<R>,
+) -> Result<R> {
+    let inner = file.inner();
+    let mut guard = inner.vm.lock();
+    let vm: &mut Vm = (*guard).as_mut().ok_or(ENOENT)?;
+    let mm = vm.mm_for_current()?;
+    f(vm, &mm)
+}
+
+/// Checks a page-aligned, non-empty range within user space: `EINVAL` for
+/// misalignment, zero length or wrap-around, `EFAULT` beyond user space.
+/// Returns `(start, len)`.
+fn page_range(addr: u64, length: u64) -> Result<(usize, usize)> {
+    let page = PAGE_SIZE as u64;
+    if addr % page != 0 || length % page != 0 || length == 0 {
+        return Err(EINVAL);
+    }
+    let end = addr.checked_add(length).ok_or(EINVAL)?;
+    if end > USER_END {
+        return Err(EFAULT);
+    }
+    Ok((addr as usize, length as usize))
+}
+
+/// Decodes a uAPI location: `EINVAL` for an unknown kind, or a device
+/// index given with a kind that takes none. `here` stands for
+/// `MSVM_QUERY_SELF`.
+fn decode_location(location: u32, device: u32, here: usize) -> Result<Location> {
+    match location {
+        MSVM_LOC_DEFAULT | MSVM_LOC_SYSTEM if device != 0 => Err(EINVAL),
+        MSVM_LOC_DEFAULT => Ok(Location::Default),
+        MSVM_LOC_SYSTEM => Ok(Location::System),
+        MSVM_LOC_DEVICE if device == MSVM_QUERY_SELF => Ok(Location::Device(here)),
+        MSVM_LOC_DEVICE if device as usize >= MAX_DEVICES => Err(ENOENT),
+        MSVM_LOC_DEVICE => Ok(Location::Device(device as usize)),
+        _ => Err(EINVAL),
+    }
+}
+
+/// Encodes a location as `(location, device)`.
+fn encode_location(loc: Location) -> (u32, u32) {
+    match loc {
+        Location::Default => (MSVM_LOC_DEFAULT, 0),
+        Location::System => (MSVM_LOC_SYSTEM, 0),
+        Location::Device(i) => (MSVM_LOC_DEVICE, i as u32),
+    }
+}
+
+/// A checked SET_ATTR request.
+#[derive(Debug, PartialEq, Eq)]
+struct AttrRequest {
+    start: usize,
+    len: usize,
+    placement: Placement,
+}
+
+impl AttrRequest {
+    fn decode(arg: &drm_msvm_set_attr, here: usize) -> Result<Self> {
+        all_zero(&[arg.flags.into()], &arg.reserved)?;
+        let (start, len) = page_range(arg.addr, arg.length)?;
+        let preferred = decode_location(arg.location, arg.device, here)?;
+        let access = match arg.access {
+            MSVM_ACCESS_DEFAULT | MSVM_ACCESS_MIGRATE => Access::Migrate,
+            MSVM_ACCESS_IN_PLACE => Access::InPlace,
+            _ => return Err(EINVAL),
+        };
+        Ok(Self {
+            start,
+            len,
+            placement: Placement { preferred, access },
+        })
+    }
+}
+
+/// `DRM_IOCTL_MSVM_SET_ATTR`.
+pub(crate) fn set_attr(
+    _dev: &MsvmDevice<drm::Registered>,
+    gpu: &Gpu<'_>,
+    arg: &mut drm_msvm_set_attr,
+    file: &drm::File<File>,
+) -> Result<u32> {
+    let mut req = AttrRequest::decode(arg, gpu.index)?;
+    // The preferred device must be one this device works on in place.
+    if let Location::Device(i) = req.placement.preferred {
+        Target::resolve(gpu.vram(), req.placement.preferred)?;
+        if i == gpu.index {
+            // This device by index is what the default means.
+            req.placement.preferred = Location::Default;
+        }
+    }
+    with_vm(file, |vm, _mm| {
+        vm.attrs_mut()
+            .set(req.start, req.start + req.len, req.placement, MAX_RANGES)
+    })?;
+    Ok(0)
+}
+
+/// `DRM_IOCTL_MSVM_PREFETCH`.
+pub(crate) fn prefetch(
+    _dev: &MsvmDevice<drm::Registered>,
+    gpu: &Gpu<'_>,
+    arg: &mut drm_msvm_prefetch,
+    file: &drm::File<File>,
+) -> Result<u32> {
+    all_zero(&[arg.flags.into(), arg.pad.into()], &arg.reserved)?;
+    let (start, len) = page_range(arg.addr, arg.length)?;
+    let loc = decode_location(arg.location, arg.device, gpu.index)?;
+    if loc == Location::Default {
+        return Err(EINVAL);
+    }
+    let target = Target::resolve(gpu.vram(), loc)?;
+    let out: Outcome = with_vm(file, |vm, mm| {
+        move_to(gpu.vram(), mm, vm.mirror(), &target, start, len)
+    })?;
+    arg.moved = out.moved;
+    arg.already = out.already;
+    arg.busy = out.busy;
+    arg.no_vram = out.no_vram;
+    Ok(0)
+}
+
+/// `DRM_IOCTL_MSVM_RESIDENCY`.
+pub(crate) fn residency(
+    _dev: &MsvmDevice<drm::Registered>,
+    _gpu: &Gpu<'_>,
+    arg: &mut drm_msvm_residency,
+    file: &drm::File<File>,
+) -> Result<u32> {
+    all_zero(&[arg.flags.into(), arg.pad.into()], &arg.reserved)?;
+    let (start, len) = page_range(arg.addr, arg.length)?;
+    if len as u64 > crate::residency::MAX_LEN {
+        return Err(EINVAL);
+    }
+    let (r, first, mixed) = with_vm(file, |vm, mm| {
+        let pieces = vm.attrs().pieces(start, start + len)?;
+        let first = pieces.first().map_or(Placement::DEFAULT, |p| p.placement);
+        let mixed = pieces.iter().any(|p| p.placement != first);
+        let r = crate::residency::residency(mm, vm.mirror(), start, len)?;
+        Ok((r, first, mixed))
+    })?;
+    let (location, device) = encode_location(first.preferred);
+    arg.attr_flags = if mixed { MSVM_ATTR_MIXED } else { 0 };
+    arg.location = location;
+    arg.device = device;
+    arg.access = match first.access {
+        Access::Migrate => MSVM_ACCESS_MIGRATE,
+        Access::InPlace => MSVM_ACCESS_IN_PLACE,
+    };
+    arg.system = r.system;
+    arg.none = r.none;
+    arg.devices = r.devices;
     Ok(0)
 }
 
@@ -339,12 +476,26 @@ pub(crate) fn exec(
     file: &drm::File<File>,
 ) -> Result<u32> {
     let job = decode_exec(arg)?;
-    let f = file.inner();
-    let vm = f.vm.lock();
-    let vm = vm.as_ref().ok_or(ENOENT)?;
-    let mm = vm.mm_for_current()?;
-    let mut engine = Engine::new(gpu.vram(), gpu.device())?;
-    let done = engine.run(&mm, vm.mirror(), &job)?;
+    let done = with_vm(file, |vm, mm| {
+        let pool = gpu.vram();
+        crate::engine::check(mm, &job)?;
+        // The placement pass, over the destination and COPY's source.
+        let mut migrated = 0;
+        let mut ranges = [(job.addr, job.len), (0, 0)];
+        if let Op::Copy { src } = job.op {
+            ranges[1] = (src, job.len);
+        }
+        for (a, n) in ranges.into_iter().filter(|r| r.1 != 0) {
+            let first = a & !(PAGE_SIZE - 1);
+            let end = (a + n).next_multiple_of(PAGE_SIZE);
+            let pieces = vm.attrs().pieces(first, end)?;
+            migrated += place(pool, mm, vm.mirror(), &pieces, job.in_place)?;
+        }
+        let mut engine = Engine::new(pool, gpu.device())?;
+        let mut done = engine.run(mm, vm.mirror(), &job)?;
+        done.migrated = migrated;
+        Ok(done)
+    })?;
     arg.result = done.result;
     arg.migrated = done.migrated;
     Ok(0)
@@ -353,6 +504,8 @@ pub(crate) fn exec(
 #[kunit_tests(msvm_uapi)]
 mod tests {
     use super::*;
+    // `Location` would name the panic location type in test code.
+    use crate::placement::Location as Loc;
 
     fn valid() -> drm_msvm_query {
         drm_msvm_query {
@@ -490,6 +643,80 @@ mod tests {
             MigrateRequest::decode(&mig(0xffff_8880_0000_0000, 0x1000, 1)),
             Err(EFAULT)
         );
+    }
+
+    fn attr(location: u32, device: u32, access: u32) -> drm_msvm_set_attr {
+        drm_msvm_set_attr {
+            addr: 0x10000,
+            length: 0x4000,
+            location,
+            device,
+            access,
+            flags: 0,
+            reserved: [0; 2],
+        }
+    }
+
+    #[test]
+    fn attr_decode_locations_and_access() -> Result {
+        let r = AttrRequest::decode(&attr(MSVM_LOC_SYSTEM, 0, MSVM_ACCESS_IN_PLACE), 3)?;
+        assert_eq!((r.start, r.len), (0x10000, 0x4000));
+        assert_eq!(
+            r.placement,
+            Placement {
+                preferred: Loc::System,
+                access: Access::InPlace
+            }
+        );
+        let r = AttrRequest::decode(&attr(MSVM_LOC_DEVICE, MSVM_QUERY_SELF, 0), 3)?;
+        assert_eq!(r.placement.preferred, Loc::Device(3));
+        assert_eq!(r.placement.access, Access::Migrate);
+        let r = AttrRequest::decode(&attr(MSVM_LOC_DEVICE, 1, MSVM_ACCESS_MIGRATE), 3)?;
+        assert_eq!(r.placement.preferred, Loc::Device(1));
+        assert_eq!(
+            AttrRequest::decode(&attr(MSVM_LOC_DEFAULT, 0, 0), 0)?.placement,
+            Placement::DEFAULT
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn attr_decode_rejects_bad_input() {
+        // A device index with a location that takes none.
+        assert_eq!(
+            AttrRequest::decode(&attr(MSVM_LOC_SYSTEM, 1, 0), 0),
+            Err(EINVAL)
+        );
+        assert_eq!(AttrRequest::decode(&attr(7, 0, 0), 0), Err(EINVAL));
+        assert_eq!(
+            AttrRequest::decode(&attr(MSVM_LOC_SYSTEM, 0, 3), 0),
+            Err(EINVAL)
+        );
+        assert_eq!(
+            AttrRequest::decode(&attr(MSVM_LOC_DEVICE, MAX_DEVICES as u32, 0), 0),
+            Err(ENOENT)
+        );
+        let mut a = attr(MSVM_LOC_SYSTEM, 0, 0);
+        a.flags = 1;
+        assert_eq!(AttrRequest::decode(&a, 0), Err(EINVAL));
+        let mut a = attr(MSVM_LOC_SYSTEM, 0, 0);
+        a.reserved[1] = 1;
+        assert_eq!(AttrRequest::decode(&a, 0), Err(EINVAL));
+        let mut a = attr(MSVM_LOC_SYSTEM, 0, 0);
+        a.addr = 0x10800;
+        assert_eq!(AttrRequest::decode(&a, 0), Err(EINVAL));
+        let mut a = attr(MSVM_LOC_SYSTEM, 0, 0);
+        a.addr = USER_END;
+        assert_eq!(AttrRequest::decode(&a, 0), Err(EFAULT));
+    }
+
+    #[test]
+    fn location_round_trip() -> Result {
+        for loc in [Loc::Default, Loc::System, Loc::Device(5)] {
+            let (l, d) = encode_location(loc);
+            assert_eq!(decode_location(l, d, 0)?, loc);
+        }
+        Ok(())
     }
 
     #[test]

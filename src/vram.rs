@@ -147,6 +147,10 @@ pub(crate) struct VramPool<'a> {
     #[pin]
     pub(crate) atomics: Mutex<()>,
     pub(crate) stats: Stats,
+    /// msvm index of the device.
+    index: usize,
+    /// Other devices working on this pool now (see `crate::device::PoolRef`).
+    pub(crate) users: Atomic<u64>,
 }
 
 impl<'a> VramPool<'a> {
@@ -156,6 +160,7 @@ impl<'a> VramPool<'a> {
         bar: WcBar<'a>,
         chunk_size: usize,
         owner: *const c_void,
+        index: usize,
     ) -> Result<Pin<KBox<Self>>> {
         if chunk_size == 0 || chunk_size % PAGE_SIZE != 0 {
             return Err(EINVAL);
@@ -177,9 +182,16 @@ impl<'a> VramPool<'a> {
                 chunks <- new_mutex!(slots),
                 atomics <- new_mutex!(()),
                 stats: Stats::new(),
+                index,
+                users: Atomic::new(0),
             }? Error),
             GFP_KERNEL,
         )
+    }
+
+    /// msvm index of the device.
+    pub(crate) fn index(&self) -> usize {
+        self.index
     }
 
     /// The `dev_private_owner` of this device's pages (and its group's).
@@ -214,11 +226,7 @@ impl<'a> VramPool<'a> {
     /// a migration, or protected by the mirror lock): the pool tears down
     /// its chunks, evicting their pages first, before it goes.
     pub(crate) fn locate(&self, page: PageRef) -> Option<(&VramPool<'static>, usize)> {
-        // SAFETY: every pagemap with our group's owner is a
-        // `Pagemap<Chunk>` of an msvm pool.
-        let map = unsafe { pagemap::map_of::<Chunk>(page, self.owner) }?;
-        let chunk = map.data();
-        Some((chunk.pool(), chunk.base + map.index_of(page)? * PAGE_SIZE))
+        locate(page, self.owner)
     }
 
     /// The BAR offset of device page `page`, if it is one of this pool's.
@@ -235,6 +243,20 @@ impl<'a> VramPool<'a> {
             core::ptr::from_ref(other).cast::<u8>(),
         )
     }
+}
+
+/// The pool and BAR offset of device page `page`, if its pagemap has owner
+/// `owner`, an owner group's token (see [`VramPool::locate`] for how long
+/// the pool stays alive).
+pub(crate) fn locate(
+    page: PageRef,
+    owner: *const c_void,
+) -> Option<(&'static VramPool<'static>, usize)> {
+    // SAFETY: every pagemap with a group's owner token is a
+    // `Pagemap<Chunk>` of an msvm pool.
+    let map = unsafe { pagemap::map_of::<Chunk>(page, owner) }?;
+    let chunk = map.data();
+    Some((chunk.pool(), chunk.base + map.index_of(page)? * PAGE_SIZE))
 }
 
 /// Device pages allocated for one migration step, with their BAR offsets,

@@ -182,13 +182,47 @@ impl<T: MirrorOps> Mirror<T> {
     ) -> Result {
         // SAFETY: plain constant getters.
         let (valid, wr) = unsafe { (b::msvm_hmm_pfn_valid(), b::msvm_hmm_pfn_write()) };
+        self.walk(
+            mm,
+            seq,
+            start,
+            pfns,
+            valid | if write { wr } else { 0 },
+            owner,
+        )
+    }
+
+    /// Fills `pfns` with what maps each page of `[start, end)` of `mm` now,
+    /// faulting nothing in: a page that is not present (never touched,
+    /// swapped out, a device page of another owner, a hole) gives an entry
+    /// without a page. Fails with `EBUSY` if `seq` went stale.
+    pub(crate) fn snapshot(
+        &self,
+        mm: &MmWithUser,
+        seq: Seq,
+        start: usize,
+        pfns: &mut [usize],
+        owner: *const c_void,
+    ) -> Result {
+        self.walk(mm, seq, start, pfns, 0, owner)
+    }
+
+    fn walk(
+        &self,
+        mm: &MmWithUser,
+        seq: Seq,
+        start: usize,
+        pfns: &mut [usize],
+        default_flags: usize,
+        owner: *const c_void,
+    ) -> Result {
         let mut range = b::hmm_range {
             notifier: self.sub.get(),
             notifier_seq: seq.0,
             start,
             end: start + pfns.len() * super::pagemap::PAGE_SIZE,
             hmm_pfns: pfns.as_mut_ptr(),
-            default_flags: valid | if write { wr } else { 0 },
+            default_flags,
             pfn_flags_mask: 0,
             dev_private_owner: owner.cast_mut(),
         };

@@ -24,7 +24,7 @@ extern "C" {
 #endif
 
 /* Bumped on every ABI addition. */
-#define MSVM_UAPI_VERSION 5
+#define MSVM_UAPI_VERSION 6
 
 /* At most this many msvm devices are bound at once. */
 #define MSVM_MAX_DEVICES 16
@@ -278,12 +278,157 @@ struct drm_msvm_exec {
 	__u64 reserved[2];
 };
 
+/* Locations: drm_msvm_set_attr.location, drm_msvm_prefetch.location. */
+/* The accessing device: the one the ioctl is issued on (attributes only). */
+#define MSVM_LOC_DEFAULT 0
+/* System RAM. */
+#define MSVM_LOC_SYSTEM 1
+/* The msvm device whose index is in @device (MSVM_QUERY_SELF: this one). */
+#define MSVM_LOC_DEVICE 2
+
+/* drm_msvm_set_attr.access: how this device's jobs reach the range. */
+/* As MSVM_ACCESS_MIGRATE. */
+#define MSVM_ACCESS_DEFAULT 0
+/* Move the pages to the preferred location first (like a GPU fault). */
+#define MSVM_ACCESS_MIGRATE 1
+/* Use pages where they are when this device reaches them (system RAM by
+ * DMA, a peer of its owner group over P2P); others are faulted home. */
+#define MSVM_ACCESS_IN_PLACE 2
+
+/* At most this many attribute ranges per VM (-ENOSPC beyond). */
+#define MSVM_MAX_ATTR_RANGES 4096
+
+/**
+ * struct drm_msvm_set_attr - DRM_IOCTL_MSVM_SET_ATTR
+ *
+ * Sets the placement attributes of [@addr, @addr + @length) for the jobs
+ * this device runs (DRM_IOCTL_MSVM_EXEC), replacing what the range had.
+ * The attributes belong to the VM, by address: they outlive munmap and are
+ * dropped with the VM. MSVM_LOC_DEFAULT with MSVM_ACCESS_DEFAULT resets the
+ * range. When a job's range is MSVM_ACCESS_MIGRATE, its pages are first
+ * moved to the preferred location: this device (default), system RAM, or a
+ * peer this device reaches over P2P (the job then runs on them in place).
+ * A preferred peer that has gone away means system RAM.
+ *
+ * Errors: -EINVAL: @addr or @length not 4 KiB aligned, @length zero, the
+ * range wraps, unknown @location or @access, @device set with a location
+ * other than MSVM_LOC_DEVICE, non-zero @flags/@reserved; -EFAULT: the range
+ * goes beyond the user address space; -ENOENT: no VM, or no device has
+ * index @device; -ENOLINK: that device is not reachable from this one over
+ * P2P; -ENOSPC: the VM has MSVM_MAX_ATTR_RANGES ranges; -EPERM: the VM
+ * belongs to another process.
+ *
+ * @addr: in: start, page aligned
+ * @length: in: bytes, page aligned, not zero
+ * @location: in: preferred location, MSVM_LOC_*
+ * @device: in: device index for MSVM_LOC_DEVICE (MSVM_QUERY_SELF: this
+ *          device), else zero
+ * @access: in: MSVM_ACCESS_*
+ * @flags: must be zero
+ * @reserved: must be zero
+ */
+struct drm_msvm_set_attr {
+	__u64 addr;
+	__u64 length;
+	__u32 location;
+	__u32 device;
+	__u32 access;
+	__u32 flags;
+	__u64 reserved[2];
+};
+
+/**
+ * struct drm_msvm_prefetch - DRM_IOCTL_MSVM_PREFETCH
+ *
+ * Moves the pages of [@addr, @addr + @length) to a location: system RAM,
+ * this device, or a peer this device reaches over P2P. Pages move straight
+ * from device to device over P2P where the two reach each other, through
+ * system RAM otherwise. Partial success is success, counted as for
+ * DRM_IOCTL_MSVM_MIGRATE.
+ *
+ * Errors: those of DRM_IOCTL_MSVM_MIGRATE, and -EINVAL for an unknown
+ * @location (MSVM_LOC_DEFAULT is not a place), -ENOENT when no device has
+ * index @device, -ENOLINK when this device does not reach it over P2P.
+ *
+ * @addr: in: start, page aligned
+ * @length: in: bytes, page aligned, not zero
+ * @location: in: MSVM_LOC_SYSTEM or MSVM_LOC_DEVICE
+ * @device: in: device index for MSVM_LOC_DEVICE (MSVM_QUERY_SELF: this
+ *          device), else zero
+ * @flags: must be zero
+ * @pad: must be zero
+ * @moved: out: pages moved
+ * @already: out: pages that were already there
+ * @busy: out: pages the kernel would not move
+ * @no_vram: out: pages not moved for lack of device memory
+ * @reserved: must be zero
+ */
+struct drm_msvm_prefetch {
+	__u64 addr;
+	__u64 length;
+	__u32 location;
+	__u32 device;
+	__u32 flags;
+	__u32 pad;
+	__u64 moved;
+	__u64 already;
+	__u64 busy;
+	__u64 no_vram;
+	__u64 reserved[2];
+};
+
+/* drm_msvm_residency.attr_flags */
+/* The range holds more than one set of attributes; those of its first
+ * byte are reported. */
+#define MSVM_ATTR_MIXED (1u << 0)
+
+/**
+ * struct drm_msvm_residency - DRM_IOCTL_MSVM_RESIDENCY
+ *
+ * Where the pages of [@addr, @addr + @length) live now (a snapshot: it
+ * moves nothing and faults nothing in), and the attributes this VM has for
+ * the range.
+ *
+ * Errors: as DRM_IOCTL_MSVM_MIGRATE, but unmapped holes are allowed (they
+ * count as @none).
+ *
+ * @addr: in: start, page aligned
+ * @length: in: bytes, page aligned, not zero
+ * @flags: must be zero
+ * @attr_flags: out: MSVM_ATTR_*
+ * @location: out: preferred location of the range's first byte
+ * @device: out: its device index, for MSVM_LOC_DEVICE
+ * @access: out: access policy of the range's first byte
+ * @pad: must be zero
+ * @system: out: bytes in system RAM
+ * @none: out: bytes with no page (never touched, swapped out, unmapped)
+ * @devices: out: bytes in each msvm device's memory, by device index
+ * @reserved: must be zero
+ */
+struct drm_msvm_residency {
+	__u64 addr;
+	__u64 length;
+	__u32 flags;
+	__u32 attr_flags;
+	__u32 location;
+	__u32 device;
+	__u32 access;
+	__u32 pad;
+	__u64 system;
+	__u64 none;
+	__u64 devices[MSVM_MAX_DEVICES];
+	__u64 reserved[2];
+};
+
 #define DRM_MSVM_QUERY 0x00
 #define DRM_MSVM_VM_CREATE 0x01
 #define DRM_MSVM_VM_DESTROY 0x02
 #define DRM_MSVM_MIGRATE 0x03
 #define DRM_MSVM_STATS 0x04
 #define DRM_MSVM_EXEC 0x05
+#define DRM_MSVM_SET_ATTR 0x06
+#define DRM_MSVM_PREFETCH 0x07
+#define DRM_MSVM_RESIDENCY 0x08
 
 #define DRM_IOCTL_MSVM_QUERY \
 	DRM_IOWR(DRM_COMMAND_BASE + DRM_MSVM_QUERY, struct drm_msvm_query)
@@ -297,6 +442,12 @@ struct drm_msvm_exec {
 	DRM_IOWR(DRM_COMMAND_BASE + DRM_MSVM_STATS, struct drm_msvm_stats)
 #define DRM_IOCTL_MSVM_EXEC \
 	DRM_IOWR(DRM_COMMAND_BASE + DRM_MSVM_EXEC, struct drm_msvm_exec)
+#define DRM_IOCTL_MSVM_SET_ATTR \
+	DRM_IOWR(DRM_COMMAND_BASE + DRM_MSVM_SET_ATTR, struct drm_msvm_set_attr)
+#define DRM_IOCTL_MSVM_PREFETCH \
+	DRM_IOWR(DRM_COMMAND_BASE + DRM_MSVM_PREFETCH, struct drm_msvm_prefetch)
+#define DRM_IOCTL_MSVM_RESIDENCY \
+	DRM_IOWR(DRM_COMMAND_BASE + DRM_MSVM_RESIDENCY, struct drm_msvm_residency)
 
 #if defined(__cplusplus)
 }

@@ -4,7 +4,7 @@
 //! which compiles a small C program against the real header.
 
 /// `MSVM_UAPI_VERSION`.
-pub const MSVM_UAPI_VERSION: u32 = 5;
+pub const MSVM_UAPI_VERSION: u32 = 6;
 /// `MSVM_MAX_DEVICES`.
 pub const MSVM_MAX_DEVICES: u32 = 16;
 /// `MSVM_QUERY_SELF`.
@@ -42,6 +42,28 @@ pub const MSVM_EXEC_IN_PLACE: u32 = 1 << 0;
 pub const MSVM_MIGRATE_TO_SYSTEM: u32 = 0;
 /// `MSVM_MIGRATE_TO_DEVICE`.
 pub const MSVM_MIGRATE_TO_DEVICE: u32 = 1;
+/// `DRM_MSVM_SET_ATTR`.
+pub const DRM_MSVM_SET_ATTR: u8 = 0x06;
+/// `DRM_MSVM_PREFETCH`.
+pub const DRM_MSVM_PREFETCH: u8 = 0x07;
+/// `DRM_MSVM_RESIDENCY`.
+pub const DRM_MSVM_RESIDENCY: u8 = 0x08;
+/// `MSVM_LOC_DEFAULT`.
+pub const MSVM_LOC_DEFAULT: u32 = 0;
+/// `MSVM_LOC_SYSTEM`.
+pub const MSVM_LOC_SYSTEM: u32 = 1;
+/// `MSVM_LOC_DEVICE`.
+pub const MSVM_LOC_DEVICE: u32 = 2;
+/// `MSVM_ACCESS_DEFAULT`.
+pub const MSVM_ACCESS_DEFAULT: u32 = 0;
+/// `MSVM_ACCESS_MIGRATE`.
+pub const MSVM_ACCESS_MIGRATE: u32 = 1;
+/// `MSVM_ACCESS_IN_PLACE`.
+pub const MSVM_ACCESS_IN_PLACE: u32 = 2;
+/// `MSVM_MAX_ATTR_RANGES`.
+pub const MSVM_MAX_ATTR_RANGES: u32 = 4096;
+/// `MSVM_ATTR_MIXED`.
+pub const MSVM_ATTR_MIXED: u32 = 1 << 0;
 
 /// `struct drm_msvm_peer`.
 #[repr(C)]
@@ -141,6 +163,78 @@ pub struct DrmMsvmExec {
     pub reserved: [u64; 2],
 }
 
+/// `struct drm_msvm_set_attr`.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DrmMsvmSetAttr {
+    pub addr: u64,
+    pub length: u64,
+    pub location: u32,
+    pub device: u32,
+    pub access: u32,
+    pub flags: u32,
+    pub reserved: [u64; 2],
+}
+
+/// `struct drm_msvm_prefetch`.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DrmMsvmPrefetch {
+    pub addr: u64,
+    pub length: u64,
+    pub location: u32,
+    pub device: u32,
+    pub flags: u32,
+    pub pad: u32,
+    pub moved: u64,
+    pub already: u64,
+    pub busy: u64,
+    pub no_vram: u64,
+    pub reserved: [u64; 2],
+}
+
+/// `struct drm_msvm_residency`.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DrmMsvmResidency {
+    pub addr: u64,
+    pub length: u64,
+    pub flags: u32,
+    pub attr_flags: u32,
+    pub location: u32,
+    pub device: u32,
+    pub access: u32,
+    pub pad: u32,
+    pub system: u64,
+    pub none: u64,
+    pub devices: [u64; MSVM_MAX_DEVICES as usize],
+    pub reserved: [u64; 2],
+}
+
+nix::ioctl_readwrite!(
+    /// `DRM_IOCTL_MSVM_SET_ATTR`.
+    drm_ioctl_msvm_set_attr,
+    DRM_IOCTL_BASE,
+    DRM_COMMAND_BASE + DRM_MSVM_SET_ATTR,
+    DrmMsvmSetAttr
+);
+
+nix::ioctl_readwrite!(
+    /// `DRM_IOCTL_MSVM_PREFETCH`.
+    drm_ioctl_msvm_prefetch,
+    DRM_IOCTL_BASE,
+    DRM_COMMAND_BASE + DRM_MSVM_PREFETCH,
+    DrmMsvmPrefetch
+);
+
+nix::ioctl_readwrite!(
+    /// `DRM_IOCTL_MSVM_RESIDENCY`.
+    drm_ioctl_msvm_residency,
+    DRM_IOCTL_BASE,
+    DRM_COMMAND_BASE + DRM_MSVM_RESIDENCY,
+    DrmMsvmResidency
+);
+
 nix::ioctl_readwrite!(
     /// `DRM_IOCTL_MSVM_EXEC`.
     drm_ioctl_msvm_exec,
@@ -182,7 +276,7 @@ nix::ioctl_readwrite!(
 );
 
 /// The request codes of every ioctl, by name, for layout checks.
-pub fn request_codes() -> [(&'static str, u64); 6] {
+pub fn request_codes() -> [(&'static str, u64); 9] {
     [
         ("DRM_IOCTL_MSVM_QUERY", query_request_code()),
         (
@@ -223,6 +317,30 @@ pub fn request_codes() -> [(&'static str, u64); 6] {
                 DRM_IOCTL_BASE,
                 DRM_COMMAND_BASE + DRM_MSVM_STATS,
                 size_of::<DrmMsvmStats>()
+            ) as u64,
+        ),
+        (
+            "DRM_IOCTL_MSVM_SET_ATTR",
+            nix::request_code_readwrite!(
+                DRM_IOCTL_BASE,
+                DRM_COMMAND_BASE + DRM_MSVM_SET_ATTR,
+                size_of::<DrmMsvmSetAttr>()
+            ) as u64,
+        ),
+        (
+            "DRM_IOCTL_MSVM_PREFETCH",
+            nix::request_code_readwrite!(
+                DRM_IOCTL_BASE,
+                DRM_COMMAND_BASE + DRM_MSVM_PREFETCH,
+                size_of::<DrmMsvmPrefetch>()
+            ) as u64,
+        ),
+        (
+            "DRM_IOCTL_MSVM_RESIDENCY",
+            nix::request_code_readwrite!(
+                DRM_IOCTL_BASE,
+                DRM_COMMAND_BASE + DRM_MSVM_RESIDENCY,
+                size_of::<DrmMsvmResidency>()
             ) as u64,
         ),
     ]

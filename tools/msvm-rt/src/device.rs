@@ -6,7 +6,8 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
 use crate::abi::{
-    self, DrmMsvmExec, DrmMsvmMigrate, DrmMsvmPeer, DrmMsvmQuery, DrmMsvmStats, DrmMsvmVmCreate,
+    self, DrmMsvmExec, DrmMsvmMigrate, DrmMsvmPeer, DrmMsvmPrefetch, DrmMsvmQuery,
+    DrmMsvmResidency, DrmMsvmSetAttr, DrmMsvmStats, DrmMsvmVmCreate,
 };
 use crate::{Error, Result};
 
@@ -81,6 +82,65 @@ pub enum Location {
     System,
     /// The memory of the device the call is made on.
     Device,
+}
+
+/// A place for pages, in placement attributes and PREFETCH.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// The device that runs the job (attributes only: the default).
+    Default,
+    /// System RAM.
+    System,
+    /// The device the call is made on.
+    Here,
+    /// The msvm device of this index (see [`Device::index`] to name a
+    /// device by its open file).
+    Device(u32),
+}
+
+impl Place {
+    fn to_abi(self) -> (u32, u32) {
+        match self {
+            Place::Default => (abi::MSVM_LOC_DEFAULT, 0),
+            Place::System => (abi::MSVM_LOC_SYSTEM, 0),
+            Place::Here => (abi::MSVM_LOC_DEVICE, abi::MSVM_QUERY_SELF),
+            Place::Device(i) => (abi::MSVM_LOC_DEVICE, i),
+        }
+    }
+}
+
+/// How a device's jobs reach a range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Move the pages to the preferred place first (the default).
+    Migrate,
+    /// Use pages where they are when the device reaches them.
+    InPlace,
+}
+
+/// The placement attributes of a range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attributes {
+    /// Where jobs move the pages: [`Place::Default`], [`Place::System`] or
+    /// [`Place::Device`].
+    pub preferred: Place,
+    /// Whether they move them.
+    pub access: Access,
+}
+
+/// Where the pages of a range live, in bytes, and the range's attributes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Residency {
+    /// Bytes in system RAM.
+    pub system: u64,
+    /// Bytes with no page (never touched, swapped out, unmapped).
+    pub none: u64,
+    /// Bytes in each device's memory, by device index.
+    pub devices: [u64; abi::MSVM_MAX_DEVICES as usize],
+    /// Attributes of the range's first byte.
+    pub attributes: Attributes,
+    /// Whether the range holds more than one set of attributes.
+    pub mixed: bool,
 }
 
 /// What one MIGRATE did to the pages of its range.
@@ -369,6 +429,113 @@ impl Device {
         })
     }
 
+    /// This device's msvm index.
+    pub fn index(&self) -> Result<u32> {
+        Ok(self.query()?.index)
+    }
+
+    /// Issues SET_ATTR with a caller-built argument (tests).
+    pub fn set_attr_raw(&self, arg: &mut DrmMsvmSetAttr) -> Result<()> {
+        // SAFETY: `arg` is a valid, exclusively borrowed argument.
+        unsafe { abi::drm_ioctl_msvm_set_attr(self.file.as_raw_fd(), arg) }
+            .map(drop)
+            .map_err(|errno| Error::Ioctl {
+                op: "SET_ATTR",
+                errno,
+            })
+    }
+
+    /// Gives `[addr, addr + len)` (page aligned) the attributes `attrs`
+    /// for this device's jobs.
+    pub fn set_attr(&self, addr: usize, len: usize, attrs: Attributes) -> Result<()> {
+        let (location, device) = attrs.preferred.to_abi();
+        let mut arg = DrmMsvmSetAttr {
+            addr: addr as u64,
+            length: len as u64,
+            location,
+            device,
+            access: match attrs.access {
+                Access::Migrate => abi::MSVM_ACCESS_MIGRATE,
+                Access::InPlace => abi::MSVM_ACCESS_IN_PLACE,
+            },
+            ..Default::default()
+        };
+        self.set_attr_raw(&mut arg)
+    }
+
+    /// Issues PREFETCH with a caller-built argument (tests).
+    pub fn prefetch_raw(&self, arg: &mut DrmMsvmPrefetch) -> Result<()> {
+        // SAFETY: `arg` is a valid, exclusively borrowed argument; the range
+        // is only migrated.
+        unsafe { abi::drm_ioctl_msvm_prefetch(self.file.as_raw_fd(), arg) }
+            .map(drop)
+            .map_err(|errno| Error::Ioctl {
+                op: "PREFETCH",
+                errno,
+            })
+    }
+
+    /// Moves the pages of `[addr, addr + len)` (page aligned) to `to`:
+    /// system RAM, this device, or a peer it reaches over P2P.
+    pub fn prefetch(&self, addr: usize, len: usize, to: Place) -> Result<MigrateOutcome> {
+        let (location, device) = to.to_abi();
+        let mut arg = DrmMsvmPrefetch {
+            addr: addr as u64,
+            length: len as u64,
+            location,
+            device,
+            ..Default::default()
+        };
+        self.prefetch_raw(&mut arg)?;
+        Ok(MigrateOutcome {
+            moved: arg.moved,
+            already: arg.already,
+            busy: arg.busy,
+            no_vram: arg.no_vram,
+        })
+    }
+
+    /// Issues RESIDENCY with a caller-built argument (tests).
+    pub fn residency_raw(&self, arg: &mut DrmMsvmResidency) -> Result<()> {
+        // SAFETY: `arg` is a valid, exclusively borrowed argument.
+        unsafe { abi::drm_ioctl_msvm_residency(self.file.as_raw_fd(), arg) }
+            .map(drop)
+            .map_err(|errno| Error::Ioctl {
+                op: "RESIDENCY",
+                errno,
+            })
+    }
+
+    /// Where the pages of `[addr, addr + len)` (page aligned) live now, and
+    /// the range's attributes for this device.
+    pub fn residency(&self, addr: usize, len: usize) -> Result<Residency> {
+        let mut arg = DrmMsvmResidency {
+            addr: addr as u64,
+            length: len as u64,
+            ..Default::default()
+        };
+        self.residency_raw(&mut arg)?;
+        let preferred = match arg.location {
+            abi::MSVM_LOC_SYSTEM => Place::System,
+            abi::MSVM_LOC_DEVICE => Place::Device(arg.device),
+            _ => Place::Default,
+        };
+        Ok(Residency {
+            system: arg.system,
+            none: arg.none,
+            devices: arg.devices,
+            attributes: Attributes {
+                preferred,
+                access: if arg.access == abi::MSVM_ACCESS_IN_PLACE {
+                    Access::InPlace
+                } else {
+                    Access::Migrate
+                },
+            },
+            mixed: arg.attr_flags & abi::MSVM_ATTR_MIXED != 0,
+        })
+    }
+
     /// The device's counters.
     pub fn stats(&self) -> Result<Stats> {
         let mut arg = DrmMsvmStats::default();
@@ -410,7 +577,7 @@ mod tests {
 
     #[test]
     fn node_minor_sorts_numerically() {
-        let mut v = vec![
+        let mut v = [
             PathBuf::from("/dev/dri/renderD130"),
             PathBuf::from("/dev/dri/renderD128"),
             PathBuf::from("/dev/dri/renderD1000"),

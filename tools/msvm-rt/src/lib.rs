@@ -13,7 +13,7 @@ mod device;
 mod error;
 
 pub use device::{
-    checksum, Device, DeviceInfo, Exec, ExecOutcome, Location, MigrateOutcome, PciAddr, PeerInfo,
-    Stats,
+    checksum, Access, Attributes, Device, DeviceInfo, Exec, ExecOutcome, Location, MigrateOutcome,
+    PciAddr, PeerInfo, Place, Residency, Stats,
 };
 pub use error::{Error, Result};

@@ -58,6 +58,36 @@ fn c_layout() -> Vec<(String, u64)> {
             ],
         )
         + &fields(
+            "drm_msvm_set_attr",
+            &[
+                "addr", "length", "location", "device", "access", "flags", "reserved",
+            ],
+        )
+        + &fields(
+            "drm_msvm_prefetch",
+            &[
+                "addr", "length", "location", "device", "flags", "pad", "moved", "already", "busy",
+                "no_vram", "reserved",
+            ],
+        )
+        + &fields(
+            "drm_msvm_residency",
+            &[
+                "addr",
+                "length",
+                "flags",
+                "attr_flags",
+                "location",
+                "device",
+                "access",
+                "pad",
+                "system",
+                "none",
+                "devices",
+                "reserved",
+            ],
+        )
+        + &fields(
             "drm_msvm_query",
             &[
                 "device",
@@ -87,6 +117,17 @@ fn c_layout() -> Vec<(String, u64)> {
          P(\"DRM_IOCTL_MSVM_MIGRATE\", DRM_IOCTL_MSVM_MIGRATE);\n\
          P(\"DRM_IOCTL_MSVM_STATS\", DRM_IOCTL_MSVM_STATS);\n\
          P(\"DRM_IOCTL_MSVM_EXEC\", DRM_IOCTL_MSVM_EXEC);\n\
+         P(\"DRM_IOCTL_MSVM_SET_ATTR\", DRM_IOCTL_MSVM_SET_ATTR);\n\
+         P(\"DRM_IOCTL_MSVM_PREFETCH\", DRM_IOCTL_MSVM_PREFETCH);\n\
+         P(\"DRM_IOCTL_MSVM_RESIDENCY\", DRM_IOCTL_MSVM_RESIDENCY);\n\
+         P(\"MSVM_LOC_DEFAULT\", MSVM_LOC_DEFAULT);\n\
+         P(\"MSVM_LOC_SYSTEM\", MSVM_LOC_SYSTEM);\n\
+         P(\"MSVM_LOC_DEVICE\", MSVM_LOC_DEVICE);\n\
+         P(\"MSVM_ACCESS_DEFAULT\", MSVM_ACCESS_DEFAULT);\n\
+         P(\"MSVM_ACCESS_MIGRATE\", MSVM_ACCESS_MIGRATE);\n\
+         P(\"MSVM_ACCESS_IN_PLACE\", MSVM_ACCESS_IN_PLACE);\n\
+         P(\"MSVM_MAX_ATTR_RANGES\", MSVM_MAX_ATTR_RANGES);\n\
+         P(\"MSVM_ATTR_MIXED\", MSVM_ATTR_MIXED);\n\
          P(\"MSVM_EXEC_FILL\", MSVM_EXEC_FILL);\n\
          P(\"MSVM_EXEC_COPY\", MSVM_EXEC_COPY);\n\
          P(\"MSVM_EXEC_ATOMIC_ADD\", MSVM_EXEC_ATOMIC_ADD);\n\
@@ -205,6 +246,24 @@ fn layouts_match_the_c_header() {
         ]
     );
     same!(
+        DrmMsvmSetAttr,
+        "drm_msvm_set_attr",
+        [addr, length, location, device, access, flags, reserved]
+    );
+    same!(
+        DrmMsvmPrefetch,
+        "drm_msvm_prefetch",
+        [addr, length, location, device, flags, pad, moved, already, busy, no_vram, reserved]
+    );
+    same!(
+        DrmMsvmResidency,
+        "drm_msvm_residency",
+        [
+            addr, length, flags, attr_flags, location, device, access, pad, system, none, devices,
+            reserved
+        ]
+    );
+    same!(
         DrmMsvmExec,
         "drm_msvm_exec",
         [op, flags, addr, length, src, value, result, migrated, reserved]
@@ -215,6 +274,14 @@ fn layouts_match_the_c_header() {
         ("MSVM_EXEC_ATOMIC_ADD", MSVM_EXEC_ATOMIC_ADD),
         ("MSVM_EXEC_CHECKSUM", MSVM_EXEC_CHECKSUM),
         ("MSVM_EXEC_IN_PLACE", MSVM_EXEC_IN_PLACE),
+        ("MSVM_LOC_DEFAULT", MSVM_LOC_DEFAULT),
+        ("MSVM_LOC_SYSTEM", MSVM_LOC_SYSTEM),
+        ("MSVM_LOC_DEVICE", MSVM_LOC_DEVICE),
+        ("MSVM_ACCESS_DEFAULT", MSVM_ACCESS_DEFAULT),
+        ("MSVM_ACCESS_MIGRATE", MSVM_ACCESS_MIGRATE),
+        ("MSVM_ACCESS_IN_PLACE", MSVM_ACCESS_IN_PLACE),
+        ("MSVM_MAX_ATTR_RANGES", MSVM_MAX_ATTR_RANGES),
+        ("MSVM_ATTR_MIXED", MSVM_ATTR_MIXED),
     ] {
         assert_eq!(u64::from(v), get(name), "{name}");
     }

@@ -12,6 +12,7 @@ mod engine;
 mod fuzz;
 mod harness;
 mod multi;
+mod placement;
 mod stress;
 mod svm;
 mod sysfs;
@@ -103,6 +104,7 @@ fn main() -> ExitCode {
                 svm::tests(),
                 engine::tests(),
                 multi::tests(),
+                placement::tests(),
                 unplug::rebind_tests(),
                 unplug::hotplug_tests(),
             ];
@@ -116,6 +118,7 @@ fn main() -> ExitCode {
             .chain(svm::tests())
             .chain(engine::tests())
             .chain(multi::tests())
+            .chain(placement::tests())
             .filter(|t| t.name.contains(filter))
             .collect(),
         None => cases::tests()
@@ -123,6 +126,7 @@ fn main() -> ExitCode {
             .chain(svm::tests())
             .chain(engine::tests())
             .chain(multi::tests())
+            .chain(placement::tests())
             .collect(),
     };
     if harness::run(&tests) {

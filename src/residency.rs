@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Where the pages of a range live now: bytes in system RAM, in each
+//! device's memory, and nowhere (never touched, swapped out, holes).
+//!
+//! A snapshot through the VM's mirror: `hmm_range_fault` without faulting
+//! anything in, once per owner group (it reports device-private pages of
+//! one owner only), with the pages classified under the mirror lock so that
+//! none of them is freed or moved while it is looked at.
+//!
+//! # Lock order
+//!
+//! As the engine (`src/engine.rs`): the mirror lock is taken after each
+//! walk, with nothing held.
+
+use kernel::prelude::*;
+
+use crate::engine::VmMirror;
+use crate::mm::{
+    hmm::{HmmPfn, Mirror},
+    pagemap::PAGE_SIZE,
+};
+use crate::topology::{owner_token, MAX_DEVICES, TOPOLOGY};
+
+/// Pages per walk.
+const WINDOW: usize = 512;
+
+/// Longest range a query may cover: it walks page tables page by page.
+pub(crate) const MAX_LEN: u64 = 1 << 32;
+
+/// What a residency query found, in bytes.
+#[derive(Default, Debug)]
+pub(crate) struct Residency {
+    pub(crate) system: u64,
+    pub(crate) none: u64,
+    pub(crate) devices: [u64; MAX_DEVICES],
+}
+
+/// Where one page was found.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Nowhere,
+    System,
+    Device(usize),
+}
+
+/// Counts where the pages of `[start, start + len)` of `mm` live
+/// (page aligned, at most [`MAX_LEN`] bytes, checked by the caller).
+pub(crate) fn residency(
+    mm: &kernel::mm::MmWithUser,
+    mirror: &Mirror<VmMirror>,
+    start: usize,
+    len: usize,
+) -> Result<Residency> {
+    // One owner token per group present; the first walk also sees system
+    // pages.
+    let mut owners = [None; MAX_DEVICES];
+    {
+        let topo = TOPOLOGY.lock();
+        for (slot, l) in owners.iter_mut().zip(topo.group_leaders()) {
+            *slot = topo.group(l).map(owner_token);
+        }
+    }
+    let mut r = Residency::default();
+    let mut pfns = KVec::from_elem(0usize, WINDOW, GFP_KERNEL)?;
+    let mut places = KVec::from_elem(Place::Nowhere, WINDOW, GFP_KERNEL)?;
+    let end = start + len;
+    let mut addr = start;
+    while addr < end {
+        let n = ((end - addr) / PAGE_SIZE).min(WINDOW);
+        places[..n].fill(Place::Nowhere);
+        let mut first = true;
+        // With no device at all, one walk still finds the system pages.
+        let none = [core::ptr::null()];
+        let tokens = if owners[0].is_some() {
+            &owners[..]
+        } else {
+            &[None][..]
+        };
+        for owner in tokens.iter().map(|o| o.unwrap_or(none[0])) {
+            loop {
+                let seq = mirror.read_begin();
+                match mirror.snapshot(mm, seq, addr, &mut pfns[..n], owner) {
+                    Err(e) if e == EBUSY => continue,
+                    r => r?,
+                }
+                let guard = mirror.data().lock();
+                if mirror.read_retry(seq) {
+                    drop(guard);
+                    continue;
+                }
+                // The pages stay as found while `guard` is held.
+                for (p, &pfn) in places[..n].iter_mut().zip(&pfns[..n]) {
+                    let Some(page) = HmmPfn(pfn).page() else {
+                        continue;
+                    };
+                    if let Some((pool, _)) = crate::vram::locate(page, owner) {
+                        *p = Place::Device(pool.index());
+                    } else if first && !page.is_device_private() {
+                        *p = Place::System;
+                    }
+                }
+                drop(guard);
+                break;
+            }
+            first = false;
+        }
+        let page = PAGE_SIZE as u64;
+        for p in &places[..n] {
+            match *p {
+                Place::Nowhere => r.none += page,
+                Place::System => r.system += page,
+                Place::Device(i) => r.devices[i % MAX_DEVICES] += page,
+            }
+        }
+        addr += n * PAGE_SIZE;
+    }
+    Ok(r)
+}

@@ -1,0 +1,493 @@
+//! Placement policy: preferred location and access policy per range,
+//! PREFETCH, the residency query, and several devices and the CPU working on
+//! one range at once.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use msvm_rt::{Access, Attributes, Device, Exec, Location, Place, Residency, Stats};
+use nix::errno::Errno;
+
+use crate::check;
+use crate::harness::{Outcome, Test};
+use crate::multi::devices;
+use crate::svm::{fill, Map, PAGE};
+
+pub fn tests() -> Vec<Test> {
+    vec![
+        Test {
+            name: "placement_residency_per_location",
+            run: residency_per_location,
+        },
+        Test {
+            name: "placement_prefetch_to_peer_and_errors",
+            run: prefetch_to_peer_and_errors,
+        },
+        Test {
+            name: "placement_every_location_access_and_op",
+            run: matrix,
+        },
+        Test {
+            name: "placement_attributes_split_and_reset",
+            run: attributes_split_and_reset,
+        },
+        Test {
+            name: "placement_concurrent_atomics_two_devices_cpu_and_migration",
+            run: concurrent_atomics,
+        },
+    ]
+}
+
+fn e(x: msvm_rt::Error) -> String {
+    x.to_string()
+}
+
+/// The three devices with their indices: `a` and `b` share an owner group,
+/// `c` reaches neither.
+struct Trio {
+    a: Device,
+    b: Device,
+    c: Device,
+    ia: usize,
+    ib: usize,
+    ic: usize,
+}
+
+fn trio() -> Result<Trio, String> {
+    let (a, b, c) = devices()?;
+    let (ia, ib, ic) = (
+        a.index().map_err(e)? as usize,
+        b.index().map_err(e)? as usize,
+        c.index().map_err(e)? as usize,
+    );
+    Ok(Trio {
+        a,
+        b,
+        c,
+        ia,
+        ib,
+        ic,
+    })
+}
+
+fn res(d: &Device, m: &Map) -> Result<Residency, String> {
+    d.residency(m.addr(), m.len()).map_err(e)
+}
+
+const DEFAULT: Attributes = Attributes {
+    preferred: Place::Default,
+    access: Access::Migrate,
+};
+
+/// Pages on every location, and untouched ones: the query counts each.
+fn residency_per_location() -> Outcome {
+    let t = trio()?;
+    let mut m = Map::new(16 * PAGE)?;
+    // Pages 0..12 written (system), 12..16 never touched.
+    fill(&mut m.bytes_mut()[..12 * PAGE], 7);
+    let r = res(&t.a, &m)?;
+    check!(
+        r.system == 12 * PAGE as u64 && r.none == 4 * PAGE as u64,
+        "fresh: {r:?}"
+    );
+    check!(r.devices.iter().all(|&b| b == 0), "fresh: {r:?}");
+    check!(
+        r.attributes == DEFAULT && !r.mixed,
+        "default attributes: {r:?}"
+    );
+    // Three pages to each device, by each device's own MIGRATE.
+    for (k, d) in [&t.a, &t.b, &t.c].into_iter().enumerate() {
+        let at = m.addr() + 3 * k * PAGE;
+        let out = d.migrate(at, 3 * PAGE, Location::Device).map_err(e)?;
+        check!(out.moved == 3, "park on device {k}: {out:?}");
+    }
+    // Every device sees the same picture, whatever its owner group.
+    for d in [&t.a, &t.b, &t.c] {
+        let r = res(d, &m)?;
+        let p = PAGE as u64;
+        check!(
+            r.devices[t.ia] == 3 * p && r.devices[t.ib] == 3 * p && r.devices[t.ic] == 3 * p,
+            "devices: {r:?}"
+        );
+        check!(r.system == 3 * p && r.none == 4 * p, "rest: {r:?}");
+    }
+    // The query moved nothing: the data is still where it was put.
+    let before: Vec<u64> = [&t.a, &t.b, &t.c]
+        .iter()
+        .map(|d| d.stats().map(|s| s.to_system + s.to_device))
+        .collect::<Result<_, _>>()
+        .map_err(e)?;
+    res(&t.a, &m)?;
+    let after: Vec<u64> = [&t.a, &t.b, &t.c]
+        .iter()
+        .map(|d| d.stats().map(|s| s.to_system + s.to_device))
+        .collect::<Result<_, _>>()
+        .map_err(e)?;
+    check!(before == after, "the query moved pages");
+    // An unmapped hole counts as nowhere; a range beyond user space is
+    // EFAULT; an unaligned one EINVAL.
+    let hole = Map::new(4 * PAGE)?;
+    let (addr, len) = (hole.addr(), hole.len());
+    drop(hole);
+    let r = t.a.residency(addr, len).map_err(e)?;
+    check!(r.none == len as u64, "hole: {r:?}");
+    check!(
+        t.a.residency(m.addr() + 1, PAGE)
+            .err()
+            .and_then(|x| x.errno())
+            == Some(Errno::EINVAL),
+        "unaligned"
+    );
+    check!(
+        t.a.residency(1 << 47, PAGE).err().and_then(|x| x.errno()) == Some(Errno::EFAULT),
+        "beyond user space"
+    );
+    check!(
+        t.a.residency(0, 1 << 33).err().and_then(|x| x.errno()) == Some(Errno::EINVAL),
+        "too long"
+    );
+    Ok(())
+}
+
+/// PREFETCH from A to B moves A's pages straight over P2P; to C (no P2P
+/// path) is ENOLINK; unknown devices ENOENT; system brings everyone's home.
+fn prefetch_to_peer_and_errors() -> Outcome {
+    let t = trio()?;
+    let n = 32;
+    let mut m = Map::new(n * PAGE)?;
+    fill(m.bytes_mut(), 99);
+    let want = m.bytes().to_vec();
+    t.a.prefetch(m.addr(), m.len(), Place::Here).map_err(e)?;
+    let b0 = t.b.stats().map_err(e)?;
+    let out =
+        t.a.prefetch(m.addr(), m.len(), Place::Device(t.ib as u32))
+            .map_err(e)?;
+    check!(out.moved == n as u64, "to peer: {out:?}");
+    let b1 = t.b.stats().map_err(e)?;
+    check!(
+        b1.from_peer - b0.from_peer == n as u64,
+        "B took {} pages from its peer over P2P",
+        b1.from_peer - b0.from_peer
+    );
+    let r = res(&t.a, &m)?;
+    check!(r.devices[t.ib] == m.len() as u64, "on B: {r:?}");
+    let again =
+        t.a.prefetch(m.addr(), m.len(), Place::Device(t.ib as u32))
+            .map_err(e)?;
+    check!(again.already == n as u64, "again: {again:?}");
+    for (place, errno, what) in [
+        (Place::Device(t.ic as u32), Errno::ENOLINK, "unreachable"),
+        (Place::Device(15), Errno::ENOENT, "absent"),
+        (Place::Device(99), Errno::ENOENT, "beyond the maximum"),
+        (Place::Default, Errno::EINVAL, "default is no place"),
+    ] {
+        let got = t.a.prefetch(m.addr(), m.len(), place).err();
+        check!(
+            got.as_ref().and_then(|x| x.errno()) == Some(errno),
+            "prefetch {what}: {got:?}"
+        );
+        if place != Place::Default {
+            let attrs = Attributes {
+                preferred: place,
+                access: Access::Migrate,
+            };
+            let got = t.a.set_attr(m.addr(), m.len(), attrs).err();
+            check!(
+                got.as_ref().and_then(|x| x.errno()) == Some(errno),
+                "set_attr {what}: {got:?}"
+            );
+        }
+    }
+    // C (another owner group) brings B's pages home: system is reachable
+    // by all.
+    let mut half =
+        t.c.prefetch(m.addr(), m.len() / 2, Place::Here)
+            .map_err(e)?;
+    check!(half.total() == (n / 2) as u64, "C: {half:?}");
+    half = t.a.prefetch(m.addr(), m.len(), Place::System).map_err(e)?;
+    // C's pages and those B still had (fetching through RAM may have
+    // brought some of B's neighbours home already: a CPU-fault window).
+    check!(
+        half.moved >= (n / 2) as u64 && half.moved + half.already == n as u64,
+        "home from B and C: {half:?}"
+    );
+    let r = res(&t.a, &m)?;
+    check!(r.system == m.len() as u64, "home: {r:?}");
+    check!(m.bytes() == &want[..], "data changed on its way");
+    Ok(())
+}
+
+/// Where a job's data starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    System,
+    A,
+    B,
+    C,
+}
+
+/// Every preferred location x access policy x op x starting place: the
+/// CPU checks the data afterwards, the residency query checks where the
+/// pages went, the counters how the engine reached them.
+fn matrix() -> Outcome {
+    let t = trio()?;
+    let n = 8;
+    let len = n * PAGE;
+    let mut seed = 1000;
+    for preferred in [Place::Default, Place::System, Place::Device(t.ib as u32)] {
+        for access in [Access::Migrate, Access::InPlace] {
+            for start in [Start::System, Start::A, Start::B, Start::C] {
+                for op in 0..4 {
+                    seed += 1;
+                    one_case(&t, preferred, access, start, op, len, seed)
+                        .map_err(|w| format!("{preferred:?}/{access:?}/{start:?}/op{op}: {w}"))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn one_case(
+    t: &Trio,
+    preferred: Place,
+    access: Access,
+    start: Start,
+    op: usize,
+    len: usize,
+    seed: u64,
+) -> Outcome {
+    // Destination then source, in one mapping.
+    let mut m = Map::new(2 * len)?;
+    fill(m.bytes_mut(), seed);
+    let before = m.bytes().to_vec();
+    let (dst, src) = (m.addr(), m.addr() + len);
+    let attrs = Attributes { preferred, access };
+    t.a.set_attr(m.addr(), m.len(), attrs).map_err(e)?;
+    let park = match start {
+        Start::System => None,
+        Start::A => Some(&t.a),
+        Start::B => Some(&t.b),
+        Start::C => Some(&t.c),
+    };
+    if let Some(d) = park {
+        let out = d.migrate(m.addr(), m.len(), Location::Device).map_err(e)?;
+        check!(out.moved == (2 * len / PAGE) as u64, "park: {out:?}");
+    }
+    let s0 = t.a.stats().map_err(e)?;
+    let value = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let job = match op {
+        0 => Exec::Fill(value),
+        1 => Exec::Copy { src },
+        2 => Exec::AtomicAdd(value),
+        _ => Exec::Checksum,
+    };
+    let out = t.a.exec(job, dst, len, false).map_err(e)?;
+    let s1 = t.a.stats().map_err(e)?;
+    // Where the pages the job touched are now (before the CPU touches
+    // them): the destination, and COPY's source.
+    let touched = if op == 1 { 2 * len } else { len };
+    let r = t.a.residency(dst, touched).map_err(e)?;
+    let total = touched as u64;
+    let expect_at = match (access, start) {
+        (Access::Migrate, _) => match preferred {
+            Place::System => None,
+            Place::Device(i) => Some(i as usize),
+            _ => Some(t.ia),
+        },
+        (Access::InPlace, Start::System | Start::C) => None,
+        (Access::InPlace, Start::A) => Some(t.ia),
+        (Access::InPlace, Start::B) => Some(t.ib),
+    };
+    match expect_at {
+        None => check!(r.system == total, "want all in RAM: {r:?}"),
+        Some(i) => check!(r.devices[i] == total, "want all on device {i}: {r:?}"),
+    }
+    // How the engine reached them.
+    let peer = |s: &Stats| s.engine_p2p_read + s.engine_p2p_written;
+    let sys = |s: &Stats| s.engine_sys_read + s.engine_sys_written;
+    let vram = |s: &Stats| s.engine_vram_read + s.engine_vram_written;
+    let (p2p, dma, local) = (
+        peer(&s1) - peer(&s0),
+        sys(&s1) - sys(&s0),
+        vram(&s1) - vram(&s0),
+    );
+    match expect_at {
+        Some(i) if i == t.ia => check!(local > 0 && p2p == 0 && dma == 0, "want VRAM only"),
+        Some(_) => check!(p2p > 0 && local == 0 && dma == 0, "want P2P only"),
+        None => check!(dma > 0 && p2p == 0 && local == 0, "want DMA only"),
+    }
+    if access == Access::InPlace && start != Start::C {
+        check!(out.migrated == 0, "in place migrated {}", out.migrated);
+    }
+    // The CPU's view: what the job must have done.
+    let mut want = before.clone();
+    match job {
+        Exec::Fill(v) => {
+            for w in want[..len].chunks_mut(8) {
+                w.copy_from_slice(&v.to_ne_bytes());
+            }
+        }
+        Exec::Copy { .. } => {
+            let (d, s) = want.split_at_mut(len);
+            d.copy_from_slice(s);
+        }
+        Exec::AtomicAdd(v) => {
+            for w in want[..len].chunks_mut(8) {
+                let x = u64::from_ne_bytes(w.try_into().unwrap()).wrapping_add(v);
+                w.copy_from_slice(&x.to_ne_bytes());
+            }
+        }
+        Exec::Checksum => {
+            check!(
+                out.result == msvm_rt::checksum(&before[..len]),
+                "checksum differs"
+            );
+        }
+    }
+    if let Some(i) = m.bytes().iter().zip(&want).position(|(x, y)| x != y) {
+        return Err(format!("byte {i} differs"));
+    }
+    t.a.set_attr(m.addr(), m.len(), DEFAULT).map_err(e)?;
+    Ok(())
+}
+
+/// Attributes split where a range cuts them, are reported per range, and
+/// reset to the default.
+fn attributes_split_and_reset() -> Outcome {
+    let t = trio()?;
+    let m = Map::new(8 * PAGE)?;
+    let sys = Attributes {
+        preferred: Place::System,
+        access: Access::Migrate,
+    };
+    let peer = Attributes {
+        preferred: Place::Device(t.ib as u32),
+        access: Access::InPlace,
+    };
+    t.a.set_attr(m.addr(), m.len(), sys).map_err(e)?;
+    t.a.set_attr(m.addr() + 2 * PAGE, 2 * PAGE, peer)
+        .map_err(e)?;
+    let at = |p: usize, n: usize| t.a.residency(m.addr() + p * PAGE, n * PAGE).map_err(e);
+    let r = at(0, 2)?;
+    check!(r.attributes == sys && !r.mixed, "head: {r:?}");
+    let r = at(2, 2)?;
+    check!(r.attributes == peer && !r.mixed, "middle: {r:?}");
+    let r = at(1, 4)?;
+    check!(r.attributes == sys && r.mixed, "across: {r:?}");
+    // Another device's VM has its own attributes.
+    let r = t.b.residency(m.addr(), m.len()).map_err(e)?;
+    check!(r.attributes == DEFAULT, "B's view: {r:?}");
+    // Naming this device by index is the default location.
+    let here = Attributes {
+        preferred: Place::Device(t.ia as u32),
+        access: Access::Migrate,
+    };
+    t.a.set_attr(m.addr(), m.len(), here).map_err(e)?;
+    let r = at(0, 8)?;
+    check!(r.attributes == DEFAULT && !r.mixed, "reset: {r:?}");
+    // Bad input.
+    let bad = |addr: usize, len: usize| t.a.set_attr(addr, len, sys).err().and_then(|x| x.errno());
+    check!(bad(m.addr() + 1, PAGE) == Some(Errno::EINVAL), "unaligned");
+    check!(bad(m.addr(), 0) == Some(Errno::EINVAL), "empty");
+    check!(
+        bad(1 << 47, PAGE) == Some(Errno::EFAULT),
+        "beyond user space"
+    );
+    let mut raw = msvm_rt::abi::DrmMsvmSetAttr {
+        addr: m.addr() as u64,
+        length: PAGE as u64,
+        location: 9,
+        ..Default::default()
+    };
+    check!(
+        t.a.set_attr_raw(&mut raw).err().and_then(|x| x.errno()) == Some(Errno::EINVAL),
+        "unknown location"
+    );
+    raw.location = msvm_rt::abi::MSVM_LOC_SYSTEM;
+    raw.reserved[0] = 1;
+    check!(
+        t.a.set_attr_raw(&mut raw).err().and_then(|x| x.errno()) == Some(Errno::EINVAL),
+        "reserved"
+    );
+    // The range limit: every other page its own range.
+    let many = Map::new(2 * 4100 * PAGE)?;
+    let mut hit = None;
+    for k in 0..4100 {
+        if let Err(x) = t.a.set_attr(many.addr() + 2 * k * PAGE, PAGE, sys) {
+            hit = Some((k, x.errno()));
+            break;
+        }
+    }
+    check!(hit == Some((4096, Some(Errno::ENOSPC))), "limit: {hit:?}");
+    t.a.set_attr(many.addr(), many.len(), DEFAULT).map_err(e)?;
+    t.a.set_attr(m.addr(), m.len(), DEFAULT).map_err(e)?;
+    Ok(())
+}
+
+/// Two devices add to every word of one array in place, the CPU adds to
+/// them too, and another thread keeps moving the array between the
+/// devices and RAM: the totals are exact.
+fn concurrent_atomics() -> Outcome {
+    let t = trio()?;
+    let words = 2 * PAGE / 8;
+    let m = Map::new(2 * PAGE)?;
+    // SAFETY: the mapping is readable, writable, 8-byte aligned and lives
+    // until the end of this function; the words are only used atomically.
+    let cells: &[AtomicU64] =
+        unsafe { std::slice::from_raw_parts(m.addr() as *const AtomicU64, words) };
+    for c in cells {
+        c.store(0, Ordering::Relaxed);
+    }
+    t.a.migrate(m.addr(), m.len(), Location::Device)
+        .map_err(e)?;
+    let rounds = 200u64;
+    let stop = AtomicBool::new(false);
+    let result: Result<(), String> = std::thread::scope(|s| {
+        let (addr, len) = (m.addr(), m.len());
+        let tt = &t;
+        let ha = s.spawn(move || adder(&tt.a, addr, len, 1, rounds));
+        let hb = s.spawn(move || adder(&tt.b, addr, len, 1000, rounds));
+        let hc = s.spawn(|| {
+            for _ in 0..rounds {
+                for c in cells {
+                    c.fetch_add(1_000_000, Ordering::Relaxed);
+                }
+            }
+        });
+        let (t, stop) = (&t, &stop);
+        let mover = s.spawn(move || -> Outcome {
+            let places = [Place::Device(t.ib as u32), Place::System, Place::Here];
+            let mut k = 0;
+            while !stop.load(Ordering::Relaxed) {
+                t.a.prefetch(addr, len, places[k % 3]).map_err(e)?;
+                k += 1;
+            }
+            check!(k >= 3, "the array moved only {k} times");
+            Ok(())
+        });
+        let ra = ha.join().map_err(|_| "A panicked".to_string())?;
+        let rb = hb.join().map_err(|_| "B panicked".to_string())?;
+        hc.join().map_err(|_| "CPU panicked".to_string())?;
+        stop.store(true, Ordering::Relaxed);
+        let rm = mover.join().map_err(|_| "mover panicked".to_string())?;
+        ra.and(rb).and(rm)
+    });
+    result?;
+    let want = rounds * (1 + 1000 + 1_000_000);
+    let bad = cells
+        .iter()
+        .map(|c| c.load(Ordering::Relaxed))
+        .enumerate()
+        .find(|&(_, v)| v != want);
+    check!(bad.is_none(), "word {:?}, want {want}", bad);
+    Ok(())
+}
+
+/// Adds `v` to every word of `[addr, addr + len)` on `d`, in place,
+/// `rounds` times.
+fn adder(d: &Device, addr: usize, len: usize, v: u64, rounds: u64) -> Outcome {
+    for _ in 0..rounds {
+        d.exec(Exec::AtomicAdd(v), addr, len, true).map_err(e)?;
+    }
+    Ok(())
+}
