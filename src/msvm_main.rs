@@ -8,6 +8,7 @@
 
 use kernel::{pci, prelude::*};
 
+mod debugfs;
 mod device;
 mod driver;
 mod engine;
@@ -40,6 +41,8 @@ module! {
 struct MsvmModule {
     #[pin]
     _driver: kernel::driver::Registration<pci::Adapter<driver::MsvmDriver>>,
+    #[pin]
+    _debugfs: debugfs::Debugfs,
 }
 
 impl kernel::InPlaceModule for MsvmModule {
@@ -52,6 +55,7 @@ impl kernel::InPlaceModule for MsvmModule {
                 <Self as kernel::ModuleMetadata>::NAME,
                 module,
             ),
+            _debugfs <- debugfs::Debugfs::new(),
         })
     }
 }

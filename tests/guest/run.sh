@@ -12,6 +12,9 @@ echo
 echo "== msvm info"
 msvm info
 echo
+echo "== /sys/kernel/debug/msvm/topology"
+cat /sys/kernel/debug/msvm/topology
+echo
 echo "== msvm demo"
 msvm demo
 echo

@@ -201,6 +201,22 @@ fn demo(mib: usize) -> msvm_rt::Result<()> {
     };
     let m = |pages: u64| (pages * 4096) >> 20;
     let b = |bytes: u64| bytes >> 20;
+    // RESIDENCY: where the buffer lives now.
+    let whereis = |d: &Device| -> msvm_rt::Result<()> {
+        let r = d.residency(addr, len)?;
+        let mut parts: Vec<String> = r
+            .devices
+            .iter()
+            .enumerate()
+            .filter(|(_, &n)| n > 0)
+            .map(|(i, &n)| format!("gpu{i} {} MiB", n >> 20))
+            .collect();
+        if r.system > 0 {
+            parts.push(format!("system RAM {} MiB", r.system >> 20));
+        }
+        println!("   residency: {}", parts.join(", "));
+        Ok(())
+    };
 
     let t = std::time::Instant::now();
     let out = g0.migrate(addr, len, Location::Device)?;
@@ -210,6 +226,7 @@ fn demo(mib: usize) -> msvm_rt::Result<()> {
         t.elapsed().as_secs_f64() * 1e3,
         m(g0.stats()?.resident)
     );
+    whereis(g0)?;
     let s0 = g0.stats()?;
     let sum = g0.exec(Exec::Checksum, addr, len, false)?;
     let s1 = g0.stats()?;
@@ -239,6 +256,7 @@ fn demo(mib: usize) -> msvm_rt::Result<()> {
             sum.migrated,
             m(g0.stats()?.resident)
         );
+        whereis(pd)?;
     }
     if let Some((fi, fd)) = far {
         g0.migrate(addr, len, Location::System)?;
@@ -252,6 +270,7 @@ fn demo(mib: usize) -> msvm_rt::Result<()> {
             f1.to_device - f0.to_device,
             same(sum.result)
         );
+        whereis(fd)?;
     }
     let ok = words
         .iter()

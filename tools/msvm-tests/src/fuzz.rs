@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use msvm_rt::abi::{
-    self, DrmMsvmExec, DrmMsvmMigrate, DrmMsvmPeer, DrmMsvmQuery, DrmMsvmStats, DrmMsvmVmCreate,
+    self, DrmMsvmExec, DrmMsvmMigrate, DrmMsvmPeer, DrmMsvmPrefetch, DrmMsvmQuery,
+    DrmMsvmResidency, DrmMsvmSetAttr, DrmMsvmStats, DrmMsvmVmCreate,
 };
 use msvm_rt::{Device, Location};
 use nix::errno::Errno;
@@ -96,12 +97,24 @@ fn memory_ioctl_errno(res: Result<(), Errno>) -> bool {
     )
 }
 
+/// A location and device index for SET_ATTR and PREFETCH.
+fn location(r: &mut Rng, valid: bool) -> (u32, u32) {
+    let loc = if valid { r.below(3) as u32 } else { small(r) };
+    let dev = if loc == abi::MSVM_LOC_DEVICE || !valid {
+        let x = r.next() as u32;
+        r.pick(&[0, 1, 2, 3, 15, 16, abi::MSVM_QUERY_SELF, x])
+    } else {
+        0
+    };
+    (loc, dev)
+}
+
 /// One random call; returns the errno if it failed, and whether that errno
 /// is documented for it.
 fn call(r: &mut Rng, dev: &Device, arena: usize) -> (&'static str, Result<(), Errno>, bool) {
     let valid = r.below(3) == 0;
     let err = |res: msvm_rt::Result<()>| res.map_err(|e| e.errno().unwrap_or(Errno::EIO));
-    match r.below(7) {
+    match r.below(10) {
         0 => {
             let mut peers = [DrmMsvmPeer::default(); 4];
             let mut q = DrmMsvmQuery {
@@ -197,6 +210,61 @@ fn call(r: &mut Rng, dev: &Device, arena: usize) -> (&'static str, Result<(), Er
             }
             let res = err(dev.exec_raw(&mut e));
             ("EXEC", res, memory_ioctl_errno(res))
+        }
+        7 => {
+            let (location, device) = location(r, valid);
+            let mut a = DrmMsvmSetAttr {
+                addr: addr(r, arena),
+                length: len(r),
+                location,
+                device,
+                access: if valid { r.below(3) as u32 } else { small(r) },
+                flags: if valid { 0 } else { small(r) },
+                ..Default::default()
+            };
+            if !valid && r.below(8) == 0 {
+                a.reserved[r.below(2) as usize] = r.next();
+            }
+            let res = err(dev.set_attr_raw(&mut a));
+            (
+                "SET_ATTR",
+                res,
+                memory_ioctl_errno(res) || res == Err(Errno::ENOLINK),
+            )
+        }
+        8 => {
+            let (location, device) = location(r, valid);
+            let mut p = DrmMsvmPrefetch {
+                addr: addr(r, arena),
+                length: len(r),
+                location,
+                device,
+                flags: if valid { 0 } else { small(r) },
+                ..Default::default()
+            };
+            if !valid && r.below(8) == 0 {
+                p.pad = small(r);
+                p.reserved[r.below(2) as usize] = r.next();
+            }
+            let res = err(dev.prefetch_raw(&mut p));
+            (
+                "PREFETCH",
+                res,
+                memory_ioctl_errno(res) || res == Err(Errno::ENOLINK),
+            )
+        }
+        9 => {
+            let mut q = DrmMsvmResidency {
+                addr: addr(r, arena),
+                length: len(r),
+                flags: if valid { 0 } else { small(r) },
+                ..Default::default()
+            };
+            if !valid && r.below(8) == 0 {
+                q.reserved[r.below(2) as usize] = r.next();
+            }
+            let res = err(dev.residency_raw(&mut q));
+            ("RESIDENCY", res, memory_ioctl_errno(res))
         }
         _ => {
             let mut s = DrmMsvmStats::default();

@@ -26,6 +26,10 @@ pub fn tests() -> Vec<Test> {
             name: "migrate_from_unreachable_peer_goes_through_ram",
             run: migrate_from_unreachable,
         },
+        Test {
+            name: "debugfs_topology_matches_query",
+            run: debugfs_topology,
+        },
     ]
 }
 
@@ -236,4 +240,63 @@ fn migrate_from_unreachable() -> Outcome {
         a1.resident - a0.resident
     );
     verify(m.bytes(), 204)
+}
+
+/// `/sys/kernel/debug/msvm/topology` says what QUERY says: each device's
+/// PCI address and group, each distance, and the members of each group.
+fn debugfs_topology() -> Outcome {
+    let text = std::fs::read_to_string("/sys/kernel/debug/msvm/topology")
+        .map_err(|e| format!("read debugfs: {e}"))?;
+    let mut infos = Vec::new();
+    for g in sysfs::msvm_gpus()? {
+        let d = Device::open(&g.node).map_err(|e| e.to_string())?;
+        infos.push(d.query().map_err(|e| e.to_string())?);
+    }
+    infos.sort_by_key(|i| i.index);
+    check!(
+        text.lines().next() == Some(&format!("devices: {}", infos.len())[..]),
+        "first line of:\n{text}"
+    );
+    for i in &infos {
+        let line = format!(
+            "gpu{}: {} {} MiB group {}",
+            i.index,
+            i.pci,
+            i.vram_size >> 20,
+            i.owner_group
+        );
+        check!(text.lines().any(|l| l == line), "no '{line}' in:\n{text}");
+        // The matrix row: one cell per device, in index order.
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(&format!("gpu{} ", i.index)))
+            .ok_or(format!("no matrix row for gpu{}", i.index))?;
+        let cells: Vec<&str> = row.split_whitespace().skip(1).collect();
+        for (k, other) in infos.iter().enumerate() {
+            let want = if other.index == i.index {
+                ".".to_string()
+            } else {
+                let p = i.peers.iter().find(|p| p.index == other.index);
+                match p.and_then(|p| p.distance) {
+                    Some(d) => d.to_string(),
+                    None => "-".to_string(),
+                }
+            };
+            check!(
+                cells.get(k) == Some(&&want[..]),
+                "gpu{} -> gpu{}: {:?}, want {want}",
+                i.index,
+                other.index,
+                cells.get(k)
+            );
+        }
+        let members: Vec<String> = infos
+            .iter()
+            .filter(|o| o.owner_group == i.owner_group)
+            .map(|o| format!("gpu{}", o.index))
+            .collect();
+        let gline = format!("group {}: {}", i.owner_group, members.join(" "));
+        check!(text.lines().any(|l| l == gline), "no '{gline}' in:\n{text}");
+    }
+    Ok(())
 }

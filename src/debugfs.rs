@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! msvm's debugfs directory, `/sys/kernel/debug/msvm/`:
+//!
+//! - `topology`: every device, the P2P distance matrix (as QUERY reports
+//!   it) and the owner groups.
+
+use kernel::{debugfs, fmt, prelude::*};
+
+use crate::topology::{MAX_DEVICES, TOPOLOGY};
+
+/// The directory and its files; removed when dropped (module exit). A file
+/// keeps its directory's entry alive, so the drop order does not matter.
+#[pin_data]
+pub(crate) struct Debugfs {
+    dir: debugfs::Dir,
+    #[pin]
+    topology: debugfs::File<()>,
+}
+
+impl Debugfs {
+    pub(crate) fn new() -> impl PinInit<Self> {
+        pin_init!(Self {
+            dir: debugfs::Dir::new(c"msvm"),
+            topology <- dir.read_callback_file(c"topology", (), &show_topology),
+        })
+    }
+}
+
+/// `topology`: one line per device, the matrix, the groups.
+fn show_topology(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    let topo = TOPOLOGY.lock();
+    let present = |i: usize| topo.get(i).is_some();
+    writeln!(f, "devices: {}", topo.len())?;
+    for i in (0..MAX_DEVICES).filter(|&i| present(i)) {
+        if let Some(n) = topo.get(i) {
+            let (d, b) = (n.pci.domain, n.pci.bdf);
+            writeln!(
+                f,
+                "gpu{i}: {d:04x}:{:02x}:{:02x}.{} {} MiB group {}",
+                b >> 8,
+                (b >> 3) & 0x1f,
+                b & 7,
+                n.vram_size >> 20,
+                topo.group(i).unwrap_or(i)
+            )?;
+        }
+    }
+    writeln!(f, "p2p (row reads column's memory: distance, '-' none):")?;
+    write!(f, "     ")?;
+    for j in (0..MAX_DEVICES).filter(|&j| present(j)) {
+        write!(f, " gpu{j:<2}")?;
+    }
+    writeln!(f)?;
+    for i in (0..MAX_DEVICES).filter(|&i| present(i)) {
+        write!(f, "gpu{i:<2}")?;
+        for j in (0..MAX_DEVICES).filter(|&j| present(j)) {
+            if i == j {
+                write!(f, "     .")?;
+                continue;
+            }
+            match topo
+                .peers(i)
+                .find(|p| p.index == j)
+                .and_then(|p| p.distance)
+            {
+                Some(d) => write!(f, " {d:>5}")?,
+                None => write!(f, "     -")?,
+            }
+        }
+        writeln!(f)?;
+    }
+    for l in topo.group_leaders() {
+        let g = topo.group(l).unwrap_or(l);
+        write!(f, "group {g}:")?;
+        for i in (0..MAX_DEVICES).filter(|&i| topo.group(i) == Some(g)) {
+            write!(f, " gpu{i}")?;
+        }
+        writeln!(f)?;
+    }
+    Ok(())
+}
