@@ -13,6 +13,8 @@
 #include <linux/mmu_notifier.h>
 #include <linux/mm.h>
 #include <linux/pci.h>
+#include <linux/shrinker.h>
+#include <linux/workqueue.h>
 
 int msvm_pci_domain_nr(struct pci_dev *pdev);
 
@@ -68,5 +70,11 @@ void msvm_dma_unmap_resource(struct device *dev, u64 addr);
 void msvm_page_read(struct page *page, unsigned int off, void *buf, unsigned int len);
 void msvm_page_write(struct page *page, unsigned int off, const void *buf, unsigned int len);
 void msvm_page_add_u64(struct page *page, unsigned int off, u64 value);
+
+/* Reclaim: a shrinker and a workqueue that may run during reclaim. */
+struct shrinker *msvm_shrinker_alloc(const char *name);
+struct workqueue_struct *msvm_alloc_reclaim_wq(const char *name);
+unsigned long msvm_page_struct_size(void);
+bool msvm_gfp_allows_blocking(gfp_t gfp);
 
 #endif /* _MSVM_HELPERS_H_ */

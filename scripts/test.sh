@@ -41,6 +41,13 @@ msvm_stage guest python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86
 	--append "${MSVM_GUEST_ARGS:-}" \
 	--log "$B/test-console.log" --timeout "${MSVM_TEST_TIMEOUT:-900}" || guest_rc=$?
 
+# The small-RAM guest: four 1 GiB GPUs, 512 MiB of RAM, the shrinker under
+# real memory pressure.
+small_rc=0
+msvm_stage guest-small-ram python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
+	--initrd "$B/test-initramfs.cpio" --gpus sw,sw,rp,rp --vram 1G --mem 512M --cmd lifecycle \
+	--log "$B/test-small-console.log" --timeout "${MSVM_TEST_TIMEOUT:-900}" || small_rc=$?
+
 echo
 echo "== KUnit (parsed by the kernel's tools/testing/kunit/kunit.py)"
 kunit_rc=0
@@ -53,7 +60,7 @@ awk '/^== msvm: insmod/ { armed = 1 }
 python3 "$MSVM_KSRC/tools/testing/kunit/kunit.py" parse "$B/kunit-ktap.log" \
 	>"$B/kunit.log" 2>&1 || kunit_rc=$?
 sed 's/\x1b\[[0-9;]*m//g' "$B/kunit.log" | grep -vE '^\[..:..:..\] *$' | tail -20
-for suite in msvm_topology msvm_uapi; do
+for suite in msvm_topology msvm_uapi msvm_placement msvm_vram; do
 	grep -q "# Subtest: $suite" "$B/test-console.log" || {
 		echo "KUnit suite $suite did not run"
 		kunit_rc=1
@@ -64,7 +71,8 @@ kunit_fail=$(sed -nE 's/.*Ran [0-9]+ tests?:.* failed: ([0-9]+).*/\1/p' "$B/kuni
 kunit_pass=${kunit_pass:-0}
 kunit_fail=${kunit_fail:-0}
 
-read -r it_pass it_fail < <(grep -hoE 'msvm-tests: [0-9]+ passed, [0-9]+ failed' "$B/test-console.log" |
+read -r it_pass it_fail < <(grep -hoE 'msvm-tests: [0-9]+ passed, [0-9]+ failed' \
+	"$B/test-console.log" "$B/test-small-console.log" |
 	awk '{p += $2; f += $4} END {print p + 0, f + 0}')
 host_pass=$(grep -hoE 'test result: [a-zA-Z]+\. [0-9]+ passed' "$B/cargo-test.log" | awk '{s += $4} END {print s + 0}')
 host_fail=$(grep -hoE '; [0-9]+ failed' "$B/cargo-test.log" | awk '{s += $2} END {print s + 0}')
@@ -73,9 +81,9 @@ echo
 echo "== summary (kernel: $MSVM_VARIANT, $(( $(date +%s) - t0 )) s)"
 echo "host cargo tests:     $host_pass passed, $host_fail failed"
 echo "KUnit cases:          $kunit_pass passed, $kunit_fail failed (kunit.py exit $kunit_rc)"
-echo "guest integration:    $it_pass passed, $it_fail failed (guest exit $guest_rc)"
+echo "guest integration:    $it_pass passed, $it_fail failed (guest exit $guest_rc, small-RAM guest exit $small_rc)"
 fail=$(( host_fail + kunit_fail + it_fail ))
-if [ "$guest_rc" != 0 ] || [ "$kunit_rc" != 0 ]; then
+if [ "$guest_rc" != 0 ] || [ "$small_rc" != 0 ] || [ "$kunit_rc" != 0 ]; then
 	fail=$(( fail + 1 ))
 fi
 [ "$it_pass" -gt 0 ] || fail=$(( fail + 1 ))

@@ -4,8 +4,19 @@
 //!
 //! - `topology`: every device, the P2P distance matrix (as QUERY reports
 //!   it) and the owner groups.
+//! - `shrink`: writing `idle` removes the pagemaps of every device's idle
+//!   chunks, `all` also empties lightly used chunks into fuller ones and
+//!   removes theirs, synchronously (what the shrinker's work does under
+//!   memory pressure); reading gives the pagemaps the last write removed.
 
-use kernel::{debugfs, fmt, prelude::*};
+use kernel::{
+    debugfs, fmt,
+    prelude::*,
+    sync::atomic::{Atomic, Relaxed},
+    uaccess::UserSliceReader,
+};
+
+use crate::reclaim::{shrink_all, CONSOLIDATE, IDLE};
 
 use crate::topology::{MAX_DEVICES, TOPOLOGY};
 
@@ -16,6 +27,8 @@ pub(crate) struct Debugfs {
     dir: debugfs::Dir,
     #[pin]
     topology: debugfs::File<()>,
+    #[pin]
+    shrink: debugfs::File<Atomic<u64>>,
 }
 
 impl Debugfs {
@@ -23,8 +36,28 @@ impl Debugfs {
         pin_init!(Self {
             dir: debugfs::Dir::new(c"msvm"),
             topology <- dir.read_callback_file(c"topology", (), &show_topology),
+            shrink <- dir.read_write_callback_file(
+                c"shrink",
+                Atomic::new(0),
+                &|n: &Atomic<u64>, f: &mut fmt::Formatter<'_>| writeln!(f, "{}", n.load(Relaxed)),
+                &write_shrink,
+            ),
         })
     }
+}
+
+/// `shrink`: runs a shrink pass over every device.
+fn write_shrink(removed: &Atomic<u64>, r: &mut UserSliceReader) -> Result {
+    let mut buf = [0u8; 8];
+    let n = r.len().min(buf.len());
+    r.read_slice(&mut buf[..n])?;
+    let level = match buf[..n].trim_ascii() {
+        b"idle" => IDLE,
+        b"all" => CONSOLIDATE,
+        _ => return Err(EINVAL),
+    };
+    removed.store(shrink_all(level) as u64, Relaxed);
+    Ok(())
 }
 
 /// `topology`: one line per device, the matrix, the groups.

@@ -17,7 +17,7 @@ use kernel::{
 };
 
 use crate::mm::{iomem::WcBar, pci as mmpci};
-use crate::topology::TOPOLOGY;
+use crate::topology::{Topology, TOPOLOGY};
 use crate::vram::VramPool;
 
 /// The kinds of device msvm drives, from the PCI id table
@@ -94,11 +94,16 @@ impl PoolRef {
     /// The memory of device `index`: `ENOENT` if no device has that index,
     /// `ENODEV` if it is going away.
     pub(crate) fn get(index: usize) -> Result<Self> {
-        let topo = TOPOLOGY.lock();
+        Self::get_locked(&TOPOLOGY.lock(), index)
+    }
+
+    /// [`Self::get`] with the topology lock already held (`topo`).
+    pub(crate) fn get_locked(topo: &Topology<GpuNode>, index: usize) -> Result<Self> {
         let node = topo.get(index).ok_or(ENOENT)?;
         let ptr = node.pool.ok_or(ENODEV)?.0;
         // SAFETY: a published pool is alive: `Gpu::drop` unpublishes it
-        // under the topology lock, which we hold, before waiting for users.
+        // under the topology lock, which the caller holds, before waiting
+        // for users.
         unsafe { &*ptr }.users.add(1, Relaxed);
         Ok(Self { pool: ptr })
     }

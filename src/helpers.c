@@ -16,6 +16,8 @@
 #include <linux/mm.h>
 #include <linux/pagemap.h>
 #include <linux/pci.h>
+#include <linux/shrinker.h>
+#include <linux/workqueue.h>
 #include <linux/topology.h>
 
 #include "msvm_helpers.h"
@@ -209,4 +211,24 @@ void msvm_page_add_u64(struct page *page, unsigned int off, u64 value)
 
 	atomic64_add(value, (atomic64_t *)(p + off));
 	kunmap_local(p);
+}
+
+struct shrinker *msvm_shrinker_alloc(const char *name)
+{
+	return shrinker_alloc(0, "%s", name);
+}
+
+struct workqueue_struct *msvm_alloc_reclaim_wq(const char *name)
+{
+	return alloc_workqueue("%s", WQ_MEM_RECLAIM | WQ_UNBOUND, 1, name);
+}
+
+unsigned long msvm_page_struct_size(void)
+{
+	return sizeof(struct page);
+}
+
+bool msvm_gfp_allows_blocking(gfp_t gfp)
+{
+	return gfpflags_allow_blocking(gfp);
 }

@@ -17,6 +17,7 @@ mod gem;
 mod migrate;
 mod mm;
 mod placement;
+mod reclaim;
 mod residency;
 mod svm;
 mod topology;
@@ -43,6 +44,8 @@ struct MsvmModule {
     _driver: kernel::driver::Registration<pci::Adapter<driver::MsvmDriver>>,
     #[pin]
     _debugfs: debugfs::Debugfs,
+    /// Dropped after the driver, whose devices it shrinks.
+    _shrinker: mm::reclaim::Shrinker<reclaim::Reclaimer>,
 }
 
 impl kernel::InPlaceModule for MsvmModule {
@@ -56,6 +59,10 @@ impl kernel::InPlaceModule for MsvmModule {
                 module,
             ),
             _debugfs <- debugfs::Debugfs::new(),
+            _shrinker: mm::reclaim::Shrinker::register(
+                c"msvm",
+                KBox::new(reclaim::Reclaimer::new()?, GFP_KERNEL)?,
+            )?,
         })
     }
 }

@@ -399,6 +399,7 @@ pub(crate) fn stats(
     }
     let pool = gpu.vram();
     let s = &pool.stats;
+    let (live, cached) = pool.chunk_counts();
     let allocated = s.allocated.load(Relaxed);
     let freed = s.freed.load(Relaxed);
     *arg = drm_msvm_stats {
@@ -408,7 +409,7 @@ pub(crate) fn stats(
         evicted: s.evicted.load(Relaxed),
         resident: allocated.saturating_sub(freed),
         no_vram: s.no_vram.load(Relaxed),
-        chunks_live: pool.live_chunks() as u64,
+        chunks_live: live as u64,
         chunks_created: s.chunks_created.load(Relaxed),
         vram_size: pool.size() as u64,
         chunk_size: pool.chunk_size() as u64,
@@ -419,6 +420,13 @@ pub(crate) fn stats(
         engine_p2p_read: s.engine_p2p_read.load(Relaxed),
         engine_p2p_written: s.engine_p2p_written.load(Relaxed),
         from_peer: s.from_peer.load(Relaxed),
+        chunks_cached: cached as u64,
+        memmap_bytes: (live * pool.chunk_memmap_bytes()) as u64,
+        chunks_destroyed: s.chunks_destroyed.load(Relaxed),
+        shrink_scans: s.shrink_scans.load(Relaxed),
+        shrink_freed: s.shrink_freed.load(Relaxed),
+        shrink_moved: s.shrink_moved.load(Relaxed),
+        shrink_home: s.shrink_home.load(Relaxed),
         reserved: [0; 4],
     };
     Ok(0)

@@ -2,17 +2,32 @@
 
 //! A GPU's memory: the BAR window onto it, split into chunks, each chunk a
 //! device-private pagemap created the first time an allocation needs it; a
-//! page allocator over the chunks; eviction of every page on teardown.
+//! page allocator over the chunks; the chunk lifecycle (cached when idle,
+//! torn down by the shrinker, emptied into fuller chunks under pressure);
+//! eviction of every page on teardown.
 //!
 //! A device page's VRAM offset follows from its page frame number: page `i`
 //! of chunk `c` lives at `c * chunk_size + i * PAGE_SIZE` of the BAR.
 //!
+//! Chunk states ([`Slot`]): `Absent` (no pagemap) -> `Live` (a pagemap; its
+//! pages in use, or none: then it is *idle*, cached for cheap reuse) ->
+//! `Draining` (being emptied into other chunks: no allocation takes its
+//! pages) -> `Dying` (its pagemap being removed, outside the lock: no new
+//! pagemap is created for its VRAM until it is `Absent` again, so a lookup
+//! racing a teardown never makes a second pagemap for the same memory) ->
+//! `Absent`. A `Draining` chunk that could not be emptied goes back to
+//! `Live`.
+//!
 //! # Lock order
 //!
-//! `mmap_lock` (held by migration callers) -> [`VramPool::chunks`] ->
+//! [`VramPool::shrink_lock`] (shrink passes) -> `mmap_lock` (held by
+//! migration callers) -> [`VramPool::chunks`] ->
 //! [`Chunk::free`]. `Chunk::free` is also taken alone by `folio_free`, which
 //! may run from any context that puts a page: nothing sleeps under it and it
-//! never allocates.
+//! never allocates. The shrinker only ever *tries* `VramPool::chunks` (an
+//! allocation under it may enter reclaim); teardown and consolidation run
+//! on msvm's reclaim workqueue or from debugfs, never from reclaim itself,
+//! and drop the lock around `memunmap_pages` and page migration.
 
 use core::ffi::c_void;
 
@@ -52,6 +67,16 @@ pub(crate) struct Stats {
     pub(crate) engine_p2p_written: Atomic<u64>,
     /// Pages migrated into this device straight from a peer's VRAM.
     pub(crate) from_peer: Atomic<u64>,
+    /// Pagemaps removed (idle chunks and emptied ones).
+    pub(crate) chunks_destroyed: Atomic<u64>,
+    /// Shrink passes over this device (shrinker work and debugfs).
+    pub(crate) shrink_scans: Atomic<u64>,
+    /// Bytes of `struct page` memory the shrink passes freed.
+    pub(crate) shrink_freed: Atomic<u64>,
+    /// Pages the shrink passes moved into fuller chunks of this device.
+    pub(crate) shrink_moved: Atomic<u64>,
+    /// Pages the shrink passes sent home to system RAM.
+    pub(crate) shrink_home: Atomic<u64>,
 }
 
 impl Stats {
@@ -72,6 +97,11 @@ impl Stats {
             engine_p2p_read: Atomic::new(0),
             engine_p2p_written: Atomic::new(0),
             from_peer: Atomic::new(0),
+            chunks_destroyed: Atomic::new(0),
+            shrink_scans: Atomic::new(0),
+            shrink_freed: Atomic::new(0),
+            shrink_moved: Atomic::new(0),
+            shrink_home: Atomic::new(0),
         }
     }
 }
@@ -92,6 +122,11 @@ pub(crate) struct Chunk {
     /// pages, so returning a page never allocates.
     #[pin]
     free: SpinLock<KVec<u32>>,
+    /// Pages in the chunk.
+    npages: usize,
+    /// The pool's allocation sequence number when this chunk last gave out
+    /// pages: lower is colder.
+    last_alloc: Atomic<u64>,
 }
 
 // SAFETY: `pool` is only read, and the pool is `Sync`.
@@ -110,6 +145,56 @@ impl Chunk {
         // SAFETY: the pool outlives its chunks (field invariant).
         unsafe { &*self.pool }
     }
+
+    /// Pages in use now.
+    fn used(&self) -> usize {
+        self.npages - self.free.lock().len()
+    }
+
+    /// What the shrinker needs to know of the chunk.
+    fn info(&self) -> ChunkInfo {
+        ChunkInfo {
+            used: self.used(),
+            last_alloc: self.last_alloc.load(Relaxed),
+        }
+    }
+}
+
+/// A live chunk, as the shrinker's planning sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ChunkInfo {
+    /// Pages in use.
+    pub(crate) used: usize,
+    /// Allocation sequence number of its last allocation (lower: colder).
+    pub(crate) last_alloc: u64,
+}
+
+/// The chunk a consolidation pass empties next, among `live` (`None`:
+/// absent or not live): the lightest used at most half full, the coldest
+/// of equals, and only if the other live chunks have room for all its
+/// pages (so emptying it frees a pagemap without taking a new one).
+pub(crate) fn choose_victim(live: &[Option<ChunkInfo>], npages: usize) -> Option<usize> {
+    victim_of(live.iter().copied(), npages)
+}
+
+/// [`choose_victim`] over the live chunks `live` yields (in chunk order);
+/// allocates nothing, so that the shrinker may use it.
+fn victim_of(
+    live: impl Iterator<Item = Option<ChunkInfo>> + Clone,
+    npages: usize,
+) -> Option<usize> {
+    let (v, info) = live
+        .clone()
+        .enumerate()
+        .filter_map(|(i, c)| c.map(|c| (i, c)))
+        .filter(|(_, c)| c.used > 0 && c.used <= npages / 2)
+        .min_by_key(|(_, c)| (c.used, c.last_alloc))?;
+    let room: usize = live
+        .enumerate()
+        .filter(|(i, _)| *i != v)
+        .filter_map(|(_, c)| c.map(|c| npages - c.used))
+        .sum();
+    (room >= info.used).then_some(v)
 }
 
 impl PagemapOps for Chunk {
@@ -128,8 +213,31 @@ impl PagemapOps for Chunk {
     }
 }
 
-/// A chunk's pagemap, once created.
-type ChunkSlot = Option<Pin<KBox<Pagemap<Chunk>>>>;
+/// A chunk slot of the pool (see the module documentation for the states).
+enum Slot {
+    Absent,
+    Live(Pin<KBox<Pagemap<Chunk>>>),
+    Draining(Pin<KBox<Pagemap<Chunk>>>),
+    Dying,
+}
+
+impl Slot {
+    /// The pagemap, in the states that have one.
+    fn map(&self) -> Option<&Pagemap<Chunk>> {
+        match self {
+            Slot::Live(m) | Slot::Draining(m) => Some(m),
+            Slot::Absent | Slot::Dying => None,
+        }
+    }
+
+    /// The pagemap of a live chunk (one that allocations may use).
+    fn live(&self) -> Option<&Pagemap<Chunk>> {
+        match self {
+            Slot::Live(m) => Some(m),
+            _ => None,
+        }
+    }
+}
 
 /// The memory of one GPU.
 #[pin_data(PinnedDrop)]
@@ -140,9 +248,15 @@ pub(crate) struct VramPool<'a> {
     owner: *const c_void,
     chunk_size: usize,
     nchunks: usize,
-    /// The chunks, `None` until first needed.
+    /// The chunk slots.
     #[pin]
-    chunks: Mutex<KVec<ChunkSlot>>,
+    chunks: Mutex<KVec<Slot>>,
+    /// Allocations so far: the clock of [`Chunk::last_alloc`].
+    alloc_seq: Atomic<u64>,
+    /// Serialises shrink passes: only the holder takes a `Draining` slot
+    /// apart.
+    #[pin]
+    shrink_lock: Mutex<()>,
     /// Serialises the engine's read-modify-write of VRAM words.
     #[pin]
     pub(crate) atomics: Mutex<()>,
@@ -171,7 +285,7 @@ impl<'a> VramPool<'a> {
         }
         let mut slots = KVec::with_capacity(nchunks, GFP_KERNEL)?;
         for _ in 0..nchunks {
-            slots.push(None, GFP_KERNEL)?;
+            slots.push(Slot::Absent, GFP_KERNEL)?;
         }
         KBox::pin_init(
             try_pin_init!(Self {
@@ -180,6 +294,8 @@ impl<'a> VramPool<'a> {
                 chunk_size,
                 nchunks,
                 chunks <- new_mutex!(slots),
+                alloc_seq: Atomic::new(0),
+                shrink_lock <- new_mutex!(()),
                 atomics <- new_mutex!(()),
                 stats: Stats::new(),
                 index,
@@ -214,9 +330,32 @@ impl<'a> VramPool<'a> {
         self.chunk_size
     }
 
-    /// Number of chunks with a pagemap.
-    pub(crate) fn live_chunks(&self) -> usize {
-        self.chunks.lock().iter().filter(|c| c.is_some()).count()
+    /// Chunks with a pagemap and chunks among them that are idle (no page
+    /// in use: cached).
+    pub(crate) fn chunk_counts(&self) -> (usize, usize) {
+        let chunks = self.chunks.lock();
+        let maps = chunks.iter().filter_map(Slot::map);
+        maps.fold((0, 0), |(l, i), m| {
+            (l + 1, i + usize::from(m.data().used() == 0))
+        })
+    }
+
+    /// Bytes of `struct page` memory one chunk costs.
+    pub(crate) fn chunk_memmap_bytes(&self) -> usize {
+        self.chunk_size / PAGE_SIZE * crate::mm::reclaim::struct_page_size()
+    }
+
+    /// What the shrinker could free now, in `struct page` bytes: idle
+    /// chunks, then chunks a consolidation would empty. `None` if the
+    /// chunk table is busy (it is only tried: reclaim must not wait).
+    pub(crate) fn reclaimable(&self) -> Option<(usize, usize)> {
+        let chunks = self.chunks.try_lock()?;
+        let npages = self.chunk_size / PAGE_SIZE;
+        let live = chunks.iter().map(|s| s.live().map(|m| m.data().info()));
+        let idle = live.clone().flatten().filter(|i| i.used == 0).count();
+        let light = usize::from(victim_of(live, npages).is_some());
+        let per = self.chunk_memmap_bytes();
+        Some((idle * per, light * per))
     }
 
     /// The pool and BAR offset of device page `page`, if it belongs to this
@@ -259,6 +398,17 @@ pub(crate) fn locate(
     Some((chunk.pool(), chunk.base + map.index_of(page)? * PAGE_SIZE))
 }
 
+/// What draining a chunk did, in pages.
+#[derive(Default, Debug)]
+struct Drained {
+    /// Moved to other chunks of the pool.
+    moved: usize,
+    /// Sent home to system RAM.
+    home: usize,
+    /// In use, but would not move.
+    stuck: usize,
+}
+
 /// Device pages allocated for one migration step, with their BAR offsets,
 /// handed out in order; those not taken are freed on drop.
 pub(crate) struct Batch {
@@ -294,20 +444,44 @@ impl VramPool<'_> {
     /// batch; creates chunks (pagemaps) as needed. Returns fewer pages when
     /// VRAM is full.
     pub(crate) fn alloc(&self, n: usize) -> Result<Batch> {
+        self.alloc_from(n, true)
+    }
+
+    /// Allocates up to `n` pages: from live chunks, fullest first (so that
+    /// data packs into few pagemaps), then, if `create`, from new chunks.
+    fn alloc_from(&self, n: usize, create: bool) -> Result<Batch> {
         let mut pages = KVec::with_capacity(n, GFP_KERNEL)?;
+        let mut order = KVec::with_capacity(self.nchunks, GFP_KERNEL)?;
         let mut chunks = self.chunks.lock();
-        for c in 0..self.nchunks {
+        for (c, slot) in chunks.iter().enumerate() {
+            if let Some(m) = slot.live() {
+                order
+                    .push_within_capacity((m.data().used(), c))
+                    .map_err(|_| ENOMEM)?;
+            }
+        }
+        order.sort_unstable_by(|a, b| b.cmp(a));
+        if create {
+            for (c, slot) in chunks.iter().enumerate() {
+                if matches!(slot, Slot::Absent) {
+                    order.push_within_capacity((0, c)).map_err(|_| ENOMEM)?;
+                }
+            }
+        }
+        let seq = self.alloc_seq.fetch_add(1, Relaxed) + 1;
+        for &(_, c) in order.iter() {
             if pages.len() == n {
                 break;
             }
-            if chunks[c].is_none() {
-                chunks[c] = Some(self.new_chunk(c)?);
+            if matches!(chunks[c], Slot::Absent) {
+                chunks[c] = Slot::Live(self.new_chunk(c)?);
                 self.stats.chunks_created.add(1, Relaxed);
             }
-            let Some(map) = chunks[c].as_ref() else {
+            let Some(map) = chunks[c].live() else {
                 continue;
             };
             let chunk = map.data();
+            chunk.last_alloc.store(seq, Relaxed);
             let mut taken = KVec::with_capacity(n - pages.len(), GFP_KERNEL)?;
             {
                 let mut free = chunk.free.lock();
@@ -349,6 +523,8 @@ impl VramPool<'_> {
                 base,
                 pfn_first,
                 free <- new_spinlock!(free?),
+                npages,
+                last_alloc: Atomic::new(0),
             }? Error)
         })
     }
@@ -357,34 +533,148 @@ impl VramPool<'_> {
     /// Returns how many in-use pages could not be moved this time (locked
     /// by a migration in flight, say).
     fn evict(&self, map: &Pagemap<Chunk>) -> Result<usize> {
+        let d = self.drain(map, None)?;
+        self.stats.evicted.add(d.home as u64, Relaxed);
+        Ok(d.stuck)
+    }
+
+    /// Moves every page of chunk `map` that is in use into the pages of
+    /// `batch` (other chunks of this pool: device to device, BAR to BAR),
+    /// and once those run out, to system RAM.
+    fn drain(&self, map: &Pagemap<Chunk>, mut batch: Option<Batch>) -> Result<Drained> {
         // SAFETY: the frames are those of `map`, a live pagemap of ours.
         let mut mig = unsafe { DeviceMigration::range(map.pfn_first(), map.npages()) }?;
         let base = map.data().base;
-        let (mut moved, mut stuck) = (0u64, 0usize);
+        let mut d = Drained::default();
+        let mut stage = KBox::new([0u8; PAGE_SIZE], GFP_KERNEL)?;
         for i in 0..mig.npages() {
             let src = mig.src(i);
             if src.page().is_none() {
                 continue;
             }
             if !src.migrate() {
-                stuck += 1;
+                d.stuck += 1;
+                continue;
+            }
+            let from = base + i * PAGE_SIZE;
+            if let Some((dpage, off)) = batch.as_ref().and_then(Batch::peek) {
+                self.bar.copy_from_bar(off, &self.bar, from, &mut stage)?;
+                if let Some(b) = batch.as_mut() {
+                    b.take();
+                }
+                mig.set_dst(i, Entry::to(dpage, src.write()));
+                d.moved += 1;
                 continue;
             }
             // `must` waits for memory rather than fail: the data has
             // nowhere else to go.
             let Some(dst) = NewPage::must() else {
-                stuck += 1;
+                d.stuck += 1;
                 continue;
             };
-            self.bar.copy_to_page(base + i * PAGE_SIZE, dst.page())?;
+            self.bar.copy_to_page(from, dst.page())?;
             mig.set_dst(i, Entry::to(dst.into_migration(), src.write()));
-            moved += 1;
+            d.home += 1;
         }
         mig.pages();
         drop(mig);
-        self.stats.evicted.add(moved, Relaxed);
-        self.stats.to_system.add(moved, Relaxed);
-        Ok(stuck)
+        self.stats.to_system.add(d.home as u64, Relaxed);
+        Ok(d)
+    }
+
+    /// Removes the pagemap of chunk `c` if it is idle (no page in use) and
+    /// in state `Live` or `Draining`; `Draining` chunks that are not idle go
+    /// back to `Live`. The pagemap is removed with the table unlocked, the
+    /// slot `Dying` meanwhile. Returns whether it was removed.
+    fn teardown_if_idle(&self, c: usize) -> bool {
+        let map = {
+            let mut chunks = self.chunks.lock();
+            let idle = chunks[c].map().is_some_and(|m| m.data().used() == 0);
+            match core::mem::replace(&mut chunks[c], Slot::Dying) {
+                Slot::Live(m) | Slot::Draining(m) if idle => m,
+                Slot::Live(m) | Slot::Draining(m) => {
+                    chunks[c] = Slot::Live(m);
+                    return false;
+                }
+                other => {
+                    chunks[c] = other;
+                    return false;
+                }
+            }
+        };
+        // Every page is free: this returns at once.
+        drop(map);
+        self.chunks.lock()[c] = Slot::Absent;
+        self.stats.chunks_destroyed.add(1, Relaxed);
+        self.stats
+            .shrink_freed
+            .add(self.chunk_memmap_bytes() as u64, Relaxed);
+        crate::reclaim::note_freed(self.chunk_memmap_bytes());
+        true
+    }
+
+    /// Removes the pagemaps of idle chunks. Returns how many.
+    pub(crate) fn trim_idle(&self) -> usize {
+        let _pass = self.shrink_lock.lock();
+        self.stats.shrink_scans.add(1, Relaxed);
+        (0..self.nchunks)
+            .filter(|&c| self.teardown_if_idle(c))
+            .count()
+    }
+
+    /// Empties lightly used chunks into fuller ones ([`choose_victim`]) and
+    /// removes their pagemaps, as long as that frees pagemaps. Returns how
+    /// many it removed.
+    pub(crate) fn consolidate(&self) -> Result<usize> {
+        let _pass = self.shrink_lock.lock();
+        self.stats.shrink_scans.add(1, Relaxed);
+        let npages = self.chunk_size / PAGE_SIZE;
+        let mut removed = 0;
+        loop {
+            // Choose and mark the victim.
+            let (victim, used) = {
+                let mut chunks = self.chunks.lock();
+                let mut live = KVec::with_capacity(self.nchunks, GFP_KERNEL)?;
+                for slot in chunks.iter() {
+                    let info = slot.live().map(|m| m.data().info());
+                    live.push_within_capacity(info).map_err(|_| ENOMEM)?;
+                }
+                let Some(v) = choose_victim(&live, npages) else {
+                    break;
+                };
+                match core::mem::replace(&mut chunks[v], Slot::Dying) {
+                    Slot::Live(m) => chunks[v] = Slot::Draining(m),
+                    other => {
+                        chunks[v] = other;
+                        break;
+                    }
+                }
+                (v, live[v].map_or(0, |i| i.used))
+            };
+            // Room in the other live chunks (never a new chunk), then move.
+            let batch = self.alloc_from(used, false)?;
+            let drained = {
+                let chunks = self.chunks.lock();
+                let Some(map) = chunks[victim].map() else {
+                    break;
+                };
+                // The victim's pagemap stays while it drains: only the
+                // holder of `shrink_lock`, this pass, takes a `Draining`
+                // slot apart.
+                let map: *const Pagemap<Chunk> = map;
+                drop(chunks);
+                // SAFETY: see above: the slot keeps the pagemap alive.
+                self.drain(unsafe { &*map }, Some(batch))?
+            };
+            self.stats.shrink_moved.add(drained.moved as u64, Relaxed);
+            self.stats.shrink_home.add(drained.home as u64, Relaxed);
+            if !self.teardown_if_idle(victim) {
+                // Pages in use that would not move: leave it for later.
+                break;
+            }
+            removed += 1;
+        }
+        Ok(removed)
     }
 
     /// Evicts chunk `c` until no page of it is in use, retrying with
@@ -415,10 +705,83 @@ impl PinnedDrop for VramPool<'_> {
         // waits for the last page of a map to be freed.
         let mut chunks = self.chunks.lock();
         for (c, slot) in chunks.iter_mut().enumerate() {
-            if let Some(map) = slot.as_ref() {
+            if let Some(map) = slot.map() {
                 self.evict_all(c, map);
             }
-            *slot = None;
+            *slot = Slot::Absent;
         }
+    }
+}
+
+#[kunit_tests(msvm_vram)]
+mod tests {
+    use super::*;
+
+    fn c(used: usize, last_alloc: u64) -> Option<ChunkInfo> {
+        Some(ChunkInfo { used, last_alloc })
+    }
+
+    #[test]
+    fn victim_is_lightest_then_coldest() {
+        // 100 pages per chunk.
+        let live = [c(80, 5), c(10, 9), c(10, 3), None, c(50, 1)];
+        assert_eq!(choose_victim(&live, 100), Some(2));
+        let live = [c(80, 5), c(10, 9), c(20, 3)];
+        assert_eq!(choose_victim(&live, 100), Some(1));
+    }
+
+    #[test]
+    fn no_victim_without_room_or_light_chunks() {
+        // The light chunk does not fit in the others.
+        let live = [c(95, 1), c(40, 2), c(99, 3)];
+        assert_eq!(choose_victim(&live, 100), None);
+        // Nothing at most half full.
+        let live = [c(60, 1), c(70, 2)];
+        assert_eq!(choose_victim(&live, 100), None);
+        // A single chunk has nowhere to go.
+        assert_eq!(choose_victim(&[c(5, 1)], 100), None);
+        // Idle chunks are not victims (the idle pass removes them) but
+        // lend their room.
+        let live = [c(0, 1), c(30, 2)];
+        assert_eq!(choose_victim(&live, 100), Some(1));
+        assert_eq!(choose_victim(&[None, None], 100), None);
+    }
+
+    #[test]
+    fn consolidation_plan_converges() {
+        // 16 chunks a quarter full: repeatedly emptying the victim into
+        // the fullest others ends with 4 full chunks.
+        let n = 100;
+        let mut used = [25usize; 16];
+        let mut live = [c(0, 0); 16];
+        loop {
+            for (l, &u) in live.iter_mut().zip(used.iter()) {
+                *l = (u > 0).then_some(ChunkInfo {
+                    used: u,
+                    last_alloc: 0,
+                });
+            }
+            let Some(v) = choose_victim(&live, n) else {
+                break;
+            };
+            let mut left = used[v];
+            used[v] = 0;
+            // Fullest first, as `alloc_from` takes them.
+            let mut order: KVec<usize> = KVec::new();
+            for (i, &u) in used.iter().enumerate() {
+                if i != v && u > 0 {
+                    let _ = order.push(i, GFP_KERNEL);
+                }
+            }
+            order.sort_unstable_by(|a, b| used[*b].cmp(&used[*a]));
+            for &i in order.iter() {
+                let k = left.min(n - used[i]);
+                used[i] += k;
+                left -= k;
+            }
+            assert_eq!(left, 0);
+        }
+        assert_eq!(used.iter().filter(|&&u| u > 0).count(), 4);
+        assert!(used.iter().all(|&u| u == 0 || u == n));
     }
 }

@@ -18,3 +18,4 @@ pub(crate) mod migrate;
 pub(crate) mod page;
 pub(crate) mod pagemap;
 pub(crate) mod pci;
+pub(crate) mod reclaim;

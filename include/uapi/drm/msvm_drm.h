@@ -201,6 +201,14 @@ struct drm_msvm_migrate {
  * @engine_p2p_written: bytes the engine wrote to peers' memory over P2P
  * @from_peer: pages migrated into this device straight from a peer's
  *             memory over P2P (no system RAM copy)
+ * @chunks_cached: chunks with a pagemap and no page in use (kept for cheap
+ *                 reuse until the shrinker removes them)
+ * @memmap_bytes: bytes of system RAM the pagemaps' struct pages take now
+ * @chunks_destroyed: pagemaps removed so far (shrinker, debugfs)
+ * @shrink_scans: shrink passes over this device
+ * @shrink_freed: bytes of struct-page memory the shrink passes freed
+ * @shrink_moved: pages the shrink passes moved into fuller chunks
+ * @shrink_home: pages the shrink passes sent home to system RAM
  * @reserved: zero
  */
 struct drm_msvm_stats {
@@ -221,6 +229,13 @@ struct drm_msvm_stats {
 	__u64 engine_p2p_read;
 	__u64 engine_p2p_written;
 	__u64 from_peer;
+	__u64 chunks_cached;
+	__u64 memmap_bytes;
+	__u64 chunks_destroyed;
+	__u64 shrink_scans;
+	__u64 shrink_freed;
+	__u64 shrink_moved;
+	__u64 shrink_home;
 	__u64 reserved[4];
 };
 

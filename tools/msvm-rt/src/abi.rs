@@ -145,6 +145,13 @@ pub struct DrmMsvmStats {
     pub engine_p2p_read: u64,
     pub engine_p2p_written: u64,
     pub from_peer: u64,
+    pub chunks_cached: u64,
+    pub memmap_bytes: u64,
+    pub chunks_destroyed: u64,
+    pub shrink_scans: u64,
+    pub shrink_freed: u64,
+    pub shrink_moved: u64,
+    pub shrink_home: u64,
     pub reserved: [u64; 4],
 }
 

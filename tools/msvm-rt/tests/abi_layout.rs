@@ -48,6 +48,13 @@ fn c_layout() -> Vec<(String, u64)> {
                 "engine_p2p_read",
                 "engine_p2p_written",
                 "from_peer",
+                "chunks_cached",
+                "memmap_bytes",
+                "chunks_destroyed",
+                "shrink_scans",
+                "shrink_freed",
+                "shrink_moved",
+                "shrink_home",
                 "reserved",
             ],
         )
@@ -242,6 +249,13 @@ fn layouts_match_the_c_header() {
             engine_p2p_read,
             engine_p2p_written,
             from_peer,
+            chunks_cached,
+            memmap_bytes,
+            chunks_destroyed,
+            shrink_scans,
+            shrink_freed,
+            shrink_moved,
+            shrink_home,
             reserved
         ]
     );

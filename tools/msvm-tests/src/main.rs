@@ -11,6 +11,7 @@ mod cases;
 mod engine;
 mod fuzz;
 mod harness;
+mod lifecycle;
 mod multi;
 mod placement;
 mod stress;
@@ -82,6 +83,29 @@ fn main() -> ExitCode {
                 }
             };
         }
+        Some("pressure") => {
+            return match lifecycle::pressure() {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    println!("pressure: {e}");
+                    println!("msvm-tests: 0 passed, 1 failed (pressure)");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        Some("hog") => {
+            let mib = std::env::args()
+                .nth(2)
+                .and_then(|m| m.parse().ok())
+                .unwrap_or(256);
+            return match lifecycle::hog(mib) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    println!("hog: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Some("rebind") => unplug::rebind_tests(),
         Some("hotplug") => unplug::hotplug_tests(),
         Some("hold") => {
@@ -105,6 +129,7 @@ fn main() -> ExitCode {
                 engine::tests(),
                 multi::tests(),
                 placement::tests(),
+                lifecycle::tests(),
                 unplug::rebind_tests(),
                 unplug::hotplug_tests(),
             ];
@@ -119,6 +144,7 @@ fn main() -> ExitCode {
             .chain(engine::tests())
             .chain(multi::tests())
             .chain(placement::tests())
+            .chain(lifecycle::tests())
             .filter(|t| t.name.contains(filter))
             .collect(),
         None => cases::tests()
@@ -127,6 +153,7 @@ fn main() -> ExitCode {
             .chain(engine::tests())
             .chain(multi::tests())
             .chain(placement::tests())
+            .chain(lifecycle::tests())
             .collect(),
     };
     if harness::run(&tests) {

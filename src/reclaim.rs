@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Giving memory back: msvm's shrinker and the work it schedules.
+//!
+//! Struct pages of device memory cost RAM (64 bytes per 4 KiB page: 1 MiB
+//! per 64 MiB chunk). The shrinker counts, in struct pages, what the
+//! devices could give back: idle chunks (cached pagemaps with no page in
+//! use) first, then chunks a consolidation would empty into fuller ones
+//! (`VramPool::reclaimable`). A scan never sleeps or allocates beyond
+//! `GFP_NOWAIT`, so any gfp context is fine: it schedules the work on a
+//! `WQ_MEM_RECLAIM` workqueue and returns what that work will free. The
+//! work removes idle chunks' pagemaps; when there were none, it empties the
+//! lightest, coldest chunks into fuller ones (pages that do not fit go home
+//! to system RAM) and removes those pagemaps.
+//!
+//! The same passes run synchronously from debugfs (`shrink`), for tests.
+//!
+//! # Lock order
+//!
+//! Nothing here holds a lock across a call; [`WANT`] is an atomic, and the
+//! work item is preallocated (a scan allocates nothing). The work takes a `PoolRef` per device (the topology lock only
+//! briefly), then the pool's own locks (`src/vram.rs`).
+
+use kernel::{
+    prelude::*,
+    sync::{
+        atomic::{Acquire, Atomic, Full, Relaxed, Release},
+        Arc,
+    },
+    workqueue::{impl_has_work, new_work, Work, WorkItem},
+};
+
+use crate::device::PoolRef;
+use crate::mm::reclaim::{ReclaimQueue, ShrinkerOps};
+use crate::topology::{MAX_DEVICES, TOPOLOGY};
+
+/// How hard the next work run shrinks: [`IDLE`] or [`CONSOLIDATE`].
+static WANT: Atomic<u64> = Atomic::new(0);
+/// Bytes of struct pages the shrink passes freed so far (all devices).
+static FREED: Atomic<u64> = Atomic::new(0);
+
+/// A shrink pass removed a pagemap whose struct pages took `bytes`.
+pub(crate) fn note_freed(bytes: usize) {
+    FREED.add(bytes as u64, Relaxed);
+}
+
+/// How long a scan that may sleep waits for the work to show progress.
+const SCAN_WAIT_MS: u32 = 100;
+
+/// Remove idle chunks' pagemaps.
+pub(crate) const IDLE: u64 = 1;
+/// Also empty lightly used chunks into fuller ones.
+pub(crate) const CONSOLIDATE: u64 = 2;
+
+/// The shrinker's objects are struct pages: a count is that many times
+/// `struct_page_size()` bytes. (So fine a unit makes reclaim call the
+/// shrinker from its first, gentlest passes, early enough for the work to
+/// run before the kernel runs out of other things to reclaim.)
+fn units(bytes: usize) -> usize {
+    bytes
+        .checked_div(crate::mm::reclaim::struct_page_size())
+        .unwrap_or(0)
+}
+
+/// The shrinker's owner: the workqueue its scans feed, and the one work
+/// item they queue (queuing it again while it is pending does nothing).
+pub(crate) struct Reclaimer {
+    /// Destroyed (drained) first: the work item outlives every run.
+    queue: ReclaimQueue,
+    work: Arc<ShrinkWork>,
+}
+
+impl Reclaimer {
+    pub(crate) fn new() -> Result<Self> {
+        Ok(Self {
+            queue: ReclaimQueue::new(c"msvm-reclaim")?,
+            work: Arc::pin_init(
+                pin_init!(ShrinkWork {
+                    work <- new_work!("msvm::reclaim"),
+                }),
+                GFP_KERNEL,
+            )?,
+        })
+    }
+}
+
+/// The work the shrinker schedules: one shrink pass at the [`WANT`]ed
+/// level.
+#[pin_data]
+struct ShrinkWork {
+    #[pin]
+    work: Work<ShrinkWork>,
+}
+
+impl_has_work! {
+    impl HasWork<Self> for ShrinkWork { self.work }
+}
+
+impl WorkItem for ShrinkWork {
+    type Pointer = Arc<ShrinkWork>;
+
+    fn run(_this: Arc<ShrinkWork>) {
+        let level = WANT.xchg(0, Full);
+        if level != 0 {
+            shrink_all(level);
+        }
+    }
+}
+
+/// The pools of every device, each counted (see `PoolRef`), without
+/// allocating. From reclaim (`blocking` false) the topology lock is only
+/// tried: `None` if busy.
+fn pools(blocking: bool) -> Option<[Option<PoolRef>; MAX_DEVICES]> {
+    let topo = if blocking {
+        TOPOLOGY.lock()
+    } else {
+        TOPOLOGY.try_lock()?
+    };
+    Some(core::array::from_fn(|i| PoolRef::get_locked(&topo, i).ok()))
+}
+
+/// What the shrinker could free on every device, in bytes: idle chunks,
+/// and chunks a consolidation would empty. `None` if a lock was busy.
+fn reclaimable() -> Option<(usize, usize)> {
+    let mut total = (0, 0);
+    for p in pools(false)?.iter().flatten() {
+        let (idle, light) = p.reclaimable()?;
+        total.0 += idle;
+        total.1 += light;
+    }
+    Some(total)
+}
+
+/// One shrink pass over every device at `level` ([`IDLE`] or
+/// [`CONSOLIDATE`]): returns the pagemaps removed.
+pub(crate) fn shrink_all(level: u64) -> usize {
+    let mut removed = 0;
+    let Some(pools) = pools(true) else {
+        return 0;
+    };
+    for p in pools.iter().flatten() {
+        let n = p.trim_idle();
+        removed += n;
+        if level >= CONSOLIDATE && n == 0 {
+            match p.consolidate() {
+                Ok(k) => removed += k,
+                Err(e) => pr_warn!("msvm: gpu{}: consolidation failed: {e:?}\n", p.index()),
+            }
+        }
+    }
+    removed
+}
+
+impl ShrinkerOps for Reclaimer {
+    fn count(&self) -> Option<usize> {
+        let (idle, light) = reclaimable()?;
+        Some(units(idle + light))
+    }
+
+    fn scan(&self, may_sleep: bool) -> Option<usize> {
+        let (idle, light) = reclaimable()?;
+        let (level, freed) = if idle > 0 {
+            (IDLE, idle)
+        } else if light > 0 {
+            (CONSOLIDATE, light)
+        } else {
+            return Some(0);
+        };
+        // Raise the wanted level; queue the run unless it is pending (then
+        // the pending run sees the new level).
+        if level == CONSOLIDATE {
+            WANT.store(CONSOLIDATE, Release);
+        } else {
+            let _ = WANT.cmpxchg(0, level, Full);
+        }
+        let before = FREED.load(Acquire);
+        let _ = self.queue.queue().enqueue(self.work.clone());
+        if !may_sleep {
+            return Some(units(freed));
+        }
+        // A reclaimer that may block waits a little for the work to free
+        // something, so that its progress is seen before the kernel
+        // decides it is out of memory. Bounded: the work may itself be
+        // waiting for memory.
+        for _ in 0..SCAN_WAIT_MS / 2 {
+            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(2));
+            let now = FREED.load(Acquire);
+            if now != before {
+                return Some(units(now.wrapping_sub(before) as usize));
+            }
+        }
+        Some(0)
+    }
+}
