@@ -16,16 +16,17 @@ msvm_stage hmm-bench "$MSVM_TOP/scripts/build.sh" hmm-bench
 "$MSVM_TOP/scripts/mkinitramfs.sh" "$B/bench-initramfs.cpio"
 rc=0
 python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
-	--initrd "$B/bench-initramfs.cpio" --gpus sw,sw,rp --vram 512M --mem 2G --cmd bench \
+	--initrd "$B/bench-initramfs.cpio" --gpus sw,sw,rp --vram 1G --mem 2G --cmd bench \
 	--quiet-boot --log "$B/bench-console.log" --timeout 1200 || rc=$?
 
 python3 - "$B/bench-console.log" <<'PY'
 import re, sys
-vals = {}
+vals, units = {}, {}
 for line in open(sys.argv[1], errors="replace"):
     m = re.match(r"BENCH (\S+) ([0-9.]+) (\S+)", line.strip())
     if m:
         vals[m.group(1)] = float(m.group(2))
+        units[m.group(1)] = m.group(3)
 print()
 print(f"{'GiB/s':<22}{'msvm':>9}{'test_hmm':>10}{'msvm/hmm':>10}{'msvm/memcpy':>13}")
 for size in ("64M", "256M"):
@@ -50,7 +51,14 @@ if all(v for v in mp.values()):
     print(f"{'peer in place / migrate+run':<32}{mp['peer_inplace_checksum'] / mp['migrate_then_checksum']:>8.2f}x")
     print(f"{'d2d p2p / via RAM':<32}{mp['d2d_migrate_p2p'] / mp['d2d_migrate_via_ram']:>8.2f}x")
     print()
+lc = [k for k in ("pagemap_create_64M", "pagemap_teardown_64M", "shrink_idle_chunks",
+      "shrink_consolidate", "memmap_pct_before_shrink", "memmap_pct_of_resident") if k in vals]
+if lc:
+    print(f"{'pagemap lifecycle (1 GiB device)':<32}")
+    for k in lc:
+        print(f"{k:<32}{vals[k]:>9.3f} {units[k]}")
+    print()
 for k in sorted(vals):
-    print(f"BENCH {k} {vals[k]:.3f} GiB/s")
+    print(f"BENCH {k} {vals[k]:.3f} {units[k]}")
 PY
 exit $rc

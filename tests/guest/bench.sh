@@ -20,4 +20,6 @@ done
 echo always >$thp
 echo "== multi-device, 64 MiB"
 msvm-tests bench-p2p 64 || rc=1
+echo "== pagemap lifecycle"
+msvm-tests bench-lifecycle || rc=1
 exit $rc

@@ -20,3 +20,23 @@ msvm demo
 echo
 echo "== msvm stats"
 msvm stats
+echo
+echo "== memory pressure: a process takes RAM until the kernel reclaims"
+echo "(the shrinker removes the pagemaps of idle chunks: 'chunks' below)"
+avail=$(awk '/^MemAvailable:/ { print int($2 / 1024) }' /proc/meminfo)
+msvm-tests hog $((avail + 16)) | sed 's/^/   /'
+msvm stats
+echo
+echo "== hot-unplug of gpu0 while a process keeps 1 MiB of data on it"
+rm -f /tmp/ready /tmp/go
+msvm-tests hold /tmp/ready /tmp/go | sed 's/^/   /' &
+i=0
+while [ ! -e /tmp/ready ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+gpu0=$(ls -d /sys/bus/pci/drivers/msvm/0000:* | head -1)
+echo "MSVM-HOST: device_del gpu0"
+i=0
+while [ -e "$gpu0" ] && [ $i -lt 400 ]; do sleep 0.1; i=$((i + 1)); done
+echo "   gpu0 ($(basename "$gpu0")) is gone after $((i / 10)) s; the process reads its data:"
+touch /tmp/go
+wait
+msvm info | head -4

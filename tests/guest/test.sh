@@ -51,6 +51,8 @@ dmesg -n 4
 load_msvm || exit 1
 dmesg -n 7
 msvm-tests hotplug || rc=1
+echo "== msvm-tests unplug-loop (${msvm_unplug_rounds:-20} rounds)"
+msvm-tests unplug-loop "${msvm_unplug_rounds:-20}" || rc=1
 if rmmod msvm; then
 	echo "rmmod: ok"
 else

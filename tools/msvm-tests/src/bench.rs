@@ -142,3 +142,110 @@ pub fn run_p2p(mib: usize) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// `msvm-tests bench-lifecycle`: pagemap create and teardown time for one
+/// chunk, the time to remove every idle chunk of one device, and the
+/// struct-page cost after churn: a device filled, three quarters of its
+/// pages freed in a scattered pattern, then a consolidating shrink pass.
+/// Prints `BENCH <name> <value> ms` and `BENCH <name> <value> %` lines.
+pub fn run_lifecycle() -> Result<(), String> {
+    use crate::lifecycle::shrink;
+    let e = |x: msvm_rt::Error| x.to_string();
+    // The device out of everyone's P2P reach: nobody else's pages on it.
+    let (_, _, dev) = crate::multi::devices()?;
+    shrink("idle")?;
+    let s = dev.stats().map_err(e)?;
+    if s.chunks_live != 0 {
+        return Err(format!("device not empty: {} chunks live", s.chunks_live));
+    }
+    let chunk = s.chunk_size as usize;
+    let mib = chunk >> 20;
+    let time = |f: &mut dyn FnMut() -> Result<(), String>| -> Result<f64, String> {
+        let t = Instant::now();
+        f()?;
+        Ok(t.elapsed().as_secs_f64() * 1e3)
+    };
+    // Create: one page into an empty device (a new pagemap), minus one page
+    // into a device that has it.
+    let (mut create, mut teardown) = (0.0, 0.0);
+    const N: usize = 5;
+    for _ in 0..N {
+        let m = crate::svm::Map::new(2 * PAGE)?;
+        let one = |at: usize| -> Result<(), String> {
+            let out = dev
+                .migrate(m.addr() + at, PAGE, Location::Device)
+                .map_err(e)?;
+            (out.moved == 1).then_some(()).ok_or(format!("{out:?}"))
+        };
+        let first = time(&mut || one(0))?;
+        let second = time(&mut || one(PAGE))?;
+        create += first - second;
+        drop(m);
+        teardown += time(&mut || {
+            let n = shrink("idle")?;
+            (n == 1).then_some(()).ok_or(format!("removed {n}"))
+        })?;
+    }
+    println!("BENCH pagemap_create_{mib}M {:.3} ms", create / N as f64);
+    println!(
+        "BENCH pagemap_teardown_{mib}M {:.3} ms",
+        teardown / N as f64
+    );
+    // Every chunk of the device, idle (never-touched memory moved there and
+    // unmapped: no RAM needed), removed in one pass.
+    let vram = s.vram_size as usize;
+    let quarter = vram / 4;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let m = crate::svm::Map::new(quarter)?;
+        dev.migrate(m.addr(), quarter, Location::Device)
+            .map_err(e)?;
+        held.push(m);
+    }
+    drop(held);
+    let idle = dev.stats().map_err(e)?.chunks_cached;
+    let ms = time(&mut || shrink("idle").map(drop))?;
+    println!("BENCH shrink_idle_chunks {ms:.3} ms");
+    println!("# {idle} idle chunks of {mib} MiB removed in {ms:.1} ms");
+    // Churn: fill, free 48 KiB of every 64 KiB, consolidate.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let m = crate::svm::Map::new(quarter)?;
+        dev.migrate(m.addr(), quarter, Location::Device)
+            .map_err(e)?;
+        for off in (0..quarter).step_by(64 << 10) {
+            let p = NonNull::new((m.addr() + off + (16 << 10)) as *mut _).unwrap();
+            // SAFETY: discarding part of our own mapping.
+            unsafe { madvise(p, 48 << 10, MmapAdvise::MADV_DONTNEED) }
+                .map_err(|x| x.to_string())?;
+        }
+        held.push(m);
+    }
+    let pct =
+        |s: &msvm_rt::Stats| s.memmap_bytes as f64 * 100.0 / (s.resident * PAGE as u64) as f64;
+    let before = dev.stats().map_err(e)?;
+    let ms = time(&mut || shrink("all").map(drop))?;
+    let after = dev.stats().map_err(e)?;
+    if after.resident != before.resident {
+        return Err(format!(
+            "resident {} -> {}",
+            before.resident, after.resident
+        ));
+    }
+    println!("BENCH memmap_pct_before_shrink {:.3} %", pct(&before));
+    println!("BENCH memmap_pct_of_resident {:.3} %", pct(&after));
+    println!("BENCH shrink_consolidate {ms:.3} ms");
+    println!(
+        "# churn: {} MiB resident in {} chunks ({} MiB of struct pages) -> {} chunks ({} MiB), \
+         {} pages moved device to device in {ms:.0} ms",
+        (before.resident * PAGE as u64) >> 20,
+        before.chunks_live,
+        before.memmap_bytes >> 20,
+        after.chunks_live,
+        after.memmap_bytes >> 20,
+        after.shrink_moved - before.shrink_moved
+    );
+    drop(held);
+    shrink("idle")?;
+    Ok(())
+}

@@ -14,6 +14,7 @@ mod harness;
 mod lifecycle;
 mod multi;
 mod placement;
+mod scenarios;
 mod stress;
 mod svm;
 mod sysfs;
@@ -106,6 +107,32 @@ fn main() -> ExitCode {
                 }
             };
         }
+        Some("unplug-loop") => {
+            let rounds = std::env::args()
+                .nth(2)
+                .and_then(|m| m.parse().ok())
+                .unwrap_or(20);
+            let res = unplug::unplug_loop(rounds);
+            if let Err(e) = &res {
+                println!("unplug-loop: {e}");
+            }
+            let f = u32::from(res.is_err());
+            println!("msvm-tests: {} passed, {f} failed (unplug loop)", 1 - f);
+            return if f == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            };
+        }
+        Some("bench-lifecycle") => {
+            return match bench::run_lifecycle() {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    println!("bench-lifecycle: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Some("rebind") => unplug::rebind_tests(),
         Some("hotplug") => unplug::hotplug_tests(),
         Some("hold") => {
@@ -130,6 +157,7 @@ fn main() -> ExitCode {
                 multi::tests(),
                 placement::tests(),
                 lifecycle::tests(),
+                scenarios::tests(),
                 unplug::rebind_tests(),
                 unplug::hotplug_tests(),
             ];
@@ -145,6 +173,7 @@ fn main() -> ExitCode {
             .chain(multi::tests())
             .chain(placement::tests())
             .chain(lifecycle::tests())
+            .chain(scenarios::tests())
             .filter(|t| t.name.contains(filter))
             .collect(),
         None => cases::tests()
@@ -154,6 +183,7 @@ fn main() -> ExitCode {
             .chain(multi::tests())
             .chain(placement::tests())
             .chain(lifecycle::tests())
+            .chain(scenarios::tests())
             .collect(),
     };
     if harness::run(&tests) {

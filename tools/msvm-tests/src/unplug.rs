@@ -208,6 +208,134 @@ pub fn hold(ready: &str, go: &str) -> Outcome {
     std::fs::write(ready, "").map_err(|e| e.to_string())?;
     wait_for("go", 120, || Ok(std::path::Path::new(go).exists()))?;
     svm::verify(m.bytes(), 4242)?;
-    println!("# hold: 256 pages parked on the device across rmmod are intact");
+    println!("# hold: 256 pages parked on the device before it went away are intact");
+    Ok(())
+}
+
+/// `msvm-tests unplug-loop ROUNDS`: hot-unplugs the victim GPU (P2P peer of
+/// gpu0) and plugs it back, ROUNDS times. Each round, with fresh random
+/// data: data parked on it; a thread running gpu0 jobs in place on other
+/// data on it (peer execution over P2P); a thread migrating a third buffer
+/// to it and back; a forked child sharing copy-on-write pages that live on
+/// it. After the unplug every byte is checked, by the parent and by the
+/// child, and every job's checksum was right. Prints a line per round.
+pub fn unplug_loop(rounds: u32) -> Outcome {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let before = addrs()?;
+    for round in 0..rounds {
+        let t0 = Instant::now();
+        let gpus = sysfs::msvm_gpus()?;
+        check!(
+            gpus.len() == before.len(),
+            "round {round}: {} GPUs",
+            gpus.len()
+        );
+        let devs: Vec<Device> = gpus
+            .iter()
+            .map(|g| {
+                let d = Device::open(&g.node).map_err(|e| e.to_string())?;
+                d.vm_create().map_err(|e| e.to_string())?;
+                Ok(d)
+            })
+            .collect::<Result<_, String>>()?;
+        // gpu0 and its P2P peer (the victim, QEMU's "gpu1").
+        let (g0, victim) = (&devs[0], &devs[1]);
+        let seed = 0x5eed_0000 + u64::from(round) * 16;
+        let bufs: Vec<svm::Map> = (0..4)
+            .map(|k| {
+                let mut m = svm::Map::new(64 * svm::PAGE)?;
+                svm::fill(m.bytes_mut(), seed + k);
+                Ok(m)
+            })
+            .collect::<Result<_, String>>()?;
+        // Parked (A), executed on by the peer (B), COW-shared with a child (D).
+        for k in [0, 1, 3] {
+            let out = victim
+                .migrate_slice(bufs[k].bytes(), Location::Device)
+                .map_err(|e| e.to_string())?;
+            check!(out.moved == 64, "round {round}: park {k}: {out:?}");
+        }
+        let (rd, wr) = nix::unistd::pipe().map_err(|e| e.to_string())?;
+        // SAFETY: the child only reads its memory, waits on a pipe and exits.
+        let child = match unsafe { nix::unistd::fork() }.map_err(|e| e.to_string())? {
+            nix::unistd::ForkResult::Child => {
+                drop(wr);
+                let mut b = [0u8; 1];
+                let _ = nix::unistd::read(&rd, &mut b);
+                let ok = svm::verify(bufs[3].bytes(), seed + 3).is_ok();
+                // SAFETY: leaving the child without the parent's destructors.
+                unsafe { nix::libc::_exit(if ok { 0 } else { 1 }) }
+            }
+            nix::unistd::ForkResult::Parent { child } => child,
+        };
+        drop(rd);
+        let stop = AtomicBool::new(false);
+        let jobs = AtomicU64::new(0);
+        let moves = AtomicU64::new(0);
+        let res = std::thread::scope(|s| -> Outcome {
+            let want_b = msvm_rt::checksum(bufs[1].bytes());
+            let (b, blen) = (bufs[1].addr(), bufs[1].len());
+            let (c, clen) = (bufs[2].addr(), bufs[2].len());
+            let (stop, jobs, moves) = (&stop, &jobs, &moves);
+            let peer_exec = s.spawn(move || -> Outcome {
+                while !stop.load(Ordering::Relaxed) {
+                    let r = g0
+                        .exec(msvm_rt::Exec::Checksum, b, blen, true)
+                        .map_err(|e| e.to_string())?;
+                    check!(r.result == want_b, "peer job checksum differs");
+                    jobs.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(())
+            });
+            let migrator = s.spawn(move || -> Outcome {
+                while !stop.load(Ordering::Relaxed) {
+                    for to in [Location::Device, Location::System] {
+                        match victim.migrate(c, clen, to) {
+                            Ok(_) => moves.fetch_add(1, Ordering::Relaxed),
+                            // The device is gone.
+                            Err(e) if e.errno() == Some(Errno::ENODEV) => return Ok(()),
+                            Err(e) => return Err(format!("migration: {e}")),
+                        };
+                    }
+                }
+                Ok(())
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            host("device_del");
+            let gone = wait_for("GPU unbound", 60, || Ok(addrs()?.len() == before.len() - 1));
+            stop.store(true, Ordering::Relaxed);
+            let r1 = peer_exec
+                .join()
+                .map_err(|_| "peer job panicked".to_string())?;
+            let r2 = migrator
+                .join()
+                .map_err(|_| "migrator panicked".to_string())?;
+            gone.and(r1).and(r2)
+        });
+        // Let the child check its copy-on-write pages now.
+        let _ = nix::unistd::write(&wr, b"g");
+        drop(wr);
+        let st = nix::sys::wait::waitpid(child, None).map_err(|e| e.to_string())?;
+        res.map_err(|e| format!("round {round}: {e}"))?;
+        check!(
+            matches!(st, nix::sys::wait::WaitStatus::Exited(_, 0)),
+            "round {round}: child's copy-on-write data: {st:?}"
+        );
+        for (k, m) in bufs.iter().enumerate() {
+            svm::verify(m.bytes(), seed + k as u64)
+                .map_err(|e| format!("round {round}: buffer {k}: {e}"))?;
+        }
+        drop(devs);
+        host("device_add");
+        wait_for("GPU bound again", 60, || Ok(addrs()? == before))?;
+        println!(
+            "# unplug round {}/{rounds}: {} peer jobs, {} migrations during the unplug, 4 x 256 KiB intact, {:.1} s",
+            round + 1,
+            jobs.load(Ordering::Relaxed),
+            moves.load(Ordering::Relaxed),
+            t0.elapsed().as_secs_f64()
+        );
+    }
+    println!("# unplug loop: {rounds} rounds, 0 bytes lost");
     Ok(())
 }
