@@ -24,7 +24,7 @@ echo
 echo "== memory pressure: a process takes RAM until the kernel reclaims"
 echo "(the shrinker removes the pagemaps of idle chunks: 'chunks' below)"
 avail=$(awk '/^MemAvailable:/ { print int($2 / 1024) }' /proc/meminfo)
-msvm-tests hog $((avail + 16)) | sed 's/^/   /'
+msvm-tests hog $((avail + 48)) | sed 's/^/   /'
 msvm stats
 echo
 echo "== hot-unplug of gpu0 while a process keeps 1 MiB of data on it"
@@ -40,3 +40,4 @@ echo "   gpu0 ($(basename "$gpu0")) is gone after $((i / 10)) s; the process rea
 touch /tmp/go
 wait
 msvm info | head -4
+sleep 3 # the host sees the slot power off (QMP DEVICE_DELETED)

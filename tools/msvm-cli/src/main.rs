@@ -39,6 +39,15 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Like any Unix filter: a closed pipe (`msvm info | head`) ends the
+    // program quietly instead of failing a write.
+    // SAFETY: restoring the default disposition, before any thread exists.
+    let _ = unsafe {
+        nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGPIPE,
+            nix::sys::signal::SigHandler::SigDfl,
+        )
+    };
     let cli = Cli::parse();
     let res = match cli.command {
         Command::Info => info(),
@@ -57,6 +66,10 @@ fn main() -> ExitCode {
 
 fn mib(bytes: u64) -> String {
     format!("{} MiB", bytes >> 20)
+}
+
+fn kib(bytes: u64) -> String {
+    format!("{} KiB", bytes >> 10)
 }
 
 fn info() -> msvm_rt::Result<()> {
@@ -126,7 +139,7 @@ fn stats() -> msvm_rt::Result<()> {
         return Ok(());
     }
     println!(
-        "{:<5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10}",
+        "{:<5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10}",
         "gpu",
         "resident",
         "to_dev",
@@ -136,13 +149,15 @@ fn stats() -> msvm_rt::Result<()> {
         "p2p_rw",
         "evicted",
         "chunks",
+        "memmap",
+        "shrunk",
         "vram"
     );
     for d in &devices {
         let i = d.query()?;
         let s = d.stats()?;
         println!(
-            "{:<5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10}",
+            "{:<5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10}",
             i.index,
             mib(s.resident * 4096),
             mib(s.to_device * 4096),
@@ -151,14 +166,22 @@ fn stats() -> msvm_rt::Result<()> {
             s.cpu_faults,
             mib(s.engine_p2p_read + s.engine_p2p_written),
             mib(s.evicted * 4096),
-            format!("{}/{}", s.chunks_live, s.vram_size / s.chunk_size.max(1)),
+            format!(
+                "{}({})/{}",
+                s.chunks_live,
+                s.chunks_cached,
+                s.vram_size / s.chunk_size.max(1)
+            ),
+            kib(s.memmap_bytes),
+            s.chunks_destroyed,
             mib(s.vram_size)
         );
     }
     println!(
         "(sizes in MiB; from_peer: migrated in straight from a peer's memory; cpu_fault: CPU faults \
          on device pages, each bringing home up to 64 KiB; p2p_rw: engine bytes read and written \
-         in peers' memory; chunks: live/total, {} MiB each)",
+         in peers' memory; chunks: live(of which idle)/total, {} MiB each; memmap: RAM their \
+         struct pages take; shrunk: pagemaps the shrinker removed)",
         devices[0].stats()?.chunk_size >> 20
     );
     Ok(())
