@@ -91,8 +91,10 @@ impl MirrorOps for VmMirror {
 /// with device-private owner `owner`: pages on devices outside the owner's
 /// group are migrated home by their device. Best effort: an error (the
 /// mapping changed meanwhile) leaves the rest to the caller's next step.
+/// `_mm` is the mirrored mm, borrowed as proof that it has users while the
+/// fault runs.
 pub(crate) fn fault_in(
-    mm: &MmWithUser,
+    _mm: &MmWithUser,
     mirror: &Mirror<VmMirror>,
     owner: *const core::ffi::c_void,
     start: usize,
@@ -105,13 +107,7 @@ pub(crate) fn fault_in(
     let mut addr = start;
     while addr < end {
         let n = ((end - addr) / PAGE_SIZE).min(WINDOW);
-        loop {
-            let seq = mirror.read_begin();
-            match mirror.fault(mm, seq, addr, &mut pfns[..n], false, owner) {
-                Err(e) if e == EBUSY => continue,
-                _ => break,
-            }
-        }
+        let _ = mirror.fault(addr, &mut pfns[..n], false, owner);
         addr += n * PAGE_SIZE;
     }
 }
@@ -257,7 +253,8 @@ impl<'a, 'p> Engine<'a, 'p> {
     #[allow(clippy::too_many_arguments)]
     fn window(
         &mut self,
-        mm: &MmWithUser,
+        // Proof that the mirrored mm has users while the job faults.
+        _mm: &MmWithUser,
         mirror: &Mirror<VmMirror>,
         job: &Job,
         off: usize,
@@ -280,21 +277,22 @@ impl<'a, 'p> Engine<'a, 'p> {
         let mut dst_pt = PageTable::with_capacity(dst_pages)?;
         let mut src_pt = PageTable::with_capacity(src_pages)?;
         loop {
-            let seq = mirror.read_begin();
-            match mirror.fault(mm, seq, dst_first, &mut dst_pfns, write, owner) {
+            let seq = match mirror.fault(dst_first, &mut dst_pfns, write, owner) {
                 Err(e) if e == EBUSY => continue,
                 // The mapping changed since the check: no access.
                 Err(e) if e == EPERM => return Err(EACCES),
                 r => r?,
-            }
-            if src.is_some() {
-                match mirror.fault(mm, seq, src_first, &mut src_pfns, false, owner) {
+            };
+            let src_seq = if src.is_some() {
+                match mirror.fault(src_first, &mut src_pfns, false, owner) {
                     Err(e) if e == EBUSY => continue,
-                    r => r?,
+                    r => Some(r?),
                 }
-            }
+            } else {
+                None
+            };
             let guard = mirror.data().lock.lock();
-            if mirror.read_retry(seq) {
+            if mirror.read_retry(seq) || src_seq.is_some_and(|s| mirror.read_retry(s)) {
                 drop(guard);
                 continue;
             }

@@ -77,9 +77,25 @@ pub(crate) fn migrate_range(
         let step_end = end
             .min(vma.end())
             .min((addr / (MAX_PAGES * PAGE_SIZE) + 1) * MAX_PAGES * PAGE_SIZE);
-        let step = match dir {
-            Direction::ToDevice => step_to_device(pool, vma, addr, step_end)?,
-            Direction::ToSystem => step_to_system(pool, vma, addr, step_end)?,
+        let step = if vma.flags() & UNMIGRATABLE != 0 {
+            // hugetlb and special (I/O, PFN, mixed) mappings: the core
+            // migrates none of their pages; none of them is on a device.
+            let n = ((step_end - addr) / PAGE_SIZE) as u64;
+            match dir {
+                Direction::ToDevice => Outcome {
+                    busy: n,
+                    ..Outcome::default()
+                },
+                Direction::ToSystem => Outcome {
+                    already: n,
+                    ..Outcome::default()
+                },
+            }
+        } else {
+            match dir {
+                Direction::ToDevice => step_to_device(pool, vma, addr, step_end)?,
+                Direction::ToSystem => step_to_system(pool, vma, addr, step_end)?,
+            }
         };
         out.moved += step.moved;
         out.already += step.already;
@@ -235,6 +251,10 @@ pub(crate) fn place(
     }
     Ok(moved)
 }
+
+/// VMAs `migrate_vma_setup` refuses: hugetlb and `VM_SPECIAL` mappings.
+const UNMIGRATABLE: usize =
+    (flags::HUGETLB | flags::IO | flags::PFNMAP | flags::MIXEDMAP | flags::DONTEXPAND) as usize;
 
 /// Checks that `[start, end)` is mapped without holes (`EFAULT`) and
 /// readable, and writable if `write` (`EACCES`).

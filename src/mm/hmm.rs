@@ -165,31 +165,42 @@ impl<T: MirrorOps> Mirror<T> {
         unsafe { b::msvm_mmu_interval_read_retry(self.sub.get(), seq.0) }
     }
 
-    /// Faults `[start, end)` of `mm` in and fills `pfns` (one per page) with
-    /// what maps each page, under `seq`. Device-private pages of `owner` are
+    /// Faults `[start, start + pfns.len() pages)` of the mirrored mm in and
+    /// fills `pfns` (one per page) with what maps each page; returns the
+    /// sequence they are valid under (check it with [`Self::read_retry`]
+    /// under the owner's lock). Device-private pages of `owner` are
     /// returned as they are; others are faulted to RAM. Write access is
-    /// requested if `write`. Fails with `EBUSY` if `seq` went stale (start
-    /// again from [`Self::read_begin`]) and `EFAULT` if a page cannot be
-    /// faulted with that access.
+    /// requested if `write`. Takes the mmap lock itself and lets fault
+    /// handlers drop it (userfaultfd, file I/O), as the kernel recommends
+    /// (`hmm_range_fault_unlocked_timeout`); the caller must not hold it
+    /// and must keep the mm's users up. Fails with `EFAULT` if a page
+    /// cannot be faulted with that access, `EPERM` if it is not writable,
+    /// `EINTR` if a fatal signal is pending.
     pub(crate) fn fault(
         &self,
-        mm: &MmWithUser,
-        seq: Seq,
         start: usize,
         pfns: &mut [usize],
         write: bool,
         owner: *const c_void,
-    ) -> Result {
+    ) -> Result<Seq> {
         // SAFETY: plain constant getters.
         let (valid, wr) = unsafe { (b::msvm_hmm_pfn_valid(), b::msvm_hmm_pfn_write()) };
-        self.walk(
-            mm,
-            seq,
+        let mut range = b::hmm_range {
+            notifier: self.sub.get(),
+            notifier_seq: 0,
             start,
-            pfns,
-            valid | if write { wr } else { 0 },
-            owner,
-        )
+            end: start + pfns.len() * super::pagemap::PAGE_SIZE,
+            hmm_pfns: pfns.as_mut_ptr(),
+            default_flags: valid | if write { wr } else { 0 },
+            pfn_flags_mask: 0,
+            dev_private_owner: owner.cast_mut(),
+        };
+        // SAFETY: `range` describes `pfns`, which is exclusively borrowed;
+        // the notifier is inserted; the mmap lock is not held and the mm
+        // has users (caller). Timeout 0: retry invalidations until the walk
+        // is stable.
+        kernel::error::to_result(unsafe { b::hmm_range_fault_unlocked_timeout(&mut range, 0) })?;
+        Ok(Seq(range.notifier_seq))
     }
 
     /// Fills `pfns` with what maps each page of `[start, end)` of `mm` now,

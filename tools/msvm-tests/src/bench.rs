@@ -207,19 +207,23 @@ pub fn run_lifecycle() -> Result<(), String> {
     let ms = time(&mut || shrink("idle").map(drop))?;
     println!("BENCH shrink_idle_chunks {ms:.3} ms");
     println!("# {idle} idle chunks of {mib} MiB removed in {ms:.1} ms");
-    // Churn: fill, free 48 KiB of every 64 KiB, consolidate.
+    // Churn: fill the whole device, then free 48 KiB of every 64 KiB, then
+    // a consolidating pass (what the shrinker's work does under continued
+    // pressure once no chunk is idle).
     let mut held = Vec::new();
     for _ in 0..4 {
         let m = crate::svm::Map::new(quarter)?;
         dev.migrate(m.addr(), quarter, Location::Device)
             .map_err(e)?;
+        held.push(m);
+    }
+    for m in &held {
         for off in (0..quarter).step_by(64 << 10) {
             let p = NonNull::new((m.addr() + off + (16 << 10)) as *mut _).unwrap();
             // SAFETY: discarding part of our own mapping.
             unsafe { madvise(p, 48 << 10, MmapAdvise::MADV_DONTNEED) }
                 .map_err(|x| x.to_string())?;
         }
-        held.push(m);
     }
     let pct =
         |s: &msvm_rt::Stats| s.memmap_bytes as f64 * 100.0 / (s.resident * PAGE as u64) as f64;

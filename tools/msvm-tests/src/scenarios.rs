@@ -50,6 +50,14 @@ pub fn tests() -> Vec<Test> {
             name: "hmm_migrate_file_private_cow_pages",
             run: migrate_file_private,
         },
+        Test {
+            name: "hmm_anon_write_hugetlbfs",
+            run: hugetlbfs,
+        },
+        Test {
+            name: "hmm_userfaultfd_read",
+            run: userfaultfd_read,
+        },
     ]
 }
 
@@ -370,5 +378,142 @@ fn migrate_file_private() -> Outcome {
     );
     check!(m.bytes() == &want[..], "data after fault-back");
     verify(&file, 31)?;
+    Ok(())
+}
+
+/// hugetlb pages: the core never migrates them (``busy``); the engine
+/// reads and writes them in place, by DMA.
+fn hugetlbfs() -> Outcome {
+    let dev = gpu0()?;
+    let nr = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages";
+    std::fs::write(nr, "2").map_err(|x| format!("{nr}: {x}"))?;
+    let len = 2 << 20;
+    let mut m = anon(len, MapFlags::MAP_PRIVATE | MapFlags::MAP_HUGETLB)?;
+    fill(m.bytes_mut(), 17);
+    let want = msvm_rt::checksum(m.bytes());
+    let out = dev.migrate(m.addr(), len, Location::Device).map_err(e)?;
+    check!(out.busy == (len / PAGE) as u64, "hugetlb migrate: {out:?}");
+    let s0 = dev.stats().map_err(e)?;
+    let r = dev.exec(Exec::Checksum, m.addr(), len, false).map_err(e)?;
+    check!(r.result == want && r.migrated == 0, "read: {r:?}");
+    dev.exec(Exec::Fill(0xabcd), m.addr(), len, false)
+        .map_err(e)?;
+    let s1 = dev.stats().map_err(e)?;
+    check!(
+        s1.engine_sys_read - s0.engine_sys_read == len as u64
+            && s1.engine_sys_written - s0.engine_sys_written == len as u64,
+        "not by DMA"
+    );
+    let w = 0xabcdu64.to_ne_bytes();
+    check!(m.bytes().chunks(8).all(|x| x == w), "the engine's writes");
+    drop(m);
+    std::fs::write(nr, "0").map_err(|x| format!("{nr}: {x}"))?;
+    Ok(())
+}
+
+/// The userfaultfd ABI, as `linux/userfaultfd.h` defines it.
+mod uffd {
+    #[repr(C)]
+    pub struct Api {
+        pub api: u64,
+        pub features: u64,
+        pub ioctls: u64,
+    }
+    #[repr(C)]
+    pub struct Register {
+        pub start: u64,
+        pub len: u64,
+        pub mode: u64,
+        pub ioctls: u64,
+    }
+    #[repr(C)]
+    pub struct Copy {
+        pub dst: u64,
+        pub src: u64,
+        pub len: u64,
+        pub mode: u64,
+        pub copy: i64,
+    }
+    pub const API: u64 = 0xaa;
+    pub const REGISTER_MODE_MISSING: u64 = 1;
+    nix::ioctl_readwrite!(api, 0xaa, 0x3f, Api);
+    nix::ioctl_readwrite!(register, 0xaa, 0x00, Register);
+    nix::ioctl_readwrite!(copy, 0xaa, 0x03, Copy);
+}
+
+/// The engine faults a userfaultfd-registered range: every missing page is
+/// resolved by the process's handler thread (UFFDIO_COPY), and the job sees
+/// what the handler put there.
+fn userfaultfd_read() -> Outcome {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let dev = gpu0()?;
+    let n = 16;
+    let m = anon(n * PAGE, MapFlags::MAP_PRIVATE)?;
+    // SAFETY: a plain system call; the result is checked.
+    let fd = unsafe { nix::libc::syscall(nix::libc::SYS_userfaultfd, nix::libc::O_CLOEXEC) };
+    check!(fd >= 0, "userfaultfd: {}", Errno::last());
+    // SAFETY: a fresh descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let raw = fd.as_raw_fd();
+    let mut a = uffd::Api {
+        api: uffd::API,
+        features: 0,
+        ioctls: 0,
+    };
+    // SAFETY: valid argument for the ioctl.
+    unsafe { uffd::api(raw, &mut a) }.map_err(|x| format!("UFFDIO_API: {x}"))?;
+    let mut r = uffd::Register {
+        start: m.addr() as u64,
+        len: (n * PAGE) as u64,
+        mode: uffd::REGISTER_MODE_MISSING,
+        ioctls: 0,
+    };
+    // SAFETY: valid argument; the range is our own mapping.
+    unsafe { uffd::register(raw, &mut r) }.map_err(|x| format!("UFFDIO_REGISTER: {x}"))?;
+    let mut page = vec![0u8; PAGE];
+    let (addr, len) = (m.addr(), n * PAGE);
+    let served = std::thread::scope(|s| -> Result<usize, String> {
+        let handler = s.spawn(|| -> Result<usize, String> {
+            let mut served = 0;
+            while served < n {
+                // struct uffd_msg: event (u8), then the pagefault's address
+                // at offset 16.
+                let mut msg = [0u8; 32];
+                let k = nix::unistd::read(&fd, &mut msg).map_err(|x| format!("read: {x}"))?;
+                if k != 32 || msg[0] != 0x12 {
+                    return Err(format!("unexpected message {:?}", &msg[..k]));
+                }
+                let at = u64::from_ne_bytes(msg[16..24].try_into().unwrap()) as usize & !(PAGE - 1);
+                let idx = (at - addr) / PAGE;
+                fill(&mut page, 500 + idx as u64);
+                let mut c = uffd::Copy {
+                    dst: at as u64,
+                    src: page.as_ptr() as u64,
+                    len: PAGE as u64,
+                    mode: 0,
+                    copy: 0,
+                };
+                // SAFETY: valid argument; `page` is readable.
+                unsafe { uffd::copy(raw, &mut c) }.map_err(|x| format!("UFFDIO_COPY: {x}"))?;
+                served += 1;
+            }
+            Ok(served)
+        });
+        let r = dev.exec(Exec::Checksum, addr, len, true).map_err(e);
+        let served = handler
+            .join()
+            .map_err(|_| "handler panicked".to_string())??;
+        let mut want = vec![0u8; len];
+        for i in 0..n {
+            fill(&mut want[i * PAGE..(i + 1) * PAGE], 500 + i as u64);
+        }
+        check!(
+            r?.result == msvm_rt::checksum(&want),
+            "the job saw other bytes"
+        );
+        check!(m.bytes() == &want[..], "the process sees other bytes");
+        Ok(served)
+    })?;
+    check!(served == n, "served {served} faults");
     Ok(())
 }

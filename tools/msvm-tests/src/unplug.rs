@@ -144,6 +144,15 @@ fn hot_unplug_and_replug() -> Outcome {
     check!(r == Some(Errno::ENODEV), "QUERY on unplugged device: {r:?}");
     // The others no longer see it.
     for (addr, dev, _) in open.iter().filter(|(a, _, _)| a != gone[0]) {
+        // The sysfs link goes before the driver's remove runs: the device
+        // leaves the topology once its memory is home.
+        wait_for("topology updated", 30, || {
+            Ok(dev
+                .query()
+                .map_err(|e| format!("{addr}: {e}"))?
+                .num_devices as usize
+                == after.len())
+        })?;
         let i = dev.query().map_err(|e| format!("{addr}: {e}"))?;
         check!(
             i.num_devices as usize == after.len(),
