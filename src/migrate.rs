@@ -253,8 +253,8 @@ pub(crate) fn place(
 }
 
 /// VMAs `migrate_vma_setup` refuses: hugetlb and `VM_SPECIAL` mappings.
-const UNMIGRATABLE: usize =
-    (flags::HUGETLB | flags::IO | flags::PFNMAP | flags::MIXEDMAP | flags::DONTEXPAND) as usize;
+const UNMIGRATABLE: kernel::mm::virt::vm_flags_t =
+    flags::HUGETLB | flags::IO | flags::PFNMAP | flags::MIXEDMAP | flags::DONTEXPAND;
 
 /// Checks that `[start, end)` is mapped without holes (`EFAULT`) and
 /// readable, and writable if `write` (`EACCES`).
