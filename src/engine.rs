@@ -42,6 +42,7 @@ use crate::mm::{
     hmm::{HmmPfn, Invalidation, Mirror, MirrorOps},
     pagemap::PAGE_SIZE,
 };
+use crate::topology::MAX_DEVICES;
 use crate::vram::VramPool;
 
 /// Pages per engine window: one page table.
@@ -434,6 +435,7 @@ fn dev_read(
             let (peer, base) = decode_peer(pt, d)?;
             peer.bar().read(base + off, buf)?;
             s.engine_p2p_read.add(buf.len() as u64, Relaxed);
+            s.peer_read[peer.index() % MAX_DEVICES].add(buf.len() as u64, Relaxed);
         }
     }
     Ok(())
@@ -461,6 +463,7 @@ fn dev_write(
             let (peer, base) = decode_peer(pt, d)?;
             peer.bar().write(base + off, buf)?;
             s.engine_p2p_written.add(buf.len() as u64, Relaxed);
+            s.peer_written[peer.index() % MAX_DEVICES].add(buf.len() as u64, Relaxed);
         }
     }
     Ok(())
@@ -487,6 +490,8 @@ fn dev_add(
             vram_add(peer, base + off, len, v)?;
             s.engine_p2p_read.add(len as u64, Relaxed);
             s.engine_p2p_written.add(len as u64, Relaxed);
+            s.peer_read[peer.index() % MAX_DEVICES].add(len as u64, Relaxed);
+            s.peer_written[peer.index() % MAX_DEVICES].add(len as u64, Relaxed);
         }
         DevAddr::Dma(d) => {
             let page = decode_dma(pt, d)?;

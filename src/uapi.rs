@@ -427,6 +427,8 @@ pub(crate) fn stats(
         shrink_freed: s.shrink_freed.load(Relaxed),
         shrink_moved: s.shrink_moved.load(Relaxed),
         shrink_home: s.shrink_home.load(Relaxed),
+        peer_read: core::array::from_fn(|i| s.peer_read[i].load(Relaxed)),
+        peer_written: core::array::from_fn(|i| s.peer_written[i].load(Relaxed)),
         reserved: [0; 4],
     };
     Ok(0)

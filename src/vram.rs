@@ -46,6 +46,7 @@ use crate::mm::{
     page::{NewPage, PageRef},
     pagemap::{self, Fault, FaultError, Pagemap, PagemapOps, PAGE_SIZE},
 };
+use crate::topology::MAX_DEVICES;
 
 /// Counters of one device (all in pages unless named otherwise).
 pub(crate) struct Stats {
@@ -77,6 +78,10 @@ pub(crate) struct Stats {
     pub(crate) shrink_moved: Atomic<u64>,
     /// Pages the shrink passes sent home to system RAM.
     pub(crate) shrink_home: Atomic<u64>,
+    /// Engine bytes read from each peer's VRAM over P2P, by peer index.
+    pub(crate) peer_read: [Atomic<u64>; MAX_DEVICES],
+    /// Engine bytes written to each peer's VRAM over P2P, by peer index.
+    pub(crate) peer_written: [Atomic<u64>; MAX_DEVICES],
 }
 
 impl Stats {
@@ -102,6 +107,8 @@ impl Stats {
             shrink_freed: Atomic::new(0),
             shrink_moved: Atomic::new(0),
             shrink_home: Atomic::new(0),
+            peer_read: [const { Atomic::new(0) }; MAX_DEVICES],
+            peer_written: [const { Atomic::new(0) }; MAX_DEVICES],
         }
     }
 }

@@ -209,6 +209,9 @@ struct drm_msvm_migrate {
  * @shrink_freed: bytes of struct-page memory the shrink passes freed
  * @shrink_moved: pages the shrink passes moved into fuller chunks
  * @shrink_home: pages the shrink passes sent home to system RAM
+ * @peer_read: bytes the engine read from each peer's memory over P2P, by
+ *             the peer's device index
+ * @peer_written: bytes the engine wrote to each peer's memory over P2P
  * @reserved: zero
  */
 struct drm_msvm_stats {
@@ -236,6 +239,8 @@ struct drm_msvm_stats {
 	__u64 shrink_freed;
 	__u64 shrink_moved;
 	__u64 shrink_home;
+	__u64 peer_read[MSVM_MAX_DEVICES];
+	__u64 peer_written[MSVM_MAX_DEVICES];
 	__u64 reserved[4];
 };
 

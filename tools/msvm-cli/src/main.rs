@@ -266,6 +266,7 @@ fn demo(mib: usize) -> msvm_rt::Result<()> {
     let far = devs
         .iter()
         .find(|(i, _)| devs[0].0.peers.iter().any(|p| !p.p2p && p.index == i.index));
+    let g0i = devs[0].0.index as usize;
     if let Some((pi, pd)) = peer {
         let p0 = pd.stats()?;
         let sum = pd.exec(Exec::Checksum, addr, len, true)?;
@@ -275,7 +276,7 @@ fn demo(mib: usize) -> msvm_rt::Result<()> {
              gpu0 still holds {} MiB",
             pi.index,
             same(sum.result),
-            b(p1.engine_p2p_read - p0.engine_p2p_read),
+            b(p1.peer_read[g0i] - p0.peer_read[g0i]),
             sum.migrated,
             m(g0.stats()?.resident)
         );

@@ -152,6 +152,8 @@ pub struct DrmMsvmStats {
     pub shrink_freed: u64,
     pub shrink_moved: u64,
     pub shrink_home: u64,
+    pub peer_read: [u64; MSVM_MAX_DEVICES as usize],
+    pub peer_written: [u64; MSVM_MAX_DEVICES as usize],
     pub reserved: [u64; 4],
 }
 

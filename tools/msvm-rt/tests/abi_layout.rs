@@ -55,6 +55,8 @@ fn c_layout() -> Vec<(String, u64)> {
                 "shrink_freed",
                 "shrink_moved",
                 "shrink_home",
+                "peer_read",
+                "peer_written",
                 "reserved",
             ],
         )
@@ -256,6 +258,8 @@ fn layouts_match_the_c_header() {
             shrink_freed,
             shrink_moved,
             shrink_home,
+            peer_read,
+            peer_written,
             reserved
         ]
     );

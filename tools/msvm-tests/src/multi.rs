@@ -109,6 +109,14 @@ fn exec_on_peer_memory() -> Outcome {
         "A p2p read {}",
         a1.engine_p2p_read - a0.engine_p2p_read
     );
+    // Counted against the peer it came from.
+    let bi = r.b.query().map_err(|e| e.to_string())?.index as usize;
+    check!(
+        a1.peer_read[bi] - a0.peer_read[bi] == len as u64
+            && a1.peer_read.iter().sum::<u64>() - a0.peer_read.iter().sum::<u64>() == len as u64,
+        "A's per-peer counters: {:?}",
+        a1.peer_read
+    );
     check!(
         a1.engine_sys_read == a0.engine_sys_read && a1.engine_vram_read == a0.engine_vram_read,
         "A read other memory"

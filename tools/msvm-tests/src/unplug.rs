@@ -147,11 +147,10 @@ fn hot_unplug_and_replug() -> Outcome {
         // The sysfs link goes before the driver's remove runs: the device
         // leaves the topology once its memory is home.
         wait_for("topology updated", 30, || {
-            Ok(dev
-                .query()
-                .map_err(|e| format!("{addr}: {e}"))?
-                .num_devices as usize
-                == after.len())
+            Ok(
+                dev.query().map_err(|e| format!("{addr}: {e}"))?.num_devices as usize
+                    == after.len(),
+            )
         })?;
         let i = dev.query().map_err(|e| format!("{addr}: {e}"))?;
         check!(
