@@ -51,8 +51,10 @@ if all(v for v in mp.values()):
     print(f"{'peer in place / migrate+run':<32}{mp['peer_inplace_checksum'] / mp['migrate_then_checksum']:>8.2f}x")
     print(f"{'d2d p2p / via RAM':<32}{mp['d2d_migrate_p2p'] / mp['d2d_migrate_via_ram']:>8.2f}x")
     print()
-lc = [k for k in ("pagemap_create_64M", "pagemap_teardown_64M", "shrink_idle_chunks",
-      "shrink_consolidate", "memmap_pct_before_shrink", "memmap_pct_of_resident") if k in vals]
+lc = [k for k in ("pagemap_create_16M", "pagemap_teardown_16M", "pagemap_create_64M",
+      "pagemap_teardown_64M", "pagemap_create_256M", "pagemap_teardown_256M",
+      "shrink_idle_chunks", "shrink_consolidate", "memmap_pct_before_shrink",
+      "memmap_pct_of_resident") if k in vals]
 if lc:
     print(f"{'pagemap lifecycle (1 GiB device)':<32}")
     for k in lc:

@@ -13,6 +13,7 @@ use core::ptr::NonNull;
 use kernel::{device::Bound, pci, prelude::*};
 
 use super::bindings as b;
+use super::dma::DmaPage;
 use super::page::PageRef;
 use super::pagemap::PAGE_SIZE;
 use super::pci::raw_pci_dev;
@@ -144,20 +145,26 @@ impl WcBar<'_> {
         Ok(unsafe { self.base.as_ptr().cast::<u8>().add(offset) }.cast())
     }
 
-    /// Copies system page `page` into the BAR at `offset`.
+    /// Copies system page `page` into the BAR at `offset`, the way the
+    /// device's copy engine reaches system memory: through a DMA mapping of
+    /// the page for the device, made for the copy and unmapped after it
+    /// (`ENOMEM` if the page cannot be mapped).
     pub(crate) fn copy_from_page(&self, offset: usize, page: PageRef) -> Result {
         let dst = self.page_io(offset)?;
-        // SAFETY: `dst` is a page inside the mapping; `page` is valid for
-        // the caller's migration.
-        unsafe { b::msvm_copy_page_to_io(dst, page.as_ptr()) };
+        let map = DmaPage::map(self.pdev.as_ref(), page).ok_or(ENOMEM)?;
+        // SAFETY: `dst` is a page inside the mapping; the DMA address maps
+        // `map.page()`, valid for the caller's migration.
+        unsafe { b::msvm_copy_page_to_io(dst, map.page().as_ptr()) };
         Ok(())
     }
 
-    /// Copies the page of the BAR at `offset` into system page `page`.
+    /// Copies the page of the BAR at `offset` into system page `page`,
+    /// through a DMA mapping of it (see [`Self::copy_from_page`]).
     pub(crate) fn copy_to_page(&self, offset: usize, page: PageRef) -> Result {
         let src = self.page_io(offset)?;
+        let map = DmaPage::map(self.pdev.as_ref(), page).ok_or(ENOMEM)?;
         // SAFETY: as in `copy_from_page`.
-        unsafe { b::msvm_copy_io_to_page(page.as_ptr(), src) };
+        unsafe { b::msvm_copy_io_to_page(map.page().as_ptr(), src) };
         Ok(())
     }
 

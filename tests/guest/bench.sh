@@ -22,4 +22,9 @@ echo "== multi-device, 64 MiB"
 msvm-tests bench-p2p 64 || rc=1
 echo "== pagemap lifecycle"
 msvm-tests bench-lifecycle || rc=1
+for mib in 16 256; do
+	echo "== pagemap create and teardown, $mib MiB chunks"
+	rmmod msvm && load_msvm chunk_mib=$mib || rc=1
+	msvm-tests bench-lifecycle quick || rc=1
+done
 exit $rc

@@ -125,7 +125,8 @@ fn main() -> ExitCode {
             };
         }
         Some("bench-lifecycle") => {
-            return match bench::run_lifecycle() {
+            let quick = std::env::args().nth(2).as_deref() == Some("quick");
+            return match bench::run_lifecycle(quick) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     println!("bench-lifecycle: {e}");
