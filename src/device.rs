@@ -91,13 +91,21 @@ pub(crate) struct PoolRef {
 }
 
 impl PoolRef {
-    /// The memory of device `index`: `ENOENT` if no device has that index,
-    /// `ENODEV` if it is going away.
-    pub(crate) fn get(index: usize) -> Result<Self> {
-        Self::get_locked(&TOPOLOGY.lock(), index)
+    /// The memory of device `index` for device `of`, which must share its
+    /// owner group: `ENOENT` if no device has that index or it is going
+    /// away, `ENOLINK` if it is in another group. One look at the topology:
+    /// an index reused by another device meanwhile is checked afresh.
+    pub(crate) fn get_in_group(index: usize, of: usize) -> Result<Self> {
+        let topo = TOPOLOGY.lock();
+        topo.get(index).ok_or(ENOENT)?;
+        if !topo.same_group(of, index) {
+            return Err(ENOLINK);
+        }
+        Self::get_locked(&topo, index).map_err(|_| ENOENT)
     }
 
-    /// [`Self::get`] with the topology lock already held (`topo`).
+    /// The memory of device `index`, with the topology lock held (`topo`):
+    /// `ENOENT` if no device has that index, `ENODEV` if it is going away.
     pub(crate) fn get_locked(topo: &Topology<GpuNode>, index: usize) -> Result<Self> {
         let node = topo.get(index).ok_or(ENOENT)?;
         let ptr = node.pool.ok_or(ENODEV)?.0;

@@ -50,6 +50,23 @@ pub(crate) struct Outcome {
     pub(crate) no_vram: u64,
 }
 
+impl Outcome {
+    /// `n` pages of a VMA the core does not migrate: busy towards a device,
+    /// already home towards system RAM (none of them can be on a device).
+    fn stayed(dir: Direction, n: u64) -> Self {
+        match dir {
+            Direction::ToDevice => Self {
+                busy: n,
+                ..Self::default()
+            },
+            Direction::ToSystem => Self {
+                already: n,
+                ..Self::default()
+            },
+        }
+    }
+}
+
 /// Where to move.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Direction {
@@ -77,24 +94,21 @@ pub(crate) fn migrate_range(
         let step_end = end
             .min(vma.end())
             .min((addr / (MAX_PAGES * PAGE_SIZE) + 1) * MAX_PAGES * PAGE_SIZE);
+        let n = ((step_end - addr) / PAGE_SIZE) as u64;
         let step = if vma.flags() & UNMIGRATABLE != 0 {
             // hugetlb and special (I/O, PFN, mixed) mappings: the core
             // migrates none of their pages; none of them is on a device.
-            let n = ((step_end - addr) / PAGE_SIZE) as u64;
-            match dir {
-                Direction::ToDevice => Outcome {
-                    busy: n,
-                    ..Outcome::default()
-                },
-                Direction::ToSystem => Outcome {
-                    already: n,
-                    ..Outcome::default()
-                },
-            }
+            Outcome::stayed(dir, n)
         } else {
-            match dir {
-                Direction::ToDevice => step_to_device(pool, vma, addr, step_end)?,
-                Direction::ToSystem => step_to_system(pool, vma, addr, step_end)?,
+            let r = match dir {
+                Direction::ToDevice => step_to_device(pool, vma, addr, step_end),
+                Direction::ToSystem => step_to_system(pool, vma, addr, step_end),
+            };
+            match r {
+                // `migrate_vma_setup` refused the VMA for a reason of its
+                // own (DAX, say): its pages stay, like those above.
+                Err(e) if e == EINVAL => Outcome::stayed(dir, n),
+                r => r?,
             }
         };
         out.moved += step.moved;
@@ -108,13 +122,15 @@ pub(crate) fn migrate_range(
 
 /// Where a prefetch or a job moves pages, resolved for the device that
 /// asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Target {
     /// System RAM.
     System,
     /// The device that asks.
     Here,
-    /// A peer of its owner group.
-    Peer(PoolRef),
+    /// The peer of this index, in the asking device's owner group (checked
+    /// again each time its memory is taken, see [`PoolRef::get_in_group`]).
+    Peer(usize),
 }
 
 impl Target {
@@ -128,17 +144,8 @@ impl Target {
             Location::System => Ok(Self::System),
             Location::Device(i) if i == here.index() => Ok(Self::Here),
             Location::Device(i) => {
-                if i >= MAX_DEVICES {
-                    return Err(ENOENT);
-                }
-                {
-                    let topo = TOPOLOGY.lock();
-                    topo.get(i).ok_or(ENOENT)?;
-                    if !topo.same_group(here.index(), i) {
-                        return Err(ENOLINK);
-                    }
-                }
-                PoolRef::get(i).map(Self::Peer).map_err(|_| ENOENT)
+                PoolRef::get_in_group(i, here.index())?;
+                Ok(Self::Peer(i))
             }
         }
     }
@@ -150,6 +157,24 @@ impl Target {
     }
 }
 
+/// A device's memory held for a migration into it: the asking device's own
+/// (alive for its ioctl), or a peer's, counted.
+enum Held<'p, 'a> {
+    Here(&'p VramPool<'a>),
+    Peer(PoolRef),
+}
+
+impl<'a> core::ops::Deref for Held<'_, 'a> {
+    type Target = VramPool<'a>;
+
+    fn deref(&self) -> &VramPool<'a> {
+        match self {
+            Held::Here(p) => p,
+            Held::Peer(r) => r,
+        }
+    }
+}
+
 /// Moves `[start, start + len)` of `mm` (page aligned, checked by the
 /// caller) to `target`, for device `here`, whose VM mirrors `mm` through
 /// `mirror`.
@@ -157,6 +182,8 @@ impl Target {
 /// To a device: pages in RAM, pages of the device's owner group (straight
 /// over P2P) and, once faulted home through the mirror, pages of devices out
 /// of its reach. To system RAM: the pages of every device, group by group.
+/// A peer's memory is held only while pages move into it, never while
+/// pages are faulted (a fault may wait on user space: userfaultfd).
 pub(crate) fn prefetch(
     here: &VramPool<'_>,
     mm: &MmWithUser,
@@ -165,29 +192,42 @@ pub(crate) fn prefetch(
     start: usize,
     len: usize,
 ) -> Result<Outcome> {
-    match target {
+    match *target {
         Target::System => home(mm, start, len),
-        Target::Here => to_device(here, mm, mirror, start, len),
-        Target::Peer(pool) => to_device(pool, mm, mirror, start, len),
+        Target::Here => to_device(|| Ok(Held::Here(here)), mm, mirror, start, len),
+        Target::Peer(i) => to_device(
+            || PoolRef::get_in_group(i, here.index()).map(Held::Peer),
+            mm,
+            mirror,
+            start,
+            len,
+        ),
     }
 }
 
-fn to_device(
-    pool: &VramPool<'_>,
+fn to_device<'p, 'a: 'p>(
+    hold: impl Fn() -> Result<Held<'p, 'a>>,
     mm: &MmWithUser,
     mirror: &Mirror<VmMirror>,
     start: usize,
     len: usize,
 ) -> Result<Outcome> {
-    let out = migrate_range(pool, mm, start, len, Direction::ToDevice)?;
+    let (out, owner) = {
+        let pool = hold()?;
+        (
+            migrate_range(&pool, mm, start, len, Direction::ToDevice)?,
+            pool.owner(),
+        )
+    };
     if out.busy == 0 {
         return Ok(out);
     }
     // Pages on a device out of this one's P2P reach are not collected:
     // fault them home through the VM's mirror (their device migrates them
-    // to RAM), then move what is now movable.
-    fault_in(mm, mirror, pool.owner(), start, len);
-    let again = migrate_range(pool, mm, start, len, Direction::ToDevice)?;
+    // to RAM), then move what is now movable. The owner is a static group
+    // token: it outlives the pool.
+    fault_in(mm, mirror, owner, start, len);
+    let again = migrate_range(&*hold()?, mm, start, len, Direction::ToDevice)?;
     Ok(Outcome {
         moved: out.moved + again.moved,
         already: again.already - out.moved.min(again.already),
@@ -197,21 +237,32 @@ fn to_device(
 }
 
 /// Brings the pages of every device home, one owner group at a time (a
-/// migration collects only the device pages of one owner).
+/// migration collects only the device pages of one owner), through the
+/// first member of each group that is not going away.
 fn home(mm: &MmWithUser, start: usize, len: usize) -> Result<Outcome> {
-    let mut leaders = [None; MAX_DEVICES];
-    for (slot, l) in leaders.iter_mut().zip(TOPOLOGY.lock().group_leaders()) {
-        *slot = Some(l);
+    let mut pools: [Option<PoolRef>; MAX_DEVICES] = [const { None }; MAX_DEVICES];
+    {
+        let topo = TOPOLOGY.lock();
+        let mut covered = [false; MAX_DEVICES];
+        for (i, slot) in pools.iter_mut().enumerate() {
+            let Some(g) = topo.group(i) else {
+                continue;
+            };
+            if covered[g % MAX_DEVICES] {
+                continue;
+            }
+            // A device going away sends its pages home itself.
+            if let Ok(p) = PoolRef::get_locked(&topo, i) {
+                covered[g % MAX_DEVICES] = true;
+                *slot = Some(p);
+            }
+        }
     }
     let total = (len / PAGE_SIZE) as u64;
     let (mut moved, mut busy) = (0, 0);
     let mut any = false;
-    for l in leaders.into_iter().flatten() {
-        // A device going away sends its pages home itself.
-        let Ok(pool) = PoolRef::get(l) else {
-            continue;
-        };
-        let o = migrate_range(&pool, mm, start, len, Direction::ToSystem)?;
+    for pool in pools.iter().flatten() {
+        let o = migrate_range(pool, mm, start, len, Direction::ToSystem)?;
         moved += o.moved;
         busy += o.busy;
         any = true;
@@ -247,7 +298,14 @@ pub(crate) fn place(
         let start = p.start & !(PAGE_SIZE - 1);
         let end = p.end.next_multiple_of(PAGE_SIZE);
         let target = Target::for_job(here, p.placement.preferred);
-        moved += prefetch(here, mm, mirror, &target, start, end - start)?.moved;
+        let out = match prefetch(here, mm, mirror, &target, start, end - start) {
+            // The preferred peer went away meanwhile: system RAM.
+            Err(e) if target != Target::System && (e == ENOENT || e == ENOLINK) => {
+                prefetch(here, mm, mirror, &Target::System, start, end - start)
+            }
+            r => r,
+        }?;
+        moved += out.moved;
     }
     Ok(moved)
 }

@@ -44,6 +44,11 @@ pub(crate) fn note_freed(bytes: usize) {
     FREED.add(bytes as u64, Relaxed);
 }
 
+/// The task running the shrink work, while it runs (0 otherwise).
+static WORKER: Atomic<usize> = Atomic::new(0);
+/// Whether a reclaimer is waiting for the work (one at a time).
+static WAITING: Atomic<u32> = Atomic::new(0);
+
 /// How long a scan that may sleep waits for the work to show progress.
 const SCAN_WAIT_MS: u32 = 100;
 
@@ -100,10 +105,12 @@ impl WorkItem for ShrinkWork {
     type Pointer = Arc<ShrinkWork>;
 
     fn run(_this: Arc<ShrinkWork>) {
+        WORKER.store(kernel::task::Task::current_raw() as usize, Release);
         let level = WANT.xchg(0, Full);
         if level != 0 {
             shrink_all(level);
         }
+        WORKER.store(0, Release);
     }
 }
 
@@ -153,8 +160,11 @@ pub(crate) fn shrink_all(level: u64) -> usize {
 
 impl ShrinkerOps for Reclaimer {
     fn count(&self) -> Option<usize> {
-        let (idle, light) = reclaimable()?;
-        Some(units(idle + light))
+        // A busy lock means "nothing now", not "nothing at all".
+        let Some((idle, light)) = reclaimable() else {
+            return Some(0);
+        };
+        (idle + light > 0).then(|| units(idle + light))
     }
 
     fn scan(&self, may_sleep: bool) -> Option<usize> {
@@ -175,20 +185,31 @@ impl ShrinkerOps for Reclaimer {
         }
         let before = FREED.load(Acquire);
         let _ = self.queue.queue().enqueue(self.work.clone());
-        if !may_sleep {
+        let me = kernel::task::Task::current_raw() as usize;
+        // Never wait for the work from the work itself (its allocations may
+        // enter reclaim), and let one reclaimer wait at a time: the others
+        // take the estimate.
+        if !may_sleep || WORKER.load(Acquire) == me || WAITING.cmpxchg(0, 1, Full).is_err() {
             return Some(units(freed));
         }
-        // A reclaimer that may block waits a little for the work to free
-        // something, so that its progress is seen before the kernel
-        // decides it is out of memory. Bounded: the work may itself be
-        // waiting for memory.
-        for _ in 0..SCAN_WAIT_MS / 2 {
-            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(2));
-            let now = FREED.load(Acquire);
-            if now != before {
-                return Some(units(now.wrapping_sub(before) as usize));
-            }
-        }
-        Some(0)
+        let freed_now = wait_for_work(before);
+        WAITING.store(0, Release);
+        Some(freed_now)
     }
+}
+
+/// Waits up to [`SCAN_WAIT_MS`] for the shrink work to free something after
+/// `before`; returns what it freed, in struct pages.
+fn wait_for_work(before: u64) -> usize {
+    // A reclaimer that may block waits a little for the work to free
+    // something, so that its progress is seen before the kernel decides it
+    // is out of memory. Bounded: the work may itself be waiting for memory.
+    for _ in 0..SCAN_WAIT_MS / 2 {
+        kernel::time::delay::fsleep(kernel::time::Delta::from_millis(2));
+        let now = FREED.load(Acquire);
+        if now != before {
+            return units(now.wrapping_sub(before) as usize);
+        }
+    }
+    0
 }

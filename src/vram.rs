@@ -42,7 +42,7 @@ use kernel::{
 
 use crate::mm::{
     iomem::WcBar,
-    migrate::{DeviceMigration, Entry},
+    migrate::{DeviceMigration, Entry, MAX_PAGES},
     page::{NewPage, PageRef},
     pagemap::{self, Fault, FaultError, Pagemap, PagemapOps, PAGE_SIZE},
 };
@@ -457,7 +457,13 @@ impl VramPool<'_> {
     /// Allocates up to `n` pages: from live chunks, fullest first (so that
     /// data packs into few pagemaps), then, if `create`, from new chunks.
     fn alloc_from(&self, n: usize, create: bool) -> Result<Batch> {
-        let mut pages = KVec::with_capacity(n, GFP_KERNEL)?;
+        // Pages go into the batch as they are taken: on any error, its drop
+        // gives them back.
+        let mut batch = Batch {
+            pages: KVec::with_capacity(n, GFP_KERNEL)?,
+            next: 0,
+        };
+        let mut taken = KVec::with_capacity(n, GFP_KERNEL)?;
         let mut order = KVec::with_capacity(self.nchunks, GFP_KERNEL)?;
         let mut chunks = self.chunks.lock();
         for (c, slot) in chunks.iter().enumerate() {
@@ -477,11 +483,20 @@ impl VramPool<'_> {
         }
         let seq = self.alloc_seq.fetch_add(1, Relaxed) + 1;
         for &(_, c) in order.iter() {
-            if pages.len() == n {
+            let want = n - batch.pages.len();
+            if want == 0 {
                 break;
             }
             if matches!(chunks[c], Slot::Absent) {
-                chunks[c] = Slot::Live(self.new_chunk(c)?);
+                match self.new_chunk(c) {
+                    Ok(map) => chunks[c] = Slot::Live(map),
+                    // No pagemap now (no memory, no free physical range):
+                    // as if the VRAM were full.
+                    Err(e) => {
+                        kernel::pr_warn_once!("msvm: chunk {c}: no pagemap: {e:?}\n");
+                        break;
+                    }
+                }
                 self.stats.chunks_created.add(1, Relaxed);
             }
             let Some(map) = chunks[c].live() else {
@@ -489,28 +504,31 @@ impl VramPool<'_> {
             };
             let chunk = map.data();
             chunk.last_alloc.store(seq, Relaxed);
-            let mut taken = KVec::with_capacity(n - pages.len(), GFP_KERNEL)?;
+            taken.clear();
             {
                 let mut free = chunk.free.lock();
-                while taken.len() < n - pages.len() {
+                while taken.len() < want {
                     match free.pop() {
+                        // `taken` has room for `n` entries.
                         Some(i) => taken.push_within_capacity(i).map_err(|_| ENOMEM)?,
                         None => break,
                     }
                 }
             }
-            for i in taken {
+            for &i in taken.iter() {
                 let i = i as usize;
                 // SAFETY: page `i` came off the free list: nobody uses it and
                 // it is ours until handed to a migration.
                 let page = unsafe { map.init_page(i, core::ptr::null_mut()) };
-                pages
-                    .push_within_capacity((page, chunk.base + i * PAGE_SIZE))
-                    .map_err(|_| ENOMEM)?;
+                // The batch has room for `n` pages, and `want` is what is
+                // left of them: this never fails.
+                let _ = batch
+                    .pages
+                    .push_within_capacity((page, chunk.base + i * PAGE_SIZE));
+                self.stats.allocated.add(1, Relaxed);
             }
         }
-        self.stats.allocated.add(pages.len() as u64, Relaxed);
-        Ok(Batch { pages, next: 0 })
+        Ok(batch)
     }
 
     fn new_chunk(&self, c: usize) -> Result<Pin<KBox<Pagemap<Chunk>>>> {
@@ -549,42 +567,66 @@ impl VramPool<'_> {
     /// `batch` (other chunks of this pool: device to device, BAR to BAR),
     /// and once those run out, to system RAM.
     fn drain(&self, map: &Pagemap<Chunk>, mut batch: Option<Batch>) -> Result<Drained> {
-        // SAFETY: the frames are those of `map`, a live pagemap of ours.
-        let mut mig = unsafe { DeviceMigration::range(map.pfn_first(), map.npages()) }?;
+        // Consolidation (a batch) only packs pages into other chunks: under
+        // the memory pressure that asked for it, sending pages home would
+        // take RAM. Eviction (no batch) sends them home, whatever it costs.
+        let home_ok = batch.is_none();
         let base = map.data().base;
         let mut d = Drained::default();
         let mut stage = KBox::new([0u8; PAGE_SIZE], GFP_KERNEL)?;
-        for i in 0..mig.npages() {
-            let src = mig.src(i);
-            if src.page().is_none() {
-                continue;
-            }
-            if !src.migrate() {
-                d.stuck += 1;
-                continue;
-            }
-            let from = base + i * PAGE_SIZE;
-            if let Some((dpage, off)) = batch.as_ref().and_then(Batch::peek) {
-                self.bar.copy_from_bar(off, &self.bar, from, &mut stage)?;
-                if let Some(b) = batch.as_mut() {
-                    b.take();
+        // One page table's worth of frames at a time: small arrays, and
+        // pages locked for a short while.
+        let mut first = 0;
+        while first < map.npages() {
+            let n = (map.npages() - first).min(MAX_PAGES);
+            // SAFETY: the frames are those of `map`, a live pagemap of ours.
+            let mut mig = unsafe { DeviceMigration::range(map.pfn_first() + first, n) }?;
+            // What each filled entry became: moved (true) or sent home.
+            let mut filled = [None; MAX_PAGES];
+            for (i, f) in filled.iter_mut().enumerate().take(n) {
+                let src = mig.src(i);
+                if src.page().is_none() {
+                    continue;
                 }
-                mig.set_dst(i, Entry::to(dpage, src.write()));
-                d.moved += 1;
-                continue;
+                if !src.migrate() {
+                    d.stuck += 1;
+                    continue;
+                }
+                let from = base + (first + i) * PAGE_SIZE;
+                if let Some((dpage, off)) = batch.as_ref().and_then(Batch::peek) {
+                    self.bar.copy_from_bar(off, &self.bar, from, &mut stage)?;
+                    if let Some(b) = batch.as_mut() {
+                        b.take();
+                    }
+                    mig.set_dst(i, Entry::to(dpage, src.write()));
+                    *f = Some(true);
+                    continue;
+                }
+                // `must` waits for memory rather than fail: the data has
+                // nowhere else to go.
+                let dst = if home_ok { NewPage::must() } else { None };
+                let Some(dst) = dst else {
+                    d.stuck += 1;
+                    continue;
+                };
+                self.bar.copy_to_page(from, dst.page())?;
+                mig.set_dst(i, Entry::to(dst.into_migration(), src.write()));
+                *f = Some(false);
             }
-            // `must` waits for memory rather than fail: the data has
-            // nowhere else to go.
-            let Some(dst) = NewPage::must() else {
-                d.stuck += 1;
-                continue;
-            };
-            self.bar.copy_to_page(from, dst.page())?;
-            mig.set_dst(i, Entry::to(dst.into_migration(), src.write()));
-            d.home += 1;
+            mig.pages();
+            // The core may still back out of a page (an unexpected
+            // reference): it stays in use here.
+            for (i, f) in filled.iter().enumerate().take(n) {
+                match (*f, mig.src(i).migrate()) {
+                    (Some(_), false) => d.stuck += 1,
+                    (Some(true), true) => d.moved += 1,
+                    (Some(false), true) => d.home += 1,
+                    (None, _) => {}
+                }
+            }
+            drop(mig);
+            first += n;
         }
-        mig.pages();
-        drop(mig);
         self.stats.to_system.add(d.home as u64, Relaxed);
         Ok(d)
     }
@@ -659,11 +701,10 @@ impl VramPool<'_> {
                 (v, live[v].map_or(0, |i| i.used))
             };
             // Room in the other live chunks (never a new chunk), then move.
-            let batch = self.alloc_from(used, false)?;
-            let drained = {
+            let drained = self.alloc_from(used, false).and_then(|batch| {
                 let chunks = self.chunks.lock();
                 let Some(map) = chunks[victim].map() else {
-                    break;
+                    return Err(ENOENT);
                 };
                 // The victim's pagemap stays while it drains: only the
                 // holder of `shrink_lock`, this pass, takes a `Draining`
@@ -671,7 +712,19 @@ impl VramPool<'_> {
                 let map: *const Pagemap<Chunk> = map;
                 drop(chunks);
                 // SAFETY: see above: the slot keeps the pagemap alive.
-                self.drain(unsafe { &*map }, Some(batch))?
+                self.drain(unsafe { &*map }, Some(batch))
+            });
+            let drained = match drained {
+                Ok(d) => d,
+                Err(e) => {
+                    // Back to `Live`, whatever it still holds.
+                    let mut chunks = self.chunks.lock();
+                    chunks[victim] = match core::mem::replace(&mut chunks[victim], Slot::Dying) {
+                        Slot::Draining(m) => Slot::Live(m),
+                        other => other,
+                    };
+                    return Err(e);
+                }
             };
             self.stats.shrink_moved.add(drained.moved as u64, Relaxed);
             self.stats.shrink_home.add(drained.home as u64, Relaxed);

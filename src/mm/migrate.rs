@@ -169,10 +169,24 @@ impl<'a> VmaMigration<'a> {
     }
 }
 
+/// Before finalizing a migration whose destinations were never installed
+/// (`pages()` not called: an early return), clears `MIGRATE_PFN_MIGRATE`
+/// from every source, so that finalize restores each source and frees each
+/// destination instead of treating filled entries as migrated.
+fn cancel(src: &mut [u64]) {
+    for s in src {
+        *s &= !u64::from(b::MIGRATE_PFN_MIGRATE);
+    }
+}
+
 impl Drop for VmaMigration<'_> {
     fn drop(&mut self) {
-        // SAFETY: set up and not finalized yet (invariant). Without
-        // `pages()`, finalize restores the sources and frees destinations.
+        if !self.pages_done {
+            cancel(&mut self.src[..]);
+        }
+        // SAFETY: set up and not finalized yet (invariant); without
+        // `pages()`, every source is unmarked above, so finalize restores
+        // the sources and frees the destinations.
         unsafe { b::migrate_vma_finalize(&mut self.args) };
     }
 }
@@ -187,6 +201,7 @@ impl Drop for VmaMigration<'_> {
 pub(crate) struct DeviceMigration {
     src: KVec<u64>,
     dst: KVec<u64>,
+    pages_done: bool,
 }
 
 impl DeviceMigration {
@@ -203,12 +218,11 @@ impl DeviceMigration {
         kernel::error::to_result(unsafe {
             b::migrate_device_range(src.as_mut_ptr().cast(), pfn, npages)
         })?;
-        Ok(Self { src, dst })
-    }
-
-    /// Number of frames.
-    pub(crate) fn npages(&self) -> usize {
-        self.src.len()
+        Ok(Self {
+            src,
+            dst,
+            pages_done: false,
+        })
     }
 
     /// Source entry `i`.
@@ -231,12 +245,17 @@ impl DeviceMigration {
                 self.src.len(),
             )
         };
+        self.pages_done = true;
     }
 }
 
 impl Drop for DeviceMigration {
     fn drop(&mut self) {
-        // SAFETY: collected by `range`, finalized only here (invariant).
+        if !self.pages_done {
+            cancel(&mut self.src);
+        }
+        // SAFETY: collected by `range`, finalized only here (invariant);
+        // see `VmaMigration`'s drop for the sources of a cancelled one.
         unsafe {
             b::migrate_device_finalize(
                 self.src.as_mut_ptr().cast(),

@@ -26,8 +26,8 @@ pub(crate) fn struct_page_size() -> usize {
 
 /// The owner of a [`Shrinker`].
 pub(crate) trait ShrinkerOps: Send + Sync + 'static {
-    /// Freeable objects now; `None` when there is nothing to free at all
-    /// (`SHRINK_EMPTY`). Must not sleep on anything that reclaim may wait
+    /// Freeable objects now (0: none just now); `None` when there is
+    /// nothing to free at all (`SHRINK_EMPTY`). Must not sleep on anything that reclaim may wait
     /// for.
     fn count(&self) -> Option<usize>;
 
@@ -102,7 +102,7 @@ unsafe extern "C" fn count_cb<T: ShrinkerOps>(
     // (type invariant of `Shrinker`).
     let owner = unsafe { &*(*s).private_data.cast::<T>() };
     match owner.count() {
-        None | Some(0) => SHRINK_EMPTY,
+        None => SHRINK_EMPTY,
         Some(n) => n as c_ulong,
     }
 }
