@@ -206,6 +206,18 @@ impl MigrateRequest {
     }
 }
 
+/// Copies a move's counters into the MIGRATE or PREFETCH argument (they
+/// have the same output fields).
+macro_rules! put_outcome {
+    ($arg:expr, $out:expr) => {{
+        let (arg, out) = ($arg, $out);
+        arg.moved = out.moved;
+        arg.already = out.already;
+        arg.busy = out.busy;
+        arg.no_vram = out.no_vram;
+    }};
+}
+
 /// `DRM_IOCTL_MSVM_MIGRATE`.
 pub(crate) fn migrate(
     _dev: &MsvmDevice<drm::Registered>,
@@ -221,10 +233,7 @@ pub(crate) fn migrate(
     let out = with_vm(file, |vm, mm| {
         move_to(gpu.vram(), mm, vm.mirror(), &target, req.start, req.len)
     })?;
-    arg.moved = out.moved;
-    arg.already = out.already;
-    arg.busy = out.busy;
-    arg.no_vram = out.no_vram;
+    put_outcome!(arg, out);
     Ok(0)
 }
 
@@ -347,10 +356,7 @@ pub(crate) fn prefetch(
     let out: Outcome = with_vm(file, |vm, mm| {
         move_to(gpu.vram(), mm, vm.mirror(), &target, start, len)
     })?;
-    arg.moved = out.moved;
-    arg.already = out.already;
-    arg.busy = out.busy;
-    arg.no_vram = out.no_vram;
+    put_outcome!(arg, out);
     Ok(0)
 }
 

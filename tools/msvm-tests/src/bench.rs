@@ -198,13 +198,7 @@ pub fn run_lifecycle(quick: bool) -> Result<(), String> {
     // unmapped: no RAM needed), removed in one pass.
     let vram = s.vram_size as usize;
     let quarter = vram / 4;
-    let mut held = Vec::new();
-    for _ in 0..4 {
-        let m = crate::svm::Map::new(quarter)?;
-        dev.migrate(m.addr(), quarter, Location::Device)
-            .map_err(e)?;
-        held.push(m);
-    }
+    let held = fill_device(&dev, quarter)?;
     drop(held);
     let idle = dev.stats().map_err(e)?.chunks_cached;
     let ms = time(&mut || shrink("idle").map(drop))?;
@@ -213,13 +207,7 @@ pub fn run_lifecycle(quick: bool) -> Result<(), String> {
     // Churn: fill the whole device, then free 48 KiB of every 64 KiB, then
     // a consolidating pass (what the shrinker's work does under continued
     // pressure once no chunk is idle).
-    let mut held = Vec::new();
-    for _ in 0..4 {
-        let m = crate::svm::Map::new(quarter)?;
-        dev.migrate(m.addr(), quarter, Location::Device)
-            .map_err(e)?;
-        held.push(m);
-    }
+    let held = fill_device(&dev, quarter)?;
     for m in &held {
         for off in (0..quarter).step_by(64 << 10) {
             let p = NonNull::new((m.addr() + off + (16 << 10)) as *mut _).unwrap();
@@ -255,4 +243,17 @@ pub fn run_lifecycle(quick: bool) -> Result<(), String> {
     drop(held);
     shrink("idle")?;
     Ok(())
+}
+
+/// Four never-touched mappings of `quarter` bytes each, moved to `dev`
+/// (cleared there: no RAM used): every chunk of a device of `4 * quarter`.
+fn fill_device(dev: &msvm_rt::Device, quarter: usize) -> Result<Vec<crate::svm::Map>, String> {
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let m = crate::svm::Map::new(quarter)?;
+        dev.migrate(m.addr(), quarter, Location::Device)
+            .map_err(|x| x.to_string())?;
+        held.push(m);
+    }
+    Ok(held)
 }
