@@ -270,10 +270,18 @@ def main():
     booted = False
 
     generation = {}
+    # GPUs unplugged by a host action: a request repeated by the guest (it
+    # re-sends when its console line may have been cut by kernel output)
+    # is answered once.
+    unplugged = set()
 
     def host_action(action, gpu):
         if qmp is None:
             say(f"host: cannot {action} {gpu}: no QMP")
+            return
+        if (action == "device_del") == (gpu in unplugged):
+            say(f"host: {gpu} already {'unplugged' if gpu in unplugged else 'plugged in'}: "
+                f"repeated {action} ignored")
             return
         start = time.monotonic()
         try:
@@ -282,6 +290,7 @@ def main():
                 ev = qmp.wait_event("DEVICE_DELETED", lambda d: d.get("device") == gpu, 30)
                 if ev:
                     say(f"host: {gpu} unplugged (DEVICE_DELETED after {time.monotonic() - start:.1f} s)")
+                    unplugged.add(gpu)
                     qmp.command("object-del", id=topo.gpus[gpu]["memdev"])
                 else:
                     say(f"host: {gpu}: no DEVICE_DELETED within 30 s")
@@ -295,6 +304,7 @@ def main():
                                              "size": args.vram, "share": True})
                 dev["memdev"] = mem
                 qmp.command("device_add", **dev)
+                unplugged.discard(gpu)
                 topo.gpus[gpu] = dev
                 say(f"host: {gpu} plugged back in (VRAM backend {mem})")
         except (RuntimeError, KeyError) as e:

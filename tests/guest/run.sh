@@ -33,9 +33,13 @@ msvm-tests hold /tmp/ready /tmp/go | sed 's/^/   /' &
 i=0
 while [ ! -e /tmp/ready ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
 gpu0=$(ls -d /sys/bus/pci/drivers/msvm/0000:* | head -1)
-echo "MSVM-HOST: device_del gpu0"
 i=0
-while [ -e "$gpu0" ] && [ $i -lt 400 ]; do sleep 0.1; i=$((i + 1)); done
+while [ -e "$gpu0" ] && [ $i -lt 400 ]; do
+	# Asked again every 10 s: kernel messages can cut a console line.
+	[ $((i % 100)) -eq 0 ] && echo "MSVM-HOST: device_del gpu0"
+	sleep 0.1
+	i=$((i + 1))
+done
 echo "   gpu0 ($(basename "$gpu0")) is gone after $((i / 10)) s; the process reads its data:"
 touch /tmp/go
 wait

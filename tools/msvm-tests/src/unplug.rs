@@ -45,7 +45,28 @@ fn host(action: &str) {
     let _ = std::io::stdout().flush();
 }
 
-fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> Result<bool, String>) -> Outcome {
+/// Asks the host for `action` on the victim and waits up to `secs` for
+/// `cond`, asking again every 10 s: the request is a console line, which
+/// kernel messages printed at the same moment can cut (the harness answers
+/// a repeated request once).
+fn host_wait(
+    action: &str,
+    what: &str,
+    secs: u64,
+    mut cond: impl FnMut() -> Result<bool, String>,
+) -> Outcome {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(secs) {
+        host(action);
+        let left = secs.saturating_sub(start.elapsed().as_secs()).min(10);
+        if wait_for(what, left.max(1), &mut cond).is_ok() {
+            return Ok(());
+        }
+    }
+    Err(format!("{what}: not within {secs} s"))
+}
+
+fn wait_for(what: &str, secs: u64, cond: &mut dyn FnMut() -> Result<bool, String>) -> Outcome {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(secs) {
         if cond()? {
@@ -122,8 +143,9 @@ fn hot_unplug_and_replug() -> Outcome {
         parked.push((addr.clone(), m, 1000 + k as u64));
     }
 
-    host("device_del");
-    wait_for("GPU unbound", 40, || Ok(addrs()?.len() == before.len() - 1))?;
+    host_wait("device_del", "GPU unbound", 40, || {
+        Ok(addrs()?.len() == before.len() - 1)
+    })?;
     let after = addrs()?;
     let gone: Vec<&String> = before.difference(&after).collect();
     check!(gone.len() == 1, "vanished: {gone:?}");
@@ -146,7 +168,7 @@ fn hot_unplug_and_replug() -> Outcome {
     for (addr, dev, _) in open.iter().filter(|(a, _, _)| a != gone[0]) {
         // The sysfs link goes before the driver's remove runs: the device
         // leaves the topology once its memory is home.
-        wait_for("topology updated", 30, || {
+        wait_for("topology updated", 30, &mut || {
             Ok(
                 dev.query().map_err(|e| format!("{addr}: {e}"))?.num_devices as usize
                     == after.len(),
@@ -175,8 +197,9 @@ fn hot_unplug_and_replug() -> Outcome {
     }
     open.clear();
 
-    host("device_add");
-    wait_for("GPU bound again", 40, || Ok(addrs()? == before))?;
+    host_wait("device_add", "GPU bound again", 40, || {
+        Ok(addrs()? == before)
+    })?;
     // It is back, with its index and its P2P links.
     let gpus = sysfs::msvm_gpus()?;
     let back = gpus
@@ -214,7 +237,7 @@ pub fn hold(ready: &str, go: &str) -> Outcome {
     check!(out.moved == 256, "{out:?}");
     drop(dev);
     std::fs::write(ready, "").map_err(|e| e.to_string())?;
-    wait_for("go", 120, || Ok(std::path::Path::new(go).exists()))?;
+    wait_for("go", 120, &mut || Ok(std::path::Path::new(go).exists()))?;
     svm::verify(m.bytes(), 4242)?;
     println!("# hold: 256 pages parked on the device before it went away are intact");
     Ok(())
@@ -309,8 +332,9 @@ pub fn unplug_loop(rounds: u32) -> Outcome {
                 Ok(())
             });
             std::thread::sleep(Duration::from_millis(100));
-            host("device_del");
-            let gone = wait_for("GPU unbound", 60, || Ok(addrs()?.len() == before.len() - 1));
+            let gone = host_wait("device_del", "GPU unbound", 60, || {
+                Ok(addrs()?.len() == before.len() - 1)
+            });
             stop.store(true, Ordering::Relaxed);
             let r1 = peer_exec
                 .join()
@@ -334,8 +358,9 @@ pub fn unplug_loop(rounds: u32) -> Outcome {
                 .map_err(|e| format!("round {round}: buffer {k}: {e}"))?;
         }
         drop(devs);
-        host("device_add");
-        wait_for("GPU bound again", 60, || Ok(addrs()? == before))?;
+        host_wait("device_add", "GPU bound again", 60, || {
+            Ok(addrs()? == before)
+        })?;
         println!(
             "# unplug round {}/{rounds}: {} peer jobs, {} migrations during the unplug, 4 x 256 KiB intact, {:.1} s",
             round + 1,
