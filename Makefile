@@ -31,7 +31,7 @@ bench:
 	scripts/bench.sh
 
 soak:
-	MSVM_TEST_TIMEOUT=3600 MSVM_GUEST_ARGS="msvm_fuzz_calls=2000000 msvm_stress_secs=600 msvm_fuzz_seed=$$(date +%s)" scripts/test.sh
+	MSVM_TEST_TIMEOUT=7200 MSVM_GUEST_ARGS="msvm_fuzz_calls=2000000 msvm_fuzz_secs=3600 msvm_stress_secs=600 msvm_fuzz_seed=$$(date +%s)" scripts/test.sh
 
 setup:
 	scripts/setup.sh $(MSVM_VARIANT)

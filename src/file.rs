@@ -4,8 +4,10 @@
 //!
 //! # Lock order
 //!
-//! [`File::vm`] is a leaf: held only to create, destroy or look at the VM,
-//! never across a migration (see `src/svm.rs`).
+//! [`File::vm`] is taken first, with nothing held: the ioctls hold it for
+//! their whole call (so that the VM, its mirror and its attributes stay),
+//! and take the mm's locks, the VM's mirror lock and the pools' locks
+//! inside it (see `Documentation/locking.rst`).
 
 use kernel::{drm, new_mutex, prelude::*, sync::Mutex};
 

@@ -6,12 +6,13 @@
 //! per 64 MiB chunk). The shrinker counts, in struct pages, what the
 //! devices could give back: idle chunks (cached pagemaps with no page in
 //! use) first, then chunks a consolidation would empty into fuller ones
-//! (`VramPool::reclaimable`). A scan never sleeps or allocates beyond
-//! `GFP_NOWAIT`, so any gfp context is fine: it schedules the work on a
-//! `WQ_MEM_RECLAIM` workqueue and returns what that work will free. The
-//! work removes idle chunks' pagemaps; when there were none, it empties the
-//! lightest, coldest chunks into fuller ones (pages that do not fit go home
-//! to system RAM) and removes those pagemaps.
+//! (`VramPool::reclaimable`). A scan allocates nothing and only tries
+//! locks: it queues the preallocated work on a `WQ_MEM_RECLAIM` workqueue;
+//! when the reclaimer may block, one scan at a time waits a little for the
+//! work's progress (see `Reclaimer::scan`). The work removes idle chunks'
+//! pagemaps; when there were none, it empties the lightest, coldest chunks
+//! into fuller ones (pages that do not fit stay) and removes those
+//! pagemaps.
 //!
 //! The same passes run synchronously from debugfs (`shrink`), for tests.
 //!

@@ -5,8 +5,8 @@
 //!
 //! # Lock order
 //!
-//! [`crate::file::File::vm`] is taken first and dropped before any mm lock is
-//! taken: callers copy out the mm reference they need.
+//! [`crate::file::File::vm`] is taken first; the mm's locks nest inside it
+//! (see `src/file.rs`).
 
 use kernel::{mm::Mm, mm::MmWithUser, prelude::*, sync::aref::ARef};
 

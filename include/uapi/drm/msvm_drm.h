@@ -2,9 +2,10 @@
 /*
  * msvm: multi-device shared virtual memory, user-space ABI.
  *
- * This header is the single source of msvm's ABI. The kernel module mirrors
- * it in src/uapi.rs (generated bindings are checked against it at build time)
- * and the user-space runtime crate checks its layouts against it in its tests.
+ * This header is the single source of msvm's ABI. The kernel module takes
+ * its structs from it through bindgen (src/mm/bindings_generated.rs,
+ * re-exported by src/mm/abi.rs) and the user-space runtime crate checks its
+ * layouts against it in its tests.
  *
  * Conventions:
  *  - every struct is naturally aligned, has explicit padding, and every
@@ -146,7 +147,7 @@ struct drm_msvm_vm_destroy {
  * page of the range (they add up to @length / 4096).
  *
  * Errors: -EINVAL: @addr or @length not 4 KiB aligned, @length zero, the
- * range wraps, @to unknown, non-zero @flags/@pad/@reserved; -EFAULT: a page
+ * range wraps, @to unknown, non-zero @flags/@reserved; -EFAULT: a page
  * of the range is not mapped or is beyond the user address space; -EACCES:
  * part of the range has no read access (PROT_NONE); -ENOENT: no VM;
  * -EPERM: the VM belongs to another process; -ESRCH: that process is
@@ -208,7 +209,8 @@ struct drm_msvm_migrate {
  * @shrink_scans: shrink passes over this device
  * @shrink_freed: bytes of struct-page memory the shrink passes freed
  * @shrink_moved: pages the shrink passes moved into fuller chunks
- * @shrink_home: pages the shrink passes sent home to system RAM
+ * @shrink_home: pages the shrink passes sent home to system RAM (none
+ *               today: consolidation only packs pages into fuller chunks)
  * @peer_read: bytes the engine read from each peer's memory over P2P, by
  *             the peer's device index
  * @peer_written: bytes the engine wrote to each peer's memory over P2P
@@ -283,7 +285,8 @@ struct drm_msvm_stats {
  * @src: in: source of a COPY, else zero
  * @value: in: FILL pattern or ATOMIC_ADD addend, else zero
  * @result: out: CHECKSUM result
- * @migrated: out: pages migrated to this device for the job
+ * @migrated: out: pages the job's placement pass moved (to this device, or
+ *            to the preferred location the range's attributes name)
  * @reserved: must be zero
  */
 struct drm_msvm_exec {
@@ -327,16 +330,17 @@ struct drm_msvm_exec {
  * dropped with the VM. MSVM_LOC_DEFAULT with MSVM_ACCESS_DEFAULT resets the
  * range. When a job's range is MSVM_ACCESS_MIGRATE, its pages are first
  * moved to the preferred location: this device (default), system RAM, or a
- * peer this device reaches over P2P (the job then runs on them in place).
+ * peer of this device's owner group (the job then runs on them in place).
  * A preferred peer that has gone away means system RAM.
  *
  * Errors: -EINVAL: @addr or @length not 4 KiB aligned, @length zero, the
  * range wraps, unknown @location or @access, @device set with a location
  * other than MSVM_LOC_DEVICE, non-zero @flags/@reserved; -EFAULT: the range
  * goes beyond the user address space; -ENOENT: no VM, or no device has
- * index @device; -ENOLINK: that device is not reachable from this one over
- * P2P; -ENOSPC: the VM has MSVM_MAX_ATTR_RANGES ranges; -EPERM: the VM
- * belongs to another process.
+ * index @device; -ENOLINK: that device is not in this device's owner group
+ * (the devices that all reach each other over P2P); -ENOSPC: the VM has
+ * MSVM_MAX_ATTR_RANGES ranges; -EPERM: the VM belongs to another process;
+ * -ESRCH: that process is exiting.
  *
  * @addr: in: start, page aligned
  * @length: in: bytes, page aligned, not zero
@@ -361,14 +365,14 @@ struct drm_msvm_set_attr {
  * struct drm_msvm_prefetch - DRM_IOCTL_MSVM_PREFETCH
  *
  * Moves the pages of [@addr, @addr + @length) to a location: system RAM,
- * this device, or a peer this device reaches over P2P. Pages move straight
+ * this device, or a peer of its owner group. Pages move straight
  * from device to device over P2P where the two reach each other, through
  * system RAM otherwise. Partial success is success, counted as for
  * DRM_IOCTL_MSVM_MIGRATE.
  *
  * Errors: those of DRM_IOCTL_MSVM_MIGRATE, and -EINVAL for an unknown
  * @location (MSVM_LOC_DEFAULT is not a place), -ENOENT when no device has
- * index @device, -ENOLINK when this device does not reach it over P2P.
+ * index @device, -ENOLINK when it is not in this device's owner group.
  *
  * @addr: in: start, page aligned
  * @length: in: bytes, page aligned, not zero
@@ -410,7 +414,7 @@ struct drm_msvm_prefetch {
  * the range.
  *
  * Errors: as DRM_IOCTL_MSVM_MIGRATE, but unmapped holes are allowed (they
- * count as @none).
+ * count as @none), and -EINVAL also for a range longer than 4 GiB.
  *
  * @addr: in: start, page aligned
  * @length: in: bytes, page aligned, not zero
