@@ -42,7 +42,6 @@ use crate::mm::{
     hmm::{HmmPfn, Invalidation, Mirror, MirrorOps},
     pagemap::PAGE_SIZE,
 };
-use crate::topology::MAX_DEVICES;
 use crate::vram::VramPool;
 
 /// Pages per engine window: one page table.
@@ -224,7 +223,10 @@ impl<'a, 'p> Engine<'a, 'p> {
         })
     }
 
-    /// Runs `job` on the process behind `mm`, mirrored by `mirror`.
+    /// Runs `job` on the process behind `mm`, mirrored by `mirror`. The
+    /// caller has [`check`]ed its ranges (before its placement pass); a
+    /// mapping changed since then makes the walk fail with `EFAULT` or
+    /// `EACCES`.
     pub(crate) fn run(
         &mut self,
         mm: &MmWithUser,
@@ -232,7 +234,6 @@ impl<'a, 'p> Engine<'a, 'p> {
         job: &Job,
     ) -> Result<Done> {
         let write = !matches!(job.op, Op::Checksum);
-        check(mm, job)?;
         let mut done = Done::default();
         if let Op::Checksum = job.op {
             done.result = FNV_OFFSET;
@@ -434,8 +435,7 @@ fn dev_read(
         DevAddr::Peer(d) => {
             let (peer, base) = decode_peer(pt, d)?;
             peer.bar().read(base + off, buf)?;
-            s.engine_p2p_read.add(buf.len() as u64, Relaxed);
-            s.peer_read[peer.index() % MAX_DEVICES].add(buf.len() as u64, Relaxed);
+            s.count_p2p(peer.index(), buf.len(), 0);
         }
     }
     Ok(())
@@ -462,8 +462,7 @@ fn dev_write(
         DevAddr::Peer(d) => {
             let (peer, base) = decode_peer(pt, d)?;
             peer.bar().write(base + off, buf)?;
-            s.engine_p2p_written.add(buf.len() as u64, Relaxed);
-            s.peer_written[peer.index() % MAX_DEVICES].add(buf.len() as u64, Relaxed);
+            s.count_p2p(peer.index(), 0, buf.len());
         }
     }
     Ok(())
@@ -488,10 +487,7 @@ fn dev_add(
         DevAddr::Peer(d) => {
             let (peer, base) = decode_peer(pt, d)?;
             vram_add(peer, base + off, len, v)?;
-            s.engine_p2p_read.add(len as u64, Relaxed);
-            s.engine_p2p_written.add(len as u64, Relaxed);
-            s.peer_read[peer.index() % MAX_DEVICES].add(len as u64, Relaxed);
-            s.peer_written[peer.index() % MAX_DEVICES].add(len as u64, Relaxed);
+            s.count_p2p(peer.index(), len, len);
         }
         DevAddr::Dma(d) => {
             let page = decode_dma(pt, d)?;

@@ -54,11 +54,15 @@ pub(crate) fn residency(
 ) -> Result<Residency> {
     // One owner token per group present; the first walk also sees system
     // pages.
-    let mut owners = [None; MAX_DEVICES];
+    // With no device at all, one walk (with no owner) still finds the
+    // system pages.
+    let mut owners = [core::ptr::null(); MAX_DEVICES];
+    let mut groups = 1;
     {
         let topo = TOPOLOGY.lock();
-        for (slot, l) in owners.iter_mut().zip(topo.group_leaders()) {
-            *slot = topo.group(l).map(owner_token);
+        for (k, l) in topo.group_leaders().enumerate() {
+            owners[k] = owner_token(topo.group(l).unwrap_or(l));
+            groups = k + 1;
         }
     }
     let mut r = Residency::default();
@@ -70,14 +74,7 @@ pub(crate) fn residency(
         let n = ((end - addr) / PAGE_SIZE).min(WINDOW);
         places[..n].fill(Place::Nowhere);
         let mut first = true;
-        // With no device at all, one walk still finds the system pages.
-        let none = [core::ptr::null()];
-        let tokens = if owners[0].is_some() {
-            &owners[..]
-        } else {
-            &[None][..]
-        };
-        for owner in tokens.iter().map(|o| o.unwrap_or(none[0])) {
+        for &owner in &owners[..groups] {
             loop {
                 let seq = mirror.read_begin();
                 match mirror.snapshot(mm, seq, addr, &mut pfns[..n], owner) {

@@ -85,6 +85,15 @@ pub(crate) struct Stats {
 }
 
 impl Stats {
+    /// Engine bytes read from and written to peer `peer`'s memory over P2P.
+    pub(crate) fn count_p2p(&self, peer: usize, read: usize, written: usize) {
+        let i = peer % MAX_DEVICES;
+        self.engine_p2p_read.add(read as u64, Relaxed);
+        self.engine_p2p_written.add(written as u64, Relaxed);
+        self.peer_read[i].add(read as u64, Relaxed);
+        self.peer_written[i].add(written as u64, Relaxed);
+    }
+
     const fn new() -> Self {
         Self {
             to_device: Atomic::new(0),
@@ -176,20 +185,16 @@ pub(crate) struct ChunkInfo {
     pub(crate) last_alloc: u64,
 }
 
-/// The chunk a consolidation pass empties next, among `live` (`None`:
-/// absent or not live): the lightest used at most half full, the coldest
-/// of equals, and only if the other live chunks have room for all its
-/// pages (so emptying it frees a pagemap without taking a new one).
-pub(crate) fn choose_victim(live: &[Option<ChunkInfo>], npages: usize) -> Option<usize> {
-    victim_of(live.iter().copied(), npages)
-}
-
-/// [`choose_victim`] over the live chunks `live` yields (in chunk order);
-/// allocates nothing, so that the shrinker may use it.
-fn victim_of(
+/// The chunk a consolidation pass empties next, and its pages in use,
+/// among the chunks `live` yields in chunk order (`None`: absent or not
+/// live): the lightest used at most half full, the coldest of equals, and
+/// only if the other live chunks have room for all its pages (so emptying
+/// it frees a pagemap without taking a new one). Allocates nothing, so that
+/// the shrinker may use it.
+pub(crate) fn choose_victim(
     live: impl Iterator<Item = Option<ChunkInfo>> + Clone,
     npages: usize,
-) -> Option<usize> {
+) -> Option<(usize, usize)> {
     let (v, info) = live
         .clone()
         .enumerate()
@@ -201,7 +206,7 @@ fn victim_of(
         .filter(|(i, _)| *i != v)
         .filter_map(|(_, c)| c.map(|c| npages - c.used))
         .sum();
-    (room >= info.used).then_some(v)
+    (room >= info.used).then_some((v, info.used))
 }
 
 impl PagemapOps for Chunk {
@@ -360,7 +365,7 @@ impl<'a> VramPool<'a> {
         let npages = self.chunk_size / PAGE_SIZE;
         let live = chunks.iter().map(|s| s.live().map(|m| m.data().info()));
         let idle = live.clone().flatten().filter(|i| i.used == 0).count();
-        let light = usize::from(victim_of(live, npages).is_some());
+        let light = usize::from(choose_victim(live, npages).is_some());
         let per = self.chunk_memmap_bytes();
         Some((idle * per, light * per))
     }
@@ -683,12 +688,8 @@ impl VramPool<'_> {
             // Choose and mark the victim.
             let (victim, used) = {
                 let mut chunks = self.chunks.lock();
-                let mut live = KVec::with_capacity(self.nchunks, GFP_KERNEL)?;
-                for slot in chunks.iter() {
-                    let info = slot.live().map(|m| m.data().info());
-                    live.push_within_capacity(info).map_err(|_| ENOMEM)?;
-                }
-                let Some(v) = choose_victim(&live, npages) else {
+                let live = chunks.iter().map(|s| s.live().map(|m| m.data().info()));
+                let Some((v, used)) = choose_victim(live, npages) else {
                     break;
                 };
                 match core::mem::replace(&mut chunks[v], Slot::Dying) {
@@ -698,7 +699,7 @@ impl VramPool<'_> {
                         break;
                     }
                 }
-                (v, live[v].map_or(0, |i| i.used))
+                (v, used)
             };
             // Room in the other live chunks (never a new chunk), then move.
             let drained = self.alloc_from(used, false).and_then(|batch| {
@@ -785,26 +786,41 @@ mod tests {
     fn victim_is_lightest_then_coldest() {
         // 100 pages per chunk.
         let live = [c(80, 5), c(10, 9), c(10, 3), None, c(50, 1)];
-        assert_eq!(choose_victim(&live, 100), Some(2));
+        assert_eq!(
+            choose_victim(live.iter().copied(), 100).map(|v| v.0),
+            Some(2)
+        );
         let live = [c(80, 5), c(10, 9), c(20, 3)];
-        assert_eq!(choose_victim(&live, 100), Some(1));
+        assert_eq!(
+            choose_victim(live.iter().copied(), 100).map(|v| v.0),
+            Some(1)
+        );
     }
 
     #[test]
     fn no_victim_without_room_or_light_chunks() {
         // The light chunk does not fit in the others.
         let live = [c(95, 1), c(40, 2), c(99, 3)];
-        assert_eq!(choose_victim(&live, 100), None);
+        assert_eq!(choose_victim(live.iter().copied(), 100).map(|v| v.0), None);
         // Nothing at most half full.
         let live = [c(60, 1), c(70, 2)];
-        assert_eq!(choose_victim(&live, 100), None);
+        assert_eq!(choose_victim(live.iter().copied(), 100).map(|v| v.0), None);
         // A single chunk has nowhere to go.
-        assert_eq!(choose_victim(&[c(5, 1)], 100), None);
+        assert_eq!(
+            choose_victim([c(5, 1)].iter().copied(), 100).map(|v| v.0),
+            None
+        );
         // Idle chunks are not victims (the idle pass removes them) but
         // lend their room.
         let live = [c(0, 1), c(30, 2)];
-        assert_eq!(choose_victim(&live, 100), Some(1));
-        assert_eq!(choose_victim(&[None, None], 100), None);
+        assert_eq!(
+            choose_victim(live.iter().copied(), 100).map(|v| v.0),
+            Some(1)
+        );
+        assert_eq!(
+            choose_victim([None, None].iter().copied(), 100).map(|v| v.0),
+            None
+        );
     }
 
     #[test]
@@ -821,7 +837,7 @@ mod tests {
                     last_alloc: 0,
                 });
             }
-            let Some(v) = choose_victim(&live, n) else {
+            let Some(v) = choose_victim(live.iter().copied(), n).map(|v| v.0) else {
                 break;
             };
             let mut left = used[v];

@@ -256,7 +256,6 @@ pub fn pressure() -> Result<(), String> {
         "the chunk holding live data went away"
     );
     check!(keep.bytes() == &want[..], "live data changed");
-    println!("msvm-tests: 1 passed, 0 failed (pressure)");
     Ok(())
 }
 

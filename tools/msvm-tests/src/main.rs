@@ -3,8 +3,11 @@
 //! `msvm-tests [FILTER]` runs the device and SVM tests; `msvm-tests rebind`
 //! the sysfs unbind/re-bind test; `msvm-tests hotplug` the hot-unplug test,
 //! which asks the host harness (scripts/vm.py) to unplug and re-plug a GPU;
-//! `msvm-tests hold READY GO` parks data on a device across an rmmod. Output: one `ok`/`not ok` line per test, then a summary line
-//! `N passed, N failed`. The exit status is non-zero if any test failed.
+//! `msvm-tests hold READY GO` parks data on a device across an rmmod; the
+//! other subcommands (fuzz, stress, bench*, pressure, hog, unplug-loop) are
+//! described where they are defined. Output: one `ok`/`not ok` line per
+//! test, then a summary line `N passed, N failed`. The exit status is
+//! non-zero if any test failed.
 
 mod bench;
 mod cases;
@@ -21,171 +24,101 @@ mod sysfs;
 mod unplug;
 
 use std::process::ExitCode;
+use std::str::FromStr;
+
+/// Positional argument `n` (after the subcommand is 1), or `default`.
+fn arg<T: FromStr>(n: usize, default: T) -> T {
+    std::env::args()
+        .nth(n + 1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The exit status of subcommand `name`, after printing its error if it
+/// failed; with `summary`, also the `msvm-tests: N passed, N failed (…)`
+/// line the host's test script counts.
+fn finish(name: &str, res: Result<(), String>, summary: Option<&str>) -> ExitCode {
+    if let Err(e) = &res {
+        println!("{name}: {e}");
+    }
+    let f = u32::from(res.is_err());
+    if let Some(what) = summary {
+        println!("msvm-tests: {} passed, {f} failed ({what})", 1 - f);
+    }
+    if f == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Every test of the main run, in order.
+fn main_tests() -> Vec<harness::Test> {
+    [
+        cases::tests(),
+        svm::tests(),
+        engine::tests(),
+        multi::tests(),
+        placement::tests(),
+        lifecycle::tests(),
+        scenarios::tests(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
 
 fn main() -> ExitCode {
-    let arg = std::env::args().nth(1);
-    let tests: Vec<harness::Test> = match arg.as_deref() {
+    let cmd = std::env::args().nth(1);
+    let tests: Vec<harness::Test> = match cmd.as_deref() {
         Some("bench") => {
-            let mut a = std::env::args().skip(2);
-            let mib = a.next().and_then(|m| m.parse().ok()).unwrap_or(64);
-            let suffix = a.next().unwrap_or_default();
-            return match bench::run(mib, &suffix) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    println!("bench: {e}");
-                    ExitCode::FAILURE
-                }
-            };
+            let res = bench::run(arg(1, 64), &arg(2, String::new()));
+            return finish("bench", res, None);
         }
         Some("fuzz") => {
-            let mut a = std::env::args().skip(2).map(|x| x.parse::<u64>().ok());
-            let seed = a.next().flatten().unwrap_or(1);
-            let calls = a.next().flatten().unwrap_or(100_000);
-            let secs = a.next().flatten().unwrap_or(300);
-            let ok = fuzz::run(seed, calls, secs);
-            let (p, f) = if ok.is_ok() { (1, 0) } else { (0, 1) };
-            if let Err(e) = ok {
-                println!("fuzz: {e}");
-            }
-            println!("msvm-tests: {p} passed, {f} failed (fuzz)");
-            return if f == 0 {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            };
+            let res = fuzz::run(arg(1, 1), arg(2, 100_000), arg(3, 300));
+            return finish("fuzz", res, Some("fuzz"));
         }
         Some("stress") => {
-            let mut a = std::env::args().skip(2).map(|x| x.parse::<u64>().ok());
-            let secs = a.next().flatten().unwrap_or(20);
-            let procs = a.next().flatten().unwrap_or(3);
-            let threads = a.next().flatten().unwrap_or(2);
-            let res = stress::run(secs, procs, threads);
-            if let Err(e) = &res {
-                println!("stress: {e}");
-            }
-            let f = u32::from(res.is_err());
-            println!("msvm-tests: {} passed, {f} failed (stress)", 1 - f);
-            return if f == 0 {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            };
+            let res = stress::run(arg(1, 20), arg(2, 3), arg(3, 2));
+            return finish("stress", res, Some("stress"));
         }
-        Some("bench-p2p") => {
-            let mib = std::env::args()
-                .nth(2)
-                .and_then(|m| m.parse().ok())
-                .unwrap_or(64);
-            return match bench::run_p2p(mib) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    println!("bench-p2p: {e}");
-                    ExitCode::FAILURE
-                }
-            };
-        }
-        Some("pressure") => {
-            return match lifecycle::pressure() {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    println!("pressure: {e}");
-                    println!("msvm-tests: 0 passed, 1 failed (pressure)");
-                    ExitCode::FAILURE
-                }
-            };
-        }
-        Some("hog") => {
-            let mib = std::env::args()
-                .nth(2)
-                .and_then(|m| m.parse().ok())
-                .unwrap_or(256);
-            return match lifecycle::hog(mib) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    println!("hog: {e}");
-                    ExitCode::FAILURE
-                }
-            };
-        }
-        Some("unplug-loop") => {
-            let rounds = std::env::args()
-                .nth(2)
-                .and_then(|m| m.parse().ok())
-                .unwrap_or(20);
-            let res = unplug::unplug_loop(rounds);
-            if let Err(e) = &res {
-                println!("unplug-loop: {e}");
-            }
-            let f = u32::from(res.is_err());
-            println!("msvm-tests: {} passed, {f} failed (unplug loop)", 1 - f);
-            return if f == 0 {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            };
-        }
+        Some("bench-p2p") => return finish("bench-p2p", bench::run_p2p(arg(1, 64)), None),
         Some("bench-lifecycle") => {
-            let quick = std::env::args().nth(2).as_deref() == Some("quick");
-            return match bench::run_lifecycle(quick) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    println!("bench-lifecycle: {e}");
-                    ExitCode::FAILURE
-                }
-            };
+            let quick = arg(1, String::new()) == "quick";
+            return finish("bench-lifecycle", bench::run_lifecycle(quick), None);
+        }
+        Some("pressure") => return finish("pressure", lifecycle::pressure(), Some("pressure")),
+        Some("hog") => return finish("hog", lifecycle::hog(arg(1, 256)), None),
+        Some("unplug-loop") => {
+            let res = unplug::unplug_loop(arg(1, 20));
+            return finish("unplug-loop", res, Some("unplug loop"));
         }
         Some("rebind") => unplug::rebind_tests(),
         Some("hotplug") => unplug::hotplug_tests(),
         Some("hold") => {
-            let mut a = std::env::args().skip(2);
-            let (Some(ready), Some(go)) = (a.next(), a.next()) else {
+            let (ready, go) = (arg(1, String::new()), arg(2, String::new()));
+            if ready.is_empty() || go.is_empty() {
                 eprintln!("usage: msvm-tests hold READY GO");
                 return ExitCode::FAILURE;
-            };
-            return match unplug::hold(&ready, &go) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    println!("hold: {e}");
-                    ExitCode::FAILURE
-                }
-            };
+            }
+            return finish("hold", unplug::hold(&ready, &go), None);
         }
         Some("--list") => {
-            let all = [
-                cases::tests(),
-                svm::tests(),
-                engine::tests(),
-                multi::tests(),
-                placement::tests(),
-                lifecycle::tests(),
-                scenarios::tests(),
-                unplug::rebind_tests(),
-                unplug::hotplug_tests(),
-            ];
-            for t in all.iter().flatten() {
+            let all = main_tests()
+                .into_iter()
+                .chain(unplug::rebind_tests())
+                .chain(unplug::hotplug_tests());
+            for t in all {
                 println!("{}", t.name);
             }
             return ExitCode::SUCCESS;
         }
-        Some(filter) => cases::tests()
+        Some(filter) => main_tests()
             .into_iter()
-            .chain(svm::tests())
-            .chain(engine::tests())
-            .chain(multi::tests())
-            .chain(placement::tests())
-            .chain(lifecycle::tests())
-            .chain(scenarios::tests())
             .filter(|t| t.name.contains(filter))
             .collect(),
-        None => cases::tests()
-            .into_iter()
-            .chain(svm::tests())
-            .chain(engine::tests())
-            .chain(multi::tests())
-            .chain(placement::tests())
-            .chain(lifecycle::tests())
-            .chain(scenarios::tests())
-            .collect(),
+        None => main_tests(),
     };
     if harness::run(&tests) {
         ExitCode::SUCCESS
