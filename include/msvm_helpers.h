@@ -22,6 +22,7 @@ int msvm_pci_domain_nr(struct pci_dev *pdev);
 enum msvm_migrate_select {
 	MSVM_SELECT_SYSTEM = MIGRATE_VMA_SELECT_SYSTEM,
 	MSVM_SELECT_DEVICE_PRIVATE = MIGRATE_VMA_SELECT_DEVICE_PRIVATE,
+	MSVM_SELECT_COMPOUND = MIGRATE_VMA_SELECT_COMPOUND,
 };
 
 /* Device-private memory. */
@@ -34,10 +35,15 @@ struct page *msvm_pfn_to_page(unsigned long pfn);
 void *msvm_page_zone_device_data(struct page *page);
 void msvm_page_set_zone_device_data(struct page *page, void *data);
 bool msvm_is_device_private_page(struct page *page);
+unsigned int msvm_page_folio_order(struct page *page);
+struct page *msvm_folio_head(struct page *page);
+unsigned int msvm_large_order(void);
 
 /* System pages. */
 struct page *msvm_alloc_page_vma(struct vm_area_struct *vma, unsigned long addr);
 struct page *msvm_alloc_page_nofail(void);
+struct page *msvm_alloc_large_vma(struct vm_area_struct *vma, unsigned long addr);
+struct page *msvm_alloc_large_evict(void);
 void msvm_lock_page(struct page *page);
 void msvm_unlock_page(struct page *page);
 void msvm_put_page(struct page *page);

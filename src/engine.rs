@@ -255,8 +255,8 @@ impl<'a, 'p> Engine<'a, 'p> {
     #[allow(clippy::too_many_arguments)]
     fn window(
         &mut self,
-        // Proof that the mirrored mm has users while the job faults.
-        _mm: &MmWithUser,
+        // The mirrored mm, with users while the job faults.
+        mm: &MmWithUser,
         mirror: &Mirror<VmMirror>,
         job: &Job,
         off: usize,
@@ -278,6 +278,7 @@ impl<'a, 'p> Engine<'a, 'p> {
         let owner = self.pool.owner();
         let mut dst_pt = PageTable::with_capacity(dst_pages)?;
         let mut src_pt = PageTable::with_capacity(src_pages)?;
+        let mut cow_breaks = 0;
         loop {
             let seq = match mirror.fault(dst_first, &mut dst_pfns, write, owner) {
                 Err(e) if e == EBUSY => continue,
@@ -285,6 +286,21 @@ impl<'a, 'p> Engine<'a, 'p> {
                 Err(e) if e == EPERM => return Err(EACCES),
                 r => r?,
             };
+            // A 2 MiB device folio mapped read-only (shared copy-on-write
+            // after a fork) comes back as it is even when writing: the
+            // kernel faults read-only device PTEs for write, not PMDs. Bring
+            // its block home, where the write fault copies it.
+            let read_only = dst_pfns
+                .iter()
+                .position(|&p| write && HmmPfn(p).device_read_only());
+            if let Some(i) = read_only {
+                cow_breaks += 1;
+                if cow_breaks > 8 {
+                    return Err(EAGAIN);
+                }
+                crate::migrate::home_block(mm, dst_first + i * PAGE_SIZE)?;
+                continue;
+            }
             let src_seq = if src.is_some() {
                 match mirror.fault(src_first, &mut src_pfns, false, owner) {
                     Err(e) if e == EBUSY => continue,

@@ -74,6 +74,25 @@ bool msvm_is_device_private_page(struct page *page)
 	return is_device_private_page(page);
 }
 
+unsigned int msvm_page_folio_order(struct page *page)
+{
+	return folio_order(page_folio(page));
+}
+
+struct page *msvm_folio_head(struct page *page)
+{
+	return &page_folio(page)->page;
+}
+
+/*
+ * The order of the device folios msvm migrates whole: PMD-sized, if the
+ * kernel migrates THPs whole; 0 otherwise.
+ */
+unsigned int msvm_large_order(void)
+{
+	return thp_migration_supported() ? HPAGE_PMD_ORDER : 0;
+}
+
 struct page *msvm_alloc_page_vma(struct vm_area_struct *vma, unsigned long addr)
 {
 	return alloc_page_vma(GFP_HIGHUSER_MOVABLE, vma, addr);
@@ -82,6 +101,38 @@ struct page *msvm_alloc_page_vma(struct vm_area_struct *vma, unsigned long addr)
 struct page *msvm_alloc_page_nofail(void)
 {
 	return alloc_page(GFP_HIGHUSER_MOVABLE | __GFP_NOFAIL);
+}
+
+/*
+ * A PMD-sized folio for a migration to system RAM, or NULL: the caller then
+ * moves the range in small pages. No retrying, no warning: the fallback is
+ * cheap.
+ */
+struct page *msvm_alloc_large_vma(struct vm_area_struct *vma, unsigned long addr)
+{
+	struct folio *folio;
+
+	if (!thp_migration_supported())
+		return NULL;
+	folio = vma_alloc_folio(GFP_HIGHUSER_MOVABLE | __GFP_NORETRY | __GFP_NOWARN,
+				HPAGE_PMD_ORDER, vma, ALIGN_DOWN(addr, HPAGE_PMD_SIZE));
+	return folio ? &folio->page : NULL;
+}
+
+/*
+ * A PMD-sized folio for the eviction of a 2 MiB device folio (which the core
+ * cannot split in migrate_device_pages()): reclaim and compact hard, but
+ * fail rather than loop forever; the caller retries.
+ */
+struct page *msvm_alloc_large_evict(void)
+{
+	struct folio *folio;
+
+	if (!thp_migration_supported())
+		return NULL;
+	folio = folio_alloc(GFP_HIGHUSER_MOVABLE | __GFP_RETRY_MAYFAIL | __GFP_NOWARN,
+			    HPAGE_PMD_ORDER);
+	return folio ? &folio->page : NULL;
 }
 
 void msvm_lock_page(struct page *page)

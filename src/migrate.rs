@@ -29,7 +29,7 @@ use crate::engine::{fault_in, VmMirror};
 use crate::mm::hmm::Mirror;
 use crate::mm::{
     migrate::{Entry, Select, VmaMigration, MAX_PAGES},
-    page::NewPage,
+    page::{large_order, NewPage, PageRef},
     pagemap::{Fault, FaultError, PAGE_SIZE},
 };
 use crate::placement::{Access, Location, Span};
@@ -280,6 +280,19 @@ fn home(mm: &MmWithUser, start: usize, len: usize) -> Result<Outcome> {
     })
 }
 
+/// Brings home the pages of every device in the 2 MiB block around `addr`
+/// (within its VMA): a job that must write a read-only device folio breaks
+/// copy-on-write in system RAM.
+pub(crate) fn home_block(mm: &MmWithUser, addr: usize) -> Result {
+    let (start, end) = {
+        let guard = mm.mmap_read_lock();
+        let vma = guard.vma_lookup(addr).ok_or(EFAULT)?;
+        let start = (addr & !(LARGE_SIZE - 1)).max(vma.start());
+        (start, (start + LARGE_SIZE).min(vma.end()))
+    };
+    home(mm, start, end - start).map(|_| ())
+}
+
 /// The placement pass of a job on device `here`: moves each piece of the
 /// job's ranges whose access policy is "migrate" to its preferred location
 /// (unless the job asked to run in place). Returns the pages moved.
@@ -338,87 +351,196 @@ pub(crate) fn check_vmas(
     Ok(())
 }
 
-/// Installs the destinations given for the entries marked in `filled`, and
-/// counts each of them as moved or, if the core backed out, busy.
-fn install(mig: &mut VmaMigration<'_>, filled: &[bool], out: &mut Outcome) {
+/// Installs the destinations given for the entries marked in `filled` (the
+/// pages each entry stands for; 0: not filled), and counts their pages as
+/// moved or, if the core backed out, busy.
+fn install(mig: &mut VmaMigration<'_>, filled: &[u16], out: &mut Outcome) {
     mig.pages();
-    for (i, _) in filled.iter().enumerate().filter(|(_, f)| **f) {
+    for (i, &nr) in filled.iter().enumerate().filter(|(_, nr)| **nr > 0) {
         if mig.src(i).migrate() {
-            out.moved += 1;
+            out.moved += u64::from(nr);
         } else {
-            out.busy += 1;
+            out.busy += u64::from(nr);
         }
     }
+}
+
+/// Bytes of a large folio (2 MiB: one PMD).
+const LARGE_SIZE: usize = MAX_PAGES * PAGE_SIZE;
+
+/// Whether `[start, end)` is one whole 2 MiB block whose folio (or hole) a
+/// migration may move whole.
+fn large_step(start: usize, end: usize) -> bool {
+    large_order() != 0 && start % LARGE_SIZE == 0 && end - start == LARGE_SIZE
+}
+
+/// The destination entry for `page`, a large folio if `large`.
+fn dst_entry(page: PageRef, write: bool, large: bool) -> Entry {
+    let e = Entry::to(page, write);
+    if large {
+        e.large()
+    } else {
+        e
+    }
+}
+
+/// Copies the `nr` pages of source `src` (a system folio, a peer's device
+/// folio, or nothing: a hole) to BAR offset `offset` of `pool`. Returns
+/// whether they came from a peer's VRAM (over P2P).
+fn copy_in(pool: &VramPool<'_>, src: Entry, nr: usize, offset: usize) -> Result<bool> {
+    let mut peer = false;
+    let mut stage = None;
+    for k in 0..nr {
+        let off = offset + k * PAGE_SIZE;
+        let Some(spage) = src.page() else {
+            // An untouched (or zero-page) address.
+            pool.bar().clear_page(off)?;
+            continue;
+        };
+        let spage = spage.nth(k).ok_or(EINVAL)?;
+        match pool.locate(spage) {
+            // A page of a peer of our owner group: device to device, BAR
+            // to BAR over P2P, no system page involved.
+            Some((p, poff)) => {
+                if stage.is_none() {
+                    stage = Some(KBox::new([0u8; PAGE_SIZE], GFP_KERNEL)?);
+                }
+                if let Some(buf) = stage.as_mut() {
+                    pool.bar().copy_from_bar(off, p.bar(), poff, buf)?;
+                }
+                peer = true;
+            }
+            None => pool.bar().copy_from_page(off, spage)?,
+        }
+    }
+    Ok(peer)
 }
 
 fn step_to_device(pool: &VramPool<'_>, vma: &VmaRef, start: usize, end: usize) -> Result<Outcome> {
-    let mut mig = VmaMigration::setup(vma, start, end, Select::System, pool.owner(), None)?;
+    if let Some(out) = fill_to_device(pool, vma, start, end, large_step(start, end))? {
+        return Ok(out);
+    }
+    // A 2 MiB folio (or hole) and no free 2 MiB block: in small pages (the
+    // core splits the folio when it collects it).
+    pool.stats.large_fallback.add(1, Relaxed);
+    fill_to_device(pool, vma, start, end, false)?.ok_or(EAGAIN)
+}
+
+/// One step towards the device. With `large`, a whole 2 MiB folio (or hole)
+/// moves into a whole free 2 MiB block; if there is none, nothing moves and
+/// this returns `None`.
+fn fill_to_device(
+    pool: &VramPool<'_>,
+    vma: &VmaRef,
+    start: usize,
+    end: usize,
+    large: bool,
+) -> Result<Option<Outcome>> {
+    let mut mig = VmaMigration::setup(vma, start, end, Select::System, large, pool.owner(), None)?;
     let mut out = Outcome::default();
     let n = mig.npages();
-    let mut filled = [false; MAX_PAGES];
-    let mut want = 0;
     // Collected pages are in RAM (or unpopulated), or ours already; the
-    // rest could not be isolated.
+    // rest could not be isolated. A large entry stands for `MAX_PAGES`
+    // pages, and the entries after it are empty.
     let mut ours = [false; MAX_PAGES];
-    for (i, own) in ours.iter_mut().enumerate().take(n) {
+    let (mut want, mut block) = (0, None);
+    let mut i = 0;
+    while i < n {
         let src = mig.src(i);
+        let nr = src.nr_pages().min(n - i);
         if !src.migrate() {
-            out.busy += 1;
+            out.busy += nr as u64;
         } else if src.page().is_some_and(|p| pool.offset_of(p).is_some()) {
-            *own = true;
-            out.already += 1;
+            ours[i] = true;
+            out.already += nr as u64;
+        } else if src.compound() {
+            match pool.alloc_large(true)? {
+                Some(b) => block = Some(b),
+                // Dropping `mig` restores the source.
+                None => return Ok(None),
+            }
         } else {
             want += 1;
         }
+        i += nr;
     }
     // Pages of the batch not handed to the migration go back on drop.
     let mut batch = pool.alloc(want)?;
-    let mut stage = KBox::new([0u8; PAGE_SIZE], GFP_KERNEL)?;
+    let mut filled = [0u16; MAX_PAGES];
     let mut from_peer = [false; MAX_PAGES];
-    for (i, own) in ours.iter().enumerate().take(n) {
-        let src = mig.src(i);
-        if !src.migrate() || *own {
+    let mut i = 0;
+    while i < n {
+        let (at, src) = (i, mig.src(i));
+        let nr = src.nr_pages().min(n - i);
+        i += nr;
+        if !src.migrate() || ours[at] {
             continue;
         }
-        let Some((dpage, offset)) = batch.peek() else {
-            out.no_vram += 1;
+        let dst = if src.compound() {
+            block.as_mut()
+        } else {
+            Some(&mut batch)
+        };
+        let Some((dst, (dpage, offset))) = dst.and_then(|b| b.peek().map(|p| (b, p))) else {
+            out.no_vram += nr as u64;
             continue;
         };
-        match src.page() {
-            Some(spage) => match pool.locate(spage) {
-                // A page of a peer of our owner group: device to device,
-                // BAR to BAR over P2P, no system page involved.
-                Some((peer, poff)) => {
-                    pool.bar()
-                        .copy_from_bar(offset, peer.bar(), poff, &mut stage)?;
-                    from_peer[i] = true;
-                }
-                None => pool.bar().copy_from_page(offset, spage)?,
-            },
-            // An untouched (or zero-page) address.
-            None => pool.bar().clear_page(offset)?,
-        }
-        batch.take();
-        mig.set_dst(i, Entry::to(dpage, src.write()));
-        filled[i] = true;
+        from_peer[at] = copy_in(pool, src, nr, offset)?;
+        dst.take();
+        mig.set_dst(at, dst_entry(dpage, src.write(), src.compound()));
+        filled[at] = nr as u16;
     }
     install(&mut mig, &filled[..n], &mut out);
-    let peers = (0..n)
-        .filter(|&i| from_peer[i] && mig.src(i).migrate())
-        .count() as u64;
+    let moved = |i: usize| filled[i] > 0 && mig.src(i).migrate();
+    let peers: u64 = (0..n)
+        .filter(|&i| from_peer[i] && moved(i))
+        .map(|i| u64::from(filled[i]))
+        .sum();
+    let large_moved = (0..n).filter(|&i| filled[i] > 1 && moved(i)).count() as u64;
     pool.stats.from_peer.add(peers, Relaxed);
+    pool.stats.large_to_device.add(large_moved, Relaxed);
     pool.stats.to_device.add(out.moved, Relaxed);
     pool.stats.no_vram.add(out.no_vram, Relaxed);
-    Ok(out)
+    Ok(Some(out))
 }
 
 fn step_to_system(pool: &VramPool<'_>, vma: &VmaRef, start: usize, end: usize) -> Result<Outcome> {
-    let mut mig = VmaMigration::setup(vma, start, end, Select::DevicePrivate, pool.owner(), None)?;
+    if let Some(out) = fill_to_system(pool, vma, start, end, large_step(start, end))? {
+        return Ok(out);
+    }
+    // A 2 MiB device folio and no free 2 MiB of RAM: in small pages (the
+    // core splits the device folio when it collects it).
+    pool.stats.large_fallback.add(1, Relaxed);
+    fill_to_system(pool, vma, start, end, false)?.ok_or(EAGAIN)
+}
+
+/// One step towards system RAM. With `large`, a whole 2 MiB device folio
+/// moves into a 2 MiB system folio; if none can be had, nothing moves and
+/// this returns `None`.
+fn fill_to_system(
+    pool: &VramPool<'_>,
+    vma: &VmaRef,
+    start: usize,
+    end: usize,
+    large: bool,
+) -> Result<Option<Outcome>> {
+    let mut mig = VmaMigration::setup(
+        vma,
+        start,
+        end,
+        Select::DevicePrivate,
+        large,
+        pool.owner(),
+        None,
+    )?;
     let mut out = Outcome::default();
     let n = mig.npages();
-    let mut filled = [false; MAX_PAGES];
-    for (i, fill) in filled.iter_mut().enumerate().take(n) {
-        let src = mig.src(i);
+    let mut filled = [0u16; MAX_PAGES];
+    let mut i = 0;
+    while i < n {
+        let (at, src) = (i, mig.src(i));
+        let nr = src.nr_pages().min(n - i);
+        i += nr;
         // The pages of this device and of its owner group's peers are
         // collected; the rest is in RAM (or on a device we do not reach).
         let Some((owner, offset)) = src
@@ -426,49 +548,101 @@ fn step_to_system(pool: &VramPool<'_>, vma: &VmaRef, start: usize, end: usize) -
             .filter(|_| src.migrate())
             .and_then(|p| pool.locate(p))
         else {
-            out.already += 1;
+            out.already += nr as u64;
             continue;
         };
-        let Some(dst) = NewPage::for_vma(vma, start + i * PAGE_SIZE) else {
-            out.busy += 1;
-            continue;
+        let addr = start + at * PAGE_SIZE;
+        let dst = if src.compound() {
+            match NewPage::large_for_vma(vma, addr) {
+                Some(d) => d,
+                // Dropping `mig` restores the sources.
+                None => return Ok(None),
+            }
+        } else {
+            let Some(d) = NewPage::for_vma(vma, addr) else {
+                out.busy += 1;
+                continue;
+            };
+            d
         };
-        owner.bar().copy_to_page(offset, dst.page())?;
-        mig.set_dst(i, Entry::to(dst.into_migration(), src.write()));
-        *fill = true;
+        for k in 0..nr {
+            let page = dst.page().nth(k).ok_or(EINVAL)?;
+            owner.bar().copy_to_page(offset + k * PAGE_SIZE, page)?;
+        }
+        mig.set_dst(
+            at,
+            dst_entry(dst.into_migration(), src.write(), src.compound()),
+        );
+        filled[at] = nr as u16;
     }
     install(&mut mig, &filled[..n], &mut out);
     // Credit each page to the device it left (this one or a group peer).
-    for i in (0..n).filter(|&i| filled[i] && mig.src(i).migrate()) {
+    for i in (0..n).filter(|&i| filled[i] > 0 && mig.src(i).migrate()) {
         if let Some((owner, _)) = mig.src(i).page().and_then(|p| pool.locate(p)) {
-            owner.stats.to_system.add(1, Relaxed);
+            owner.stats.to_system.add(u64::from(filled[i]), Relaxed);
+            if filled[i] > 1 {
+                owner.stats.large_to_system.add(1, Relaxed);
+            }
         }
     }
-    Ok(out)
+    Ok(Some(out))
 }
 
 /// Bytes the CPU fault path brings home at once: the 64 KiB block around
-/// the faulting address (within its VMA).
+/// the faulting address (within its VMA); a 2 MiB device folio mapped
+/// whole comes home whole.
 const FAULT_WINDOW: usize = 64 * 1024;
 
 /// `migrate_to_ram` of a device page of `pool`: brings home this device's
-/// pages in the [`FAULT_WINDOW`] around the fault.
+/// pages in the [`FAULT_WINDOW`] around the fault, or the whole 2 MiB
+/// folio of a fault on one mapped whole (if a 2 MiB system folio is free;
+/// else the window, the core splitting the device folio).
 pub(crate) fn fault_to_ram(pool: &VramPool<'_>, fault: &Fault<'_>) -> Result<(), FaultError> {
     let vma = fault.vma();
+    let large_start = fault.address() & !(LARGE_SIZE - 1);
+    if fault.is_pmd()
+        && large_order() != 0
+        && fault.page().folio_order() == large_order()
+        && large_start >= vma.start()
+        && large_start + LARGE_SIZE <= vma.end()
+    {
+        if fault_range(pool, fault, large_start, large_start + LARGE_SIZE, true)? {
+            return Ok(());
+        }
+        pool.stats.large_fallback.add(1, Relaxed);
+    }
     let start = (fault.address() & !(FAULT_WINDOW - 1)).max(vma.start());
     let end = (start + FAULT_WINDOW).min(vma.end());
+    fault_range(pool, fault, start, end, false).map(|_| ())
+}
+
+/// Brings this device's pages of `[start, end)` home for `fault`. With
+/// `large`, a 2 MiB device folio comes home whole, or (no 2 MiB system
+/// folio free) nothing moves and this returns `false`.
+fn fault_range(
+    pool: &VramPool<'_>,
+    fault: &Fault<'_>,
+    start: usize,
+    end: usize,
+    large: bool,
+) -> Result<bool, FaultError> {
+    let vma = fault.vma();
     let mut mig = VmaMigration::setup(
         vma,
         start,
         end,
         Select::DevicePrivate,
+        large,
         pool.owner(),
         Some(fault.page()),
     )
     .map_err(|_| FaultError::Sigbus)?;
-    let mut moved = 0;
-    for i in 0..mig.npages() {
-        let src = mig.src(i);
+    let (mut moved, mut folios) = (0, 0);
+    let mut i = 0;
+    while i < mig.npages() {
+        let (at, src) = (i, mig.src(i));
+        let nr = src.nr_pages().min(mig.npages() - i);
+        i += nr;
         // Only this device's pages are collected; one not collected is
         // being migrated by someone else (the fault is then retried).
         let Some(offset) = src
@@ -478,23 +652,38 @@ pub(crate) fn fault_to_ram(pool: &VramPool<'_>, fault: &Fault<'_>) -> Result<(),
         else {
             continue;
         };
-        let addr = start + i * PAGE_SIZE;
-        let Some(dst) = NewPage::for_vma(vma, addr) else {
-            // The faulting page must come home; its neighbours may stay.
-            if addr == fault.address() & !(PAGE_SIZE - 1) {
-                return Err(FaultError::Oom);
+        let addr = start + at * PAGE_SIZE;
+        let dst = if src.compound() {
+            match NewPage::large_for_vma(vma, addr) {
+                Some(d) => d,
+                // Dropping `mig` restores the sources.
+                None => return Ok(false),
             }
-            continue;
+        } else {
+            match NewPage::for_vma(vma, addr) {
+                Some(d) => d,
+                // The faulting page must come home; its neighbours may stay.
+                None if addr == fault.address() & !(PAGE_SIZE - 1) => return Err(FaultError::Oom),
+                None => continue,
+            }
         };
-        pool.bar()
-            .copy_to_page(offset, dst.page())
-            .map_err(|_| FaultError::Sigbus)?;
-        mig.set_dst(i, Entry::to(dst.into_migration(), src.write()));
-        moved += 1;
+        for k in 0..nr {
+            let page = dst.page().nth(k).ok_or(FaultError::Sigbus)?;
+            pool.bar()
+                .copy_to_page(offset + k * PAGE_SIZE, page)
+                .map_err(|_| FaultError::Sigbus)?;
+        }
+        mig.set_dst(
+            at,
+            dst_entry(dst.into_migration(), src.write(), src.compound()),
+        );
+        moved += nr as u64;
+        folios += u64::from(nr > 1);
     }
     mig.pages();
     drop(mig);
     pool.stats.cpu_faults.add(1, Relaxed);
     pool.stats.to_system.add(moved, Relaxed);
-    Ok(())
+    pool.stats.large_to_system.add(folios, Relaxed);
+    Ok(true)
 }

@@ -13,6 +13,7 @@ mod device;
 mod driver;
 mod engine;
 mod file;
+mod freemap;
 mod gem;
 mod migrate;
 mod mm;

@@ -435,7 +435,10 @@ pub(crate) fn stats(
         shrink_home: s.shrink_home.load(Relaxed),
         peer_read: core::array::from_fn(|i| s.peer_read[i].load(Relaxed)),
         peer_written: core::array::from_fn(|i| s.peer_written[i].load(Relaxed)),
-        reserved: [0; 4],
+        large_to_device: s.large_to_device.load(Relaxed),
+        large_to_system: s.large_to_system.load(Relaxed),
+        large_fallback: s.large_fallback.load(Relaxed),
+        reserved: [0; 1],
     };
     Ok(0)
 }

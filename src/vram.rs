@@ -40,10 +40,11 @@ use kernel::{
     },
 };
 
+use crate::freemap::{FreeMap, BLOCK_PAGES};
 use crate::mm::{
     iomem::WcBar,
     migrate::{DeviceMigration, Entry, MAX_PAGES},
-    page::{NewPage, PageRef},
+    page::{large_order, NewPage, PageRef},
     pagemap::{self, Fault, FaultError, Pagemap, PagemapOps, PAGE_SIZE},
 };
 use crate::topology::MAX_DEVICES;
@@ -78,6 +79,13 @@ pub(crate) struct Stats {
     pub(crate) shrink_moved: Atomic<u64>,
     /// Pages the shrink passes sent home to system RAM.
     pub(crate) shrink_home: Atomic<u64>,
+    /// Large (2 MiB) folios migrated into this device whole.
+    pub(crate) large_to_device: Atomic<u64>,
+    /// Large folios of this device migrated to system RAM whole.
+    pub(crate) large_to_system: Atomic<u64>,
+    /// 2 MiB ranges (THPs, device folios, holes) that had to move in small
+    /// pages: no free 2 MiB block or system folio at the time.
+    pub(crate) large_fallback: Atomic<u64>,
     /// Engine bytes read from each peer's VRAM over P2P, by peer index.
     pub(crate) peer_read: [Atomic<u64>; MAX_DEVICES],
     /// Engine bytes written to each peer's VRAM over P2P, by peer index.
@@ -116,6 +124,9 @@ impl Stats {
             shrink_freed: Atomic::new(0),
             shrink_moved: Atomic::new(0),
             shrink_home: Atomic::new(0),
+            large_to_device: Atomic::new(0),
+            large_to_system: Atomic::new(0),
+            large_fallback: Atomic::new(0),
             peer_read: [const { Atomic::new(0) }; MAX_DEVICES],
             peer_written: [const { Atomic::new(0) }; MAX_DEVICES],
         }
@@ -134,12 +145,14 @@ pub(crate) struct Chunk {
     base: usize,
     /// Page frame number of the chunk's first page.
     pfn_first: usize,
-    /// Indices of the free pages of the chunk; its capacity is the number of
-    /// pages, so returning a page never allocates.
+    /// The free pages of the chunk (freeing never allocates).
     #[pin]
-    free: SpinLock<KVec<u32>>,
+    free: SpinLock<FreeMap>,
     /// Pages in the chunk.
     npages: usize,
+    /// The chunk hands out whole 2 MiB blocks as large folios: the kernel
+    /// migrates them whole and the chunk's frames are aligned to them.
+    large: bool,
     /// The pool's allocation sequence number when this chunk last gave out
     /// pages: lower is colder.
     last_alloc: Atomic<u64>,
@@ -164,13 +177,16 @@ impl Chunk {
 
     /// Pages in use now.
     fn used(&self) -> usize {
-        self.npages - self.free.lock().len()
+        self.npages - self.free.lock().nfree()
     }
 
     /// What the shrinker needs to know of the chunk.
     fn info(&self) -> ChunkInfo {
+        let free = self.free.lock();
         ChunkInfo {
-            used: self.used(),
+            used: self.npages - free.nfree(),
+            large: free.nwhole(),
+            free_blocks: free.nfree_blocks(),
             last_alloc: self.last_alloc.load(Relaxed),
         }
     }
@@ -181,43 +197,53 @@ impl Chunk {
 pub(crate) struct ChunkInfo {
     /// Pages in use.
     pub(crate) used: usize,
+    /// Large (2 MiB) folios in use.
+    pub(crate) large: usize,
+    /// Whole free 2 MiB blocks.
+    pub(crate) free_blocks: usize,
     /// Allocation sequence number of its last allocation (lower: colder).
     pub(crate) last_alloc: u64,
 }
 
-/// The chunk a consolidation pass empties next, and its pages in use,
-/// among the chunks `live` yields in chunk order (`None`: absent or not
-/// live): the lightest used at most half full, the coldest of equals, and
-/// only if the other live chunks have room for all its pages (so emptying
-/// it frees a pagemap without taking a new one). Allocates nothing, so that
-/// the shrinker may use it.
+/// The chunk a consolidation pass empties next, and what it holds, among
+/// the chunks `live` yields in chunk order (`None`: absent or not live):
+/// the lightest used at most half full, the coldest of equals, and only if
+/// the other live chunks have room for all its pages (so emptying it frees
+/// a pagemap without taking a new one): a whole free 2 MiB block for each
+/// of its large folios, besides the blocks its small pages break once the
+/// partly used blocks are full. Allocates nothing, so that the shrinker may
+/// use it.
 pub(crate) fn choose_victim(
     live: impl Iterator<Item = Option<ChunkInfo>> + Clone,
     npages: usize,
-) -> Option<(usize, usize)> {
+) -> Option<(usize, ChunkInfo)> {
     let (v, info) = live
         .clone()
         .enumerate()
         .filter_map(|(i, c)| c.map(|c| (i, c)))
         .filter(|(_, c)| c.used > 0 && c.used <= npages / 2)
         .min_by_key(|(_, c)| (c.used, c.last_alloc))?;
-    let room: usize = live
+    let (room, blocks) = live
         .enumerate()
         .filter(|(i, _)| *i != v)
-        .filter_map(|(_, c)| c.map(|c| npages - c.used))
-        .sum();
-    (room >= info.used).then_some((v, info.used))
+        .filter_map(|(_, c)| c)
+        .fold((0, 0), |(r, b), c| {
+            (r + (npages - c.used), b + c.free_blocks)
+        });
+    let partial_room = room.saturating_sub(blocks * BLOCK_PAGES);
+    let small = info.used.saturating_sub(info.large * BLOCK_PAGES);
+    let need_blocks = info.large + small.saturating_sub(partial_room).div_ceil(BLOCK_PAGES);
+    (room >= info.used && blocks >= need_blocks).then_some((v, info))
 }
 
 impl PagemapOps for Chunk {
-    fn folio_free(&self, page: PageRef) {
+    fn folio_free(&self, page: PageRef, order: u32) {
         let Some(idx) = page.pfn().checked_sub(self.pfn_first) else {
             return;
         };
-        // The capacity is the page count: this neither fails nor allocates.
-        if self.free.lock().push_within_capacity(idx as u32).is_ok() {
-            self.pool().stats.freed.add(1, Relaxed);
-        }
+        // Neither fails nor allocates.
+        let freed = self.free.lock().put(idx, 1 << order);
+        self.pool().stats.freed.add(freed as u64, Relaxed);
     }
 
     fn migrate_to_ram(&self, fault: &Fault<'_>) -> Result<(), FaultError> {
@@ -421,8 +447,9 @@ struct Drained {
     stuck: usize,
 }
 
-/// Device pages allocated for one migration step, with their BAR offsets,
-/// handed out in order; those not taken are freed on drop.
+/// Device pages (or large folios) allocated for one migration step, with
+/// their BAR offsets, handed out in order; those not taken are freed on
+/// drop.
 pub(crate) struct Batch {
     pages: KVec<(PageRef, usize)>,
     next: usize,
@@ -456,12 +483,23 @@ impl VramPool<'_> {
     /// batch; creates chunks (pagemaps) as needed. Returns fewer pages when
     /// VRAM is full.
     pub(crate) fn alloc(&self, n: usize) -> Result<Batch> {
-        self.alloc_from(n, true)
+        self.alloc_from(n, true, false)
     }
 
-    /// Allocates up to `n` pages: from live chunks, fullest first (so that
-    /// data packs into few pagemaps), then, if `create`, from new chunks.
-    fn alloc_from(&self, n: usize, create: bool) -> Result<Batch> {
+    /// Allocates one large folio (2 MiB, a whole free block of a chunk),
+    /// ready to be a migration destination (one reference, locked); creates
+    /// a chunk if `create` and no live one has a free block. `None` if there
+    /// is no free block (or the kernel does not migrate large folios): the
+    /// caller then moves the range in small pages.
+    pub(crate) fn alloc_large(&self, create: bool) -> Result<Option<Batch>> {
+        let batch = self.alloc_from(1, create, true)?;
+        Ok((!batch.pages.is_empty()).then_some(batch))
+    }
+
+    /// Allocates up to `n` pages (or, if `large`, `n` large folios): from
+    /// live chunks, fullest first (so that data packs into few pagemaps),
+    /// then, if `create`, from new chunks.
+    fn alloc_from(&self, n: usize, create: bool, large: bool) -> Result<Batch> {
         // Pages go into the batch as they are taken: on any error, its drop
         // gives them back.
         let mut batch = Batch {
@@ -508,23 +546,34 @@ impl VramPool<'_> {
                 continue;
             };
             let chunk = map.data();
+            if large {
+                if !chunk.large {
+                    continue;
+                }
+                let Some(i) = chunk.free.lock().take_block() else {
+                    continue;
+                };
+                chunk.last_alloc.store(seq, Relaxed);
+                // SAFETY: the block came off the free map whole: nobody uses
+                // its pages, the first is aligned, and they are ours until
+                // handed to a migration.
+                let page = unsafe { map.init_folio(i, large_order(), core::ptr::null_mut()) };
+                // The batch has room for `n` entries, `want` are left.
+                let _ = batch
+                    .pages
+                    .push_within_capacity((page, chunk.base + i * PAGE_SIZE));
+                self.stats.allocated.add(BLOCK_PAGES as u64, Relaxed);
+                continue;
+            }
             chunk.last_alloc.store(seq, Relaxed);
             taken.clear();
-            {
-                let mut free = chunk.free.lock();
-                while taken.len() < want {
-                    match free.pop() {
-                        // `taken` has room for `n` entries.
-                        Some(i) => taken.push_within_capacity(i).map_err(|_| ENOMEM)?,
-                        None => break,
-                    }
-                }
-            }
+            // `taken` has room for `n >= want` entries.
+            chunk.free.lock().take(want, &mut taken);
             for &i in taken.iter() {
                 let i = i as usize;
-                // SAFETY: page `i` came off the free list: nobody uses it and
+                // SAFETY: page `i` came off the free map: nobody uses it and
                 // it is ours until handed to a migration.
-                let page = unsafe { map.init_page(i, core::ptr::null_mut()) };
+                let page = unsafe { map.init_folio(i, 0, core::ptr::null_mut()) };
                 // The batch has room for `n` pages, and `want` is what is
                 // left of them: this never fails.
                 let _ = batch
@@ -541,19 +590,19 @@ impl VramPool<'_> {
         let pool = core::ptr::from_ref(self).cast::<VramPool<'static>>();
         let base = c * self.chunk_size;
         Pagemap::new(self.chunk_size, self.owner(), c"msvm-vram", |pfn_first| {
-            let mut free = KVec::with_capacity(npages, GFP_KERNEL);
-            if let Ok(f) = free.as_mut() {
-                // Lowest indices on top: allocation walks the chunk upwards.
-                for i in (0..npages as u32).rev() {
-                    let _ = f.push_within_capacity(i);
-                }
-            }
+            let free = FreeMap::new(npages);
+            // Large folios need the kernel's support, and frames (and BAR
+            // offsets) aligned to them.
+            let large = large_order() as usize == BLOCK_PAGES.trailing_zeros() as usize
+                && pfn_first % BLOCK_PAGES == 0
+                && base % (BLOCK_PAGES * PAGE_SIZE) == 0;
             try_pin_init!(Chunk {
                 pool,
                 base,
                 pfn_first,
                 free <- new_spinlock!(free?),
                 npages,
+                large,
                 last_alloc: Atomic::new(0),
             }? Error)
         })
@@ -586,25 +635,38 @@ impl VramPool<'_> {
             let n = (map.npages() - first).min(MAX_PAGES);
             // SAFETY: the frames are those of `map`, a live pagemap of ours.
             let mut mig = unsafe { DeviceMigration::range(map.pfn_first() + first, n) }?;
-            // What each filled entry became: moved (true) or sent home.
+            // What each filled entry became (moved: true, or sent home),
+            // and how many pages it stands for.
             let mut filled = [None; MAX_PAGES];
             for (i, f) in filled.iter_mut().enumerate().take(n) {
                 let src = mig.src(i);
                 if src.page().is_none() {
                     continue;
                 }
+                let nr = src.nr_pages();
                 if !src.migrate() {
-                    d.stuck += 1;
+                    d.stuck += nr;
                     continue;
                 }
                 let from = base + (first + i) * PAGE_SIZE;
+                if src.compound() {
+                    // A large folio: the core moves it whole here or not at
+                    // all (it cannot split it without its mapping).
+                    *f = self
+                        .drain_large(&mut mig, i, from, home_ok, &mut stage)?
+                        .map(|moved| (moved, nr));
+                    if f.is_none() {
+                        d.stuck += nr;
+                    }
+                    continue;
+                }
                 if let Some((dpage, off)) = batch.as_ref().and_then(Batch::peek) {
                     self.bar.copy_from_bar(off, &self.bar, from, &mut stage)?;
                     if let Some(b) = batch.as_mut() {
                         b.take();
                     }
                     mig.set_dst(i, Entry::to(dpage, src.write()));
-                    *f = Some(true);
+                    *f = Some((true, 1));
                     continue;
                 }
                 // `must` waits for memory rather than fail: the data has
@@ -616,16 +678,21 @@ impl VramPool<'_> {
                 };
                 self.bar.copy_to_page(from, dst.page())?;
                 mig.set_dst(i, Entry::to(dst.into_migration(), src.write()));
-                *f = Some(false);
+                *f = Some((false, 1));
             }
             mig.pages();
             // The core may still back out of a page (an unexpected
             // reference): it stays in use here.
             for (i, f) in filled.iter().enumerate().take(n) {
                 match (*f, mig.src(i).migrate()) {
-                    (Some(_), false) => d.stuck += 1,
-                    (Some(true), true) => d.moved += 1,
-                    (Some(false), true) => d.home += 1,
+                    (Some((_, nr)), false) => d.stuck += nr,
+                    (Some((true, nr)), true) => d.moved += nr,
+                    (Some((false, nr)), true) => {
+                        d.home += nr;
+                        if nr > 1 {
+                            self.stats.large_to_system.add(1, Relaxed);
+                        }
+                    }
                     (None, _) => {}
                 }
             }
@@ -634,6 +701,47 @@ impl VramPool<'_> {
         }
         self.stats.to_system.add(d.home as u64, Relaxed);
         Ok(d)
+    }
+
+    /// Gives the large folio of source entry `i` of `mig` (at BAR offset
+    /// `from`) a large destination and copies it there: a 2 MiB system folio
+    /// if `home`, else a whole free block of another live chunk. Returns
+    /// where it goes (true: another chunk), or `None` if there is no such
+    /// destination now (eviction retries; consolidation leaves the chunk).
+    fn drain_large(
+        &self,
+        mig: &mut DeviceMigration,
+        i: usize,
+        from: usize,
+        home: bool,
+        stage: &mut [u8; PAGE_SIZE],
+    ) -> Result<Option<bool>> {
+        let write = mig.src(i).write();
+        if home {
+            let Some(dst) = NewPage::large_evict() else {
+                return Ok(None);
+            };
+            for k in 0..BLOCK_PAGES {
+                let page = dst.page().nth(k).ok_or(EINVAL)?;
+                self.bar.copy_to_page(from + k * PAGE_SIZE, page)?;
+            }
+            mig.set_dst(i, Entry::to(dst.into_migration(), write).large());
+            return Ok(Some(false));
+        }
+        let Some(mut block) = self.alloc_large(false)? else {
+            return Ok(None);
+        };
+        let Some((dpage, off)) = block.peek() else {
+            return Ok(None);
+        };
+        for k in 0..BLOCK_PAGES {
+            let o = k * PAGE_SIZE;
+            self.bar
+                .copy_from_bar(off + o, &self.bar, from + o, stage)?;
+        }
+        block.take();
+        mig.set_dst(i, Entry::to(dpage, write).large());
+        Ok(Some(true))
     }
 
     /// Removes the pagemap of chunk `c` if it is idle (no page in use) and
@@ -686,10 +794,10 @@ impl VramPool<'_> {
         let mut removed = 0;
         loop {
             // Choose and mark the victim.
-            let (victim, used) = {
+            let (victim, info) = {
                 let mut chunks = self.chunks.lock();
                 let live = chunks.iter().map(|s| s.live().map(|m| m.data().info()));
-                let Some((v, used)) = choose_victim(live, npages) else {
+                let Some((v, info)) = choose_victim(live, npages) else {
                     break;
                 };
                 match core::mem::replace(&mut chunks[v], Slot::Dying) {
@@ -699,10 +807,13 @@ impl VramPool<'_> {
                         break;
                     }
                 }
-                (v, used)
+                (v, info)
             };
-            // Room in the other live chunks (never a new chunk), then move.
-            let drained = self.alloc_from(used, false).and_then(|batch| {
+            // Room in the other live chunks (never a new chunk) for its
+            // small pages (its large folios take whole blocks as they go),
+            // then move.
+            let small = info.used.saturating_sub(info.large * BLOCK_PAGES);
+            let drained = self.alloc_from(small, false, false).and_then(|batch| {
                 let chunks = self.chunks.lock();
                 let Some(map) = chunks[victim].map() else {
                     return Err(ENOENT);
@@ -779,7 +890,12 @@ mod tests {
     use super::*;
 
     fn c(used: usize, last_alloc: u64) -> Option<ChunkInfo> {
-        Some(ChunkInfo { used, last_alloc })
+        Some(ChunkInfo {
+            used,
+            large: 0,
+            free_blocks: 0,
+            last_alloc,
+        })
     }
 
     #[test]
@@ -824,6 +940,35 @@ mod tests {
     }
 
     #[test]
+    fn large_folios_need_whole_free_blocks() {
+        // Chunks of 4 blocks; the victim holds one large folio and 100
+        // small pages.
+        let n = 4 * BLOCK_PAGES;
+        let info = |used, large, free_blocks, last_alloc| {
+            Some(ChunkInfo {
+                used,
+                large,
+                free_blocks,
+                last_alloc,
+            })
+        };
+        let victim = info(BLOCK_PAGES + 100, 1, 2, 1);
+        // Room for 1000 pages, in one free block and scattered pages: the
+        // folio takes the block, the small pages the scattered room.
+        let live = [info(n - 1000, 0, 1, 2), victim];
+        assert_eq!(choose_victim(live.iter().copied(), n).map(|v| v.0), Some(1));
+        // As much room, but scattered: the folio has nowhere to go.
+        let live = [info(n - 1000, 0, 0, 2), victim];
+        assert_eq!(choose_victim(live.iter().copied(), n).map(|v| v.0), None);
+        // One free block and only 10 pages of other room: the small pages
+        // would break the block the folio needs.
+        let live = [info(n - BLOCK_PAGES - 10, 0, 1, 2), victim];
+        assert_eq!(choose_victim(live.iter().copied(), n).map(|v| v.0), None);
+        let live = [info(n - 2 * BLOCK_PAGES - 10, 0, 2, 2), victim];
+        assert_eq!(choose_victim(live.iter().copied(), n).map(|v| v.0), Some(1));
+    }
+
+    #[test]
     fn consolidation_plan_converges() {
         // 16 chunks a quarter full: repeatedly emptying the victim into
         // the fullest others ends with 4 full chunks.
@@ -834,6 +979,8 @@ mod tests {
             for (l, &u) in live.iter_mut().zip(used.iter()) {
                 *l = (u > 0).then_some(ChunkInfo {
                     used: u,
+                    large: 0,
+                    free_blocks: 0,
                     last_alloc: 0,
                 });
             }

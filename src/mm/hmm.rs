@@ -278,4 +278,11 @@ impl HmmPfn {
         // under the sequence protocol.
         Some(unsafe { PageRef::from_pfn(self.0 & !flags) })
     }
+
+    /// A device-private page mapped without write access.
+    pub(crate) fn device_read_only(self) -> bool {
+        // SAFETY: plain constant getter.
+        let wr = unsafe { b::msvm_hmm_pfn_write() };
+        self.0 & wr == 0 && self.page().is_some_and(PageRef::is_device_private)
+    }
 }

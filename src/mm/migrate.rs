@@ -17,7 +17,8 @@ use super::bindings as b;
 use super::page::PageRef;
 use super::pagemap::PAGE_SIZE;
 
-/// Most pages one migration step covers: one page table (2 MiB).
+/// Most pages one migration step covers: one page table (2 MiB), which is
+/// also the size of a large folio.
 pub(crate) const MAX_PAGES: usize = 512;
 
 /// One migrate-PFN entry: a page frame number and `MIGRATE_PFN_*` flags.
@@ -32,6 +33,30 @@ impl Entry {
             v |= u64::from(b::MIGRATE_PFN_WRITE);
         }
         Self(v)
+    }
+
+    /// The same entry, marked as a whole large folio (`MIGRATE_PFN_COMPOUND`):
+    /// a destination folio of [`super::page::large_order`] replacing a
+    /// large source entry whole.
+    pub(crate) fn large(self) -> Self {
+        Self(self.0 | u64::from(b::MIGRATE_PFN_COMPOUND))
+    }
+
+    /// The entry stands for a whole 2 MiB folio (or a 2 MiB hole) and the
+    /// [`MAX_PAGES`]` - 1` entries after it are empty. Only sources of a
+    /// migration set up with `large` (and device-range migrations) have such
+    /// entries.
+    pub(crate) fn compound(self) -> bool {
+        self.0 & u64::from(b::MIGRATE_PFN_COMPOUND) != 0
+    }
+
+    /// Pages the entry stands for.
+    pub(crate) fn nr_pages(self) -> usize {
+        if self.compound() {
+            MAX_PAGES
+        } else {
+            1
+        }
     }
 
     /// The page the entry names, if any (`None` for holes and the zero page).
@@ -91,12 +116,15 @@ impl<'a> VmaMigration<'a> {
     /// device-private owner: the pages to collect for
     /// [`Select::DevicePrivate`], and the owner whose device mappings the
     /// invalidation may skip. `fault_page` is the faulting page when called
-    /// from `migrate_to_ram`.
+    /// from `migrate_to_ram`. With `large`, a whole 2 MiB folio (or hole)
+    /// in a 2 MiB-aligned range is collected as one [`Entry::compound`]
+    /// entry instead of being split.
     pub(crate) fn setup(
         vma: &'a VmaRef,
         start: usize,
         end: usize,
         select: Select,
+        large: bool,
         owner: *const c_void,
         fault_page: Option<PageRef>,
     ) -> Result<Self> {
@@ -117,6 +145,10 @@ impl<'a> VmaMigration<'a> {
                     | b::msvm_migrate_select_MSVM_SELECT_DEVICE_PRIVATE
             }
             Select::DevicePrivate => b::msvm_migrate_select_MSVM_SELECT_DEVICE_PRIVATE,
+        } | if large {
+            b::msvm_migrate_select_MSVM_SELECT_COMPOUND
+        } else {
+            0
         };
         let mut args = b::migrate_vma {
             vma: vma.as_ptr(),

@@ -79,11 +79,41 @@ impl PageRef {
         }
     }
 
+    /// The order of the folio the page belongs to (0: a single page).
+    pub(crate) fn folio_order(self) -> u32 {
+        // SAFETY: the page is valid (type invariant).
+        unsafe { b::msvm_page_folio_order(self.as_ptr()) }
+    }
+
+    /// Page `k` after this one within its folio, if the folio has it: for a
+    /// folio's first page, its `k`-th page. Valid as long as this one is
+    /// (the folio's pages live and die together).
+    pub(crate) fn nth(self, k: usize) -> Option<Self> {
+        let start = self.pfn();
+        // The folio's pages from this one on.
+        let nr = 1usize << self.folio_order();
+        // SAFETY: the page is valid (type invariant).
+        let head = unsafe { b::msvm_page_to_pfn(b::msvm_folio_head(self.as_ptr())) };
+        if start + k >= head + nr {
+            return None;
+        }
+        // SAFETY: `start + k` lies within this page's folio, whose `struct
+        // page`s are contiguous and valid while this page is (invariant).
+        Some(unsafe { Self::from_pfn(start + k) })
+    }
+
     /// Whether this is a device-private page.
     pub(crate) fn is_device_private(self) -> bool {
         // SAFETY: the page is valid (type invariant).
         unsafe { b::msvm_is_device_private_page(self.as_ptr()) }
     }
+}
+
+/// The order of the folios msvm migrates whole (2 MiB: a PMD), or 0 if the
+/// kernel cannot migrate such folios whole.
+pub(crate) fn large_order() -> u32 {
+    // SAFETY: reads a constant of the kernel's configuration.
+    unsafe { b::msvm_large_order() }
 }
 
 /// A system page allocated by msvm for a migration, locked, that the
@@ -107,6 +137,26 @@ impl NewPage {
     pub(crate) fn must() -> Option<Self> {
         // SAFETY: plain page allocation.
         let p = unsafe { b::msvm_alloc_page_nofail() };
+        Self::lock_new(p)
+    }
+
+    /// Allocates a movable folio of [`large_order`] (2 MiB) for the
+    /// PMD-aligned block around `addr` of the VMA, and locks it; `None` if
+    /// none is free right now or the kernel does not migrate such folios
+    /// whole (the caller then moves the block in small pages).
+    pub(crate) fn large_for_vma(vma: &kernel::mm::virt::VmaRef, addr: usize) -> Option<Self> {
+        // SAFETY: `vma` is a valid VMA (the caller holds the mmap or VMA lock,
+        // which the borrow proves); any address is accepted.
+        let p = unsafe { b::msvm_alloc_large_vma(vma.as_ptr(), addr) };
+        Self::lock_new(p)
+    }
+
+    /// Allocates a movable folio of [`large_order`] without a VMA, reclaiming
+    /// and compacting hard (device eviction), and locks it; `None` if even
+    /// that failed.
+    pub(crate) fn large_evict() -> Option<Self> {
+        // SAFETY: plain folio allocation.
+        let p = unsafe { b::msvm_alloc_large_evict() };
         Self::lock_new(p)
     }
 

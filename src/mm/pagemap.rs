@@ -22,10 +22,10 @@ pub(crate) const PAGE_SIZE: usize = 4096;
 
 /// What a device-private pagemap's owner does when the mm core calls.
 pub(crate) trait PagemapOps: Send + Sync + Sized + 'static {
-    /// The last reference to `page` (a page of this map) is gone; it is
-    /// free for the device to reuse. May run in any context that can put a
-    /// page: must not sleep.
-    fn folio_free(&self, page: PageRef);
+    /// The last reference to the folio starting at `page` (a page of this
+    /// map), of `1 << order` pages, is gone; they are free for the device to
+    /// reuse. May run in any context that can put a page: must not sleep.
+    fn folio_free(&self, page: PageRef, order: u32);
 
     /// The CPU touched `fault.page()`, a page of this map mapped in a process:
     /// move it (and maybe its neighbours) to system RAM.
@@ -54,6 +54,12 @@ impl Fault<'_> {
     /// The faulting address.
     pub(crate) fn address(&self) -> usize {
         self.0.__bindgen_anon_1.address
+    }
+
+    /// Whether the fault is on a PMD entry: a large device folio mapped
+    /// whole.
+    pub(crate) fn is_pmd(&self) -> bool {
+        self.0.pte.is_null()
     }
 
     /// The VMA the fault is in; the fault path holds its lock for the call.
@@ -133,7 +139,7 @@ unsafe extern "C" fn folio_free_cb<T: PagemapOps>(folio: *mut bindings::folio) {
     let map = unsafe { owner_of::<T>(page) };
     // SAFETY: the page stays valid for the callback.
     if let Some(p) = unsafe { PageRef::from_raw(page) } {
-        map.data.folio_free(p);
+        map.data.folio_free(p, p.folio_order());
     }
 }
 
@@ -230,20 +236,29 @@ impl<T: PagemapOps> Pagemap<T> {
         self.npages
     }
 
-    /// Page `index` of the map, prepared for use as the destination of a
-    /// migration (refcount one, locked, `zone_device_data` set).
+    /// The folio of `1 << order` pages starting at page `index` of the map,
+    /// prepared for use as the destination of a migration (refcount one,
+    /// locked, `zone_device_data` of its first page set). Whatever larger
+    /// folio its pages belonged to before, they now belong to this one.
     ///
     /// # Safety
     ///
-    /// Page `index` must be free (not in use by any mapping or migration), and
-    /// owned by the caller from now until it hands it to a migration.
-    pub(crate) unsafe fn init_page(&self, index: usize, zone_data: *mut c_void) -> PageRef {
-        debug_assert!(index < self.npages);
+    /// Pages `index..index + (1 << order)` must be free (not in use by any
+    /// mapping or migration) and within the map, `index` aligned to the
+    /// folio size, and owned by the caller from now until it hands the folio
+    /// to a migration.
+    pub(crate) unsafe fn init_folio(
+        &self,
+        index: usize,
+        order: u32,
+        zone_data: *mut c_void,
+    ) -> PageRef {
+        debug_assert!(index + (1 << order) <= self.npages);
         // SAFETY: `index` is within the map, whose `struct page`s exist.
         let page = unsafe { PageRef::from_pfn(self.pfn_first + index) };
-        // SAFETY: the page is free and ours (caller); `pgmap` is its map.
+        // SAFETY: the pages are free and ours (caller); `pgmap` is their map.
         unsafe {
-            bindings::zone_device_page_init(page.as_ptr(), self.pgmap.get(), 0);
+            bindings::zone_device_page_init(page.as_ptr(), self.pgmap.get(), order);
             b::msvm_page_set_zone_device_data(page.as_ptr(), zone_data);
         }
         page

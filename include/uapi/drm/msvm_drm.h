@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 /* Bumped on every ABI addition. */
-#define MSVM_UAPI_VERSION 6
+#define MSVM_UAPI_VERSION 7
 
 /* At most this many msvm devices are bound at once. */
 #define MSVM_MAX_DEVICES 16
@@ -214,6 +214,15 @@ struct drm_msvm_migrate {
  * @peer_read: bytes the engine read from each peer's memory over P2P, by
  *             the peer's device index
  * @peer_written: bytes the engine wrote to each peer's memory over P2P
+ * @large_to_device: 2 MiB folios (THPs, or 2 MiB of untouched memory)
+ *                   migrated into this device whole, as one 2 MiB device
+ *                   folio (their pages also count in @to_device)
+ * @large_to_system: 2 MiB device folios of this device migrated to system
+ *                   RAM whole, into a 2 MiB folio (explicitly, by a CPU
+ *                   fault, by eviction; pages also count in @to_system)
+ * @large_fallback: 2 MiB ranges that could have moved whole but went in
+ *                  4 KiB pages: no free 2 MiB block of device memory, or
+ *                  no free 2 MiB folio of system RAM, at the time
  * @reserved: zero
  */
 struct drm_msvm_stats {
@@ -243,7 +252,10 @@ struct drm_msvm_stats {
 	__u64 shrink_home;
 	__u64 peer_read[MSVM_MAX_DEVICES];
 	__u64 peer_written[MSVM_MAX_DEVICES];
-	__u64 reserved[4];
+	__u64 large_to_device;
+	__u64 large_to_system;
+	__u64 large_fallback;
+	__u64 reserved[1];
 };
 
 /* drm_msvm_exec.op */

@@ -139,13 +139,14 @@ fn stats() -> msvm_rt::Result<()> {
         return Ok(());
     }
     println!(
-        "{:<5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10}",
+        "{:<5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10}",
         "gpu",
         "resident",
         "to_dev",
         "from_peer",
         "to_sys",
         "cpu_fault",
+        "2m_in/out",
         "p2p_rw",
         "evicted",
         "chunks",
@@ -157,13 +158,14 @@ fn stats() -> msvm_rt::Result<()> {
         let i = d.query()?;
         let s = d.stats()?;
         println!(
-            "{:<5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10}",
+            "{:<5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10}",
             i.index,
             mib(s.resident * 4096),
             mib(s.to_device * 4096),
             mib(s.from_peer * 4096),
             mib(s.to_system * 4096),
             s.cpu_faults,
+            format!("{}/{}", s.large_to_device, s.large_to_system),
             mib(s.engine_p2p_read + s.engine_p2p_written),
             mib(s.evicted * 4096),
             format!(
@@ -179,7 +181,8 @@ fn stats() -> msvm_rt::Result<()> {
     }
     println!(
         "(sizes in MiB; from_peer: migrated in straight from a peer's memory; cpu_fault: CPU faults \
-         on device pages, each bringing home up to 64 KiB; p2p_rw: engine bytes read and written \
+         on device pages, each bringing home up to 64 KiB or one 2 MiB folio; 2m_in/out: 2 MiB \
+         folios moved whole in and out; p2p_rw: engine bytes read and written \
          in peers' memory; chunks: live(of which idle)/total, {} MiB each; memmap: RAM their \
          struct pages take; shrunk: pagemaps the shrinker removed)",
         devices[0].stats()?.chunk_size >> 20

@@ -4,7 +4,7 @@
 //! which compiles a small C program against the real header.
 
 /// `MSVM_UAPI_VERSION`.
-pub const MSVM_UAPI_VERSION: u32 = 6;
+pub const MSVM_UAPI_VERSION: u32 = 7;
 /// `MSVM_MAX_DEVICES`.
 pub const MSVM_MAX_DEVICES: u32 = 16;
 /// `MSVM_QUERY_SELF`.
@@ -154,7 +154,10 @@ pub struct DrmMsvmStats {
     pub shrink_home: u64,
     pub peer_read: [u64; MSVM_MAX_DEVICES as usize],
     pub peer_written: [u64; MSVM_MAX_DEVICES as usize],
-    pub reserved: [u64; 4],
+    pub large_to_device: u64,
+    pub large_to_system: u64,
+    pub large_fallback: u64,
+    pub reserved: [u64; 1],
 }
 
 /// `struct drm_msvm_exec`.

@@ -57,6 +57,9 @@ fn c_layout() -> Vec<(String, u64)> {
                 "shrink_home",
                 "peer_read",
                 "peer_written",
+                "large_to_device",
+                "large_to_system",
+                "large_fallback",
                 "reserved",
             ],
         )
@@ -260,6 +263,9 @@ fn layouts_match_the_c_header() {
             shrink_home,
             peer_read,
             peer_written,
+            large_to_device,
+            large_to_system,
+            large_fallback,
             reserved
         ]
     );

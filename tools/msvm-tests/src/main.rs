@@ -14,6 +14,7 @@ mod cases;
 mod engine;
 mod fuzz;
 mod harness;
+mod large;
 mod lifecycle;
 mod multi;
 mod placement;
@@ -62,6 +63,7 @@ fn main_tests() -> Vec<harness::Test> {
         placement::tests(),
         lifecycle::tests(),
         scenarios::tests(),
+        large::tests(),
     ]
     .into_iter()
     .flatten()

@@ -66,13 +66,13 @@ fn e(x: msvm_rt::Error) -> String {
 }
 
 /// A mapping made by hand, unmapped on drop.
-struct Raw {
+pub struct Raw {
     ptr: NonNull<std::ffi::c_void>,
     len: usize,
 }
 
 impl Raw {
-    fn addr(&self) -> usize {
+    pub fn addr(&self) -> usize {
         self.ptr.as_ptr() as usize
     }
     fn bytes(&self) -> &[u8] {
@@ -152,7 +152,7 @@ fn anon_write_child_shared() -> Outcome {
 
 /// A 2 MiB-aligned, THP-backed region of `len` bytes (the kernel may still
 /// give small pages; the tests hold either way).
-fn huge(len: usize) -> Result<(Raw, usize), String> {
+pub fn huge(len: usize) -> Result<(Raw, usize), String> {
     let big = anon(len + (2 << 20), MapFlags::MAP_PRIVATE)?;
     let start = (big.addr() + (2 << 20) - 1) & !((2 << 20) - 1);
     let p = NonNull::new(start as *mut std::ffi::c_void).unwrap();

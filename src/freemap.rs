@@ -1,0 +1,229 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The free pages of one chunk of device memory: a bitmap, and a count per
+//! 2 MiB block, so that a whole free block can be handed out as one large
+//! folio and small allocations fill partly used blocks before they break
+//! whole free ones.
+//!
+//! Allocates only when it is created: freeing (from `folio_free`, in any
+//! context) and allocating never allocate memory.
+
+use kernel::prelude::*;
+
+/// Pages per block: one large (PMD-sized, 2 MiB) folio.
+pub(crate) const BLOCK_PAGES: usize = 512;
+
+const WORD: usize = u64::BITS as usize;
+
+/// The free pages of a chunk.
+///
+/// # Invariants
+///
+/// - bit `i` of `bits` is set iff page `i < npages` is free; bits past
+///   `npages` are clear;
+/// - `block_free[b]` is the number of set bits of block `b`, `nfree` their
+///   sum;
+/// - `nfree_blocks` counts the full-length blocks with every page free;
+/// - `whole[b]` is set iff block `b` was handed out by [`FreeMap::take_block`]
+///   and none of its pages came back since; `nwhole` counts them.
+pub(crate) struct FreeMap {
+    bits: KVec<u64>,
+    block_free: KVec<u16>,
+    whole: KVec<bool>,
+    npages: usize,
+    nfree: usize,
+    nfree_blocks: usize,
+    nwhole: usize,
+}
+
+impl FreeMap {
+    /// A map of `npages` pages, all free.
+    pub(crate) fn new(npages: usize) -> Result<Self> {
+        let nwords = npages.div_ceil(WORD);
+        let nblocks = npages.div_ceil(BLOCK_PAGES);
+        let mut bits = KVec::with_capacity(nwords, GFP_KERNEL)?;
+        for w in 0..nwords {
+            let left = npages - w * WORD;
+            let word = if left >= WORD {
+                u64::MAX
+            } else {
+                (1u64 << left) - 1
+            };
+            bits.push(word, GFP_KERNEL)?;
+        }
+        let mut block_free = KVec::with_capacity(nblocks, GFP_KERNEL)?;
+        let mut whole = KVec::with_capacity(nblocks, GFP_KERNEL)?;
+        for b in 0..nblocks {
+            // At most `BLOCK_PAGES`, which fits.
+            block_free.push(block_len(npages, b) as u16, GFP_KERNEL)?;
+            whole.push(false, GFP_KERNEL)?;
+        }
+        Ok(Self {
+            bits,
+            block_free,
+            whole,
+            npages,
+            nfree: npages,
+            nfree_blocks: npages / BLOCK_PAGES,
+            nwhole: 0,
+        })
+    }
+
+    /// Free pages.
+    pub(crate) fn nfree(&self) -> usize {
+        self.nfree
+    }
+
+    /// Whole free blocks: large folios that can be handed out.
+    pub(crate) fn nfree_blocks(&self) -> usize {
+        self.nfree_blocks
+    }
+
+    /// Blocks out as large folios that are still whole.
+    pub(crate) fn nwhole(&self) -> usize {
+        self.nwhole
+    }
+
+    /// Takes up to `want` free pages, pushing their indices to `out` (until
+    /// it is full): partly used blocks first, whole free blocks last, lowest
+    /// indices first within a block. Returns how many it took.
+    pub(crate) fn take(&mut self, want: usize, out: &mut KVec<u32>) -> usize {
+        let mut taken = 0;
+        for whole_free in [false, true] {
+            for b in 0..self.block_free.len() {
+                let f = usize::from(self.block_free[b]);
+                if f == 0 || (f == block_len(self.npages, b)) != whole_free {
+                    continue;
+                }
+                let first = b * BLOCK_PAGES;
+                for w in first / WORD..(first + block_len(self.npages, b)).div_ceil(WORD) {
+                    while self.bits[w] != 0 {
+                        if taken == want {
+                            return taken;
+                        }
+                        let bit = self.bits[w].trailing_zeros() as usize;
+                        if out.push_within_capacity((w * WORD + bit) as u32).is_err() {
+                            return taken;
+                        }
+                        self.bits[w] &= !(1u64 << bit);
+                        if usize::from(self.block_free[b]) == BLOCK_PAGES {
+                            // A whole free block broken.
+                            self.nfree_blocks -= 1;
+                        }
+                        self.block_free[b] -= 1;
+                        self.nfree -= 1;
+                        taken += 1;
+                    }
+                }
+            }
+        }
+        taken
+    }
+
+    /// Takes a whole free block, if there is one: the index of its first
+    /// page.
+    pub(crate) fn take_block(&mut self) -> Option<usize> {
+        let b = (0..self.block_free.len()).find(|&b| {
+            block_len(self.npages, b) == BLOCK_PAGES
+                && usize::from(self.block_free[b]) == BLOCK_PAGES
+        })?;
+        let first = b * BLOCK_PAGES;
+        for w in self.bits[first / WORD..(first + BLOCK_PAGES) / WORD].iter_mut() {
+            *w = 0;
+        }
+        self.block_free[b] = 0;
+        self.nfree -= BLOCK_PAGES;
+        self.nfree_blocks -= 1;
+        self.whole[b] = true;
+        self.nwhole += 1;
+        Some(first)
+    }
+
+    /// Pages `first..first + count` are free again; pages out of range or
+    /// already free are ignored. Returns how many were freed.
+    pub(crate) fn put(&mut self, first: usize, count: usize) -> usize {
+        let mut freed = 0;
+        for i in first..first.saturating_add(count).min(self.npages) {
+            let (w, bit) = (i / WORD, 1u64 << (i % WORD));
+            if self.bits[w] & bit != 0 {
+                continue;
+            }
+            self.bits[w] |= bit;
+            let b = i / BLOCK_PAGES;
+            self.block_free[b] += 1;
+            if usize::from(self.block_free[b]) == BLOCK_PAGES {
+                self.nfree_blocks += 1;
+            }
+            if self.whole[b] {
+                self.whole[b] = false;
+                self.nwhole -= 1;
+            }
+            freed += 1;
+        }
+        self.nfree += freed;
+        freed
+    }
+}
+
+/// Pages of block `b` of a map of `npages` pages (the last may be short).
+fn block_len(npages: usize, b: usize) -> usize {
+    (npages - b * BLOCK_PAGES).min(BLOCK_PAGES)
+}
+
+#[kunit_tests(msvm_freemap)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_pages_fill_used_blocks_first() -> Result {
+        let mut m = FreeMap::new(3 * BLOCK_PAGES)?;
+        let mut out = KVec::with_capacity(4 * BLOCK_PAGES, GFP_KERNEL)?;
+        // Taking nothing breaks nothing.
+        assert_eq!(m.take(0, &mut out), 0);
+        assert_eq!(m.nfree_blocks(), 3);
+        // Break block 1 only.
+        assert_eq!(m.take_block(), Some(0));
+        assert_eq!(m.take(1, &mut out), 1);
+        assert_eq!(out[0] as usize, BLOCK_PAGES);
+        // Block 0 comes back half: it is partly used, so it goes first.
+        assert_eq!(m.put(0, BLOCK_PAGES / 2), BLOCK_PAGES / 2);
+        assert_eq!(m.nwhole(), 0);
+        out.clear();
+        assert_eq!(m.take(BLOCK_PAGES / 2, &mut out), BLOCK_PAGES / 2);
+        assert!(out.iter().all(|&i| (i as usize) < BLOCK_PAGES));
+        // Block 2 is still whole.
+        assert_eq!(m.nfree_blocks(), 1);
+        assert_eq!(m.take_block(), Some(2 * BLOCK_PAGES));
+        assert_eq!(m.nfree(), BLOCK_PAGES - 1);
+        assert_eq!(m.nfree_blocks(), 0);
+        Ok(())
+    }
+
+    #[test]
+    fn blocks_and_counts() -> Result {
+        // A short last block is never handed out whole.
+        let mut m = FreeMap::new(BLOCK_PAGES + 100)?;
+        assert_eq!(m.take_block(), Some(0));
+        assert_eq!(m.take_block(), None);
+        assert_eq!(m.nwhole(), 1);
+        let mut out = KVec::with_capacity(200, GFP_KERNEL)?;
+        assert_eq!(m.take(200, &mut out), 100);
+        assert_eq!(m.nfree(), 0);
+        // Double frees and out-of-range pages are ignored.
+        assert_eq!(m.put(BLOCK_PAGES, 10), 10);
+        assert_eq!(m.put(BLOCK_PAGES, 10), 0);
+        assert_eq!(m.put(BLOCK_PAGES + 95, 50), 5);
+        // A whole block freed page by page (a split folio) is whole again.
+        for i in 0..BLOCK_PAGES {
+            assert_eq!(m.put(i, 1), 1);
+        }
+        assert_eq!(m.nwhole(), 0);
+        assert_eq!(m.nfree_blocks(), 1);
+        assert_eq!(m.take_block(), Some(0));
+        // `out` full: nothing more is taken.
+        let mut full = KVec::with_capacity(0, GFP_KERNEL)?;
+        assert_eq!(m.take(5, &mut full), 0);
+        assert_eq!(m.nfree(), 15);
+        Ok(())
+    }
+}
