@@ -16,7 +16,7 @@ msvm_stage hmm-bench "$MSVM_TOP/scripts/build.sh" hmm-bench
 "$MSVM_TOP/scripts/mkinitramfs.sh" "$B/bench-initramfs.cpio"
 rc=0
 python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
-	--initrd "$B/bench-initramfs.cpio" --gpus sw,sw,rp --vram 1G --mem 2G --cmd bench \
+	--initrd "$B/bench-initramfs.cpio" --gpus sw,sw,rp --vram 1G --mem 2G --prealloc --cmd bench \
 	--quiet-boot --log "$B/bench-console.log" --timeout 1200 || rc=$?
 
 python3 - "$B/bench-console.log" <<'PY'

@@ -113,8 +113,9 @@ def parse_size(s):
 class Topology:
     """QEMU arguments for the GPUs and the ports they sit on."""
 
-    def __init__(self, spec, vram):
+    def __init__(self, spec, vram, prealloc=False):
         self.args = []
+        self.prealloc = prealloc
         self.gpus = {}  # id -> device_add arguments, for re-plug
         self.switch_made = False
         chassis = 1
@@ -137,7 +138,8 @@ class Topology:
             else:
                 raise SystemExit(f"vm.py: unknown GPU placement {kind!r} (want sw or rp)")
             chassis += 1
-            self.args += ["-object", f"memory-backend-memfd,id=vram{i},size={vram},share=on"]
+            pre = ",prealloc=on" if self.prealloc else ""
+            self.args += ["-object", f"memory-backend-memfd,id=vram{i},size={vram},share=on{pre}"]
             dev = {"driver": "ivshmem-plain", "memdev": f"vram{i}", "bus": port, "id": f"gpu{i}"}
             self.gpus[f"gpu{i}"] = dev
             self.args += ["-device", ",".join(f"{k}={v}" if k != "driver" else v for k, v in dev.items())]
@@ -223,13 +225,16 @@ def main():
     ap.add_argument("--append", default="", help="extra kernel command line")
     ap.add_argument("--cmd", default="shell", help="guest command (msvm_cmd=)")
     ap.add_argument("--quiet", action="store_true", help="do not echo the console")
+    ap.add_argument("--prealloc", action="store_true",
+                    help="back guest RAM and VRAM with host memory up front (benchmarks: under TCG "
+                         "the host's first touch of guest memory otherwise dominates some timings)")
     ap.add_argument("--quiet-boot", action="store_true",
                     help="echo the console only once the guest's /init starts (the log has everything)")
     args = ap.parse_args()
 
     want_kvm = os.environ.get("MSVM_KVM", "") not in ("", "0")
     accel, accel_name = accel_args(want_kvm)
-    topo = Topology([g for g in args.gpus.split(",") if g], args.vram)
+    topo = Topology([g for g in args.gpus.split(",") if g], args.vram, args.prealloc)
     tmp = tempfile.mkdtemp(prefix="msvm-vm-")
     qmp_path = os.path.join(tmp, "qmp.sock")
     cmdline = f"console=ttyS0 panic=-1 loglevel=7 msvm_cmd={args.cmd} {args.append}".strip()
@@ -239,6 +244,7 @@ def main():
         "-display", "none", "-monitor", "none", "-serial", "stdio", "-no-reboot",
         "-qmp", f"unix:{qmp_path},server=on,wait=off",
         "-kernel", args.kernel, "-initrd", args.initrd, "-append", cmdline,
+        *(["-mem-prealloc"] if args.prealloc else []),
         *topo.args,
     ]
     log = open(args.log, "w") if args.log else None

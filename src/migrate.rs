@@ -368,10 +368,14 @@ fn install(mig: &mut VmaMigration<'_>, filled: &[u16], out: &mut Outcome) {
 /// Bytes of a large folio (2 MiB: one PMD).
 const LARGE_SIZE: usize = MAX_PAGES * PAGE_SIZE;
 
-/// Whether `[start, end)` is one whole 2 MiB block whose folio (or hole) a
-/// migration may move whole.
-fn large_step(start: usize, end: usize) -> bool {
-    large_order() != 0 && start % LARGE_SIZE == 0 && end - start == LARGE_SIZE
+/// Whether `[start, end)` of `vma` is one whole 2 MiB block whose folio (or
+/// hole) a migration may move whole: not in a VMA the process asked to keep
+/// free of huge pages (`MADV_NOHUGEPAGE`).
+fn large_step(vma: &VmaRef, start: usize, end: usize) -> bool {
+    large_order() != 0
+        && start % LARGE_SIZE == 0
+        && end - start == LARGE_SIZE
+        && vma.flags() & flags::NOHUGEPAGE == 0
 }
 
 /// The destination entry for `page`, a large folio if `large`.
@@ -417,7 +421,7 @@ fn copy_in(pool: &VramPool<'_>, src: Entry, nr: usize, offset: usize) -> Result<
 }
 
 fn step_to_device(pool: &VramPool<'_>, vma: &VmaRef, start: usize, end: usize) -> Result<Outcome> {
-    if let Some(out) = fill_to_device(pool, vma, start, end, large_step(start, end))? {
+    if let Some(out) = fill_to_device(pool, vma, start, end, large_step(vma, start, end))? {
         return Ok(out);
     }
     // A 2 MiB folio (or hole) and no free 2 MiB block: in small pages (the
@@ -505,7 +509,7 @@ fn fill_to_device(
 }
 
 fn step_to_system(pool: &VramPool<'_>, vma: &VmaRef, start: usize, end: usize) -> Result<Outcome> {
-    if let Some(out) = fill_to_system(pool, vma, start, end, large_step(start, end))? {
+    if let Some(out) = fill_to_system(pool, vma, start, end, large_step(vma, start, end))? {
         return Ok(out);
     }
     // A 2 MiB device folio and no free 2 MiB of RAM: in small pages (the

@@ -22,6 +22,12 @@
 #include <lib/test_hmm_uapi.h>
 
 #define PAGE 4096UL
+#define ROUNDS 3
+
+static double min(double a, double b)
+{
+	return a < b ? a : b;
+}
 
 static double now(void)
 {
@@ -82,7 +88,8 @@ int main(int argc, char **argv)
 	int fd = open("/dev/hmm_dmirror0", O_RDWR);
 	uint64_t *p, sum = 0;
 	void *bounce;
-	double t;
+	double t, best[3] = { 1e9, 1e9, 1e9 };
+	int r;
 
 	if (fd < 0)
 		die("open /dev/hmm_dmirror0");
@@ -93,19 +100,25 @@ int main(int argc, char **argv)
 	for (i = 0; i < len / 8; i++)
 		p[i] = i * 0x9e3779b97f4a7c15ULL;
 
-	t = now();
-	migrate(fd, HMM_DMIRROR_MIGRATE_TO_DEV, p, bounce, len);
-	report("to_dev", mib, tag, len, now() - t);
+	/* Best of ROUNDS round trips: under TCG single runs move by 2x. */
+	for (r = 0; r < ROUNDS; r++) {
+		t = now();
+		migrate(fd, HMM_DMIRROR_MIGRATE_TO_DEV, p, bounce, len);
+		best[0] = min(best[0], now() - t);
 
-	t = now();
-	migrate(fd, HMM_DMIRROR_MIGRATE_TO_SYS, p, bounce, len);
-	report("to_sys", mib, tag, len, now() - t);
+		t = now();
+		migrate(fd, HMM_DMIRROR_MIGRATE_TO_SYS, p, bounce, len);
+		best[1] = min(best[1], now() - t);
 
-	migrate(fd, HMM_DMIRROR_MIGRATE_TO_DEV, p, bounce, len);
-	t = now();
-	for (i = 0; i < len / 8; i += PAGE / 8)
-		sum += p[i];
-	report("fault_back", mib, tag, len, now() - t);
+		migrate(fd, HMM_DMIRROR_MIGRATE_TO_DEV, p, bounce, len);
+		t = now();
+		for (i = 0; i < len / 8; i += PAGE / 8)
+			sum += p[i];
+		best[2] = min(best[2], now() - t);
+	}
+	report("to_dev", mib, tag, len, best[0]);
+	report("to_sys", mib, tag, len, best[1]);
+	report("fault_back", mib, tag, len, best[2]);
 
 	for (i = 0; i < len / 8; i++)
 		if (p[i] != i * 0x9e3779b97f4a7c15ULL) {
