@@ -37,6 +37,7 @@ void msvm_page_set_zone_device_data(struct page *page, void *data);
 bool msvm_is_device_private_page(struct page *page);
 unsigned int msvm_page_folio_order(struct page *page);
 struct page *msvm_folio_head(struct page *page);
+void msvm_zone_device_folio_init(struct page *page, struct dev_pagemap *pgmap, unsigned int order);
 unsigned int msvm_large_order(void);
 
 /* System pages. */

@@ -8,6 +8,10 @@
 //!   chunks, `all` also empties lightly used chunks into fuller ones and
 //!   removes theirs, synchronously (what the shrinker's work does under
 //!   memory pressure); reading gives the pagemaps the last write removed.
+//! - `fail_large_home`: writing `N` makes the next `N` allocations of a
+//!   2 MiB system folio for a device folio coming home fail (fault
+//!   injection: tests reach the 4 KiB fallbacks and eviction's retries);
+//!   reading gives how many are left.
 
 use kernel::{
     debugfs, fmt,
@@ -16,6 +20,7 @@ use kernel::{
     uaccess::UserSliceReader,
 };
 
+use crate::migrate::FAIL_LARGE_HOME;
 use crate::reclaim::{shrink_all, CONSOLIDATE, IDLE};
 
 use crate::topology::{MAX_DEVICES, TOPOLOGY};
@@ -29,6 +34,8 @@ pub(crate) struct Debugfs {
     topology: debugfs::File<()>,
     #[pin]
     shrink: debugfs::File<Atomic<u64>>,
+    #[pin]
+    fail_large_home: debugfs::File<()>,
 }
 
 impl Debugfs {
@@ -41,6 +48,14 @@ impl Debugfs {
                 Atomic::new(0),
                 &|n: &Atomic<u64>, f: &mut fmt::Formatter<'_>| writeln!(f, "{}", n.load(Relaxed)),
                 &write_shrink,
+            ),
+            fail_large_home <- dir.read_write_callback_file(
+                c"fail_large_home",
+                (),
+                &|_: &(), f: &mut fmt::Formatter<'_>| {
+                    writeln!(f, "{}", FAIL_LARGE_HOME.load(Relaxed))
+                },
+                &write_fail_large_home,
             ),
         })
     }
@@ -57,6 +72,18 @@ fn write_shrink(removed: &Atomic<u64>, r: &mut UserSliceReader) -> Result {
         _ => return Err(EINVAL),
     };
     removed.store(shrink_all(level) as u64, Relaxed);
+    Ok(())
+}
+
+/// `fail_large_home`: sets the number of 2 MiB system folio allocations
+/// to fail.
+fn write_fail_large_home(_: &(), r: &mut UserSliceReader) -> Result {
+    let mut buf = [0u8; 20];
+    let n = r.len().min(buf.len());
+    r.read_slice(&mut buf[..n])?;
+    let text = core::str::from_utf8(buf[..n].trim_ascii()).map_err(|_| EINVAL)?;
+    let count: u64 = text.parse().map_err(|_| EINVAL)?;
+    FAIL_LARGE_HOME.store(count, Relaxed);
     Ok(())
 }
 

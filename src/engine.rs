@@ -286,19 +286,20 @@ impl<'a, 'p> Engine<'a, 'p> {
                 Err(e) if e == EPERM => return Err(EACCES),
                 r => r?,
             };
-            // A 2 MiB device folio mapped read-only (shared copy-on-write
-            // after a fork) comes back as it is even when writing: the
-            // kernel faults read-only device PTEs for write, not PMDs. Bring
-            // its block home, where the write fault copies it.
+            // A device page mapped read-only (shared copy-on-write after a
+            // fork) comes back as it is even when writing: `hmm_range_fault`
+            // reports its owner's device pages without faulting them. Bring
+            // the window's pages home, where the write fault copies them
+            // (only the job's own range: next to it may be anything).
             let read_only = dst_pfns
                 .iter()
-                .position(|&p| write && HmmPfn(p).device_read_only());
-            if let Some(i) = read_only {
+                .any(|&p| write && HmmPfn(p).device_read_only());
+            if read_only {
                 cow_breaks += 1;
                 if cow_breaks > 8 {
                     return Err(EAGAIN);
                 }
-                crate::migrate::home_block(mm, dst_first + i * PAGE_SIZE)?;
+                crate::migrate::home(mm, dst_first, dst_pages * PAGE_SIZE)?;
                 continue;
             }
             let src_seq = if src.is_some() {

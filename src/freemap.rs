@@ -92,7 +92,9 @@ impl FreeMap {
         for whole_free in [false, true] {
             for b in 0..self.block_free.len() {
                 let f = usize::from(self.block_free[b]);
-                if f == 0 || (f == block_len(self.npages, b)) != whole_free {
+                // Short last blocks count as partly used: they never make
+                // a large folio.
+                if f == 0 || (f == BLOCK_PAGES) != whole_free {
                     continue;
                 }
                 let first = b * BLOCK_PAGES;

@@ -79,6 +79,16 @@ unsigned int msvm_page_folio_order(struct page *page)
 	return folio_order(page_folio(page));
 }
 
+/*
+ * zone_device_folio_init() for the folio that starts at @page, which may
+ * still look like a tail of a larger folio it was part of before: it
+ * becomes the head (as zone_device_page_init() treats every page).
+ */
+void msvm_zone_device_folio_init(struct page *page, struct dev_pagemap *pgmap, unsigned int order)
+{
+	zone_device_folio_init((struct folio *)page, pgmap, order);
+}
+
 struct page *msvm_folio_head(struct page *page)
 {
 	return &page_folio(page)->page;

@@ -21,7 +21,7 @@ use kernel::{
         MmWithUser, MmapReadGuard,
     },
     prelude::*,
-    sync::atomic::Relaxed,
+    sync::atomic::{Atomic, Relaxed},
 };
 
 use crate::device::PoolRef;
@@ -239,7 +239,7 @@ fn to_device<'p, 'a: 'p>(
 /// Brings the pages of every device home, one owner group at a time (a
 /// migration collects only the device pages of one owner), through the
 /// first member of each group that is not going away.
-fn home(mm: &MmWithUser, start: usize, len: usize) -> Result<Outcome> {
+pub(crate) fn home(mm: &MmWithUser, start: usize, len: usize) -> Result<Outcome> {
     let mut pools: [Option<PoolRef>; MAX_DEVICES] = [const { None }; MAX_DEVICES];
     {
         let topo = TOPOLOGY.lock();
@@ -278,19 +278,6 @@ fn home(mm: &MmWithUser, start: usize, len: usize) -> Result<Outcome> {
         busy,
         no_vram: 0,
     })
-}
-
-/// Brings home the pages of every device in the 2 MiB block around `addr`
-/// (within its VMA): a job that must write a read-only device folio breaks
-/// copy-on-write in system RAM.
-pub(crate) fn home_block(mm: &MmWithUser, addr: usize) -> Result {
-    let (start, end) = {
-        let guard = mm.mmap_read_lock();
-        let vma = guard.vma_lookup(addr).ok_or(EFAULT)?;
-        let start = (addr & !(LARGE_SIZE - 1)).max(vma.start());
-        (start, (start + LARGE_SIZE).min(vma.end()))
-    };
-    home(mm, start, end - start).map(|_| ())
 }
 
 /// The placement pass of a job on device `here`: moves each piece of the
@@ -367,6 +354,33 @@ fn install(mig: &mut VmaMigration<'_>, filled: &[u16], out: &mut Outcome) {
 
 /// Bytes of a large folio (2 MiB: one PMD).
 const LARGE_SIZE: usize = MAX_PAGES * PAGE_SIZE;
+
+/// 2 MiB system folio allocations still to fail on purpose (debugfs
+/// `fail_large_home`): tests reach the 4 KiB fallbacks and eviction's
+/// retries through it.
+pub(crate) static FAIL_LARGE_HOME: Atomic<u64> = Atomic::new(0);
+
+/// Whether this 2 MiB system folio allocation is to fail on purpose (one
+/// of [`FAIL_LARGE_HOME`]'s, which it uses up).
+pub(crate) fn fail_large_home() -> bool {
+    let mut v = FAIL_LARGE_HOME.load(Relaxed);
+    while v > 0 {
+        match FAIL_LARGE_HOME.cmpxchg(v, v - 1, Relaxed) {
+            Ok(_) => return true,
+            Err(now) => v = now,
+        }
+    }
+    false
+}
+
+/// A 2 MiB system folio for the block of `addr` in `vma`, if one is free
+/// (and no test asked for a failure).
+fn large_home(vma: &VmaRef, addr: usize) -> Option<NewPage> {
+    if fail_large_home() {
+        return None;
+    }
+    NewPage::large_for_vma(vma, addr)
+}
 
 /// Whether `[start, end)` of `vma` is one whole 2 MiB block whose folio (or
 /// hole) a migration may move whole: not in a VMA the process asked to keep
@@ -557,7 +571,7 @@ fn fill_to_system(
         };
         let addr = start + at * PAGE_SIZE;
         let dst = if src.compound() {
-            match NewPage::large_for_vma(vma, addr) {
+            match large_home(vma, addr) {
                 Some(d) => d,
                 // Dropping `mig` restores the sources.
                 None => return Ok(None),
@@ -599,8 +613,8 @@ const FAULT_WINDOW: usize = 64 * 1024;
 
 /// `migrate_to_ram` of a device page of `pool`: brings home this device's
 /// pages in the [`FAULT_WINDOW`] around the fault, or the whole 2 MiB
-/// folio of a fault on one mapped whole (if a 2 MiB system folio is free;
-/// else the window, the core splitting the device folio).
+/// folio of a fault on one mapped whole (into a 2 MiB system folio if one
+/// is free, else into 4 KiB pages).
 pub(crate) fn fault_to_ram(pool: &VramPool<'_>, fault: &Fault<'_>) -> Result<(), FaultError> {
     let vma = fault.vma();
     let large_start = fault.address() & !(LARGE_SIZE - 1);
@@ -609,20 +623,22 @@ pub(crate) fn fault_to_ram(pool: &VramPool<'_>, fault: &Fault<'_>) -> Result<(),
         && fault.page().folio_order() == large_order()
         && large_start >= vma.start()
         && large_start + LARGE_SIZE <= vma.end()
+        && fault_range(pool, fault, large_start, large_start + LARGE_SIZE, true)?
     {
-        if fault_range(pool, fault, large_start, large_start + LARGE_SIZE, true)? {
-            return Ok(());
-        }
-        pool.stats.large_fallback.add(1, Relaxed);
+        return Ok(());
     }
+    // Not a whole folio, or it did not come home: the core could not split
+    // the folio for 4 KiB pages (the fault holds a reference to it), but it
+    // split its mapping, so the window's pages now move one by one.
     let start = (fault.address() & !(FAULT_WINDOW - 1)).max(vma.start());
     let end = (start + FAULT_WINDOW).min(vma.end());
     fault_range(pool, fault, start, end, false).map(|_| ())
 }
 
-/// Brings this device's pages of `[start, end)` home for `fault`. With
-/// `large`, a 2 MiB device folio comes home whole, or (no 2 MiB system
-/// folio free) nothing moves and this returns `false`.
+/// Brings this device's pages of `[start, end)` home for `fault`; with
+/// `large`, a 2 MiB device folio comes home whole (in a 2 MiB folio if one
+/// is free, else in 4 KiB pages, which needs the core to split it). Returns
+/// whether the faulting page came home.
 fn fault_range(
     pool: &VramPool<'_>,
     fault: &Fault<'_>,
@@ -641,11 +657,13 @@ fn fault_range(
         Some(fault.page()),
     )
     .map_err(|_| FaultError::Sigbus)?;
-    let (mut moved, mut folios) = (0, 0);
+    let fault_at = (fault.address() - start) / PAGE_SIZE;
+    let n = mig.npages();
+    let mut filled = [0u16; MAX_PAGES];
     let mut i = 0;
-    while i < mig.npages() {
+    while i < n {
         let (at, src) = (i, mig.src(i));
-        let nr = src.nr_pages().min(mig.npages() - i);
+        let nr = src.nr_pages().min(n - i);
         i += nr;
         // Only this device's pages are collected; one not collected is
         // being migrated by someone else (the fault is then retried).
@@ -657,35 +675,57 @@ fn fault_range(
             continue;
         };
         let addr = start + at * PAGE_SIZE;
-        let dst = if src.compound() {
-            match NewPage::large_for_vma(vma, addr) {
-                Some(d) => d,
-                // Dropping `mig` restores the sources.
-                None => return Ok(false),
-            }
+        let large_dst = if src.compound() {
+            large_home(vma, addr)
         } else {
-            match NewPage::for_vma(vma, addr) {
-                Some(d) => d,
-                // The faulting page must come home; its neighbours may stay.
-                None if addr == fault.address() & !(PAGE_SIZE - 1) => return Err(FaultError::Oom),
-                None => continue,
-            }
+            None
         };
-        for k in 0..nr {
-            let page = dst.page().nth(k).ok_or(FaultError::Sigbus)?;
-            pool.bar()
-                .copy_to_page(offset + k * PAGE_SIZE, page)
-                .map_err(|_| FaultError::Sigbus)?;
+        if let Some(dst) = large_dst {
+            for k in 0..nr {
+                let page = dst.page().nth(k).ok_or(FaultError::Sigbus)?;
+                pool.bar()
+                    .copy_to_page(offset + k * PAGE_SIZE, page)
+                    .map_err(|_| FaultError::Sigbus)?;
+            }
+            mig.set_dst(at, Entry::to(dst.into_migration(), src.write()).large());
+            filled[at] = nr as u16;
+            continue;
         }
-        mig.set_dst(
-            at,
-            dst_entry(dst.into_migration(), src.write(), src.compound()),
-        );
-        moved += nr as u64;
-        folios += u64::from(nr > 1);
+        if nr > 1 {
+            // No 2 MiB folio: 4 KiB pages for the whole folio; the core
+            // splits it as it installs them (it cannot while collecting:
+            // the fault holds a reference).
+            pool.stats.large_fallback.add(1, Relaxed);
+        }
+        for k in 0..nr {
+            let Some(dst) = NewPage::for_vma(vma, addr + k * PAGE_SIZE) else {
+                // The faulting page (and a folio's first, which the core
+                // splits at) must come home; the others may stay.
+                if at + k == fault_at || k == 0 {
+                    return Err(FaultError::Oom);
+                }
+                continue;
+            };
+            pool.bar()
+                .copy_to_page(offset + k * PAGE_SIZE, dst.page())
+                .map_err(|_| FaultError::Sigbus)?;
+            mig.set_dst(at + k, Entry::to(dst.into_migration(), src.write()));
+            filled[at + k] = 1;
+        }
     }
     mig.pages();
+    let (mut moved, mut folios, mut home) = (0, 0, false);
+    for j in (0..n).filter(|&j| filled[j] > 0 && mig.src(j).migrate()) {
+        moved += u64::from(filled[j]);
+        folios += u64::from(filled[j] > 1);
+        home |= (j..j + usize::from(filled[j])).contains(&fault_at);
+    }
     drop(mig);
+    if large && !home {
+        // The window will count the fault.
+        pool.stats.to_system.add(moved, Relaxed);
+        return Ok(false);
+    }
     pool.stats.cpu_faults.add(1, Relaxed);
     pool.stats.to_system.add(moved, Relaxed);
     pool.stats.large_to_system.add(folios, Relaxed);

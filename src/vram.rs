@@ -447,6 +447,13 @@ struct Drained {
     stuck: usize,
 }
 
+/// Where a consolidation drains a chunk: pages and whole 2 MiB blocks of
+/// other live chunks.
+struct Dest {
+    small: Batch,
+    large: Batch,
+}
+
 /// Device pages (or large folios) allocated for one migration step, with
 /// their BAR offsets, handed out in order; those not taken are freed on
 /// drop.
@@ -547,22 +554,21 @@ impl VramPool<'_> {
             };
             let chunk = map.data();
             if large {
-                if !chunk.large {
-                    continue;
+                while chunk.large && batch.pages.len() < n {
+                    let Some(i) = chunk.free.lock().take_block() else {
+                        break;
+                    };
+                    chunk.last_alloc.store(seq, Relaxed);
+                    // SAFETY: the block came off the free map whole: nobody
+                    // uses its pages, the first is aligned, and they are
+                    // ours until handed to a migration.
+                    let page = unsafe { map.init_folio(i, large_order(), core::ptr::null_mut()) };
+                    // The batch has room for `n` entries.
+                    let _ = batch
+                        .pages
+                        .push_within_capacity((page, chunk.base + i * PAGE_SIZE));
+                    self.stats.allocated.add(BLOCK_PAGES as u64, Relaxed);
                 }
-                let Some(i) = chunk.free.lock().take_block() else {
-                    continue;
-                };
-                chunk.last_alloc.store(seq, Relaxed);
-                // SAFETY: the block came off the free map whole: nobody uses
-                // its pages, the first is aligned, and they are ours until
-                // handed to a migration.
-                let page = unsafe { map.init_folio(i, large_order(), core::ptr::null_mut()) };
-                // The batch has room for `n` entries, `want` are left.
-                let _ = batch
-                    .pages
-                    .push_within_capacity((page, chunk.base + i * PAGE_SIZE));
-                self.stats.allocated.add(BLOCK_PAGES as u64, Relaxed);
                 continue;
             }
             chunk.last_alloc.store(seq, Relaxed);
@@ -609,18 +615,23 @@ impl VramPool<'_> {
     }
 
     /// Moves every page of chunk `map` that is in use back to system RAM.
-    /// Returns how many in-use pages could not be moved this time (locked
-    /// by a migration in flight, say).
+    /// Returns how many pages are still in use afterwards (locked by a
+    /// migration in flight, say, which `migrate_device_range` skips without
+    /// a word, or a 2 MiB folio without a 2 MiB system folio to go to).
     fn evict(&self, map: &Pagemap<Chunk>) -> Result<usize> {
         let d = self.drain(map, None)?;
         self.stats.evicted.add(d.home as u64, Relaxed);
-        Ok(d.stuck)
+        Ok(map.data().used())
     }
 
     /// Moves every page of chunk `map` that is in use into the pages of
     /// `batch` (other chunks of this pool: device to device, BAR to BAR),
     /// and once those run out, to system RAM.
-    fn drain(&self, map: &Pagemap<Chunk>, mut batch: Option<Batch>) -> Result<Drained> {
+    fn drain(&self, map: &Pagemap<Chunk>, dest: Option<Dest>) -> Result<Drained> {
+        let (mut batch, mut blocks) = match dest {
+            Some(d) => (Some(d.small), Some(d.large)),
+            None => (None, None),
+        };
         // Consolidation (a batch) only packs pages into other chunks: under
         // the memory pressure that asked for it, sending pages home would
         // take RAM. Eviction (no batch) sends them home, whatever it costs.
@@ -653,7 +664,7 @@ impl VramPool<'_> {
                     // A large folio: the core moves it whole here or not at
                     // all (it cannot split it without its mapping).
                     *f = self
-                        .drain_large(&mut mig, i, from, home_ok, &mut stage)?
+                        .drain_large(&mut mig, i, from, blocks.as_mut(), &mut stage)?
                         .map(|moved| (moved, nr));
                     if f.is_none() {
                         d.stuck += nr;
@@ -704,21 +715,27 @@ impl VramPool<'_> {
     }
 
     /// Gives the large folio of source entry `i` of `mig` (at BAR offset
-    /// `from`) a large destination and copies it there: a 2 MiB system folio
-    /// if `home`, else a whole free block of another live chunk. Returns
-    /// where it goes (true: another chunk), or `None` if there is no such
-    /// destination now (eviction retries; consolidation leaves the chunk).
+    /// `from`) a large destination and copies it there: the next of
+    /// `blocks` (whole blocks of other chunks, set aside for consolidation),
+    /// or without them a 2 MiB system folio. Returns where it goes (true:
+    /// another chunk), or `None` if there is no such destination now
+    /// (eviction retries; consolidation leaves the chunk).
     fn drain_large(
         &self,
         mig: &mut DeviceMigration,
         i: usize,
         from: usize,
-        home: bool,
+        blocks: Option<&mut Batch>,
         stage: &mut [u8; PAGE_SIZE],
     ) -> Result<Option<bool>> {
         let write = mig.src(i).write();
-        if home {
-            let Some(dst) = NewPage::large_evict() else {
+        let Some(block) = blocks else {
+            let dst = if crate::migrate::fail_large_home() {
+                None
+            } else {
+                NewPage::large_evict()
+            };
+            let Some(dst) = dst else {
                 return Ok(None);
             };
             for k in 0..BLOCK_PAGES {
@@ -727,9 +744,6 @@ impl VramPool<'_> {
             }
             mig.set_dst(i, Entry::to(dst.into_migration(), write).large());
             return Ok(Some(false));
-        }
-        let Some(mut block) = self.alloc_large(false)? else {
-            return Ok(None);
         };
         let Some((dpage, off)) = block.peek() else {
             return Ok(None);
@@ -813,7 +827,15 @@ impl VramPool<'_> {
             // small pages (its large folios take whole blocks as they go),
             // then move.
             let small = info.used.saturating_sub(info.large * BLOCK_PAGES);
-            let drained = self.alloc_from(small, false, false).and_then(|batch| {
+            // Whole blocks for its large folios first, so that the small
+            // pages' batch cannot break the blocks the plan counted on.
+            let dest = self.alloc_from(info.large, false, true).and_then(|large| {
+                Ok(Dest {
+                    small: self.alloc_from(small, false, false)?,
+                    large,
+                })
+            });
+            let drained = dest.and_then(|dest| {
                 let chunks = self.chunks.lock();
                 let Some(map) = chunks[victim].map() else {
                     return Err(ENOENT);
@@ -824,7 +846,7 @@ impl VramPool<'_> {
                 let map: *const Pagemap<Chunk> = map;
                 drop(chunks);
                 // SAFETY: see above: the slot keeps the pagemap alive.
-                self.drain(unsafe { &*map }, Some(batch))
+                self.drain(unsafe { &*map }, Some(dest))
             });
             let drained = match drained {
                 Ok(d) => d,
@@ -850,20 +872,25 @@ impl VramPool<'_> {
     }
 
     /// Evicts chunk `c` until no page of it is in use, retrying with
-    /// backoff while pages are busy; says so if some never move (the
-    /// pagemap's teardown then waits for them).
+    /// backoff (1 ms doubling to 100 ms) while pages are busy or a 2 MiB
+    /// folio finds no 2 MiB of RAM, and saying so every 100 passes. It
+    /// does not give up: the pagemap's teardown would wait for those pages
+    /// anyway, and a retry may yet bring them home.
     fn evict_all(&self, c: usize, map: &Pagemap<Chunk>) {
         let mut wait_ms = 1;
-        for attempt in 0..12 {
+        let mut pass = 0u64;
+        loop {
             match self.evict(map) {
                 Ok(0) => return,
-                Ok(n) if attempt == 11 => {
-                    pr_err!("msvm: chunk {c}: {n} page(s) still busy after {attempt} retries\n");
-                    return;
+                Ok(n) if pass % 100 == 11 => {
+                    pr_warn!(
+                        "msvm: chunk {c}: {n} page(s) still in use after {pass} passes, retrying\n"
+                    );
                 }
                 Ok(_) => {}
                 Err(e) => pr_err!("msvm: chunk {c}: eviction failed: {e:?}, retrying\n"),
             }
+            pass = pass.wrapping_add(1);
             kernel::time::delay::fsleep(kernel::time::Delta::from_millis(wait_ms));
             wait_ms = (wait_ms * 2).min(100);
         }

@@ -258,7 +258,7 @@ impl<T: PagemapOps> Pagemap<T> {
         let page = unsafe { PageRef::from_pfn(self.pfn_first + index) };
         // SAFETY: the pages are free and ours (caller); `pgmap` is their map.
         unsafe {
-            bindings::zone_device_page_init(page.as_ptr(), self.pgmap.get(), order);
+            b::msvm_zone_device_folio_init(page.as_ptr(), self.pgmap.get(), order);
             b::msvm_page_set_zone_device_data(page.as_ptr(), zone_data);
         }
         page

@@ -209,7 +209,11 @@ fn call(r: &mut Rng, dev: &Device, arena: usize) -> (&'static str, Result<(), Er
                 e.value = r.next();
             }
             let res = err(dev.exec_raw(&mut e));
-            ("EXEC", res, memory_ioctl_errno(res))
+            (
+                "EXEC",
+                res,
+                memory_ioctl_errno(res) || res == Err(Errno::EAGAIN),
+            )
         }
         7 => {
             let (location, device) = location(r, valid);

@@ -42,6 +42,14 @@ pub fn tests() -> Vec<Test> {
             name: "large_folio_small_pages_without_free_block",
             run: fallback_without_block,
         },
+        Test {
+            name: "large_folio_home_in_small_pages_without_free_folio",
+            run: home_without_free_folio,
+        },
+        Test {
+            name: "engine_write_keeps_fork_child_copy",
+            run: engine_write_keeps_child_copy,
+        },
     ]
 }
 
@@ -312,4 +320,106 @@ fn fallback_without_block() -> Outcome {
     );
     verify(bytes(start, HUGE), 86)?;
     verify(filler.bytes(), 85)
+}
+
+/// debugfs fault injection: the next `n` 2 MiB system folio allocations
+/// for device folios coming home fail.
+pub fn fail_large_home(n: u64) -> Result<(), String> {
+    const F: &str = "/sys/kernel/debug/msvm/fail_large_home";
+    std::fs::write(F, n.to_string()).map_err(|x| format!("write {F}: {x}"))
+}
+
+/// No 2 MiB system folio to be had (injected failures): a CPU fault on a
+/// device folio brings its pages home in 4 KiB pages (one fault per folio
+/// brings at least the 64 KiB around it), and an explicit migration brings
+/// all of it; every byte arrives.
+fn home_without_free_folio() -> Outcome {
+    let dev = gpu0()?;
+    let len = 4 * HUGE;
+    let n = (len / HUGE) as u64;
+    let (_big, start) = thp_region(len, 87)?;
+    dev.migrate(start, len, Location::Device).map_err(e)?;
+    let s0 = stats(&dev)?;
+    check!(s0.resident >= (len / PAGE) as u64, "not on the device");
+    fail_large_home(n)?;
+    let mut sum = 0u64;
+    for i in 0..len / HUGE {
+        // SAFETY: inside the region.
+        sum += u64::from(unsafe {
+            std::ptr::read_volatile((start + i * HUGE + 4096 * 7) as *const u8)
+        });
+    }
+    let s1 = stats(&dev)?;
+    fail_large_home(0)?;
+    // One fault per folio, each bringing home at least the 64 KiB window
+    // (all 2 MiB if the core could split the folio for 4 KiB pages).
+    check!(
+        s1.cpu_faults - s0.cpu_faults == n
+            && delta(&s0, &s1) == (0, 0, n)
+            && s1.to_system - s0.to_system >= 16 * n,
+        "fault-back: {} faults, large/home/fallback {:?}, {} pages (sum {sum})",
+        s1.cpu_faults - s0.cpu_faults,
+        delta(&s0, &s1),
+        s1.to_system - s0.to_system
+    );
+    verify(bytes(start, len), 87)?;
+    // Explicitly (fresh THPs: those pages came home as 4 KiB pages).
+    let (_big, start) = thp_region(len, 87)?;
+    dev.migrate(start, len, Location::Device).map_err(e)?;
+    let s2 = stats(&dev)?;
+    fail_large_home(n)?;
+    let out = dev.migrate(start, len, Location::System).map_err(e);
+    fail_large_home(0)?;
+    let out = out?;
+    let s3 = stats(&dev)?;
+    check!(
+        out.moved == (len / PAGE) as u64 && delta(&s2, &s3) == (0, 0, n),
+        "explicit: {out:?}, large/home/fallback {:?}",
+        delta(&s2, &s3)
+    );
+    verify(bytes(start, len), 87)
+}
+
+/// Pages on the device shared copy-on-write with a fork child (4 KiB pages
+/// and a 2 MiB folio): the parent's engine job writes them; the child, still
+/// alive, keeps its copy.
+fn engine_write_keeps_child_copy() -> Outcome {
+    let dev = gpu0()?;
+    let small = crate::svm::Map::small(16 * PAGE)?;
+    let (_big, huge_start) = thp_region(HUGE, 89)?;
+    for (start, len, seed) in [(small.addr(), small.len(), 88), (huge_start, HUGE, 89)] {
+        // SAFETY: inside a live mapping of ours.
+        let b = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, len) };
+        fill(b, seed);
+        dev.migrate(start, len, Location::Device).map_err(e)?;
+        let (rd, wr) = nix::unistd::pipe().map_err(|x| x.to_string())?;
+        // SAFETY: the child only waits, reads its memory and exits.
+        match unsafe { fork() }.map_err(|x| x.to_string())? {
+            ForkResult::Child => {
+                drop(wr);
+                let mut buf = [0u8; 1];
+                let _ = nix::unistd::read(&rd, &mut buf);
+                let ok = verify(bytes(start, len), seed).is_ok();
+                // SAFETY: leaving the child at once.
+                unsafe { nix::libc::_exit(i32::from(!ok)) };
+            }
+            ForkResult::Parent { child } => {
+                drop(rd);
+                let r = dev.exec(Exec::Fill(0x7777_7777_7777_7777), start, len, false);
+                let _ = nix::unistd::write(&wr, b"x");
+                drop(wr);
+                let st = waitpid(child, None).map_err(|x| x.to_string())?;
+                r.map_err(e)?;
+                check!(
+                    bytes(start, len).iter().all(|&x| x == 0x77),
+                    "{len} bytes: the parent's fill is not there"
+                );
+                check!(
+                    matches!(st, WaitStatus::Exited(_, 0)),
+                    "{len} bytes: the child's copy changed: {st:?}"
+                );
+            }
+        }
+    }
+    Ok(())
 }

@@ -132,6 +132,7 @@ fn hot_unplug_and_replug() -> Outcome {
     // Data on every device, each through its own VM: the unplugged
     // device's pages must come home intact.
     let mut parked = Vec::new();
+    let mut parked_thp = Vec::new();
     for (k, (addr, dev, _)) in open.iter().enumerate() {
         dev.vm_create().map_err(|e| format!("{addr}: {e}"))?;
         let mut m = svm::Map::new(64 * svm::PAGE)?;
@@ -141,7 +142,21 @@ fn hot_unplug_and_replug() -> Outcome {
             .map_err(|e| format!("{addr}: {e}"))?;
         check!(out.moved == 64, "{addr}: {out:?}");
         parked.push((addr.clone(), m, 1000 + k as u64));
+        // And two 2 MiB folios (THPs on the device).
+        let (big, start) = crate::scenarios::huge(4 << 20)?;
+        // SAFETY: inside `big`, readable and writable.
+        let b = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, 4 << 20) };
+        svm::fill(b, 2000 + k as u64);
+        let before_large = dev.stats().map_err(|e| e.to_string())?.large_to_device;
+        dev.migrate(start, 4 << 20, Location::Device)
+            .map_err(|e| format!("{addr}: {e}"))?;
+        let large = dev.stats().map_err(|e| e.to_string())?.large_to_device - before_large;
+        check!(large == 2, "{addr}: {large} folios moved whole");
+        parked_thp.push((addr.clone(), big, start, 2000 + k as u64));
     }
+    // The unplugged device's first 2 MiB system folios fail: its eviction
+    // retries until they come.
+    crate::large::fail_large_home(3)?;
 
     host_wait("device_del", "GPU unbound", 40, || {
         Ok(addrs()?.len() == before.len() - 1)
@@ -160,6 +175,20 @@ fn hot_unplug_and_replug() -> Outcome {
         svm::verify(m.bytes(), *seed).map_err(|e| format!("data parked on {addr}: {e}"))?;
     }
     drop(parked);
+    for (addr, _big, start, seed) in &parked_thp {
+        // SAFETY: inside `_big`, alive.
+        let b = unsafe { std::slice::from_raw_parts(*start as *const u8, 4 << 20) };
+        svm::verify(b, *seed).map_err(|e| format!("2 MiB folios parked on {addr}: {e}"))?;
+    }
+    drop(parked_thp);
+    let left = std::fs::read_to_string("/sys/kernel/debug/msvm/fail_large_home")
+        .map_err(|e| e.to_string())?;
+    crate::large::fail_large_home(0)?;
+    check!(
+        left.trim() == "0",
+        "eviction did not retry its 2 MiB folios: {} injected failures left",
+        left.trim()
+    );
 
     // New work on the unplugged device fails at once with ENODEV.
     let r = gone_dev.query().err().and_then(|e| e.errno());
