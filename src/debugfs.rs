@@ -52,7 +52,7 @@ impl Debugfs {
             fail_large_home <- dir.read_write_callback_file(
                 c"fail_large_home",
                 (),
-                &|_: &(), f: &mut fmt::Formatter<'_>| {
+                &|(): &(), f: &mut fmt::Formatter<'_>| {
                     writeln!(f, "{}", FAIL_LARGE_HOME.load(Relaxed))
                 },
                 &write_fail_large_home,
