@@ -6,6 +6,10 @@ dmesg -n 4
 insmod /msvm/test_hmm.ko || exit 1
 load_msvm || exit 1
 thp=/sys/kernel/mm/transparent_hugepage/enabled
+# No background compaction competing with the timed moves for the 2 vCPUs
+# (both drivers allocate 2 MiB folios; kcompactd would run between them).
+echo 0 >/proc/sys/vm/compaction_proactiveness
+echo 0 >/sys/kernel/mm/transparent_hugepage/khugepaged/defrag
 rc=0
 for size in 64 256; do
 	for mode in always never; do
