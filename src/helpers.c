@@ -11,6 +11,7 @@
 #include <linux/mmu_notifier.h>
 #include <linux/mmap_lock.h>
 #include <linux/io.h>
+#include <linux/kmsan-checks.h>
 #include <linux/ioport.h>
 #include <linux/memremap.h>
 #include <linux/mm.h>
@@ -160,19 +161,34 @@ void msvm_put_page(struct page *page)
 	put_page(page);
 }
 
+/*
+ * Page copies to and from the BAR in 64-bit I/O accesses: both ends are
+ * page aligned, so no byte or word tails. (x86's memcpy_toio/memcpy_fromio
+ * move 32 bits at a time with rep movsl.)
+ */
 void msvm_copy_page_to_io(void __iomem *dst, struct page *src)
 {
-	void *s = kmap_local_page(src);
+	const u64 *s = kmap_local_page(src);
+	u64 __iomem *d = dst;
+	unsigned int i;
 
-	memcpy_toio(dst, s, PAGE_SIZE);
+	for (i = 0; i < PAGE_SIZE / sizeof(u64); i++)
+		__raw_writeq(s[i], d + i);
+	/* Drain the write-combining buffers before the page is handed over. */
+	wmb();
 	kunmap_local(s);
 }
 
 void msvm_copy_io_to_page(struct page *dst, const void __iomem *src)
 {
-	void *d = kmap_local_page(dst);
+	u64 *d = kmap_local_page(dst);
+	const u64 __iomem *s = src;
+	unsigned int i;
 
-	memcpy_fromio(d, src, PAGE_SIZE);
+	for (i = 0; i < PAGE_SIZE / sizeof(u64); i++)
+		d[i] = __raw_readq(s + i);
+	/* As memcpy_fromio(): values read from a device are initialised. */
+	kmsan_unpoison_memory(d, PAGE_SIZE);
 	kunmap_local(d);
 }
 
