@@ -499,6 +499,13 @@ impl VramPool<'_> {
     /// is no free block (or the kernel does not migrate large folios): the
     /// caller then moves the range in small pages.
     pub(crate) fn alloc_large(&self, create: bool) -> Result<Option<Batch>> {
+        // Chunks that are not whole 2 MiB blocks never hold a large folio:
+        // do not create any looking for one.
+        if self.chunk_size % (BLOCK_PAGES * PAGE_SIZE) != 0
+            || large_order() as usize != BLOCK_PAGES.trailing_zeros() as usize
+        {
+            return Ok(None);
+        }
         let batch = self.alloc_from(1, create, true)?;
         Ok((!batch.pages.is_empty()).then_some(batch))
     }
