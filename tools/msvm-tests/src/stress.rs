@@ -1,5 +1,5 @@
 //! `msvm-tests stress SECS PROCS THREADS`: processes x threads, each with
-//! its own region, migrating it to random devices and back, running engine
+//! its own region (1 MiB of 4 KiB pages, or 4 MiB of THPs), migrating it to random devices and back, running engine
 //! jobs on it from random devices (in place or not), rewriting it from the
 //! CPU, replacing it (munmap + mmap) and forking children that check it; a
 //! victim process migrating in a loop is killed mid-operation. Every step's
@@ -16,7 +16,12 @@ use nix::unistd::{fork, ForkResult};
 use crate::svm::{self, fill, Map, PAGE};
 use crate::sysfs;
 
-const REGION: usize = 256 * PAGE;
+/// Region of the odd-seeded workers: 4 KiB pages only.
+const SMALL_REGION: usize = 256 * PAGE;
+/// Region of the even-seeded workers: two THPs (an anonymous mapping of a
+/// multiple of 2 MiB is 2 MiB aligned), so that migrations of half of it at
+/// random page offsets move 2 MiB folios whole and split others.
+const HUGE_REGION: usize = 4 << 20;
 
 /// What a region must hold.
 #[derive(Clone, Copy)]
@@ -52,7 +57,19 @@ impl Rng {
 fn worker(seed: u64, deadline: Instant) -> Result<(u64, u64), String> {
     let devs = svm::every_gpu_with_vm()?;
     let mut r = Rng(seed | 1);
-    let mut m = Map::new(REGION)?;
+    let (region, small) = if seed % 2 == 0 {
+        (HUGE_REGION, false)
+    } else {
+        (SMALL_REGION, true)
+    };
+    let map = |len| {
+        if small {
+            Map::small(len)
+        } else {
+            Map::new(len)
+        }
+    };
+    let mut m = map(region)?;
     let mut c = Content::Pattern(seed);
     fill(m.bytes_mut(), seed);
     let (mut ops, mut verified) = (0u64, 0u64);
@@ -65,8 +82,8 @@ fn worker(seed: u64, deadline: Instant) -> Result<(u64, u64), String> {
                 } else {
                     Location::System
                 };
-                let first = r.below(REGION as u64 / PAGE as u64 / 2) as usize * PAGE;
-                dev.migrate(m.addr() + first, REGION / 2, to)
+                let first = r.below(region as u64 / PAGE as u64 / 2) as usize * PAGE;
+                dev.migrate(m.addr() + first, region / 2, to)
                     .map_err(|e| format!("migrate: {e}"))?;
             }
             2 => {
@@ -76,26 +93,26 @@ fn worker(seed: u64, deadline: Instant) -> Result<(u64, u64), String> {
             }
             3 => {
                 let w = r.below(u64::MAX);
-                dev.exec(Exec::Fill(w), m.addr(), REGION, r.below(2) == 0)
+                dev.exec(Exec::Fill(w), m.addr(), region, r.below(2) == 0)
                     .map_err(|e| format!("fill: {e}"))?;
                 c = Content::Words(w);
             }
             4 => {
                 let got = dev
-                    .exec(Exec::Checksum, m.addr(), REGION, r.below(2) == 0)
+                    .exec(Exec::Checksum, m.addr(), region, r.below(2) == 0)
                     .map_err(|e| format!("checksum: {e}"))?;
-                if got.result != msvm_rt::checksum(&expected(c, REGION)) {
+                if got.result != msvm_rt::checksum(&expected(c, region)) {
                     return Err("engine checksum differs from what the region must hold".into());
                 }
-                verified += REGION as u64;
+                verified += region as u64;
             }
             5 => {
                 drop(m);
-                m = Map::new(REGION)?;
+                m = map(region)?;
                 c = Content::Zero;
             }
             6 => {
-                let want = expected(c, REGION);
+                let want = expected(c, region);
                 // SAFETY: the child reads its copy of the region and exits.
                 match unsafe { fork() }.map_err(|e| e.to_string())? {
                     ForkResult::Child => {
@@ -108,23 +125,23 @@ fn worker(seed: u64, deadline: Instant) -> Result<(u64, u64), String> {
                         if st != WaitStatus::Exited(child, 0) {
                             return Err(format!("forked child saw other data: {st:?}"));
                         }
-                        verified += REGION as u64;
+                        verified += region as u64;
                     }
                 }
             }
             _ => {
-                if m.bytes() != &expected(c, REGION)[..] {
+                if m.bytes() != &expected(c, region)[..] {
                     return Err("CPU sees other data".into());
                 }
-                verified += REGION as u64;
+                verified += region as u64;
             }
         }
         ops += 1;
     }
-    if m.bytes() != &expected(c, REGION)[..] {
+    if m.bytes() != &expected(c, region)[..] {
         return Err("final check: CPU sees other data".into());
     }
-    Ok((ops, verified + REGION as u64))
+    Ok((ops, verified + region as u64))
 }
 
 /// One process: `threads` workers; exit status 0 if all held. Writes its
