@@ -38,6 +38,7 @@ bool msvm_is_device_private_page(struct page *page);
 unsigned int msvm_page_folio_order(struct page *page);
 struct page *msvm_folio_head(struct page *page);
 void msvm_zone_device_folio_init(struct page *page, struct dev_pagemap *pgmap, unsigned int order);
+void msvm_folio_split_tail(struct folio *head, struct folio *tail);
 unsigned int msvm_large_order(void);
 
 /* System pages. */

@@ -141,6 +141,16 @@ impl FreeMap {
         Some(first)
     }
 
+    /// The large folio handed out at block `first` was split into smaller
+    /// folios: the block no longer holds a whole large folio.
+    pub(crate) fn split(&mut self, first: usize) {
+        let b = first / BLOCK_PAGES;
+        if b < self.whole.len() && self.whole[b] {
+            self.whole[b] = false;
+            self.nwhole -= 1;
+        }
+    }
+
     /// Pages `first..first + count` are free again; pages out of range or
     /// already free are ignored. Returns how many were freed.
     pub(crate) fn put(&mut self, first: usize, count: usize) -> usize {
@@ -215,6 +225,12 @@ mod tests {
         assert_eq!(m.put(BLOCK_PAGES, 10), 10);
         assert_eq!(m.put(BLOCK_PAGES, 10), 0);
         assert_eq!(m.put(BLOCK_PAGES + 95, 50), 5);
+        // A split folio's block no longer counts as a large folio.
+        assert_eq!(m.take_block(), None);
+        m.split(0);
+        assert_eq!(m.nwhole(), 0);
+        m.split(0);
+        assert_eq!(m.nwhole(), 0);
         // A whole block freed page by page (a split folio) is whole again.
         for i in 0..BLOCK_PAGES {
             assert_eq!(m.put(i, 1), 1);

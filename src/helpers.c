@@ -90,6 +90,17 @@ void msvm_zone_device_folio_init(struct page *page, struct dev_pagemap *pgmap, u
 	zone_device_folio_init((struct folio *)page, pgmap, order);
 }
 
+/*
+ * What the core does for a new folio of a split device-private folio when
+ * the pagemap has no folio_split callback (zone_device_private_split_cb()):
+ * msvm has one, to keep its allocator's books, so it does this itself.
+ */
+void msvm_folio_split_tail(struct folio *head, struct folio *tail)
+{
+	tail->pgmap = head->pgmap;
+	folio_page(tail, 0)->mapping = folio_page(head, 0)->mapping;
+}
+
 struct page *msvm_folio_head(struct page *page)
 {
 	return &page_folio(page)->page;

@@ -614,7 +614,7 @@ const FAULT_WINDOW: usize = 64 * 1024;
 /// `migrate_to_ram` of a device page of `pool`: brings home this device's
 /// pages in the [`FAULT_WINDOW`] around the fault, or the whole 2 MiB
 /// folio of a fault on one mapped whole (into a 2 MiB system folio if one
-/// is free, else into 4 KiB pages).
+/// is free, else the window in 4 KiB pages).
 pub(crate) fn fault_to_ram(pool: &VramPool<'_>, fault: &Fault<'_>) -> Result<(), FaultError> {
     let vma = fault.vma();
     let large_start = fault.address() & !(LARGE_SIZE - 1);
@@ -627,18 +627,19 @@ pub(crate) fn fault_to_ram(pool: &VramPool<'_>, fault: &Fault<'_>) -> Result<(),
     {
         return Ok(());
     }
-    // Not a whole folio, or it did not come home: the core could not split
-    // the folio for 4 KiB pages (the fault holds a reference to it), but it
-    // split its mapping, so the window's pages now move one by one.
+    // Not a whole folio, or it did not come home (no 2 MiB of RAM: the
+    // first pass split the folio's mapping only), so the window's pages
+    // move in 4 KiB pages, the core splitting the folio as it collects
+    // them.
     let start = (fault.address() & !(FAULT_WINDOW - 1)).max(vma.start());
     let end = (start + FAULT_WINDOW).min(vma.end());
     fault_range(pool, fault, start, end, false).map(|_| ())
 }
 
 /// Brings this device's pages of `[start, end)` home for `fault`; with
-/// `large`, a 2 MiB device folio comes home whole (in a 2 MiB folio if one
-/// is free, else in 4 KiB pages, which needs the core to split it). Returns
-/// whether the faulting page came home.
+/// `large`, a 2 MiB device folio comes home whole in a 2 MiB folio if one
+/// is free (else only its mapping is split, see below). Returns whether
+/// the faulting page came home.
 fn fault_range(
     pool: &VramPool<'_>,
     fault: &Fault<'_>,
@@ -692,26 +693,36 @@ fn fault_range(
             continue;
         }
         if nr > 1 {
-            // No 2 MiB folio: 4 KiB pages for the whole folio; the core
-            // splits it as it installs them (it cannot while collecting:
-            // the fault holds a reference).
+            // No 2 MiB folio. A 4 KiB destination for the folio's first
+            // page makes the core split the folio's mapping, then try to
+            // split the folio itself, which fails: the fault holds a
+            // reference to it. Nothing moves; the caller's second pass
+            // then moves the window out of the folio, now mapped by PTEs
+            // (splitting a mapped folio the fault holds is something the
+            // core does only when it collects PTEs).
             pool.stats.large_fallback.add(1, Relaxed);
-        }
-        for k in 0..nr {
-            let Some(dst) = NewPage::for_vma(vma, addr + k * PAGE_SIZE) else {
-                // The faulting page (and a folio's first, which the core
-                // splits at) must come home; the others may stay.
-                if at + k == fault_at || k == 0 {
-                    return Err(FaultError::Oom);
-                }
-                continue;
+            let Some(dst) = NewPage::for_vma(vma, addr) else {
+                return Err(FaultError::Oom);
             };
             pool.bar()
-                .copy_to_page(offset + k * PAGE_SIZE, dst.page())
+                .copy_to_page(offset, dst.page())
                 .map_err(|_| FaultError::Sigbus)?;
-            mig.set_dst(at + k, Entry::to(dst.into_migration(), src.write()));
-            filled[at + k] = 1;
+            mig.set_dst(at, Entry::to(dst.into_migration(), src.write()));
+            filled[at] = 1;
+            continue;
         }
+        let Some(dst) = NewPage::for_vma(vma, addr) else {
+            // The faulting page must come home; its neighbours may stay.
+            if at == fault_at {
+                return Err(FaultError::Oom);
+            }
+            continue;
+        };
+        pool.bar()
+            .copy_to_page(offset, dst.page())
+            .map_err(|_| FaultError::Sigbus)?;
+        mig.set_dst(at, Entry::to(dst.into_migration(), src.write()));
+        filled[at] = 1;
     }
     mig.pages();
     let (mut moved, mut folios, mut home) = (0, 0, false);

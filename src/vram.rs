@@ -246,6 +246,12 @@ impl PagemapOps for Chunk {
         self.pool().stats.freed.add(freed as u64, Relaxed);
     }
 
+    fn folio_split(&self, head: PageRef) {
+        if let Some(idx) = head.pfn().checked_sub(self.pfn_first) {
+            self.free.lock().split(idx);
+        }
+    }
+
     fn migrate_to_ram(&self, fault: &Fault<'_>) -> Result<(), FaultError> {
         crate::migrate::fault_to_ram(self.pool(), fault)
     }
@@ -894,8 +900,10 @@ impl VramPool<'_> {
                         "msvm: chunk {c}: {n} page(s) still in use after {pass} passes, retrying\n"
                     );
                 }
-                Ok(_) => {}
-                Err(e) => pr_err!("msvm: chunk {c}: eviction failed: {e:?}, retrying\n"),
+                Err(e) if pass % 100 == 0 => {
+                    pr_err!("msvm: chunk {c}: eviction failed: {e:?}, retrying\n");
+                }
+                _ => {}
             }
             pass = pass.wrapping_add(1);
             kernel::time::delay::fsleep(kernel::time::Delta::from_millis(wait_ms));

@@ -27,6 +27,11 @@ pub(crate) trait PagemapOps: Send + Sync + Sized + 'static {
     /// reuse. May run in any context that can put a page: must not sleep.
     fn folio_free(&self, page: PageRef, order: u32);
 
+    /// The core has split the large folio that starts at `head` into
+    /// smaller ones (each comes back through [`Self::folio_free`] on its
+    /// own). Runs with the folio frozen: must not sleep.
+    fn folio_split(&self, head: PageRef);
+
     /// The CPU touched `fault.page()`, a page of this map mapped in a process:
     /// move it (and maybe its neighbours) to system RAM.
     fn migrate_to_ram(&self, fault: &Fault<'_>) -> Result<(), FaultError>;
@@ -109,7 +114,7 @@ impl<T: PagemapOps> OpsTable<T> {
         folio_free: Some(folio_free_cb::<T>),
         migrate_to_ram: Some(migrate_to_ram_cb::<T>),
         memory_failure: None,
-        folio_split: None,
+        folio_split: Some(folio_split_cb::<T>),
     };
 }
 
@@ -140,6 +145,32 @@ unsafe extern "C" fn folio_free_cb<T: PagemapOps>(folio: *mut bindings::folio) {
     // SAFETY: the page stays valid for the callback.
     if let Some(p) = unsafe { PageRef::from_raw(page) } {
         map.data.folio_free(p, p.folio_order());
+    }
+}
+
+/// `dev_pagemap_ops.folio_split`: called for each new folio `tail` of a
+/// split of `head`, then once with `tail` NULL.
+///
+/// # Safety
+///
+/// Called by the mm core with folios of a pagemap registered with these
+/// ops, while it splits `head`.
+unsafe extern "C" fn folio_split_cb<T: PagemapOps>(
+    head: *mut bindings::folio,
+    tail: *mut bindings::folio,
+) {
+    if !tail.is_null() {
+        // SAFETY: both are valid folios of the split in progress (caller).
+        unsafe { b::msvm_folio_split_tail(head, tail) };
+        return;
+    }
+    let page = head.cast::<bindings::page>();
+    // SAFETY: the folio is one of ours (these ops are only ours) and its
+    // pagemap lives while any of its pages is in use.
+    let map = unsafe { owner_of::<T>(page) };
+    // SAFETY: the page stays valid for the callback.
+    if let Some(p) = unsafe { PageRef::from_raw(page) } {
+        map.data.folio_split(p);
     }
 }
 
