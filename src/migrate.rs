@@ -101,8 +101,8 @@ pub(crate) fn migrate_range(
             Outcome::stayed(dir, n)
         } else {
             let r = match dir {
-                Direction::ToDevice => step_to_device(pool, vma, addr, step_end),
-                Direction::ToSystem => step_to_system(pool, vma, addr, step_end),
+                Direction::ToDevice => step(pool, vma, addr, step_end, fill_to_device),
+                Direction::ToSystem => step(pool, vma, addr, step_end, fill_to_system),
             };
             match r {
                 // `migrate_vma_setup` refused the VMA for a reason of its
@@ -362,7 +362,7 @@ pub(crate) static FAIL_LARGE_HOME: Atomic<u64> = Atomic::new(0);
 
 /// Whether this 2 MiB system folio allocation is to fail on purpose (one
 /// of [`FAIL_LARGE_HOME`]'s, which it uses up).
-pub(crate) fn fail_large_home() -> bool {
+fn fail_large_home() -> bool {
     let mut v = FAIL_LARGE_HOME.load(Relaxed);
     while v > 0 {
         match FAIL_LARGE_HOME.cmpxchg(v, v - 1, Relaxed) {
@@ -380,6 +380,15 @@ fn large_home(vma: &VmaRef, addr: usize) -> Option<NewPage> {
         return None;
     }
     NewPage::large_for_vma(vma, addr)
+}
+
+/// A 2 MiB system folio for an evicted device folio (see
+/// [`NewPage::large_evict`]), unless a test asked for a failure.
+pub(crate) fn large_home_evict() -> Option<NewPage> {
+    if fail_large_home() {
+        return None;
+    }
+    NewPage::large_evict()
 }
 
 /// Whether `[start, end)` of `vma` is one whole 2 MiB block whose folio (or
@@ -434,14 +443,22 @@ fn copy_in(pool: &VramPool<'_>, src: Entry, nr: usize, offset: usize) -> Result<
     Ok(peer)
 }
 
-fn step_to_device(pool: &VramPool<'_>, vma: &VmaRef, start: usize, end: usize) -> Result<Outcome> {
-    if let Some(out) = fill_to_device(pool, vma, start, end, large_step(vma, start, end))? {
+/// One migration step by `fill`: a whole 2 MiB folio (or hole) moves
+/// whole where the step allows; if `fill` finds no 2 MiB destination for
+/// it, the step runs again in small pages (the core splits the folio when
+/// it collects it).
+fn step(
+    pool: &VramPool<'_>,
+    vma: &VmaRef,
+    start: usize,
+    end: usize,
+    fill: impl Fn(&VramPool<'_>, &VmaRef, usize, usize, bool) -> Result<Option<Outcome>>,
+) -> Result<Outcome> {
+    if let Some(out) = fill(pool, vma, start, end, large_step(vma, start, end))? {
         return Ok(out);
     }
-    // A 2 MiB folio (or hole) and no free 2 MiB block: in small pages (the
-    // core splits the folio when it collects it).
     pool.stats.large_fallback.add(1, Relaxed);
-    fill_to_device(pool, vma, start, end, false)?.ok_or(EAGAIN)
+    fill(pool, vma, start, end, false)?.ok_or(EAGAIN)
 }
 
 /// One step towards the device. With `large`, a whole 2 MiB folio (or hole)
@@ -522,16 +539,6 @@ fn fill_to_device(
     Ok(Some(out))
 }
 
-fn step_to_system(pool: &VramPool<'_>, vma: &VmaRef, start: usize, end: usize) -> Result<Outcome> {
-    if let Some(out) = fill_to_system(pool, vma, start, end, large_step(vma, start, end))? {
-        return Ok(out);
-    }
-    // A 2 MiB device folio and no free 2 MiB of RAM: in small pages (the
-    // core splits the device folio when it collects it).
-    pool.stats.large_fallback.add(1, Relaxed);
-    fill_to_system(pool, vma, start, end, false)?.ok_or(EAGAIN)
-}
-
 /// One step towards system RAM. With `large`, a whole 2 MiB device folio
 /// moves into a 2 MiB system folio; if none can be had, nothing moves and
 /// this returns `None`.
@@ -583,10 +590,7 @@ fn fill_to_system(
             };
             d
         };
-        for k in 0..nr {
-            let page = dst.page().nth(k).ok_or(EINVAL)?;
-            owner.bar().copy_to_page(offset + k * PAGE_SIZE, page)?;
-        }
+        owner.bar().copy_to_folio(offset, dst.page(), nr)?;
         mig.set_dst(
             at,
             dst_entry(dst.into_migration(), src.write(), src.compound()),
@@ -682,12 +686,9 @@ fn fault_range(
             None
         };
         if let Some(dst) = large_dst {
-            for k in 0..nr {
-                let page = dst.page().nth(k).ok_or(FaultError::Sigbus)?;
-                pool.bar()
-                    .copy_to_page(offset + k * PAGE_SIZE, page)
-                    .map_err(|_| FaultError::Sigbus)?;
-            }
+            pool.bar()
+                .copy_to_folio(offset, dst.page(), nr)
+                .map_err(|_| FaultError::Sigbus)?;
             mig.set_dst(at, Entry::to(dst.into_migration(), src.write()).large());
             filled[at] = nr as u16;
             continue;

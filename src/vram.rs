@@ -743,18 +743,10 @@ impl VramPool<'_> {
     ) -> Result<Option<bool>> {
         let write = mig.src(i).write();
         let Some(block) = blocks else {
-            let dst = if crate::migrate::fail_large_home() {
-                None
-            } else {
-                NewPage::large_evict()
-            };
-            let Some(dst) = dst else {
+            let Some(dst) = crate::migrate::large_home_evict() else {
                 return Ok(None);
             };
-            for k in 0..BLOCK_PAGES {
-                let page = dst.page().nth(k).ok_or(EINVAL)?;
-                self.bar.copy_to_page(from + k * PAGE_SIZE, page)?;
-            }
+            self.bar.copy_to_folio(from, dst.page(), BLOCK_PAGES)?;
             mig.set_dst(i, Entry::to(dst.into_migration(), write).large());
             return Ok(Some(false));
         };
