@@ -82,7 +82,8 @@ fn main() -> ExitCode {
             return finish("fuzz", res, Some("fuzz"));
         }
         Some("stress") => {
-            let res = stress::run(arg(1, 20), arg(2, 3), arg(3, 2));
+            let thp = arg(4, String::new()) == "thp";
+            let res = stress::run(arg(1, 20), arg(2, 3), arg(3, 2), thp);
             return finish("stress", res, Some("stress"));
         }
         Some("bench-p2p") => return finish("bench-p2p", bench::run_p2p(arg(1, 64)), None),
