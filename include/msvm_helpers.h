@@ -40,6 +40,9 @@ struct page *msvm_folio_head(struct page *page);
 void msvm_zone_device_folio_init(struct page *page, struct dev_pagemap *pgmap, unsigned int order);
 void msvm_folio_split_tail(struct folio *head, struct folio *tail);
 unsigned int msvm_large_order(void);
+bool msvm_pmd_device_folio_shared(struct vm_area_struct *vma, unsigned long addr);
+bool msvm_split_fault_folio(struct vm_area_struct *vma, unsigned long addr,
+			    struct page *head, void *owner);
 
 /* System pages. */
 struct page *msvm_alloc_page_vma(struct vm_area_struct *vma, unsigned long addr);

@@ -11,9 +11,11 @@
 #include <linux/mmu_notifier.h>
 #include <linux/mmap_lock.h>
 #include <linux/io.h>
+#include <linux/leafops.h>
 #include <linux/kmsan-checks.h>
 #include <linux/ioport.h>
 #include <linux/memremap.h>
+#include <linux/migrate.h>
 #include <linux/mm.h>
 #include <linux/pagemap.h>
 #include <linux/pci.h>
@@ -113,6 +115,89 @@ struct page *msvm_folio_head(struct page *page)
 unsigned int msvm_large_order(void)
 {
 	return thp_migration_supported() ? HPAGE_PMD_ORDER : 0;
+}
+
+/*
+ * Whether the PMD of @vma at @addr maps a device-private folio whole that
+ * another mm (a fork relative) maps too. The caller holds the mmap lock
+ * (read), so no fork of this mm can add a mapping meanwhile: a folio found
+ * mapped once stays so until the caller lets go of the lock.
+ *
+ * Linux 7.3's zap_huge_pmd() takes a PMD *migration* entry of a
+ * device-private folio for a device-private entry: unmapping or exiting
+ * drops a folio reference and a mapping it never held. A migration that
+ * collects such a folio whole turns the other mm's PMD into a migration
+ * entry (try_to_migrate()) until it finishes, so that mm exiting then frees
+ * the folio under the migration. msvm does not move shared device folios
+ * whole (see migrate.rs, large_step()).
+ */
+bool msvm_pmd_device_folio_shared(struct vm_area_struct *vma, unsigned long addr)
+{
+	struct mm_struct *mm = vma->vm_mm;
+	bool shared = false;
+	spinlock_t *ptl;
+	pgd_t *pgd;
+	p4d_t *p4d;
+	pud_t *pud;
+	pmd_t *pmd, pmdval;
+
+	mmap_assert_locked(mm);
+	pgd = pgd_offset(mm, addr);
+	if (pgd_none(pgdp_get(pgd)))
+		return false;
+	p4d = p4d_offset(pgd, addr);
+	if (p4d_none(p4dp_get(p4d)))
+		return false;
+	pud = pud_offset(p4d, addr);
+	if (!pud_present(pudp_get(pud)) || pud_leaf(pudp_get(pud)))
+		return false;
+	pmd = pmd_offset(pud, addr);
+	ptl = pmd_lock(mm, pmd);
+	pmdval = pmdp_get(pmd);
+	if (!pmd_present(pmdval) && pmd_is_device_private_entry(pmdval))
+		shared = folio_mapcount(softleaf_to_folio(softleaf_from_pmd(pmdval))) > 1;
+	spin_unlock(ptl);
+	return shared;
+}
+
+/*
+ * From migrate_to_ram() of a PMD fault on the device-private folio mapped
+ * whole at @addr (PMD aligned) of @vma, whose head page @head the fault
+ * path holds locked and referenced (and the mmap lock): splits the folio
+ * into small folios, and every mm's PMD of it into page-table entries,
+ * moving nothing. Returns whether the folio was split; either way the head
+ * page's folio is locked and referenced again on return, as the fault path
+ * expects.
+ *
+ * The core splits a folio only for a caller holding the single extra
+ * reference it allows: a migration's collect takes one, so the fault's own
+ * is dropped meanwhile (this mm's mapping, which the mmap lock keeps, holds
+ * the folio). The split goes through page-table entries (TTU_SPLIT_HUGE_PMD),
+ * never a PMD migration entry: see msvm_pmd_device_folio_shared() for why
+ * other mms must not get one. The collected head page moves nowhere (no
+ * destination): finalize puts it back.
+ */
+bool msvm_split_fault_folio(struct vm_area_struct *vma, unsigned long addr,
+			    struct page *head, void *owner)
+{
+	unsigned long src = 0, dst = 0;
+	struct migrate_vma args = {
+		.vma = vma,
+		.start = addr,
+		.end = addr + PAGE_SIZE,
+		.src = &src,
+		.dst = &dst,
+		.pgmap_owner = owner,
+		.flags = MIGRATE_VMA_SELECT_DEVICE_PRIVATE,
+		.fault_page = head,
+	};
+
+	mmap_assert_locked(vma->vm_mm);
+	folio_put(page_folio(head));
+	if (!migrate_vma_setup(&args))
+		migrate_vma_finalize(&args);
+	folio_get(page_folio(head));
+	return !folio_test_large(page_folio(head));
 }
 
 struct page *msvm_alloc_page_vma(struct vm_area_struct *vma, unsigned long addr)

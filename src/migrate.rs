@@ -28,7 +28,7 @@ use crate::device::PoolRef;
 use crate::engine::{fault_in, VmMirror};
 use crate::mm::hmm::Mirror;
 use crate::mm::{
-    migrate::{Entry, Select, VmaMigration, MAX_PAGES},
+    migrate::{device_folio_shared, Entry, Select, VmaMigration, MAX_PAGES},
     page::{large_order, NewPage, PageRef},
     pagemap::{Fault, FaultError, PAGE_SIZE},
 };
@@ -393,12 +393,15 @@ pub(crate) fn large_home_evict() -> Option<NewPage> {
 
 /// Whether `[start, end)` of `vma` is one whole 2 MiB block whose folio (or
 /// hole) a migration may move whole: not in a VMA the process asked to keep
-/// free of huge pages (`MADV_NOHUGEPAGE`).
+/// free of huge pages (`MADV_NOHUGEPAGE`), and not a device folio that a
+/// fork relative maps too (see [`device_folio_shared`]: such a folio moves
+/// in small pages, the core splitting it first).
 fn large_step(vma: &VmaRef, start: usize, end: usize) -> bool {
     large_order() != 0
         && start % LARGE_SIZE == 0
         && end - start == LARGE_SIZE
         && vma.flags() & flags::NOHUGEPAGE == 0
+        && !device_folio_shared(vma, start)
 }
 
 /// The destination entry for `page`, a large folio if `large`.
@@ -616,25 +619,30 @@ fn fill_to_system(
 const FAULT_WINDOW: usize = 64 * 1024;
 
 /// `migrate_to_ram` of a device page of `pool`: brings home this device's
-/// pages in the [`FAULT_WINDOW`] around the fault, or the whole 2 MiB
-/// folio of a fault on one mapped whole (into a 2 MiB system folio if one
-/// is free, else the window in 4 KiB pages).
+/// pages in the [`FAULT_WINDOW`] around the fault. A fault on a 2 MiB
+/// folio mapped whole brings it home whole into a 2 MiB system folio; if
+/// none is free, or if a fork relative maps the folio too (see
+/// [`device_folio_shared`]), the folio and its mappings are split instead,
+/// moving nothing: the CPU's retry of the access faults on a small page,
+/// whose window then comes home in 4 KiB pages.
 pub(crate) fn fault_to_ram(pool: &VramPool<'_>, fault: &Fault<'_>) -> Result<(), FaultError> {
     let vma = fault.vma();
-    let large_start = fault.address() & !(LARGE_SIZE - 1);
-    if fault.is_pmd()
-        && large_order() != 0
-        && fault.page().folio_order() == large_order()
-        && large_start >= vma.start()
-        && large_start + LARGE_SIZE <= vma.end()
-        && fault_range(pool, fault, large_start, large_start + LARGE_SIZE, true)?
-    {
+    if fault.is_pmd() {
+        // The core maps a large folio whole only where its 2 MiB block lies
+        // inside the VMA.
+        let large_start = fault.address() & !(LARGE_SIZE - 1);
+        if !device_folio_shared(vma, large_start)
+            && fault_range(pool, fault, large_start, large_start + LARGE_SIZE, true)?
+        {
+            return Ok(());
+        }
+        // The window of a folio mapped whole cannot move in small pages in
+        // this fault: the core splits a folio only for a caller without the
+        // fault's reference.
+        pool.stats.large_fallback.add(1, Relaxed);
+        fault.split_whole_folio(large_start, pool.owner());
         return Ok(());
     }
-    // Not a whole folio, or it did not come home (no 2 MiB of RAM: the
-    // first pass split the folio's mapping only), so the window's pages
-    // move in 4 KiB pages, the core splitting the folio as it collects
-    // them.
     let start = (fault.address() & !(FAULT_WINDOW - 1)).max(vma.start());
     let end = (start + FAULT_WINDOW).min(vma.end());
     fault_range(pool, fault, start, end, false).map(|_| ())
@@ -642,8 +650,8 @@ pub(crate) fn fault_to_ram(pool: &VramPool<'_>, fault: &Fault<'_>) -> Result<(),
 
 /// Brings this device's pages of `[start, end)` home for `fault`; with
 /// `large`, a 2 MiB device folio comes home whole in a 2 MiB folio if one
-/// is free (else only its mapping is split, see below). Returns whether
-/// the faulting page came home.
+/// is free (else nothing moves). Returns whether the faulting page came
+/// home.
 fn fault_range(
     pool: &VramPool<'_>,
     fault: &Fault<'_>,
@@ -694,22 +702,7 @@ fn fault_range(
             continue;
         }
         if nr > 1 {
-            // No 2 MiB folio. A 4 KiB destination for the folio's first
-            // page makes the core split the folio's mapping, then try to
-            // split the folio itself, which fails: the fault holds a
-            // reference to it. Nothing moves; the caller's second pass
-            // then moves the window out of the folio, now mapped by PTEs
-            // (splitting a mapped folio the fault holds is something the
-            // core does only when it collects PTEs).
-            pool.stats.large_fallback.add(1, Relaxed);
-            let Some(dst) = NewPage::for_vma(vma, addr) else {
-                return Err(FaultError::Oom);
-            };
-            pool.bar()
-                .copy_to_page(offset, dst.page())
-                .map_err(|_| FaultError::Sigbus)?;
-            mig.set_dst(at, Entry::to(dst.into_migration(), src.write()));
-            filled[at] = 1;
+            // No 2 MiB folio: nothing moves (the caller splits the folio).
             continue;
         }
         let Some(dst) = NewPage::for_vma(vma, addr) else {

@@ -83,6 +83,21 @@ impl Entry {
     }
 }
 
+/// Whether the PMD of `vma` at `addr` maps a device-private folio whole that
+/// another mm (a fork relative) maps too.
+///
+/// Such a folio must not be collected whole (a [`VmaMigration`] set up with
+/// `large`): while that migration runs, the other mm's PMD is a migration
+/// entry, and Linux 7.3 unmapping it (that process exiting or unmapping the
+/// range) drops a reference and a mapping the entry does not hold, so the
+/// folio is freed under the migration. Collected in small pages, the core
+/// splits the folio first, and every mm's PMD becomes page-table entries.
+pub(crate) fn device_folio_shared(vma: &VmaRef, addr: usize) -> bool {
+    // SAFETY: `vma` is a valid VMA whose mm's mmap lock the caller holds
+    // (the borrow of the `VmaRef` proves it); any address is accepted.
+    unsafe { b::msvm_pmd_device_folio_shared(vma.as_ptr(), addr) }
+}
+
 /// Which source pages a [`VmaMigration`] collects.
 #[derive(Clone, Copy)]
 pub(crate) enum Select {

@@ -67,6 +67,29 @@ impl Fault<'_> {
         self.0.pte.is_null()
     }
 
+    /// On a PMD fault ([`Self::is_pmd`]) on a large folio of owner `owner`
+    /// mapped whole at `start` (the 2 MiB block of the fault): splits the
+    /// folio into small ones, and its PMD mappings (this mm's and any fork
+    /// relative's) into page-table entries, moving nothing. Returns whether
+    /// it was split; the CPU's retry of the access then faults on a small
+    /// page. Nothing is left to the caller to undo either way.
+    pub(crate) fn split_whole_folio(&self, start: usize, owner: *const c_void) -> bool {
+        let head = self.page().head();
+        // SAFETY: a PMD fault's `migrate_to_ram` holds the mmap lock, the
+        // lock of the folio of `vmf->page` and one reference to it, as the
+        // helper requires; `start` is the PMD-aligned address of the folio
+        // mapped whole, inside the VMA (the caller checked both), and `head`
+        // its head page.
+        unsafe {
+            b::msvm_split_fault_folio(
+                self.0.__bindgen_anon_1.vma,
+                start,
+                head.as_ptr(),
+                owner.cast_mut(),
+            )
+        }
+    }
+
     /// The VMA the fault is in; the fault path holds its lock for the call.
     pub(crate) fn vma(&self) -> &kernel::mm::virt::VmaRef {
         // SAFETY: `vmf->vma` is valid and locked (mmap or per-VMA lock) for

@@ -5,5 +5,19 @@
 #   python3 scripts/vm.py ... --cmd only --append msvm_only=unplug-loop,3
 . /msvm/guest/lib.sh
 load_msvm || exit 1
+# msvm_dump_after=SECS: if the run is still going after SECS, dump every
+# task's state to the console (needs CONFIG_MAGIC_SYSRQ, as in a kernel
+# built to chase a hang; without it this says so once).
+if [ -n "${msvm_dump_after:-}" ]; then
+	(
+		sleep "$msvm_dump_after"
+		if [ -w /proc/sysrq-trigger ]; then
+			echo "== msvm_dump_after: blocked tasks, CPUs, all tasks"
+			for k in w l t; do echo "$k" >/proc/sysrq-trigger; sleep 2; done
+		else
+			echo "== msvm_dump_after: no /proc/sysrq-trigger in this kernel"
+		fi
+	) &
+fi
 # shellcheck disable=SC2046 # split on purpose
 msvm-tests $(echo "${msvm_only:-}" | tr ',' ' ')

@@ -16,7 +16,7 @@ echo "== msvm-tests"
 msvm-tests || rc=1
 echo "== msvm-tests fuzz (seed ${msvm_fuzz_seed:-1}, ${msvm_fuzz_calls:-100000} calls)"
 msvm-tests fuzz "${msvm_fuzz_seed:-1}" "${msvm_fuzz_calls:-100000}" "${msvm_fuzz_secs:-300}" || rc=1
-echo "== msvm-tests stress (${msvm_stress_secs:-20} s, 3 processes x 2 threads, all devices)"
+echo "== msvm-tests stress (${msvm_stress_secs:-20} s, 3 processes x 2 threads, 4 KiB pages and THPs, all devices)"
 msvm-tests stress "${msvm_stress_secs:-20}" 3 2 >/tmp/stress.log 2>&1 || rc=1
 cat /tmp/stress.log
 awk '/^# stress-proc/ { o += $3; b += $4 }

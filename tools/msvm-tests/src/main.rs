@@ -82,7 +82,7 @@ fn main() -> ExitCode {
             return finish("fuzz", res, Some("fuzz"));
         }
         Some("stress") => {
-            let thp = arg(4, String::new()) == "thp";
+            let thp = arg(4, String::new()) != "small";
             let res = stress::run(arg(1, 20), arg(2, 3), arg(3, 2), thp);
             return finish("stress", res, Some("stress"));
         }

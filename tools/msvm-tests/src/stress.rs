@@ -1,7 +1,7 @@
-//! `msvm-tests stress SECS PROCS THREADS`: processes x threads, each with
-//! its own region (1 MiB of 4 KiB pages; with a fourth argument `thp`, one
-//! thread of each process 4 MiB of THPs: 2 MiB device folios. That mode can
-//! hang on the release kernel, see issue 3's note; CI runs without it),
+//! `msvm-tests stress SECS PROCS THREADS [small]`: processes x threads,
+//! each with its own region (1 MiB of 4 KiB pages, or for one thread of
+//! each process 4 MiB of THPs: 2 MiB device folios; `small` gives every
+//! thread 4 KiB pages),
 //! migrating it to random devices and back, running engine
 //! jobs on it from random devices (in place or not), rewriting it from the
 //! CPU, replacing it (munmap + mmap) and forking children that check it; a
@@ -21,7 +21,7 @@ use crate::sysfs;
 
 /// Region of the odd-seeded workers: 4 KiB pages only.
 const SMALL_REGION: usize = 256 * PAGE;
-/// Region of the even-seeded workers with `thp` (`stress ... thp`): two THPs (an anonymous mapping of a
+/// Region of the even-seeded workers (unless `small`): two THPs (an anonymous mapping of a
 /// multiple of 2 MiB is 2 MiB aligned), so that migrations of half of it at
 /// random page offsets move 2 MiB folios whole and split others.
 const HUGE_REGION: usize = 4 << 20;
