@@ -238,17 +238,27 @@ fn to_device<'p, 'a: 'p>(
 
 /// Brings the pages of every device home, one owner group at a time (a
 /// migration collects only the device pages of one owner), through the
-/// first member of each group that is not going away.
+/// first member of each group that is not going away; groups holding no
+/// page are skipped.
 pub(crate) fn home(mm: &MmWithUser, start: usize, len: usize) -> Result<Outcome> {
     let mut pools: [Option<PoolRef>; MAX_DEVICES] = [const { None }; MAX_DEVICES];
     {
         let topo = TOPOLOGY.lock();
+        // Groups none of whose devices holds a page are skipped: a pass
+        // over the range would collect nothing, at the cost of a walk and
+        // an invalidation per step.
+        let mut holds = [false; MAX_DEVICES];
+        for i in 0..MAX_DEVICES {
+            if let (Some(g), Ok(p)) = (topo.group(i), PoolRef::get_locked(&topo, i)) {
+                holds[g % MAX_DEVICES] |= p.resident() > 0;
+            }
+        }
         let mut covered = [false; MAX_DEVICES];
         for (i, slot) in pools.iter_mut().enumerate() {
             let Some(g) = topo.group(i) else {
                 continue;
             };
-            if covered[g % MAX_DEVICES] {
+            if covered[g % MAX_DEVICES] || !holds[g % MAX_DEVICES] {
                 continue;
             }
             // A device going away sends its pages home itself.

@@ -406,14 +406,12 @@ pub(crate) fn stats(
     let pool = gpu.vram();
     let s = &pool.stats;
     let (live, cached) = pool.chunk_counts();
-    let allocated = s.allocated.load(Relaxed);
-    let freed = s.freed.load(Relaxed);
     *arg = drm_msvm_stats {
         to_device: s.to_device.load(Relaxed),
         to_system: s.to_system.load(Relaxed),
         cpu_faults: s.cpu_faults.load(Relaxed),
         evicted: s.evicted.load(Relaxed),
-        resident: allocated.saturating_sub(freed),
+        resident: pool.resident(),
         no_vram: s.no_vram.load(Relaxed),
         chunks_live: live as u64,
         chunks_created: s.chunks_created.load(Relaxed),

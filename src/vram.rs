@@ -364,6 +364,12 @@ impl<'a> VramPool<'a> {
         &self.bar
     }
 
+    /// Pages in use (allocated and not yet freed), in transit included.
+    pub(crate) fn resident(&self) -> u64 {
+        let freed = self.stats.freed.load(Relaxed);
+        self.stats.allocated.load(Relaxed).saturating_sub(freed)
+    }
+
     /// Usable bytes of VRAM.
     pub(crate) fn size(&self) -> usize {
         self.nchunks * self.chunk_size
