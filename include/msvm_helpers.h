@@ -41,7 +41,7 @@ void msvm_zone_device_folio_init(struct page *page, struct dev_pagemap *pgmap, u
 void msvm_folio_split_tail(struct folio *head, struct folio *tail);
 unsigned int msvm_large_order(void);
 bool msvm_pmd_device_folio_shared(struct vm_area_struct *vma, unsigned long addr);
-bool msvm_split_fault_folio(struct vm_area_struct *vma, unsigned long addr,
+void msvm_split_fault_folio(struct vm_area_struct *vma, unsigned long addr,
 			    struct page *head, void *owner);
 
 /* System pages. */

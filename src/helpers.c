@@ -165,9 +165,9 @@ bool msvm_pmd_device_folio_shared(struct vm_area_struct *vma, unsigned long addr
  * whole at @addr (PMD aligned) of @vma, whose head page @head the fault
  * path holds locked and referenced (and the mmap lock): splits the folio
  * into small folios, and every mm's PMD of it into page-table entries,
- * moving nothing. Returns whether the folio was split; either way the head
- * page's folio is locked and referenced again on return, as the fault path
- * expects.
+ * moving nothing (if the core cannot split it now, the fault is simply
+ * retried). Either way the head page's folio is locked and referenced again
+ * on return, as the fault path expects.
  *
  * The core splits a folio only for a caller holding the single extra
  * reference it allows: a migration's collect takes one, so the fault's own
@@ -177,7 +177,7 @@ bool msvm_pmd_device_folio_shared(struct vm_area_struct *vma, unsigned long addr
  * other mms must not get one. The collected head page moves nowhere (no
  * destination): finalize puts it back.
  */
-bool msvm_split_fault_folio(struct vm_area_struct *vma, unsigned long addr,
+void msvm_split_fault_folio(struct vm_area_struct *vma, unsigned long addr,
 			    struct page *head, void *owner)
 {
 	unsigned long src = 0, dst = 0;
@@ -197,7 +197,6 @@ bool msvm_split_fault_folio(struct vm_area_struct *vma, unsigned long addr,
 	if (!migrate_vma_setup(&args))
 		migrate_vma_finalize(&args);
 	folio_get(page_folio(head));
-	return !folio_test_large(page_folio(head));
 }
 
 struct page *msvm_alloc_page_vma(struct vm_area_struct *vma, unsigned long addr)

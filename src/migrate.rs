@@ -244,27 +244,27 @@ pub(crate) fn home(mm: &MmWithUser, start: usize, len: usize) -> Result<Outcome>
     let mut pools: [Option<PoolRef>; MAX_DEVICES] = [const { None }; MAX_DEVICES];
     {
         let topo = TOPOLOGY.lock();
-        // Groups none of whose devices holds a page are skipped: a pass
-        // over the range would collect nothing, at the cost of a walk and
-        // an invalidation per step.
+        // The first member of each group that is not going away (a device
+        // going away sends its pages home itself) goes through the range,
+        // unless no member of its group holds a page: that pass would
+        // collect nothing, at the cost of a walk and an invalidation per
+        // step.
+        let mut first = [false; MAX_DEVICES];
         let mut holds = [false; MAX_DEVICES];
-        for i in 0..MAX_DEVICES {
-            if let (Some(g), Ok(p)) = (topo.group(i), PoolRef::get_locked(&topo, i)) {
-                holds[g % MAX_DEVICES] |= p.resident() > 0;
-            }
-        }
-        let mut covered = [false; MAX_DEVICES];
         for (i, slot) in pools.iter_mut().enumerate() {
-            let Some(g) = topo.group(i) else {
+            let (Some(g), Ok(p)) = (topo.group(i), PoolRef::get_locked(&topo, i)) else {
                 continue;
             };
-            if covered[g % MAX_DEVICES] || !holds[g % MAX_DEVICES] {
-                continue;
-            }
-            // A device going away sends its pages home itself.
-            if let Ok(p) = PoolRef::get_locked(&topo, i) {
-                covered[g % MAX_DEVICES] = true;
+            let g = g % MAX_DEVICES;
+            holds[g] |= p.resident() > 0;
+            if !first[g] {
+                first[g] = true;
                 *slot = Some(p);
+            }
+        }
+        for (i, slot) in pools.iter_mut().enumerate() {
+            if topo.group(i).is_some_and(|g| !holds[g % MAX_DEVICES]) {
+                *slot = None;
             }
         }
     }

@@ -102,7 +102,6 @@ impl PageRef {
         Some(unsafe { Self::from_pfn(start + k) })
     }
 
-    /// Whether this is a device-private page.
     /// The head page of this page's folio (the page itself if small).
     pub(crate) fn head(self) -> Self {
         // SAFETY: the page is valid (type invariant), and so is the head
@@ -110,6 +109,7 @@ impl PageRef {
         unsafe { Self::from_raw(b::msvm_folio_head(self.as_ptr())) }.unwrap_or(self)
     }
 
+    /// Whether this is a device-private page.
     pub(crate) fn is_device_private(self) -> bool {
         // SAFETY: the page is valid (type invariant).
         unsafe { b::msvm_is_device_private_page(self.as_ptr()) }

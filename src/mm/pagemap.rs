@@ -70,10 +70,11 @@ impl Fault<'_> {
     /// On a PMD fault ([`Self::is_pmd`]) on a large folio of owner `owner`
     /// mapped whole at `start` (the 2 MiB block of the fault): splits the
     /// folio into small ones, and its PMD mappings (this mm's and any fork
-    /// relative's) into page-table entries, moving nothing. Returns whether
-    /// it was split; the CPU's retry of the access then faults on a small
-    /// page. Nothing is left to the caller to undo either way.
-    pub(crate) fn split_whole_folio(&self, start: usize, owner: *const c_void) -> bool {
+    /// relative's) into page-table entries, moving nothing; the CPU's retry
+    /// of the access then faults on a small page (if the core could not
+    /// split the folio this time, on the folio again). Nothing is left to
+    /// the caller to undo.
+    pub(crate) fn split_whole_folio(&self, start: usize, owner: *const c_void) {
         let head = self.page().head();
         // SAFETY: a PMD fault's `migrate_to_ram` holds the mmap lock, the
         // lock of the folio of `vmf->page` and one reference to it, as the
@@ -87,7 +88,7 @@ impl Fault<'_> {
                 head.as_ptr(),
                 owner.cast_mut(),
             )
-        }
+        };
     }
 
     /// The VMA the fault is in; the fault path holds its lock for the call.

@@ -396,6 +396,32 @@ fn engine_write_keeps_child_copy() -> Outcome {
         let b = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, len) };
         fill(b, seed);
         dev.migrate(start, len, Location::Device).map_err(e)?;
+        let child = WaitingChild::fork(start, len, seed)?;
+        let r = dev.exec(Exec::Fill(0x7777_7777_7777_7777), start, len, false);
+        let st = child.release()?;
+        r.map_err(e)?;
+        check!(
+            bytes(start, len).iter().all(|&x| x == 0x77),
+            "{len} bytes: the parent's fill is not there"
+        );
+        check!(
+            matches!(st, WaitStatus::Exited(_, 0)),
+            "{len} bytes: the child's copy changed: {st:?}"
+        );
+    }
+    Ok(())
+}
+
+/// A fork child that shares the parent's memory until released, then
+/// checks that `[start, start + len)` still holds `fill(seed)` and exits
+/// with status 0 if it does.
+struct WaitingChild {
+    pid: nix::unistd::Pid,
+    wr: std::os::fd::OwnedFd,
+}
+
+impl WaitingChild {
+    fn fork(start: usize, len: usize, seed: u64) -> Result<Self, String> {
         let (rd, wr) = nix::unistd::pipe().map_err(|x| x.to_string())?;
         // SAFETY: the child only waits, reads its memory and exits.
         match unsafe { fork() }.map_err(|x| x.to_string())? {
@@ -407,25 +433,16 @@ fn engine_write_keeps_child_copy() -> Outcome {
                 // SAFETY: leaving the child at once.
                 unsafe { nix::libc::_exit(i32::from(!ok)) };
             }
-            ForkResult::Parent { child } => {
-                drop(rd);
-                let r = dev.exec(Exec::Fill(0x7777_7777_7777_7777), start, len, false);
-                let _ = nix::unistd::write(&wr, b"x");
-                drop(wr);
-                let st = waitpid(child, None).map_err(|x| x.to_string())?;
-                r.map_err(e)?;
-                check!(
-                    bytes(start, len).iter().all(|&x| x == 0x77),
-                    "{len} bytes: the parent's fill is not there"
-                );
-                check!(
-                    matches!(st, WaitStatus::Exited(_, 0)),
-                    "{len} bytes: the child's copy changed: {st:?}"
-                );
-            }
+            ForkResult::Parent { child } => Ok(Self { pid: child, wr }),
         }
     }
-    Ok(())
+
+    /// Lets the child check its copy; returns how it exited.
+    fn release(self) -> Result<WaitStatus, String> {
+        let _ = nix::unistd::write(&self.wr, b"x");
+        drop(self.wr);
+        waitpid(self.pid, None).map_err(|x| x.to_string())
+    }
 }
 
 /// Device folios a fork child maps too never move whole (Linux 7.3 frees
@@ -445,50 +462,34 @@ fn shared_with_child_moves_split() -> Outcome {
         "to the device: {:?}",
         delta(&s0, &s1)
     );
-    let (rd, wr) = nix::unistd::pipe().map_err(|x| x.to_string())?;
-    // SAFETY: the child only waits, reads its memory and exits.
-    match unsafe { fork() }.map_err(|x| x.to_string())? {
-        ForkResult::Child => {
-            drop(wr);
-            let mut buf = [0u8; 1];
-            let _ = nix::unistd::read(&rd, &mut buf);
-            let ok = verify(bytes(start, 2 * HUGE), 90).is_ok();
-            // SAFETY: leaving the child at once.
-            unsafe { nix::libc::_exit(i32::from(!ok)) };
-        }
-        ForkResult::Parent { child } => {
-            drop(rd);
-            let res = (|| -> Outcome {
-                let out = dev.migrate(start, HUGE, Location::System).map_err(e)?;
-                let s2 = stats(&dev)?;
-                check!(
-                    out.moved == (HUGE / PAGE) as u64 && delta(&s1, &s2) == (0, 0, 0),
-                    "explicit: {out:?}, large/home/fallback {:?}",
-                    delta(&s1, &s2)
-                );
-                // SAFETY: inside the region.
-                let v = unsafe { std::ptr::read_volatile((start + HUGE + 7 * PAGE) as *const u8) };
-                let s3 = stats(&dev)?;
-                check!(
-                    delta(&s2, &s3) == (0, 0, 1)
-                        && s3.cpu_faults - s2.cpu_faults == 1
-                        && s3.to_system - s2.to_system >= 16,
-                    "fault (read {v}): large/home/fallback {:?}, {} faults, {} pages",
-                    delta(&s2, &s3),
-                    s3.cpu_faults - s2.cpu_faults,
-                    s3.to_system - s2.to_system
-                );
-                verify(bytes(start, 2 * HUGE), 90)
-            })();
-            let _ = nix::unistd::write(&wr, b"x");
-            drop(wr);
-            let st = waitpid(child, None).map_err(|x| x.to_string())?;
-            res?;
-            check!(
-                matches!(st, WaitStatus::Exited(_, 0)),
-                "the child's copy changed: {st:?}"
-            );
-            Ok(())
-        }
-    }
+    let child = WaitingChild::fork(start, 2 * HUGE, 90)?;
+    let res = (|| -> Outcome {
+        let out = dev.migrate(start, HUGE, Location::System).map_err(e)?;
+        let s2 = stats(&dev)?;
+        check!(
+            out.moved == (HUGE / PAGE) as u64 && delta(&s1, &s2) == (0, 0, 0),
+            "explicit: {out:?}, large/home/fallback {:?}",
+            delta(&s1, &s2)
+        );
+        // SAFETY: inside the region.
+        let v = unsafe { std::ptr::read_volatile((start + HUGE + 7 * PAGE) as *const u8) };
+        let s3 = stats(&dev)?;
+        check!(
+            delta(&s2, &s3) == (0, 0, 1)
+                && s3.cpu_faults - s2.cpu_faults == 1
+                && s3.to_system - s2.to_system >= 16,
+            "fault (read {v}): large/home/fallback {:?}, {} faults, {} pages",
+            delta(&s2, &s3),
+            s3.cpu_faults - s2.cpu_faults,
+            s3.to_system - s2.to_system
+        );
+        verify(bytes(start, 2 * HUGE), 90)
+    })();
+    let st = child.release()?;
+    res?;
+    check!(
+        matches!(st, WaitStatus::Exited(_, 0)),
+        "the child's copy changed: {st:?}"
+    );
+    Ok(())
 }
