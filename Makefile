@@ -11,13 +11,14 @@
 #   make module        build msvm.ko against the cached kernel
 #   make tools         build the user-space workspace (tools/)
 #   make hmm-tests     the kernel's hmm-tests against test_hmm.ko, in a guest
+#   make upstream-repro  Linux 7.3's zap_huge_pmd() bug: stock vs patched kernel
 #   make rustfmtcheck  rustfmt --check over the module
 #   make clippy        the module under clippy (CLIPPY=1), warnings fail
 #
 # Variables: MSVM_VARIANT=release|debug (kernel), MSVM_CACHE (cache dir,
 # default ~/.cache/msvm), MSVM_KVM=1 (use /dev/kvm instead of TCG).
 
-.PHONY: all run test bench soak setup module tools hmm-tests rustfmtcheck rustfmt clippy clean
+.PHONY: all run test bench soak setup module tools hmm-tests upstream-repro rustfmtcheck rustfmt clippy clean
 
 all: module
 
@@ -44,6 +45,9 @@ tools:
 
 hmm-tests:
 	scripts/hmm-tests.sh
+
+upstream-repro:
+	scripts/upstream-repro.sh
 
 rustfmtcheck:
 	scripts/build.sh rustfmtcheck

@@ -40,7 +40,7 @@ struct page *msvm_folio_head(struct page *page);
 void msvm_zone_device_folio_init(struct page *page, struct dev_pagemap *pgmap, unsigned int order);
 void msvm_folio_split_tail(struct folio *head, struct folio *tail);
 unsigned int msvm_large_order(void);
-bool msvm_pmd_device_folio_shared(struct vm_area_struct *vma, unsigned long addr);
+int msvm_pmd_device_folio_mapcount(struct vm_area_struct *vma, unsigned long addr);
 void msvm_split_fault_folio(struct vm_area_struct *vma, unsigned long addr,
 			    struct page *head, void *owner);
 
@@ -62,8 +62,14 @@ void msvm_clear_io_page(void __iomem *dst);
 bool msvm_mmu_interval_read_retry(struct mmu_interval_notifier *sub, unsigned long seq);
 void msvm_mmu_interval_set_seq(struct mmu_interval_notifier *sub, unsigned long seq);
 bool msvm_mmu_notifier_range_blockable(const struct mmu_notifier_range *range);
-void msvm_mmap_read_lock(struct mm_struct *mm);
-void msvm_mmap_read_unlock(struct mm_struct *mm);
+
+/* The mmap lock for writing: what excludes every zap of an mm's page tables. */
+int msvm_fault_relock_exclusive(struct vm_fault *vmf, struct mm_struct **mmp);
+int msvm_mmap_write_lock_killable(struct mm_struct *mm);
+void msvm_mmap_write_downgrade(struct mm_struct *mm);
+void msvm_mmap_write_unlock(struct mm_struct *mm);
+struct vm_area_struct *msvm_vma_lookup_exclusive(struct mm_struct *mm, unsigned long addr);
+void msvm_mmput(struct mm_struct *mm);
 
 /* The HMM pfn flags (members of an enum of hmm.h that bindgen cannot name). */
 unsigned long msvm_hmm_pfn_valid(void);
@@ -87,5 +93,17 @@ struct shrinker *msvm_shrinker_alloc(const char *name);
 struct workqueue_struct *msvm_alloc_reclaim_wq(const char *name);
 unsigned long msvm_page_struct_size(void);
 bool msvm_gfp_allows_blocking(gfp_t gfp);
+
+/* What the kernel must not touch, and what msvm moves. */
+bool msvm_vma_is_secretmem(struct vm_area_struct *vma);
+bool msvm_page_is_secretmem(struct page *page);
+bool msvm_page_is_anon(struct page *page);
+
+/* Long operations: fatal signals, rescheduling, a device going away. */
+struct drm_device;
+bool msvm_fatal_signal_pending(void);
+void msvm_cond_resched(void);
+bool msvm_drm_dev_unplugged(struct drm_device *dev);
+int msvm_mutex_lock_killable(struct mutex *lock);
 
 #endif /* _MSVM_HELPERS_H_ */

@@ -48,6 +48,14 @@ msvm_stage guest-small-ram python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDI
 	--initrd "$B/test-initramfs.cpio" --gpus sw,sw,rp,rp --vram 1G --mem 512M --cmd lifecycle \
 	--log "$B/test-small-console.log" --timeout "${MSVM_TEST_TIMEOUT:-900}" || small_rc=$?
 
+# Bounce buffers: the data-integrity tests with swiotlb=force (every DMA
+# mapping bounces, as in SEV/TDX guests).
+swiotlb_rc=0
+msvm_stage guest-swiotlb python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
+	--initrd "$B/test-initramfs.cpio" --gpus sw,sw,rp --cmd integrity \
+	--append "swiotlb=force,track_hiwater" \
+	--log "$B/test-swiotlb-console.log" --timeout "${MSVM_TEST_TIMEOUT:-900}" || swiotlb_rc=$?
+
 echo
 echo "== KUnit (parsed by the kernel's tools/testing/kunit/kunit.py)"
 kunit_rc=0
@@ -72,7 +80,7 @@ kunit_pass=${kunit_pass:-0}
 kunit_fail=${kunit_fail:-0}
 
 read -r it_pass it_fail < <(grep -hoE 'msvm-tests: [0-9]+ passed, [0-9]+ failed' \
-	"$B/test-console.log" "$B/test-small-console.log" |
+	"$B/test-console.log" "$B/test-small-console.log" "$B/test-swiotlb-console.log" |
 	awk '{p += $2; f += $4} END {print p + 0, f + 0}')
 host_pass=$(grep -hoE 'test result: [a-zA-Z]+\. [0-9]+ passed' "$B/cargo-test.log" | awk '{s += $4} END {print s + 0}')
 host_fail=$(grep -hoE '; [0-9]+ failed' "$B/cargo-test.log" | awk '{s += $2} END {print s + 0}')
@@ -81,9 +89,9 @@ echo
 echo "== summary (kernel: $MSVM_VARIANT, $(( $(date +%s) - t0 )) s)"
 echo "host cargo tests:     $host_pass passed, $host_fail failed"
 echo "KUnit cases:          $kunit_pass passed, $kunit_fail failed (kunit.py exit $kunit_rc)"
-echo "guest integration:    $it_pass passed, $it_fail failed (guest exit $guest_rc, small-RAM guest exit $small_rc)"
+echo "guest integration:    $it_pass passed, $it_fail failed (guest exit $guest_rc, small-RAM guest exit $small_rc, swiotlb guest exit $swiotlb_rc)"
 fail=$(( host_fail + kunit_fail + it_fail ))
-if [ "$guest_rc" != 0 ] || [ "$small_rc" != 0 ] || [ "$kunit_rc" != 0 ]; then
+if [ "$guest_rc" != 0 ] || [ "$small_rc" != 0 ] || [ "$swiotlb_rc" != 0 ] || [ "$kunit_rc" != 0 ]; then
 	fail=$(( fail + 1 ))
 fi
 [ "$it_pass" -gt 0 ] || fail=$(( fail + 1 ))

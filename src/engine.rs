@@ -36,8 +36,9 @@ use kernel::{
     sync::{atomic::Relaxed, Mutex, MutexGuard},
 };
 
-use crate::migrate::check_vmas;
+use crate::migrate::check_job_vmas;
 use crate::mm::{
+    cancel::Cancel,
     dma::{DmaPage, PeerMap},
     hmm::{HmmPfn, Invalidation, Mirror, MirrorOps},
     pagemap::PAGE_SIZE,
@@ -90,36 +91,38 @@ impl MirrorOps for VmMirror {
 /// Faults `[start, start + len)` of `mm` in for reading through `mirror`
 /// with device-private owner `owner`: pages on devices outside the owner's
 /// group are migrated home by their device. Best effort: an error (the
-/// mapping changed meanwhile) leaves the rest to the caller's next step.
-/// `_mm` is the mirrored mm, borrowed as proof that it has users while the
-/// fault runs.
+/// mapping changed meanwhile) leaves the rest to the caller's next step;
+/// only `cancel` stops it. `_mm` is the mirrored mm, borrowed as proof that
+/// it has users while the fault runs.
 pub(crate) fn fault_in(
     _mm: &MmWithUser,
     mirror: &Mirror<VmMirror>,
     owner: *const core::ffi::c_void,
     start: usize,
     len: usize,
-) {
-    let Ok(mut pfns) = KVec::from_elem(0usize, WINDOW, GFP_KERNEL) else {
-        return;
-    };
+    cancel: &Cancel<'_>,
+) -> Result {
+    let mut pfns = KVec::from_elem(0usize, WINDOW, GFP_KERNEL)?;
     let end = start + len;
     let mut addr = start;
     while addr < end {
+        cancel.check()?;
         let n = ((end - addr) / PAGE_SIZE).min(WINDOW);
         let _ = mirror.fault(addr, &mut pfns[..n], false, owner);
         addr += n * PAGE_SIZE;
     }
+    Ok(())
 }
 
 /// Checks that the job's ranges are mapped (`EFAULT`) with the access it
-/// needs (`EACCES`).
+/// needs (`EACCES`), in VMAs a device may reach (`EFAULT` otherwise: I/O,
+/// PFN and secretmem mappings).
 pub(crate) fn check(mm: &MmWithUser, job: &Job) -> Result {
     let write = !matches!(job.op, Op::Checksum);
     let guard = mm.mmap_read_lock();
-    check_vmas(&guard, job.addr, job.addr + job.len, write)?;
+    check_job_vmas(&guard, job.addr, job.addr + job.len, write)?;
     if let Op::Copy { src } = job.op {
-        check_vmas(&guard, src, src + job.len, false)?;
+        check_job_vmas(&guard, src, src + job.len, false)?;
     }
     Ok(())
 }
@@ -232,6 +235,7 @@ impl<'a, 'p> Engine<'a, 'p> {
         mm: &MmWithUser,
         mirror: &Mirror<VmMirror>,
         job: &Job,
+        cancel: &Cancel<'_>,
     ) -> Result<Done> {
         let write = !matches!(job.op, Op::Checksum);
         let mut done = Done::default();
@@ -244,7 +248,7 @@ impl<'a, 'p> Engine<'a, 'p> {
             let a = job.addr + off;
             let wend = ((a / (WINDOW * PAGE_SIZE)) + 1) * WINDOW * PAGE_SIZE;
             let n = (wend - a).min(job.len - off);
-            self.window(mm, mirror, job, off, n, write, &mut done)?;
+            self.window(mm, mirror, job, off, n, write, &mut done, cancel)?;
             off += n;
         }
         Ok(done)
@@ -263,6 +267,7 @@ impl<'a, 'p> Engine<'a, 'p> {
         n: usize,
         write: bool,
         done: &mut Done,
+        cancel: &Cancel<'_>,
     ) -> Result {
         let dst = job.addr + off;
         let dst_first = dst & !(PAGE_SIZE - 1);
@@ -280,28 +285,13 @@ impl<'a, 'p> Engine<'a, 'p> {
         let mut src_pt = PageTable::with_capacity(src_pages)?;
         let mut cow_breaks = 0;
         loop {
+            cancel.check()?;
             let seq = match mirror.fault(dst_first, &mut dst_pfns, write, owner) {
                 Err(e) if e == EBUSY => continue,
                 // The mapping changed since the check: no access.
                 Err(e) if e == EPERM => return Err(EACCES),
                 r => r?,
             };
-            // A device page mapped read-only (shared copy-on-write after a
-            // fork) comes back as it is even when writing: `hmm_range_fault`
-            // reports its owner's device pages without faulting them. Bring
-            // the window's pages home, where the write fault copies them
-            // (only the job's own range: next to it may be anything).
-            let read_only = dst_pfns
-                .iter()
-                .any(|&p| write && HmmPfn(p).device_read_only());
-            if read_only {
-                cow_breaks += 1;
-                if cow_breaks > 8 {
-                    return Err(EAGAIN);
-                }
-                crate::migrate::home(mm, dst_first, dst_pages * PAGE_SIZE)?;
-                continue;
-            }
             let src_seq = if src.is_some() {
                 match mirror.fault(src_first, &mut src_pfns, false, owner) {
                     Err(e) if e == EBUSY => continue,
@@ -313,6 +303,23 @@ impl<'a, 'p> Engine<'a, 'p> {
             let guard = mirror.data().lock.lock();
             if mirror.read_retry(seq) || src_seq.is_some_and(|s| mirror.read_retry(s)) {
                 drop(guard);
+                continue;
+            }
+            // A device page mapped read-only (shared copy-on-write after a
+            // fork) comes back as it is even when writing: `hmm_range_fault`
+            // reports its owner's device pages without faulting them. Bring
+            // the window's pages home, where the write fault copies them
+            // (only the job's own range: next to it may be anything). The
+            // pages are looked at under the lock, while the sequence holds
+            // them: unlocked, a page could go home and its chunk's memmap
+            // be removed meanwhile.
+            if write && dst_pfns.iter().any(|&p| HmmPfn(p).device_read_only()) {
+                drop(guard);
+                cow_breaks += 1;
+                if cow_breaks > 8 {
+                    return Err(EAGAIN);
+                }
+                crate::migrate::home(mm, dst_first, dst_pages * PAGE_SIZE, cancel)?;
                 continue;
             }
             // The pages stay as found while `guard` is held. Nothing below
@@ -368,7 +375,9 @@ impl<'a, 'p> Engine<'a, 'p> {
                         .map_err(|_| ENOMEM)?;
                     DevAddr::Peer(a)
                 }
-                None if page.is_device_private() => return Err(EFAULT),
+                // Another owner's device page, or a page the kernel must
+                // not touch (secretmem): no access, as GUP refuses them.
+                None if page.is_device_private() || page.is_secretmem() => return Err(EFAULT),
                 None => {
                     let m = DmaPage::map(self.dev, page).ok_or(ENOMEM)?;
                     let a = m.addr();
@@ -540,11 +549,11 @@ fn decode_peer<'a>(pt: &'a PageTable<'_>, d: u64) -> Result<(&'a VramPool<'stati
     Ok((pt.p2p[i].pool, pt.p2p[i].offset))
 }
 
-/// The system page the job mapped at DMA address `d`.
-fn decode_dma(pt: &PageTable<'_>, d: u64) -> Result<crate::mm::page::PageRef> {
+/// The DMA mapping of the system page the job mapped at DMA address `d`.
+fn decode_dma<'a, 'p>(pt: &'a PageTable<'p>, d: u64) -> Result<&'a DmaPage<'p>> {
     let i = pt
         .dma
         .binary_search_by_key(&d, |m| m.addr())
         .map_err(|_| EFAULT)?;
-    Ok(pt.dma[i].page())
+    Ok(&pt.dma[i])
 }

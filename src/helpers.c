@@ -22,6 +22,12 @@
 #include <linux/shrinker.h>
 #include <linux/workqueue.h>
 #include <linux/topology.h>
+#include <linux/sched/mm.h>
+#include <linux/sched/signal.h>
+#include <linux/fs.h>
+#include <linux/mutex.h>
+#include <uapi/linux/magic.h>
+#include <drm/drm_drv.h>
 
 #include "msvm_helpers.h"
 
@@ -118,64 +124,85 @@ unsigned int msvm_large_order(void)
 }
 
 /*
- * Whether the PMD of @vma at @addr maps a device-private folio whole that
- * another mm (a fork relative) maps too. The caller holds the mmap lock
- * (read), so no fork of this mm can add a mapping meanwhile: a folio found
- * mapped once stays so until the caller lets go of the lock.
- *
- * Linux 7.3's zap_huge_pmd() takes a PMD *migration* entry of a
- * device-private folio for a device-private entry: unmapping or exiting
- * drops a folio reference and a mapping it never held. A migration that
- * collects such a folio whole turns the other mm's PMD into a migration
- * entry (try_to_migrate()) until it finishes, so that mm exiting then frees
- * the folio under the migration. msvm does not move shared device folios
- * whole (see migrate.rs, large_step()).
+ * The device-private folio that the PMD of @vma at @addr maps whole, and in
+ * *@mapcount its number of mappings; NULL (and 0) if the PMD maps none. The
+ * caller holds the mmap lock; the folio is valid only as long as something
+ * keeps that PMD from changing (a compare of pointers is all it is good
+ * for otherwise).
  */
-bool msvm_pmd_device_folio_shared(struct vm_area_struct *vma, unsigned long addr)
+static struct folio *msvm_pmd_device_folio(struct vm_area_struct *vma, unsigned long addr,
+					   int *mapcount)
 {
 	struct mm_struct *mm = vma->vm_mm;
-	bool shared = false;
+	struct folio *folio = NULL;
 	spinlock_t *ptl;
 	pgd_t *pgd;
 	p4d_t *p4d;
 	pud_t *pud;
 	pmd_t *pmd, pmdval;
 
+	*mapcount = 0;
 	mmap_assert_locked(mm);
 	pgd = pgd_offset(mm, addr);
 	if (pgd_none(pgdp_get(pgd)))
-		return false;
+		return NULL;
 	p4d = p4d_offset(pgd, addr);
 	if (p4d_none(p4dp_get(p4d)))
-		return false;
+		return NULL;
 	pud = pud_offset(p4d, addr);
 	if (!pud_present(pudp_get(pud)) || pud_leaf(pudp_get(pud)))
-		return false;
+		return NULL;
 	pmd = pmd_offset(pud, addr);
 	ptl = pmd_lock(mm, pmd);
 	pmdval = pmdp_get(pmd);
-	if (!pmd_present(pmdval) && pmd_is_device_private_entry(pmdval))
-		shared = folio_mapcount(softleaf_to_folio(softleaf_from_pmd(pmdval))) > 1;
+	if (!pmd_present(pmdval) && pmd_is_device_private_entry(pmdval)) {
+		folio = softleaf_to_folio(softleaf_from_pmd(pmdval));
+		*mapcount = folio_mapcount(folio);
+	}
 	spin_unlock(ptl);
-	return shared;
+	return folio;
+}
+
+/*
+ * How many mappings the device-private folio that the PMD of @vma at @addr
+ * maps whole has (0: the PMD maps no device-private folio whole). The
+ * caller holds the mmap lock, so no fork of this mm can add a mapping
+ * meanwhile.
+ *
+ * Linux 7.3's zap_huge_pmd() takes a PMD *migration* entry of a
+ * device-private folio for a device-private entry: unmapping it (munmap,
+ * MADV_DONTNEED, the OOM reaper, an exit) drops a folio reference and a
+ * mapping the entry never held, and the folio is freed under the
+ * migration. msvm collects such a folio whole (which turns every PMD that
+ * maps it into a migration entry) only when it is mapped once, by an mm
+ * whose mmap lock it holds for writing (see migrate.rs).
+ */
+int msvm_pmd_device_folio_mapcount(struct vm_area_struct *vma, unsigned long addr)
+{
+	int mapcount = 0;
+
+	msvm_pmd_device_folio(vma, addr, &mapcount);
+	return mapcount;
 }
 
 /*
  * From migrate_to_ram() of a PMD fault on the device-private folio mapped
  * whole at @addr (PMD aligned) of @vma, whose head page @head the fault
- * path holds locked and referenced (and the mmap lock): splits the folio
- * into small folios, and every mm's PMD of it into page-table entries,
- * moving nothing (if the core cannot split it now, the fault is simply
- * retried). Either way the head page's folio is locked and referenced again
- * on return, as the fault path expects.
+ * path holds locked and referenced, with @vma's mm's mmap lock held for
+ * writing and the VMA write-locked (msvm_fault_relock_exclusive()): splits
+ * the folio into small folios, and every mm's PMD of it into page-table
+ * entries, moving nothing (if the core cannot split it now, the retried
+ * fault tries again). Either way the head page's folio is locked and
+ * referenced again on return, as the fault path expects.
  *
  * The core splits a folio only for a caller holding the single extra
  * reference it allows: a migration's collect takes one, so the fault's own
- * is dropped meanwhile (this mm's mapping, which the mmap lock keeps, holds
- * the folio). The split goes through page-table entries (TTU_SPLIT_HUGE_PMD),
- * never a PMD migration entry: see msvm_pmd_device_folio_shared() for why
- * other mms must not get one. The collected head page moves nowhere (no
- * destination): finalize puts it back.
+ * is dropped meanwhile. That is safe only because nothing can unmap the
+ * folio from this mm meanwhile (the write locks), and this mm's mapping
+ * holds a reference. The split goes through page-table entries
+ * (TTU_SPLIT_HUGE_PMD), never a PMD migration entry (see
+ * msvm_pmd_device_folio_mapcount()). The collected head page moves nowhere
+ * (no destination): finalize puts it back.
  */
 void msvm_split_fault_folio(struct vm_area_struct *vma, unsigned long addr,
 			    struct page *head, void *owner)
@@ -192,11 +219,108 @@ void msvm_split_fault_folio(struct vm_area_struct *vma, unsigned long addr,
 		.fault_page = head,
 	};
 
-	mmap_assert_locked(vma->vm_mm);
+	int mapcount;
+
+	mmap_assert_write_locked(vma->vm_mm);
+	/*
+	 * The PMD may have changed while the fault waited for the write lock:
+	 * only the fault's own folio, which this mm still maps (so its mapping
+	 * holds a reference), may lose the fault's reference.
+	 */
+	if (msvm_pmd_device_folio(vma, addr, &mapcount) != page_folio(head))
+		return;
 	folio_put(page_folio(head));
 	if (!migrate_vma_setup(&args))
 		migrate_vma_finalize(&args);
 	folio_get(page_folio(head));
+}
+
+/*
+ * For migrate_to_ram() of a PMD fault: lets go of the fault's lock and
+ * takes @vmf's mm's mmap lock for writing instead (killable), with a user
+ * reference on the mm, which *@mmp receives. The fault must then return
+ * VM_FAULT_RETRY (unless it takes the read lock back:
+ * msvm_mmap_write_downgrade()): its lock is gone, and so may be its VMA.
+ *
+ * The fault path holds the faulting folio locked and referenced. It must
+ * not sleep for the mmap lock so: a task holding the mmap lock may be
+ * retrying a trylock of that folio in a loop (GUP and hmm_range_fault
+ * retry a device-private fault whose folio is locked without letting go of
+ * the lock). So the folio is unlocked while this waits (the fault's
+ * reference keeps it from being freed, split or migrated), and locked
+ * again before it returns, whatever it returns.
+ *
+ * Returns 0 on success; -EAGAIN if the fault may not wait (RETRY_NOWAIT:
+ * its lock is kept, it returns VM_FAULT_RETRY with it held, as filemap's
+ * folio_lock_or_retry() does, and is made again later);
+ * -EOPNOTSUPP if the fault may not drop its lock at all (no
+ * FAULT_FLAG_ALLOW_RETRY: its lock is kept); -EINTR if a fatal signal came
+ * while waiting, -EBUSY if someone else held the folio meanwhile (both:
+ * the fault's lock is gone, VM_FAULT_RETRY).
+ */
+int msvm_fault_relock_exclusive(struct vm_fault *vmf, struct mm_struct **mmp)
+{
+	struct mm_struct *mm = vmf->vma->vm_mm;
+	struct folio *folio = page_folio(vmf->page);
+
+	if (!(vmf->flags & FAULT_FLAG_ALLOW_RETRY))
+		return -EOPNOTSUPP;
+	if (vmf->flags & FAULT_FLAG_RETRY_NOWAIT)
+		return -EAGAIN;
+	/* The faulting context keeps users on the mm; this one outlives it. */
+	mmget(mm);
+	release_fault_lock(vmf);
+	folio_unlock(folio);
+	if (mmap_write_lock_killable(mm)) {
+		folio_lock(folio);
+		mmput(mm);
+		return -EINTR;
+	}
+	if (!folio_trylock(folio)) {
+		mmap_write_unlock(mm);
+		folio_lock(folio);
+		mmput(mm);
+		return -EBUSY;
+	}
+	*mmp = mm;
+	return 0;
+}
+
+void msvm_mmap_write_downgrade(struct mm_struct *mm)
+{
+	mmap_write_downgrade(mm);
+}
+
+int msvm_mmap_write_lock_killable(struct mm_struct *mm)
+{
+	return mmap_write_lock_killable(mm);
+}
+
+void msvm_mmap_write_unlock(struct mm_struct *mm)
+{
+	mmap_write_unlock(mm);
+}
+
+/*
+ * The VMA of @mm at @addr, write-locked (vma_start_write()) so that
+ * nothing that takes the VMA lock alone (page faults, MADV_DONTNEED) runs
+ * in it until the mmap lock is let go; NULL if none. The caller holds the
+ * mmap lock for writing.
+ */
+struct vm_area_struct *msvm_vma_lookup_exclusive(struct mm_struct *mm, unsigned long addr)
+{
+	struct vm_area_struct *vma;
+
+	mmap_assert_write_locked(mm);
+	vma = vma_lookup(mm, addr);
+	if (vma)
+		vma_start_write(vma);
+	return vma;
+}
+
+void msvm_mmput(struct mm_struct *mm)
+{
+	mmput(mm);
 }
 
 struct page *msvm_alloc_page_vma(struct vm_area_struct *vma, unsigned long addr)
@@ -307,16 +431,6 @@ bool msvm_mmu_notifier_range_blockable(const struct mmu_notifier_range *range)
 	return mmu_notifier_range_blockable(range);
 }
 
-void msvm_mmap_read_lock(struct mm_struct *mm)
-{
-	mmap_read_lock(mm);
-}
-
-void msvm_mmap_read_unlock(struct mm_struct *mm)
-{
-	mmap_read_unlock(mm);
-}
-
 unsigned long msvm_hmm_pfn_valid(void)
 {
 	return HMM_PFN_VALID;
@@ -337,16 +451,27 @@ unsigned long msvm_hmm_pfn_flags(void)
 	return HMM_PFN_FLAGS;
 }
 
+/*
+ * A DMA mapping of @page for @dev, for the emulated device: it reaches the
+ * page itself through the kernel's mapping (its address decoder resolves a
+ * DMA address to the page it maps, as an IOMMU walk would), never a bounce
+ * buffer behind the address. So no CPU sync is due at unmap: there, with
+ * bounce buffers (swiotlb=force, SEV/TDX guests), the copy back would write
+ * the stale bounce buffer over what the device wrote into the page.
+ * (swiotlb still copies the page into the bounce buffer at map, whatever
+ * the attribute says; nothing reads that copy.)
+ */
 u64 msvm_dma_map_page(struct device *dev, struct page *page)
 {
-	dma_addr_t addr = dma_map_page(dev, page, 0, PAGE_SIZE, DMA_BIDIRECTIONAL);
+	dma_addr_t addr = dma_map_page_attrs(dev, page, 0, PAGE_SIZE, DMA_BIDIRECTIONAL,
+					     DMA_ATTR_SKIP_CPU_SYNC);
 
 	return dma_mapping_error(dev, addr) ? 0 : addr;
 }
 
 void msvm_dma_unmap_page(struct device *dev, u64 addr)
 {
-	dma_unmap_page(dev, addr, PAGE_SIZE, DMA_BIDIRECTIONAL);
+	dma_unmap_page_attrs(dev, addr, PAGE_SIZE, DMA_BIDIRECTIONAL, DMA_ATTR_SKIP_CPU_SYNC);
 }
 
 u64 msvm_dma_map_resource(struct device *dev, u64 phys)
@@ -403,4 +528,65 @@ unsigned long msvm_page_struct_size(void)
 bool msvm_gfp_allows_blocking(gfp_t gfp)
 {
 	return gfpflags_allow_blocking(gfp);
+}
+
+/*
+ * Whether @inode is on secretmem's pseudo file system (memfd_secret()):
+ * its pages are not in the kernel's direct map, so the kernel must never
+ * read or write them (vma_is_secretmem() is not exported to modules).
+ */
+static bool msvm_inode_is_secretmem(struct inode *inode)
+{
+	return inode && inode->i_sb->s_magic == SECRETMEM_MAGIC;
+}
+
+bool msvm_vma_is_secretmem(struct vm_area_struct *vma)
+{
+	return vma->vm_file && msvm_inode_is_secretmem(file_inode(vma->vm_file));
+}
+
+/*
+ * Whether @page (any valid system page) is a secretmem page. Its mapping
+ * may be truncated away meanwhile: an inode (with the address_space in it)
+ * is freed after an RCU grace period, and secretmem's superblock lives for
+ * good, so the mapping read once is safe to follow under RCU.
+ */
+bool msvm_page_is_secretmem(struct page *page)
+{
+	struct folio *folio = page_folio(page);
+	struct address_space *mapping;
+	bool secret = false;
+
+	rcu_read_lock();
+	mapping = READ_ONCE(folio->mapping);
+	if (mapping && !((unsigned long)mapping & FOLIO_MAPPING_FLAGS))
+		secret = msvm_inode_is_secretmem(mapping->host);
+	rcu_read_unlock();
+	return secret;
+}
+
+/* Whether @page belongs to an anonymous folio: the only memory msvm moves. */
+bool msvm_page_is_anon(struct page *page)
+{
+	return folio_test_anon(page_folio(page));
+}
+
+bool msvm_fatal_signal_pending(void)
+{
+	return fatal_signal_pending(current);
+}
+
+void msvm_cond_resched(void)
+{
+	cond_resched();
+}
+
+bool msvm_drm_dev_unplugged(struct drm_device *dev)
+{
+	return drm_dev_is_unplugged(dev);
+}
+
+int msvm_mutex_lock_killable(struct mutex *lock)
+{
+	return mutex_lock_killable(lock);
 }

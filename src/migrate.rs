@@ -10,10 +10,15 @@
 //! takes one fault per block instead of one per page, and a stray access
 //! moves at most 64 KiB. The explicit MIGRATE remains the fast path.
 //!
+//! A request works in steps of at most one page table: each step takes the
+//! mmap read lock and lets it go, so the process's mmap writers (and
+//! `/proc` readers) wait one step at most; between steps a fatal signal or
+//! the device going away stops the request ([`Cancel`]).
+//!
 //! # Lock order
 //!
-//! Callers hold the mmap read lock; the VRAM pool's locks nest inside (see
-//! `src/vram.rs`).
+//! Each step holds the mmap read lock; the VRAM pool's locks nest inside
+//! (see `src/vram.rs`).
 
 use kernel::{
     mm::{
@@ -28,9 +33,11 @@ use crate::device::PoolRef;
 use crate::engine::{fault_in, VmMirror};
 use crate::mm::hmm::Mirror;
 use crate::mm::{
-    migrate::{device_folio_shared, Entry, Select, VmaMigration, MAX_PAGES},
+    cancel::Cancel,
+    migrate::{device_folio_mapcount, vma_is_secretmem, Entry, Select, VmaMigration, MAX_PAGES},
+    mmap::{ExclusiveVma, FaultRelock, MmapWriteGuard},
     page::{large_order, NewPage, PageRef},
-    pagemap::{Fault, FaultError, PAGE_SIZE},
+    pagemap::{Fault, FaultError, Relock, PAGE_SIZE},
 };
 use crate::placement::{Access, Location, Span};
 use crate::topology::{MAX_DEVICES, TOPOLOGY};
@@ -75,41 +82,64 @@ pub(crate) enum Direction {
 }
 
 /// Moves `[start, start + len)` of `mm` (page aligned, checked by the caller)
-/// to `pool`'s VRAM or back to system RAM.
+/// to `pool`'s VRAM or back to system RAM, one step at a time, until done or
+/// `cancel` says stop.
 pub(crate) fn migrate_range(
     pool: &VramPool<'_>,
     mm: &MmWithUser,
     start: usize,
     len: usize,
     dir: Direction,
+    cancel: &Cancel<'_>,
 ) -> Result<Outcome> {
     let end = start.checked_add(len).ok_or(EINVAL)?;
+    // Check the whole range first: a range with a hole or without access
+    // moves nothing. (A mapping changed between steps fails the step.)
+    check_vmas(&mm.mmap_read_lock(), start, end, false)?;
+    steps(pool, mm, start, end, dir, cancel)
+}
+
+/// Brings the pages of `pool`'s owner group in `[start, start + len)` of
+/// `mm` home as [`migrate_range`] does, without checking access first (a
+/// device going away takes back even what `PROT_NONE` hides), stopping at
+/// the first hole.
+pub(crate) fn evict_range(
+    pool: &VramPool<'_>,
+    mm: &MmWithUser,
+    start: usize,
+    len: usize,
+    cancel: &Cancel<'_>,
+) -> Result<Outcome> {
+    let end = start.checked_add(len).ok_or(EINVAL)?;
+    steps(pool, mm, start, end, Direction::ToSystem, cancel)
+}
+
+/// The steps of [`migrate_range`].
+fn steps(
+    pool: &VramPool<'_>,
+    mm: &MmWithUser,
+    start: usize,
+    end: usize,
+    dir: Direction,
+    cancel: &Cancel<'_>,
+) -> Result<Outcome> {
     let mut out = Outcome::default();
-    let guard = mm.mmap_read_lock();
-    // Check the whole range first: an error moves nothing.
-    check_vmas(&guard, start, end, false)?;
     let mut addr = start;
     while addr < end {
+        cancel.check()?;
+        let guard = mm.mmap_read_lock();
         let vma = guard.vma_lookup(addr).ok_or(EFAULT)?;
-        let step_end = end
-            .min(vma.end())
-            .min((addr / (MAX_PAGES * PAGE_SIZE) + 1) * MAX_PAGES * PAGE_SIZE);
-        let n = ((step_end - addr) / PAGE_SIZE) as u64;
-        let step = if vma.flags() & UNMIGRATABLE != 0 {
-            // hugetlb and special (I/O, PFN, mixed) mappings: the core
-            // migrates none of their pages; none of them is on a device.
-            Outcome::stayed(dir, n)
+        let (step, step_end) = if whole_block(vma, addr, end) {
+            // A step that may collect a folio whole may meet a
+            // device-private one (or one that becomes so meanwhile): only
+            // with every zap of this mm excluded (see
+            // `device_folio_mapcount`).
+            drop(guard);
+            let excl = MmapWriteGuard::lock_killable(mm)?;
+            let vma = excl.vma_lookup(addr).ok_or(EFAULT)?;
+            one_step(pool, &vma, addr, end, dir, Some(&vma))?
         } else {
-            let r = match dir {
-                Direction::ToDevice => step(pool, vma, addr, step_end, fill_to_device),
-                Direction::ToSystem => step(pool, vma, addr, step_end, fill_to_system),
-            };
-            match r {
-                // `migrate_vma_setup` refused the VMA for a reason of its
-                // own (DAX, say): its pages stay, like those above.
-                Err(e) if e == EINVAL => Outcome::stayed(dir, n),
-                r => r?,
-            }
+            one_step(pool, vma, addr, end, dir, None)?
         };
         out.moved += step.moved;
         out.already += step.already;
@@ -118,6 +148,50 @@ pub(crate) fn migrate_range(
         addr = step_end;
     }
     Ok(out)
+}
+
+/// The step of `[addr, end)` in `vma` (with its mm's mmap lock held; `excl`
+/// is `vma` held exclusively, if it is): up to the end of the page table of
+/// `addr`, of the VMA or of the range. Only an exclusive step collects
+/// folios whole. Returns what it did and where it ended.
+fn one_step(
+    pool: &VramPool<'_>,
+    vma: &VmaRef,
+    addr: usize,
+    end: usize,
+    dir: Direction,
+    excl: Option<&ExclusiveVma<'_>>,
+) -> Result<(Outcome, usize)> {
+    let step_end = end.min(vma.end()).min((addr / LARGE_SIZE + 1) * LARGE_SIZE);
+    let n = ((step_end - addr) / PAGE_SIZE) as u64;
+    if vma.flags() & UNMIGRATABLE != 0 || vma_is_secretmem(vma) {
+        // hugetlb and special (I/O, PFN, mixed) mappings: the core
+        // migrates none of their pages; none of them is on a device.
+        // secretmem: the kernel must not even read its pages.
+        return Ok((Outcome::stayed(dir, n), step_end));
+    }
+    let large = excl.filter(|_| large_step(vma, addr, step_end));
+    let r = match dir {
+        Direction::ToDevice => step(pool, vma, addr, step_end, large, fill_to_device),
+        Direction::ToSystem => step(pool, vma, addr, step_end, large, fill_to_system),
+    };
+    match r {
+        // `migrate_vma_setup` refused the VMA for a reason of its own
+        // (DAX, say): its pages stay, like those above.
+        Err(e) if e == EINVAL => Ok((Outcome::stayed(dir, n), step_end)),
+        r => Ok((r?, step_end)),
+    }
+}
+
+/// Whether the step from `addr` (towards `end`) in `vma` covers a whole
+/// 2 MiB block that may move whole (see [`large_step`], which checks the
+/// rest under the lock the step runs with): such a step runs with the mmap
+/// lock held for writing.
+fn whole_block(vma: &VmaRef, addr: usize, end: usize) -> bool {
+    large_order() != 0
+        && addr % LARGE_SIZE == 0
+        && end.min(vma.end()) >= addr + LARGE_SIZE
+        && vma.flags() & flags::NOHUGEPAGE == 0
 }
 
 /// Where a prefetch or a job moves pages, resolved for the device that
@@ -191,16 +265,18 @@ pub(crate) fn prefetch(
     target: &Target,
     start: usize,
     len: usize,
+    cancel: &Cancel<'_>,
 ) -> Result<Outcome> {
     match *target {
-        Target::System => home(mm, start, len),
-        Target::Here => to_device(|| Ok(Held::Here(here)), mm, mirror, start, len),
+        Target::System => home(mm, start, len, cancel),
+        Target::Here => to_device(|| Ok(Held::Here(here)), mm, mirror, start, len, cancel),
         Target::Peer(i) => to_device(
             || PoolRef::get_in_group(i, here.index()).map(Held::Peer),
             mm,
             mirror,
             start,
             len,
+            cancel,
         ),
     }
 }
@@ -211,11 +287,12 @@ fn to_device<'p, 'a: 'p>(
     mirror: &Mirror<VmMirror>,
     start: usize,
     len: usize,
+    cancel: &Cancel<'_>,
 ) -> Result<Outcome> {
     let (out, owner) = {
         let pool = hold()?;
         (
-            migrate_range(&pool, mm, start, len, Direction::ToDevice)?,
+            migrate_range(&pool, mm, start, len, Direction::ToDevice, cancel)?,
             pool.owner(),
         )
     };
@@ -226,8 +303,8 @@ fn to_device<'p, 'a: 'p>(
     // fault them home through the VM's mirror (their device migrates them
     // to RAM), then move what is now movable. The owner is a static group
     // token: it outlives the pool.
-    fault_in(mm, mirror, owner, start, len);
-    let again = migrate_range(&*hold()?, mm, start, len, Direction::ToDevice)?;
+    fault_in(mm, mirror, owner, start, len, cancel)?;
+    let again = migrate_range(&*hold()?, mm, start, len, Direction::ToDevice, cancel)?;
     Ok(Outcome {
         moved: out.moved + again.moved,
         already: again.already - out.moved.min(again.already),
@@ -240,7 +317,12 @@ fn to_device<'p, 'a: 'p>(
 /// migration collects only the device pages of one owner), through the
 /// first member of each group that is not going away; groups holding no
 /// page are skipped.
-pub(crate) fn home(mm: &MmWithUser, start: usize, len: usize) -> Result<Outcome> {
+pub(crate) fn home(
+    mm: &MmWithUser,
+    start: usize,
+    len: usize,
+    cancel: &Cancel<'_>,
+) -> Result<Outcome> {
     let mut pools: [Option<PoolRef>; MAX_DEVICES] = [const { None }; MAX_DEVICES];
     {
         let topo = TOPOLOGY.lock();
@@ -272,7 +354,7 @@ pub(crate) fn home(mm: &MmWithUser, start: usize, len: usize) -> Result<Outcome>
     let (mut moved, mut busy) = (0, 0);
     let mut any = false;
     for pool in pools.iter().flatten() {
-        let o = migrate_range(pool, mm, start, len, Direction::ToSystem)?;
+        let o = migrate_range(pool, mm, start, len, Direction::ToSystem, cancel)?;
         moved += o.moved;
         busy += o.busy;
         any = true;
@@ -299,6 +381,7 @@ pub(crate) fn place(
     mirror: &Mirror<VmMirror>,
     pieces: &[Span],
     in_place: bool,
+    cancel: &Cancel<'_>,
 ) -> Result<u64> {
     let mut moved = 0;
     for p in pieces {
@@ -308,11 +391,17 @@ pub(crate) fn place(
         let start = p.start & !(PAGE_SIZE - 1);
         let end = p.end.next_multiple_of(PAGE_SIZE);
         let target = Target::for_job(here, p.placement.preferred);
-        let out = match prefetch(here, mm, mirror, &target, start, end - start) {
+        let out = match prefetch(here, mm, mirror, &target, start, end - start, cancel) {
             // The preferred peer went away meanwhile: system RAM.
-            Err(e) if target != Target::System && (e == ENOENT || e == ENOLINK) => {
-                prefetch(here, mm, mirror, &Target::System, start, end - start)
-            }
+            Err(e) if target != Target::System && (e == ENOENT || e == ENOLINK) => prefetch(
+                here,
+                mm,
+                mirror,
+                &Target::System,
+                start,
+                end - start,
+                cancel,
+            ),
             r => r,
         }?;
         moved += out.moved;
@@ -325,7 +414,9 @@ const UNMIGRATABLE: kernel::mm::virt::vm_flags_t =
     flags::HUGETLB | flags::IO | flags::PFNMAP | flags::MIXEDMAP | flags::DONTEXPAND;
 
 /// Checks that `[start, end)` is mapped without holes (`EFAULT`) and
-/// readable, and writable if `write` (`EACCES`).
+/// readable, and writable if `write` (`EACCES`). Migrations count the pages
+/// of VMAs they cannot move as busy; the engine refuses them instead (see
+/// [`check_job_vmas`]).
 pub(crate) fn check_vmas(
     guard: &MmapReadGuard<'_>,
     start: usize,
@@ -342,6 +433,27 @@ pub(crate) fn check_vmas(
         };
         if vma.flags() & need != need {
             return Err(EACCES);
+        }
+        addr = vma.end();
+    }
+    Ok(())
+}
+
+/// [`check_vmas`] for a job, which also refuses (`EFAULT`) the VMAs that
+/// GUP refuses: I/O and PFN mappings, and secretmem, whose pages the
+/// kernel must never touch.
+pub(crate) fn check_job_vmas(
+    guard: &MmapReadGuard<'_>,
+    start: usize,
+    end: usize,
+    write: bool,
+) -> Result {
+    check_vmas(guard, start, end, write)?;
+    let mut addr = start;
+    while addr < end {
+        let vma = guard.vma_lookup(addr).ok_or(EFAULT)?;
+        if vma.flags() & (flags::IO | flags::PFNMAP) != 0 || vma_is_secretmem(vma) {
+            return Err(EFAULT);
         }
         addr = vma.end();
     }
@@ -404,14 +516,25 @@ pub(crate) fn large_home_evict() -> Option<NewPage> {
 /// Whether `[start, end)` of `vma` is one whole 2 MiB block whose folio (or
 /// hole) a migration may move whole: not in a VMA the process asked to keep
 /// free of huge pages (`MADV_NOHUGEPAGE`), and not a device folio that a
-/// fork relative maps too (see [`device_folio_shared`]: such a folio moves
-/// in small pages, the core splitting it first).
+/// fork relative maps too (see [`device_folio_mapcount`]: such a folio
+/// moves in small pages, the core splitting it first). Callers hold the
+/// mmap lock for writing: a folio collected whole may be device-private
+/// (see [`migrate_range`]).
 fn large_step(vma: &VmaRef, start: usize, end: usize) -> bool {
     large_order() != 0
         && start % LARGE_SIZE == 0
         && end - start == LARGE_SIZE
         && vma.flags() & flags::NOHUGEPAGE == 0
-        && !device_folio_shared(vma, start)
+        && device_folio_mapcount(vma, start) <= 1
+}
+
+/// Whether source page `page` of a migration towards `pool` may be copied
+/// there: private anonymous memory in RAM, or a device page of `pool`'s
+/// owner group. The core collects file and shmem pages too, then refuses
+/// to move them to device-private memory after the copy; secretmem pages
+/// must not even be read.
+fn movable(pool: &VramPool<'_>, page: PageRef) -> bool {
+    page.is_anon() || pool.locate(page).is_some()
 }
 
 /// The destination entry for `page`, a large folio if `large`.
@@ -465,13 +588,20 @@ fn step(
     vma: &VmaRef,
     start: usize,
     end: usize,
-    fill: impl Fn(&VramPool<'_>, &VmaRef, usize, usize, bool) -> Result<Option<Outcome>>,
+    large: Option<&ExclusiveVma<'_>>,
+    fill: impl Fn(
+        &VramPool<'_>,
+        &VmaRef,
+        usize,
+        usize,
+        Option<&ExclusiveVma<'_>>,
+    ) -> Result<Option<Outcome>>,
 ) -> Result<Outcome> {
-    if let Some(out) = fill(pool, vma, start, end, large_step(vma, start, end))? {
+    if let Some(out) = fill(pool, vma, start, end, large)? {
         return Ok(out);
     }
     pool.stats.large_fallback.add(1, Relaxed);
-    fill(pool, vma, start, end, false)?.ok_or(EAGAIN)
+    fill(pool, vma, start, end, None)?.ok_or(EAGAIN)
 }
 
 /// One step towards the device. With `large`, a whole 2 MiB folio (or hole)
@@ -482,7 +612,7 @@ fn fill_to_device(
     vma: &VmaRef,
     start: usize,
     end: usize,
-    large: bool,
+    large: Option<&ExclusiveVma<'_>>,
 ) -> Result<Option<Outcome>> {
     let mut mig = VmaMigration::setup(vma, start, end, Select::System, large, pool.owner(), None)?;
     let mut out = Outcome::default();
@@ -491,13 +621,17 @@ fn fill_to_device(
     // rest could not be isolated. A large entry stands for `MAX_PAGES`
     // pages, and the entries after it are empty.
     let mut ours = [false; MAX_PAGES];
+    let mut busy = [false; MAX_PAGES];
     let (mut want, mut block) = (0, None);
     let mut i = 0;
     while i < n {
         let src = mig.src(i);
         let nr = src.nr_pages().min(n - i);
-        if !src.migrate() {
+        if !src.migrate() || src.page().is_some_and(|p| !movable(pool, p)) {
+            // Not collected, or not memory a device takes: the core has
+            // not agreed to move it, so nothing of it is read.
             out.busy += nr as u64;
+            busy[i] = true;
         } else if src.page().is_some_and(|p| pool.offset_of(p).is_some()) {
             ours[i] = true;
             out.already += nr as u64;
@@ -516,12 +650,14 @@ fn fill_to_device(
     let mut batch = pool.alloc(want)?;
     let mut filled = [0u16; MAX_PAGES];
     let mut from_peer = [false; MAX_PAGES];
+    // The destination of the whole folio, if any (the step's first entry).
+    let mut large_dst = None;
     let mut i = 0;
     while i < n {
         let (at, src) = (i, mig.src(i));
         let nr = src.nr_pages().min(n - i);
         i += nr;
-        if !src.migrate() || ours[at] {
+        if !src.migrate() || ours[at] || busy[at] {
             continue;
         }
         let dst = if src.compound() {
@@ -537,9 +673,16 @@ fn fill_to_device(
         dst.take();
         mig.set_dst(at, dst_entry(dpage, src.write(), src.compound()));
         filled[at] = nr as u16;
+        if src.compound() {
+            large_dst = Some((at, dpage));
+        }
     }
     install(&mut mig, &filled[..n], &mut out);
     let moved = |i: usize| filled[i] > 0 && mig.src(i).migrate();
+    if let Some((at, page)) = large_dst.filter(|&(at, _)| moved(at)) {
+        // Where eviction will find it (see `VramPool::home_large_folios`).
+        pool.note_large_home(page, vma.mm(), start + at * PAGE_SIZE);
+    }
     let peers: u64 = (0..n)
         .filter(|&i| from_peer[i] && moved(i))
         .map(|i| u64::from(filled[i]))
@@ -560,7 +703,7 @@ fn fill_to_system(
     vma: &VmaRef,
     start: usize,
     end: usize,
-    large: bool,
+    large: Option<&ExclusiveVma<'_>>,
 ) -> Result<Option<Outcome>> {
     let mut mig = VmaMigration::setup(
         vma,
@@ -629,47 +772,105 @@ fn fill_to_system(
 const FAULT_WINDOW: usize = 64 * 1024;
 
 /// `migrate_to_ram` of a device page of `pool`: brings home this device's
-/// pages in the [`FAULT_WINDOW`] around the fault. A fault on a 2 MiB
-/// folio mapped whole brings it home whole into a 2 MiB system folio; if
-/// none is free, or if a fork relative maps the folio too (see
-/// [`device_folio_shared`]), the folio and its mappings are split instead,
-/// moving nothing: the CPU's retry of the access faults on a small page,
-/// whose window then comes home in 4 KiB pages.
-pub(crate) fn fault_to_ram(pool: &VramPool<'_>, fault: &Fault<'_>) -> Result<(), FaultError> {
-    let vma = fault.vma();
+/// pages in the [`FAULT_WINDOW`] around the fault.
+///
+/// A fault on a 2 MiB folio mapped whole (a PMD fault) must exclude every
+/// zap of the mm while the folio is collected whole or split (see
+/// [`device_folio_mapcount`]), so it trades the fault's lock for the mmap
+/// lock held for writing, brings the folio home whole into a 2 MiB system
+/// folio, and makes the CPU fault again. If no 2 MiB folio is free, or if
+/// a fork relative maps the folio too, it splits the folio and its
+/// mappings instead, moving nothing: the CPU's retry of the access then
+/// faults on a small page, whose window comes home in 4 KiB pages. A fault
+/// that may not let go of its lock (no `FAULT_FLAG_ALLOW_RETRY`: some
+/// kernel callers of `hmm_range_fault` or GUP) gets `SIGBUS` on such a
+/// folio.
+pub(crate) fn fault_to_ram(pool: &VramPool<'_>, fault: Fault<'_>) -> Result<(), FaultError> {
     if fault.is_pmd() {
-        // The core maps a large folio whole only where its 2 MiB block lies
-        // inside the VMA.
-        let large_start = fault.address() & !(LARGE_SIZE - 1);
-        if !device_folio_shared(vma, large_start)
-            && fault_range(pool, fault, large_start, large_start + LARGE_SIZE, true)?
-        {
-            return Ok(());
-        }
-        // The window of a folio mapped whole cannot move in small pages in
-        // this fault: the core splits a folio only for a caller without the
-        // fault's reference.
-        pool.stats.large_fallback.add(1, Relaxed);
-        fault.split_whole_folio(large_start, pool.owner());
-        return Ok(());
+        return pmd_fault_to_ram(pool, fault);
     }
+    let vma = fault.vma();
     let start = (fault.address() & !(FAULT_WINDOW - 1)).max(vma.start());
     let end = (start + FAULT_WINDOW).min(vma.end());
-    fault_range(pool, fault, start, end, false).map(|_| ())
+    fault_range(pool, vma, fault.page(), fault.address(), start, end, None).map(|_| ())
 }
 
-/// Brings this device's pages of `[start, end)` home for `fault`; with
-/// `large`, a 2 MiB device folio comes home whole in a 2 MiB folio if one
-/// is free (else nothing moves). Returns whether the faulting page came
-/// home.
+/// [`fault_to_ram`] of a PMD fault.
+fn pmd_fault_to_ram(pool: &VramPool<'_>, fault: Fault<'_>) -> Result<(), FaultError> {
+    let address = fault.address();
+    // The core maps a large folio whole only where its 2 MiB block lies
+    // inside the VMA.
+    let large_start = address & !(LARGE_SIZE - 1);
+    let excl = match fault.relock_exclusive() {
+        Relock::Exclusive(x) => x,
+        Relock::Retry => return Err(FaultError::Retry),
+        Relock::Unsupported => {
+            kernel::pr_warn_once!(
+                "msvm: a fault that cannot retry hit a 2 MiB device folio: SIGBUS\n"
+            );
+            return Err(FaultError::Sigbus);
+        }
+    };
+    match pmd_fault_exclusive(pool, &excl, address, large_start) {
+        // Done, or nothing to do: the retry finds what is there now.
+        Ok(()) | Err(FaultError::Retry) => Err(FaultError::Retry),
+        Err(e) => Err(excl.fail(e)),
+    }
+}
+
+/// The work of [`pmd_fault_to_ram`] under `excl`: brings the 2 MiB folio at
+/// `large_start` home whole, or splits it.
+fn pmd_fault_exclusive(
+    pool: &VramPool<'_>,
+    excl: &FaultRelock<'_>,
+    address: usize,
+    large_start: usize,
+) -> Result<(), FaultError> {
+    // The VMA and the PMD may have changed while the fault waited: look
+    // again (the fault's folio stays referenced meanwhile).
+    let Some(vma) = excl.vma_lookup(large_start) else {
+        return Err(FaultError::Retry);
+    };
+    if large_start < vma.start() || large_start + LARGE_SIZE > vma.end() {
+        return Err(FaultError::Retry);
+    }
+    match device_folio_mapcount(&vma, large_start) {
+        // No device folio mapped whole there any more.
+        0 => return Err(FaultError::Retry),
+        1 => {
+            let end = large_start + LARGE_SIZE;
+            if fault_range(
+                pool,
+                &vma,
+                excl.page(),
+                address,
+                large_start,
+                end,
+                Some(&vma),
+            )? {
+                return Ok(());
+            }
+        }
+        _ => {}
+    }
+    pool.stats.large_fallback.add(1, Relaxed);
+    excl.split_whole_folio(large_start, pool.owner());
+    Ok(())
+}
+
+/// Brings this device's pages of `[start, end)` of `vma` home for the
+/// fault on `fault_page` at `address`; with `large`, a 2 MiB device folio
+/// comes home whole in a 2 MiB folio if one is free (else nothing moves).
+/// Returns whether the faulting page came home.
 fn fault_range(
     pool: &VramPool<'_>,
-    fault: &Fault<'_>,
+    vma: &VmaRef,
+    fault_page: PageRef,
+    address: usize,
     start: usize,
     end: usize,
-    large: bool,
+    large: Option<&ExclusiveVma<'_>>,
 ) -> Result<bool, FaultError> {
-    let vma = fault.vma();
     let mut mig = VmaMigration::setup(
         vma,
         start,
@@ -677,10 +878,10 @@ fn fault_range(
         Select::DevicePrivate,
         large,
         pool.owner(),
-        Some(fault.page()),
+        Some(fault_page),
     )
     .map_err(|_| FaultError::Sigbus)?;
-    let fault_at = (fault.address() - start) / PAGE_SIZE;
+    let fault_at = (address - start) / PAGE_SIZE;
     let n = mig.npages();
     let mut filled = [0u16; MAX_PAGES];
     let mut i = 0;
@@ -736,7 +937,7 @@ fn fault_range(
         home |= (j..j + usize::from(filled[j])).contains(&fault_at);
     }
     drop(mig);
-    if large && !home {
+    if large.is_some() && !home {
         // The window will count the fault.
         pool.stats.to_system.add(moved, Relaxed);
         return Ok(false);

@@ -17,6 +17,7 @@ use kernel::prelude::*;
 
 use crate::engine::VmMirror;
 use crate::mm::{
+    cancel::Cancel,
     hmm::{HmmPfn, Mirror},
     pagemap::PAGE_SIZE,
 };
@@ -51,6 +52,7 @@ pub(crate) fn residency(
     mirror: &Mirror<VmMirror>,
     start: usize,
     len: usize,
+    cancel: &Cancel<'_>,
 ) -> Result<Residency> {
     // One owner token per group present; the first walk also sees system
     // pages.
@@ -71,11 +73,13 @@ pub(crate) fn residency(
     let end = start + len;
     let mut addr = start;
     while addr < end {
+        cancel.check()?;
         let n = ((end - addr) / PAGE_SIZE).min(WINDOW);
         places[..n].fill(Place::Nowhere);
         let mut first = true;
         for &owner in &owners[..groups] {
             loop {
+                cancel.check()?;
                 let seq = mirror.read_begin();
                 match mirror.snapshot(mm, seq, addr, &mut pfns[..n], owner) {
                     Err(e) if e == EBUSY => continue,

@@ -33,7 +33,10 @@ use crate::mm::abi::{
     MSVM_LOC_DEFAULT, MSVM_LOC_DEVICE, MSVM_LOC_SYSTEM, MSVM_MIGRATE_TO_DEVICE,
     MSVM_MIGRATE_TO_SYSTEM, MSVM_PEER_P2P, MSVM_QUERY_SELF, MSVM_UAPI_VERSION,
 };
-use crate::mm::pagemap::PAGE_SIZE;
+use crate::mm::{
+    cancel::{lock_killable, Cancel},
+    pagemap::PAGE_SIZE,
+};
 use crate::placement::{Access, Location, Placement, MAX_RANGES};
 use crate::svm::Vm;
 use crate::topology::{Peer, MAX_DEVICES, TOPOLOGY};
@@ -160,7 +163,7 @@ pub(crate) fn vm_create(
 ) -> Result<u32> {
     all_zero(&[arg.flags.into(), arg.pad.into()], &arg.reserved)?;
     let f = file.inner();
-    let mut vm = f.vm.lock();
+    let mut vm = lock_killable(&f.vm)?;
     if vm.is_some() {
         return Err(EBUSY);
     }
@@ -177,7 +180,7 @@ pub(crate) fn vm_destroy(
 ) -> Result<u32> {
     all_zero(&[arg.flags.into(), arg.pad.into()], &arg.reserved)?;
     let f = file.inner();
-    let vm = f.vm.lock().take().ok_or(ENOENT)?;
+    let vm = lock_killable(&f.vm)?.take().ok_or(ENOENT)?;
     drop(vm);
     Ok(0)
 }
@@ -220,7 +223,7 @@ macro_rules! put_outcome {
 
 /// `DRM_IOCTL_MSVM_MIGRATE`.
 pub(crate) fn migrate(
-    _dev: &MsvmDevice<drm::Registered>,
+    dev: &MsvmDevice<drm::Registered>,
     gpu: &Gpu<'_>,
     arg: &mut drm_msvm_migrate,
     file: &drm::File<File>,
@@ -230,8 +233,17 @@ pub(crate) fn migrate(
         Direction::ToDevice => Target::Here,
         Direction::ToSystem => Target::System,
     };
+    let cancel = Cancel::ioctl(dev);
     let out = with_vm(file, |vm, mm| {
-        move_to(gpu.vram(), mm, vm.mirror(), &target, req.start, req.len)
+        move_to(
+            gpu.vram(),
+            mm,
+            vm.mirror(),
+            &target,
+            req.start,
+            req.len,
+            &cancel,
+        )
     })?;
     put_outcome!(arg, out);
     Ok(0)
@@ -239,13 +251,14 @@ pub(crate) fn migrate(
 
 /// Runs `f` on the file's VM and its process's mm, if the caller is that
 /// process: `ENOENT` without a VM, `EPERM`/`ESRCH` as
-/// [`Vm::mm_for_current`] says.
+/// [`Vm::mm_for_current`] says, `EINTR` if the caller is killed while
+/// another ioctl of the file holds the VM.
 fn with_vm<R>(
     file: &drm::File<File>,
     f: impl FnOnce(&mut Vm, &kernel::mm::MmWithUser) -> Result<R>,
 ) -> Result<R> {
     let inner = file.inner();
-    let mut guard = inner.vm.lock();
+    let mut guard = lock_killable(&inner.vm)?;
     let vm: &mut Vm = (*guard).as_mut().ok_or(ENOENT)?;
     let mm = vm.mm_for_current()?;
     f(vm, &mm)
@@ -341,7 +354,7 @@ pub(crate) fn set_attr(
 
 /// `DRM_IOCTL_MSVM_PREFETCH`.
 pub(crate) fn prefetch(
-    _dev: &MsvmDevice<drm::Registered>,
+    dev: &MsvmDevice<drm::Registered>,
     gpu: &Gpu<'_>,
     arg: &mut drm_msvm_prefetch,
     file: &drm::File<File>,
@@ -353,8 +366,9 @@ pub(crate) fn prefetch(
         return Err(EINVAL);
     }
     let target = Target::resolve(gpu.vram(), loc)?;
+    let cancel = Cancel::ioctl(dev);
     let out: Outcome = with_vm(file, |vm, mm| {
-        move_to(gpu.vram(), mm, vm.mirror(), &target, start, len)
+        move_to(gpu.vram(), mm, vm.mirror(), &target, start, len, &cancel)
     })?;
     put_outcome!(arg, out);
     Ok(0)
@@ -362,7 +376,7 @@ pub(crate) fn prefetch(
 
 /// `DRM_IOCTL_MSVM_RESIDENCY`.
 pub(crate) fn residency(
-    _dev: &MsvmDevice<drm::Registered>,
+    dev: &MsvmDevice<drm::Registered>,
     _gpu: &Gpu<'_>,
     arg: &mut drm_msvm_residency,
     file: &drm::File<File>,
@@ -372,11 +386,12 @@ pub(crate) fn residency(
     if len as u64 > crate::residency::MAX_LEN {
         return Err(EINVAL);
     }
+    let cancel = Cancel::ioctl(dev);
     let (r, first, mixed) = with_vm(file, |vm, mm| {
         let pieces = vm.attrs().pieces(start, start + len)?;
         let first = pieces.first().map_or(Placement::DEFAULT, |p| p.placement);
         let mixed = pieces.iter().any(|p| p.placement != first);
-        let r = crate::residency::residency(mm, vm.mirror(), start, len)?;
+        let r = crate::residency::residency(mm, vm.mirror(), start, len, &cancel)?;
         Ok((r, first, mixed))
     })?;
     let (location, device) = encode_location(first.preferred);
@@ -487,12 +502,13 @@ fn decode_exec(arg: &drm_msvm_exec) -> Result<Job> {
 
 /// `DRM_IOCTL_MSVM_EXEC`.
 pub(crate) fn exec(
-    _dev: &MsvmDevice<drm::Registered>,
+    dev: &MsvmDevice<drm::Registered>,
     gpu: &Gpu<'_>,
     arg: &mut drm_msvm_exec,
     file: &drm::File<File>,
 ) -> Result<u32> {
     let job = decode_exec(arg)?;
+    let cancel = Cancel::ioctl(dev);
     let done = with_vm(file, |vm, mm| {
         let pool = gpu.vram();
         crate::engine::check(mm, &job)?;
@@ -506,10 +522,10 @@ pub(crate) fn exec(
             let first = a & !(PAGE_SIZE - 1);
             let end = (a + n).next_multiple_of(PAGE_SIZE);
             let pieces = vm.attrs().pieces(first, end)?;
-            migrated += place(pool, mm, vm.mirror(), &pieces, job.in_place)?;
+            migrated += place(pool, mm, vm.mirror(), &pieces, job.in_place, &cancel)?;
         }
         let mut engine = Engine::new(pool, gpu.device())?;
-        let mut done = engine.run(mm, vm.mirror(), &job)?;
+        let mut done = engine.run(mm, vm.mirror(), &job, &cancel)?;
         done.migrated = migrated;
         Ok(done)
     })?;

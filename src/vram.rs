@@ -32,9 +32,11 @@
 use core::ffi::c_void;
 
 use kernel::{
+    mm::Mm,
     new_mutex, new_spinlock,
     prelude::*,
     sync::{
+        aref::ARef,
         atomic::{Atomic, Relaxed},
         Mutex, SpinLock,
     },
@@ -42,6 +44,7 @@ use kernel::{
 
 use crate::freemap::{FreeMap, BLOCK_PAGES};
 use crate::mm::{
+    cancel::Cancel,
     iomem::WcBar,
     migrate::{DeviceMigration, Entry, MAX_PAGES},
     page::{large_order, NewPage, PageRef},
@@ -156,6 +159,28 @@ pub(crate) struct Chunk {
     /// The pool's allocation sequence number when this chunk last gave out
     /// pages: lower is colder.
     last_alloc: Atomic<u64>,
+    /// For each 2 MiB block, where the last large folio migrated into it
+    /// was mapped: eviction brings such folios home through that mm first
+    /// ([`VramPool::home_large_folios`]). Stale once the folio moves, is
+    /// unmapped or remapped: checked when used.
+    #[pin]
+    homes: Mutex<KVec<Option<LargeHome>>>,
+}
+
+/// An mm and an address that mapped a 2 MiB device folio whole when it was
+/// migrated in.
+struct LargeHome {
+    mm: ARef<Mm>,
+    addr: usize,
+}
+
+/// `n` empty [`Chunk::homes`] records.
+fn no_homes(n: usize) -> Result<KVec<Option<LargeHome>>> {
+    let mut v = KVec::with_capacity(n, GFP_KERNEL)?;
+    for _ in 0..n {
+        v.push(None, GFP_KERNEL)?;
+    }
+    Ok(v)
 }
 
 // SAFETY: `pool` is only read, and the pool is `Sync`.
@@ -207,12 +232,16 @@ pub(crate) struct ChunkInfo {
 
 /// The chunk a consolidation pass empties next, and what it holds, among
 /// the chunks `live` yields in chunk order (`None`: absent or not live):
-/// the lightest used at most half full, the coldest of equals, and only if
-/// the other live chunks have room for all its pages (so emptying it frees
-/// a pagemap without taking a new one): a whole free 2 MiB block for each
-/// of its large folios, besides the blocks its small pages break once the
-/// partly used blocks are full. Allocates nothing, so that the shrinker may
-/// use it.
+/// the lightest used at most half full, the coldest of equals, holding no
+/// large (2 MiB) folio, and only if the other live chunks have room for all
+/// its pages (so emptying it frees a pagemap without taking a new one),
+/// counting the blocks its pages break once the partly used blocks are
+/// full. Allocates nothing, so that the shrinker may use it.
+///
+/// Large folios stay where they are: moving one means collecting it whole
+/// wherever it is mapped (`migrate_device_range`), with PMD migration
+/// entries in mms nothing excludes zaps from, which Linux 7.3 mishandles
+/// (see `crate::mm::migrate::device_folio_mapcount`).
 pub(crate) fn choose_victim(
     live: impl Iterator<Item = Option<ChunkInfo>> + Clone,
     npages: usize,
@@ -221,7 +250,7 @@ pub(crate) fn choose_victim(
         .clone()
         .enumerate()
         .filter_map(|(i, c)| c.map(|c| (i, c)))
-        .filter(|(_, c)| c.used > 0 && c.used <= npages / 2)
+        .filter(|(_, c)| c.used > 0 && c.used <= npages / 2 && c.large == 0)
         .min_by_key(|(_, c)| (c.used, c.last_alloc))?;
     let (room, blocks) = live
         .enumerate()
@@ -231,8 +260,7 @@ pub(crate) fn choose_victim(
             (r + (npages - c.used), b + c.free_blocks)
         });
     let partial_room = room.saturating_sub(blocks * BLOCK_PAGES);
-    let small = info.used.saturating_sub(info.large * BLOCK_PAGES);
-    let need_blocks = info.large + small.saturating_sub(partial_room).div_ceil(BLOCK_PAGES);
+    let need_blocks = info.used.saturating_sub(partial_room).div_ceil(BLOCK_PAGES);
     (room >= info.used && blocks >= need_blocks).then_some((v, info))
 }
 
@@ -252,7 +280,7 @@ impl PagemapOps for Chunk {
         }
     }
 
-    fn migrate_to_ram(&self, fault: &Fault<'_>) -> Result<(), FaultError> {
+    fn migrate_to_ram(&self, fault: Fault<'_>) -> Result<(), FaultError> {
         crate::migrate::fault_to_ram(self.pool(), fault)
     }
 }
@@ -459,13 +487,6 @@ struct Drained {
     stuck: usize,
 }
 
-/// Where a consolidation drains a chunk: pages and whole 2 MiB blocks of
-/// other live chunks.
-struct Dest {
-    small: Batch,
-    large: Batch,
-}
-
 /// Device pages (or large folios) allocated for one migration step, with
 /// their BAR offsets, handed out in order; those not taken are freed on
 /// drop.
@@ -621,6 +642,7 @@ impl VramPool<'_> {
             let large = large_order() as usize == BLOCK_PAGES.trailing_zeros() as usize
                 && pfn_first % BLOCK_PAGES == 0
                 && base % (BLOCK_PAGES * PAGE_SIZE) == 0;
+            let homes = no_homes(if large { npages / BLOCK_PAGES } else { 0 });
             try_pin_init!(Chunk {
                 pool,
                 base,
@@ -629,6 +651,7 @@ impl VramPool<'_> {
                 npages,
                 large,
                 last_alloc: Atomic::new(0),
+                homes <- new_mutex!(homes?),
             }? Error)
         })
     }
@@ -644,13 +667,10 @@ impl VramPool<'_> {
     }
 
     /// Moves every page of chunk `map` that is in use into the pages of
-    /// `batch` (other chunks of this pool: device to device, BAR to BAR),
-    /// and once those run out, to system RAM.
-    fn drain(&self, map: &Pagemap<Chunk>, dest: Option<Dest>) -> Result<Drained> {
-        let (mut batch, mut blocks) = match dest {
-            Some(d) => (Some(d.small), Some(d.large)),
-            None => (None, None),
-        };
+    /// `batch` (other chunks of this pool: device to device, BAR to BAR;
+    /// large folios stay, see [`choose_victim`]) or, without a batch, to
+    /// system RAM.
+    fn drain(&self, map: &Pagemap<Chunk>, mut batch: Option<Batch>) -> Result<Drained> {
         // Consolidation (a batch) only packs pages into other chunks: under
         // the memory pressure that asked for it, sending pages home would
         // take RAM. Eviction (no batch) sends them home, whatever it costs.
@@ -681,10 +701,13 @@ impl VramPool<'_> {
                 let from = base + (first + i) * PAGE_SIZE;
                 if src.compound() {
                     // A large folio: the core moves it whole here or not at
-                    // all (it cannot split it without its mapping).
-                    *f = self
-                        .drain_large(&mut mig, i, from, blocks.as_mut(), &mut stage)?
-                        .map(|moved| (moved, nr));
+                    // all (it cannot split it without its mapping); only
+                    // eviction moves it, home.
+                    *f = if home_ok {
+                        self.evict_large(&mut mig, i, from)?.then_some((false, nr))
+                    } else {
+                        None
+                    };
                     if f.is_none() {
                         d.stuck += nr;
                     }
@@ -734,39 +757,86 @@ impl VramPool<'_> {
     }
 
     /// Gives the large folio of source entry `i` of `mig` (at BAR offset
-    /// `from`) a large destination and copies it there: the next of
-    /// `blocks` (whole blocks of other chunks, set aside for consolidation),
-    /// or without them a 2 MiB system folio. Returns where it goes (true:
-    /// another chunk), or `None` if there is no such destination now
-    /// (eviction retries; consolidation leaves the chunk).
-    fn drain_large(
-        &self,
-        mig: &mut DeviceMigration,
-        i: usize,
-        from: usize,
-        blocks: Option<&mut Batch>,
-        stage: &mut [u8; PAGE_SIZE],
-    ) -> Result<Option<bool>> {
-        let write = mig.src(i).write();
-        let Some(block) = blocks else {
-            let Some(dst) = crate::migrate::large_home_evict() else {
-                return Ok(None);
-            };
-            self.bar.copy_to_folio(from, dst.page(), BLOCK_PAGES)?;
-            mig.set_dst(i, Entry::to(dst.into_migration(), write).large());
-            return Ok(Some(false));
+    /// `from`) a 2 MiB system folio and copies it there. Returns whether it
+    /// found one (eviction retries otherwise).
+    fn evict_large(&self, mig: &mut DeviceMigration, i: usize, from: usize) -> Result<bool> {
+        let Some(dst) = crate::migrate::large_home_evict() else {
+            return Ok(false);
         };
-        let Some((dpage, off)) = block.peek() else {
-            return Ok(None);
-        };
-        for k in 0..BLOCK_PAGES {
-            let o = k * PAGE_SIZE;
-            self.bar
-                .copy_from_bar(off + o, &self.bar, from + o, stage)?;
+        self.bar.copy_to_folio(from, dst.page(), BLOCK_PAGES)?;
+        mig.set_dst(
+            i,
+            Entry::to(dst.into_migration(), mig.src(i).write()).large(),
+        );
+        Ok(true)
+    }
+
+    /// Brings this pool's 2 MiB folios home before eviction, through the
+    /// mm and address each was migrated in at (a MIGRATE to system RAM of
+    /// that 2 MiB: under that mm's mmap write lock a folio mapped once moves
+    /// home whole, and one that fork relatives map too is split, every
+    /// mm's PMD of it turned into page-table entries). Eviction
+    /// (`migrate_device_range`) would collect them whole with PMD migration
+    /// entries in every mm that maps them, which nothing excludes zaps from
+    /// (Linux 7.3's `zap_huge_pmd()` bug, see
+    /// `crate::mm::migrate::device_folio_mapcount`). Best effort: a folio
+    /// whose record is stale (remapped elsewhere, or mapped only by a fork
+    /// child of an mm that has gone) is left to the eviction; so is
+    /// everything once the task is killed.
+    fn home_large_folios(&self) {
+        let mut todo = KVec::new();
+        {
+            let chunks = self.chunks.lock();
+            let maps = || chunks.iter().filter_map(Slot::map);
+            let n = maps().map(|m| m.data().homes.lock().len()).sum();
+            if todo.reserve(n, GFP_KERNEL).is_err() {
+                return;
+            }
+            for m in maps() {
+                for h in m.data().homes.lock().iter().flatten() {
+                    // Room for every block was reserved above.
+                    let _ = todo.push_within_capacity((h.mm.clone(), h.addr));
+                }
+            }
         }
-        block.take();
-        mig.set_dst(i, Entry::to(dpage, write).large());
-        Ok(Some(true))
+        let cancel = Cancel::task();
+        for (mm, addr) in todo {
+            if cancel.check().is_err() {
+                break;
+            }
+            let Some(mm) = mm.mmget_not_zero() else {
+                continue;
+            };
+            let len = BLOCK_PAGES * PAGE_SIZE;
+            // Whatever it finds there now: a hole, another mapping, or
+            // pages of this group that are not that folio any more all
+            // just come home (or stay, if they cannot move).
+            let _ = crate::migrate::evict_range(self, &mm, addr, len, &cancel);
+        }
+    }
+
+    /// Notes that `page`, the head of a 2 MiB folio of this pool, was just
+    /// migrated in at `addr` of `mm` (see [`Chunk::homes`]).
+    pub(crate) fn note_large_home(&self, page: PageRef, mm: &Mm, addr: usize) {
+        // SAFETY: every pagemap with this pool's owner token is a
+        // `Pagemap<Chunk>` of an msvm pool.
+        let Some(map) = (unsafe { pagemap::map_of::<Chunk>(page, self.owner) }) else {
+            return;
+        };
+        let Some(i) = map.index_of(page) else {
+            return;
+        };
+        let home = LargeHome {
+            mm: ARef::from(mm),
+            addr,
+        };
+        // The old record goes with the lock let go (it may drop an mm).
+        let _old = map
+            .data()
+            .homes
+            .lock()
+            .get_mut(i / BLOCK_PAGES)
+            .and_then(|h| h.replace(home));
     }
 
     /// Removes the pagemap of chunk `c` if it is idle (no page in use) and
@@ -835,17 +905,8 @@ impl VramPool<'_> {
                 (v, info)
             };
             // Room in the other live chunks (never a new chunk) for its
-            // small pages (its large folios take whole blocks as they go),
-            // then move.
-            let small = info.used.saturating_sub(info.large * BLOCK_PAGES);
-            // Whole blocks for its large folios first, so that the small
-            // pages' batch cannot break the blocks the plan counted on.
-            let dest = self.alloc_from(info.large, false, true).and_then(|large| {
-                Ok(Dest {
-                    small: self.alloc_from(small, false, false)?,
-                    large,
-                })
-            });
+            // pages, then move.
+            let dest = self.alloc_from(info.used, false, false);
             let drained = dest.and_then(|dest| {
                 let chunks = self.chunks.lock();
                 let Some(map) = chunks[victim].map() else {
@@ -913,6 +974,9 @@ impl VramPool<'_> {
 #[pinned_drop]
 impl PinnedDrop for VramPool<'_> {
     fn drop(self: Pin<&mut Self>) {
+        // 2 MiB folios first, through the mms that map them, where a
+        // migration can exclude zaps (see `home_large_folios`).
+        self.home_large_folios();
         // Every page goes home before its pagemap goes: `memunmap_pages`
         // waits for the last page of a map to be freed.
         let mut chunks = self.chunks.lock();
@@ -980,9 +1044,8 @@ mod tests {
     }
 
     #[test]
-    fn large_folios_need_whole_free_blocks() {
-        // Chunks of 4 blocks; the victim holds one large folio and 100
-        // small pages.
+    fn chunks_with_large_folios_stay() {
+        // Chunks of 4 blocks; plenty of room, in whole free blocks.
         let n = 4 * BLOCK_PAGES;
         let info = |used, large, free_blocks, last_alloc| {
             Some(ChunkInfo {
@@ -992,19 +1055,21 @@ mod tests {
                 last_alloc,
             })
         };
-        let victim = info(BLOCK_PAGES + 100, 1, 2, 1);
-        // Room for 1000 pages, in one free block and scattered pages: the
-        // folio takes the block, the small pages the scattered room.
-        let live = [info(n - 1000, 0, 1, 2), victim];
-        assert_eq!(choose_victim(live.iter().copied(), n).map(|v| v.0), Some(1));
-        // As much room, but scattered: the folio has nowhere to go.
-        let live = [info(n - 1000, 0, 0, 2), victim];
+        // A chunk holding a large folio is never the victim, however
+        // light: the next lightest is.
+        let live = [
+            info(n - 2 * BLOCK_PAGES, 0, 2, 1),
+            info(BLOCK_PAGES + 10, 1, 2, 1),
+            info(BLOCK_PAGES + 100, 0, 2, 2),
+        ];
+        assert_eq!(choose_victim(live.iter().copied(), n).map(|v| v.0), Some(2));
+        let live = [info(n - BLOCK_PAGES, 0, 1, 1), info(BLOCK_PAGES, 1, 3, 1)];
         assert_eq!(choose_victim(live.iter().copied(), n).map(|v| v.0), None);
-        // One free block and only 10 pages of other room: the small pages
-        // would break the block the folio needs.
-        let live = [info(n - BLOCK_PAGES - 10, 0, 1, 2), victim];
+        // Small pages break whole blocks once the partly used ones are
+        // full: 100 pages with 10 of partial room need one more block.
+        let live = [info(n - 10, 0, 0, 1), info(100, 0, 3, 2)];
         assert_eq!(choose_victim(live.iter().copied(), n).map(|v| v.0), None);
-        let live = [info(n - 2 * BLOCK_PAGES - 10, 0, 2, 2), victim];
+        let live = [info(n - BLOCK_PAGES - 10, 0, 1, 1), info(100, 0, 3, 2)];
         assert_eq!(choose_victim(live.iter().copied(), n).map(|v| v.0), Some(1));
     }
 

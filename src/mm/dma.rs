@@ -8,8 +8,8 @@ use kernel::{bindings, device, device::Bound};
 use super::bindings as b;
 use super::page::PageRef;
 
-/// A page mapped for DMA by one device (bidirectional, one page), unmapped
-/// on drop.
+/// A page mapped for DMA by one device (bidirectional, one page, no CPU
+/// sync at either end: see `msvm_dma_map_page`), unmapped on drop.
 ///
 /// # Invariants
 ///
@@ -21,8 +21,14 @@ pub(crate) struct DmaPage<'a> {
 }
 
 impl<'a> DmaPage<'a> {
-    /// Maps `page` for `dev`.
+    /// Maps `page`, a system page, for `dev`; `None` if it cannot be
+    /// mapped, or if the kernel must not touch it (a secretmem page, which
+    /// is not in the direct map: a bounce buffer, or the CPU side of the
+    /// emulated device, would fault on it).
     pub(crate) fn map(dev: &'a device::Device<Bound>, page: PageRef) -> Option<Self> {
+        if page.is_device_private() || page.is_secretmem() {
+            return None;
+        }
         // SAFETY: `dev` is a live device (the borrow) and `page` a valid page
         // that the caller keeps alive while mapped.
         let addr = unsafe { b::msvm_dma_map_page(raw(dev), page.as_ptr()) };
@@ -92,16 +98,21 @@ fn raw(dev: &device::Device<Bound>) -> *mut bindings::device {
         .cast_mut()
 }
 
-/// CPU access to a system page (the address decoder's system-RAM path).
-impl PageRef {
+/// CPU access to the mapped page: the emulated device's accesses to system
+/// RAM, which reach the page itself (the decoder resolves the DMA address
+/// to the page it maps, as an IOMMU walk would; see `msvm_dma_map_page`:
+/// no bounce buffer is ever synced over it).
+impl DmaPage<'_> {
     /// Copies `buf.len()` bytes at `off` of the page into `buf`.
-    pub(crate) fn read(self, off: usize, buf: &mut [u8]) {
+    pub(crate) fn read(&self, off: usize, buf: &mut [u8]) {
         assert!(off + buf.len() <= super::pagemap::PAGE_SIZE);
-        // SAFETY: in bounds (asserted); the page is valid (type invariant)
-        // and not device-private (callers decode only system pages here).
+        // SAFETY: in bounds (asserted); the page is a valid system page
+        // (mapped for DMA, so not device-private) that the mapping's owner
+        // keeps alive, and it is in the direct map (`map` refuses
+        // secretmem pages).
         unsafe {
             b::msvm_page_read(
-                self.as_ptr(),
+                self.page.as_ptr(),
                 off as u32,
                 buf.as_mut_ptr().cast(),
                 buf.len() as u32,
@@ -110,12 +121,12 @@ impl PageRef {
     }
 
     /// Copies `buf` to `off` of the page.
-    pub(crate) fn write(self, off: usize, buf: &[u8]) {
+    pub(crate) fn write(&self, off: usize, buf: &[u8]) {
         assert!(off + buf.len() <= super::pagemap::PAGE_SIZE);
         // SAFETY: as in `read`.
         unsafe {
             b::msvm_page_write(
-                self.as_ptr(),
+                self.page.as_ptr(),
                 off as u32,
                 buf.as_ptr().cast(),
                 buf.len() as u32,
@@ -124,9 +135,10 @@ impl PageRef {
     }
 
     /// Atomically adds `value` to the `u64` at `off` (8-byte aligned).
-    pub(crate) fn add_u64(self, off: usize, value: u64) {
+    pub(crate) fn add_u64(&self, off: usize, value: u64) {
         assert!(off % 8 == 0 && off + 8 <= super::pagemap::PAGE_SIZE);
-        // SAFETY: aligned and in bounds (asserted); the page is valid.
-        unsafe { b::msvm_page_add_u64(self.as_ptr(), off as u32, value) };
+        // SAFETY: aligned and in bounds (asserted); the page is valid and
+        // in the direct map, as in `read`.
+        unsafe { b::msvm_page_add_u64(self.page.as_ptr(), off as u32, value) };
     }
 }

@@ -14,6 +14,7 @@ use core::ffi::c_void;
 use kernel::{mm::virt::VmaRef, prelude::*};
 
 use super::bindings as b;
+use super::mmap::ExclusiveVma;
 use super::page::PageRef;
 use super::pagemap::PAGE_SIZE;
 
@@ -83,19 +84,31 @@ impl Entry {
     }
 }
 
-/// Whether the PMD of `vma` at `addr` maps a device-private folio whole that
-/// another mm (a fork relative) maps too.
+/// How many mappings the device-private folio that the PMD of `vma` at
+/// `addr` maps whole has; 0 if the PMD maps no device-private folio whole.
 ///
-/// Such a folio must not be collected whole (a [`VmaMigration`] set up with
-/// `large`): while that migration runs, the other mm's PMD is a migration
-/// entry, and Linux 7.3 unmapping it (that process exiting or unmapping the
-/// range) drops a reference and a mapping the entry does not hold, so the
-/// folio is freed under the migration. Collected in small pages, the core
-/// splits the folio first, and every mm's PMD becomes page-table entries.
-pub(crate) fn device_folio_shared(vma: &VmaRef, addr: usize) -> bool {
+/// Such a folio may be collected whole (a [`VmaMigration`] set up with
+/// `large`) only if it is mapped once, and only with the mmap lock held for
+/// writing (`super::mmap`): while that migration runs, its PMD is a
+/// migration entry, and Linux 7.3 unmapping one (an exit, munmap,
+/// `MADV_DONTNEED`, the OOM reaper) drops a reference and a mapping the
+/// entry does not hold, so the folio is freed under the migration.
+/// Collected in small pages, the core splits the folio first, and every
+/// mm's PMD becomes page-table entries.
+pub(crate) fn device_folio_mapcount(vma: &VmaRef, addr: usize) -> usize {
     // SAFETY: `vma` is a valid VMA whose mm's mmap lock the caller holds
     // (the borrow of the `VmaRef` proves it); any address is accepted.
-    unsafe { b::msvm_pmd_device_folio_shared(vma.as_ptr(), addr) }
+    let n = unsafe { b::msvm_pmd_device_folio_mapcount(vma.as_ptr(), addr) };
+    usize::try_from(n).unwrap_or(0)
+}
+
+/// Whether `vma` maps secretmem (`memfd_secret()`): its pages are not in
+/// the kernel's direct map, so neither a migration nor the engine may touch
+/// them (GUP refuses such VMAs too).
+pub(crate) fn vma_is_secretmem(vma: &VmaRef) -> bool {
+    // SAFETY: `vma` is a valid VMA whose mm's lock the caller holds (the
+    // borrow of the `VmaRef` proves it), so its file stays.
+    unsafe { b::msvm_vma_is_secretmem(vma.as_ptr()) }
 }
 
 /// Which source pages a [`VmaMigration`] collects.
@@ -131,19 +144,26 @@ impl<'a> VmaMigration<'a> {
     /// device-private owner: the pages to collect for
     /// [`Select::DevicePrivate`], and the owner whose device mappings the
     /// invalidation may skip. `fault_page` is the faulting page when called
-    /// from `migrate_to_ram`. With `large`, a whole 2 MiB folio (or hole)
-    /// in a 2 MiB-aligned range is collected as one [`Entry::compound`]
-    /// entry instead of being split.
+    /// from `migrate_to_ram`. With `large`, the same VMA held exclusively
+    /// (`EINVAL` for another), a whole 2 MiB folio (or hole) in a 2 MiB
+    /// aligned range is collected as one [`Entry::compound`] entry instead
+    /// of being split: that may turn a device-private folio's PMD into a
+    /// migration entry, which must not meet a zap (see
+    /// [`device_folio_mapcount`]).
     pub(crate) fn setup(
         vma: &'a VmaRef,
         start: usize,
         end: usize,
         select: Select,
-        large: bool,
+        large: Option<&ExclusiveVma<'_>>,
         owner: *const c_void,
         fault_page: Option<PageRef>,
     ) -> Result<Self> {
         let npages = (end - start) / PAGE_SIZE;
+        if large.is_some_and(|x| !core::ptr::eq(x.as_ptr(), vma.as_ptr())) {
+            return Err(EINVAL);
+        }
+        let large = large.is_some();
         if start % PAGE_SIZE != 0
             || end <= start
             || npages > MAX_PAGES

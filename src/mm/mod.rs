@@ -10,11 +10,13 @@
 
 pub(crate) mod abi;
 mod bindings;
+pub(crate) mod cancel;
 pub(crate) mod dma;
 pub(crate) mod drm_ioctl;
 pub(crate) mod hmm;
 pub(crate) mod iomem;
 pub(crate) mod migrate;
+pub(crate) mod mmap;
 pub(crate) mod page;
 pub(crate) mod pagemap;
 pub(crate) mod pci;

@@ -109,6 +109,21 @@ impl PageRef {
         unsafe { Self::from_raw(b::msvm_folio_head(self.as_ptr())) }.unwrap_or(self)
     }
 
+    /// Whether this is a secretmem page (`memfd_secret()`): not in the
+    /// kernel's direct map, never to be read or written by the kernel.
+    pub(crate) fn is_secretmem(self) -> bool {
+        // SAFETY: the page is valid (type invariant), and so is its
+        // mapping while it is mapped, which the caller's context keeps.
+        unsafe { b::msvm_page_is_secretmem(self.as_ptr()) }
+    }
+
+    /// Whether the page belongs to an anonymous folio: private process
+    /// memory, the only memory device memory takes.
+    pub(crate) fn is_anon(self) -> bool {
+        // SAFETY: the page is valid (type invariant).
+        unsafe { b::msvm_page_is_anon(self.as_ptr()) }
+    }
+
     /// Whether this is a device-private page.
     pub(crate) fn is_device_private(self) -> bool {
         // SAFETY: the page is valid (type invariant).

@@ -8,6 +8,7 @@
 //! `struct page`s with `memremap_pages` and removes them on drop with
 //! `memunmap_pages`, which waits until every page of the map is free again.
 
+use core::cell::Cell;
 use core::ffi::c_void;
 use core::marker::PhantomPinned;
 use core::ptr::NonNull;
@@ -15,6 +16,7 @@ use core::ptr::NonNull;
 use kernel::{bindings, prelude::*, types::Opaque};
 
 use super::bindings as b;
+use super::mmap::FaultRelock;
 use super::page::PageRef;
 
 /// Page size of the pagemaps (`PAGE_SIZE`).
@@ -34,7 +36,7 @@ pub(crate) trait PagemapOps: Send + Sync + Sized + 'static {
 
     /// The CPU touched `fault.page()`, a page of this map mapped in a process:
     /// move it (and maybe its neighbours) to system RAM.
-    fn migrate_to_ram(&self, fault: &Fault<'_>) -> Result<(), FaultError>;
+    fn migrate_to_ram(&self, fault: Fault<'_>) -> Result<(), FaultError>;
 }
 
 /// Why a `migrate_to_ram` failed, as the fault handler reports it.
@@ -43,59 +45,108 @@ pub(crate) enum FaultError {
     Oom,
     /// The page cannot be brought back: `VM_FAULT_SIGBUS`.
     Sigbus,
+    /// Nothing moved for now: the access faults again (`VM_FAULT_RETRY`
+    /// if the fault's lock was let go, else 0).
+    Retry,
+}
+
+/// What [`Fault::relock_exclusive`] got.
+pub(crate) enum Relock<'a> {
+    /// The mm's mmap lock for writing; the fault's own lock is gone.
+    Exclusive(FaultRelock<'a>),
+    /// Nothing: the fault may not wait (its lock is kept), or its task was
+    /// killed while waiting, or someone else held the folio meanwhile (its
+    /// lock is gone). Return [`FaultError::Retry`].
+    Retry,
+    /// Nothing: the fault may not let go of its lock (no
+    /// `FAULT_FLAG_ALLOW_RETRY`), which it keeps.
+    Unsupported,
 }
 
 /// A CPU fault on a device-private page (`struct vm_fault`).
-pub(crate) struct Fault<'a>(&'a bindings::vm_fault);
+///
+/// `lock` tells the callback what became of the fault's lock
+/// ([`Fault::relock_exclusive`]): if it was let go, or if the fault may not
+/// wait, the callback returns `VM_FAULT_RETRY`, whatever the handler said,
+/// as the fault path requires.
+pub(crate) struct Fault<'a> {
+    vmf: &'a bindings::vm_fault,
+    lock: &'a Cell<FaultLock>,
+}
 
-impl Fault<'_> {
+/// What became of the lock a fault holds when it calls `migrate_to_ram`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum FaultLock {
+    /// Held, as it came: the handler's result stands.
+    Held,
+    /// Held, and the fault may not wait (`FAULT_FLAG_RETRY_NOWAIT`): it
+    /// returns `VM_FAULT_RETRY` with the lock held, and is made again.
+    HeldNoWait,
+    /// Let go: only `VM_FAULT_RETRY` may follow.
+    Released,
+}
+
+impl<'a> Fault<'a> {
     /// The device-private page that was touched.
     pub(crate) fn page(&self) -> PageRef {
         // SAFETY: for `migrate_to_ram`, `vmf->page` is the faulting
         // device-private page, referenced by the fault path for the call.
-        unsafe { PageRef::from_raw(self.0.page) }.expect("migrate_to_ram without a page")
+        unsafe { PageRef::from_raw(self.vmf.page) }.expect("migrate_to_ram without a page")
     }
 
     /// The faulting address.
     pub(crate) fn address(&self) -> usize {
-        self.0.__bindgen_anon_1.address
+        self.vmf.__bindgen_anon_1.address
     }
 
     /// Whether the fault is on a PMD entry: a large device folio mapped
     /// whole.
     pub(crate) fn is_pmd(&self) -> bool {
-        self.0.pte.is_null()
+        self.vmf.pte.is_null()
     }
 
-    /// On a PMD fault ([`Self::is_pmd`]) on a large folio of owner `owner`
-    /// mapped whole at `start` (the 2 MiB block of the fault): splits the
-    /// folio into small ones, and its PMD mappings (this mm's and any fork
-    /// relative's) into page-table entries, moving nothing; the CPU's retry
-    /// of the access then faults on a small page (if the core could not
-    /// split the folio this time, on the folio again). Nothing is left to
-    /// the caller to undo.
-    pub(crate) fn split_whole_folio(&self, start: usize, owner: *const c_void) {
-        let head = self.page().head();
-        // SAFETY: a PMD fault's `migrate_to_ram` holds the mmap lock, the
-        // lock of the folio of `vmf->page` and one reference to it, as the
-        // helper requires; `start` is the PMD-aligned address of the folio
-        // mapped whole, inside the VMA (the caller checked both), and `head`
-        // its head page.
-        unsafe {
-            b::msvm_split_fault_folio(
-                self.0.__bindgen_anon_1.vma,
-                start,
-                head.as_ptr(),
-                owner.cast_mut(),
-            )
+    /// Lets go of the fault's lock and takes the mmap lock of its mm for
+    /// writing instead, for work that must exclude every zap of the mm's
+    /// page tables (see `super::mmap`). Consumes the fault: its VMA may be
+    /// gone once its lock is. The CPU's access then faults again (the
+    /// callback returns `VM_FAULT_RETRY`), unless the guard takes the read
+    /// lock back to fail the fault ([`FaultRelock::fail`]).
+    pub(crate) fn relock_exclusive(self) -> Relock<'a> {
+        let page = self.page();
+        let mut mm = core::ptr::null_mut();
+        // SAFETY: `self.vmf` is the fault being handled, with its lock held
+        // (the fault path's promise, and `self` was not consumed before),
+        // and its folio locked and referenced.
+        let r = unsafe {
+            b::msvm_fault_relock_exclusive(core::ptr::from_ref(self.vmf).cast_mut(), &mut mm)
         };
+        let eopnotsupp = -(bindings::EOPNOTSUPP as i32);
+        let eagain = -(bindings::EAGAIN as i32);
+        self.lock.set(match r {
+            r if r == eopnotsupp => FaultLock::Held,
+            r if r == eagain => FaultLock::HeldNoWait,
+            // Every other outcome let go of the fault's lock.
+            _ => FaultLock::Released,
+        });
+        match (r, NonNull::new(mm)) {
+            (0, Some(mm)) => {
+                // SAFETY: the helper took a user reference and the write
+                // lock, having let go of the fault's; `page` is the fault's
+                // page, locked and referenced again; `lock` is set to
+                // `Released` above; the guard lives no longer than the
+                // handler (`'a`).
+                Relock::Exclusive(unsafe { FaultRelock::new(mm, page, self.lock) })
+            }
+            (r, _) if r == eopnotsupp => Relock::Unsupported,
+            _ => Relock::Retry,
+        }
     }
 
     /// The VMA the fault is in; the fault path holds its lock for the call.
     pub(crate) fn vma(&self) -> &kernel::mm::virt::VmaRef {
         // SAFETY: `vmf->vma` is valid and locked (mmap or per-VMA lock) for
         // the duration of the fault handler, which bounds the borrow.
-        unsafe { kernel::mm::virt::VmaRef::from_raw(self.0.__bindgen_anon_1.vma) }
+        unsafe { kernel::mm::virt::VmaRef::from_raw(self.vmf.__bindgen_anon_1.vma) }
     }
 }
 
@@ -210,8 +261,15 @@ unsafe extern "C" fn migrate_to_ram_cb<T: PagemapOps>(
     let vmf = unsafe { &*vmf };
     // SAFETY: `vmf->page` is a page of one of our live pagemaps (caller).
     let map = unsafe { owner_of::<T>(vmf.page) };
-    match map.data.migrate_to_ram(&Fault(vmf)) {
-        Ok(()) => 0,
+    let lock = Cell::new(FaultLock::Held);
+    let r = map.data.migrate_to_ram(Fault { vmf, lock: &lock });
+    if lock.get() != FaultLock::Held {
+        // The handler let go of the fault's lock (only a retry may
+        // follow), or the fault may not wait (it is made again).
+        return bindings::vm_fault_reason_VM_FAULT_RETRY;
+    }
+    match r {
+        Ok(()) | Err(FaultError::Retry) => 0,
         Err(FaultError::Oom) => bindings::vm_fault_reason_VM_FAULT_OOM,
         Err(FaultError::Sigbus) => bindings::vm_fault_reason_VM_FAULT_SIGBUS,
     }

@@ -151,7 +151,11 @@ struct drm_msvm_vm_destroy {
  * of the range is not mapped or is beyond the user address space; -EACCES:
  * part of the range has no read access (PROT_NONE); -ENOENT: no VM;
  * -EPERM: the VM belongs to another process; -ESRCH: that process is
- * exiting. Nothing moved when an error is returned.
+ * exiting; -EINTR: the caller was killed (the call works in 2 MiB steps
+ * and stops between two); -ENODEV: the device is going away (unbind,
+ * unplug). A range with a hole or without access moves nothing; after
+ * -EINTR, -ENODEV, or -EFAULT for a mapping changed during the call, the
+ * steps already done stay done.
  *
  * @addr: in: start, page aligned
  * @length: in: bytes, page aligned, not zero
@@ -160,7 +164,9 @@ struct drm_msvm_vm_destroy {
  * @moved: out: pages moved
  * @already: out: pages that were already at the destination
  * @busy: out: pages the kernel would not move (pinned, shared, file-backed,
- *        in use by another migration)
+ *        secretmem, hugetlb, VM_IO/VM_PFNMAP, in use by another migration;
+ *        towards system RAM, secretmem, hugetlb and special mappings count
+ *        as @already: none of their pages can be on a device)
  * @no_vram: out: pages not moved for lack of device memory
  * @reserved: must be zero
  */
@@ -287,8 +293,10 @@ struct drm_msvm_stats {
  * non-zero @reserved; -EFAULT: part of a range is not mapped or is beyond
  * the user address space; -EACCES: part of a range lacks the access the job
  * needs (read; write for FILL, COPY's destination and ATOMIC_ADD);
- * -ENOENT: no VM; -EPERM: the VM belongs to another process; -ESRCH: it is
- * exiting.
+ * -EFAULT also for memory no device may reach (memfd_secret() memory,
+ * VM_IO/VM_PFNMAP mappings), as GUP refuses it; -ENOENT: no VM; -EPERM:
+ * the VM belongs to another process; -ESRCH: it is exiting; -EINTR: the
+ * caller was killed; -ENODEV: the device is going away.
  *
  * @op: in: MSVM_EXEC_*
  * @flags: in: MSVM_EXEC_IN_PLACE

@@ -90,7 +90,7 @@ fn thps_at(addr: usize) -> Result<u64, String> {
 
 /// `len` bytes of THP-backed memory filled from `seed`; fails unless the
 /// kernel backed all of it with THPs.
-fn thp_region(len: usize, seed: u64) -> Result<(crate::scenarios::Raw, usize), String> {
+pub(crate) fn thp_region(len: usize, seed: u64) -> Result<(crate::scenarios::Raw, usize), String> {
     let (big, start) = huge(len)?;
     // SAFETY: inside `big`, readable and writable.
     let b = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, len) };
@@ -104,7 +104,7 @@ fn thp_region(len: usize, seed: u64) -> Result<(crate::scenarios::Raw, usize), S
     Ok((big, start))
 }
 
-fn bytes<'a>(start: usize, len: usize) -> &'a [u8] {
+pub(crate) fn bytes<'a>(start: usize, len: usize) -> &'a [u8] {
     // SAFETY: callers pass a readable range of a mapping they keep alive
     // while the slice is used.
     unsafe { std::slice::from_raw_parts(start as *const u8, len) }

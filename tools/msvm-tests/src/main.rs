@@ -22,6 +22,7 @@ mod scenarios;
 mod stress;
 mod svm;
 mod sysfs;
+mod trust;
 mod unplug;
 
 use std::process::ExitCode;
@@ -58,6 +59,7 @@ fn main_tests() -> Vec<harness::Test> {
     [
         cases::tests(),
         svm::tests(),
+        trust::tests(),
         engine::tests(),
         multi::tests(),
         placement::tests(),
@@ -69,6 +71,21 @@ fn main_tests() -> Vec<harness::Test> {
     .flatten()
     .collect()
 }
+
+/// The tests `msvm-tests integrity` runs.
+const INTEGRITY: &[&str] = &[
+    "svm_round_trip_by_cpu_fault",
+    "svm_round_trip_explicit_sizes",
+    "trust_round_trip_and_in_place_writes_keep_every_word",
+    "exec_fill_in_place_uses_dma",
+    "exec_checksum_matches_cpu",
+    "exec_copy_unaligned_offsets",
+    "exec_atomic_add_both_paths",
+    "large_folio_round_trip_whole",
+    "p2p_device_to_device_migration",
+    "migrate_from_unreachable_peer_goes_through_ram",
+    "large_folio_home_in_small_pages_without_free_folio",
+];
 
 fn main() -> ExitCode {
     let cmd = std::env::args().nth(1);
@@ -97,7 +114,20 @@ fn main() -> ExitCode {
             let res = unplug::unplug_loop(arg(1, 20));
             return finish("unplug-loop", res, Some("unplug loop"));
         }
-        Some("rebind") => unplug::rebind_tests(),
+        Some("rebind") => {
+            let only = arg(1, String::new());
+            unplug::rebind_tests()
+                .into_iter()
+                .filter(|t| t.name.contains(&only))
+                .collect()
+        }
+        // The data-integrity tests, for a boot with bounce buffers
+        // (`swiotlb=force`): every path that copies or writes through a
+        // DMA mapping.
+        Some("integrity") => main_tests()
+            .into_iter()
+            .filter(|t| INTEGRITY.contains(&t.name))
+            .collect(),
         Some("hotplug") => unplug::hotplug_tests(),
         Some("hold") => {
             let (ready, go) = (arg(1, String::new()), arg(2, String::new()));

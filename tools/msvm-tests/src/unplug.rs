@@ -21,10 +21,20 @@ const VICTIM: &str = "gpu1";
 
 /// Unbind and re-bind through sysfs.
 pub fn rebind_tests() -> Vec<Test> {
-    vec![Test {
-        name: "sysfs_unbind_and_rebind",
-        run: sysfs_unbind_and_rebind,
-    }]
+    vec![
+        Test {
+            name: "sysfs_unbind_and_rebind",
+            run: sysfs_unbind_and_rebind,
+        },
+        Test {
+            name: "sysfs_unbind_during_huge_migrate",
+            run: unbind_during_huge_migrate,
+        },
+        Test {
+            name: "sysfs_unbind_while_fork_children_exit",
+            run: unbind_while_fork_children_exit,
+        },
+    ]
 }
 
 /// PCIe hot-unplug and re-plug (run last on a lockdep kernel: the kernel's
@@ -76,6 +86,111 @@ fn wait_for(what: &str, secs: u64, cond: &mut dyn FnMut() -> Result<bool, String
         std::thread::sleep(Duration::from_millis(200));
     }
     Err(format!("{what}: not within {secs} s"))
+}
+
+/// A process MIGRATEs a 64 TiB `MAP_NORESERVE` mapping to the first GPU
+/// (a long run of 2 MiB steps) when the GPU is unbound: the unbind
+/// completes (the ioctl stops with `ENODEV`, the DRM core waits for it),
+/// and the GPU binds again.
+fn unbind_during_huge_migrate() -> Outcome {
+    use crate::trust::{huge_child, reap_within, Huge};
+    let victim = sysfs::msvm_gpus()?.into_iter().next().ok_or("no GPU")?;
+    let (pid, rd) = huge_child(Huge::Migrate)?;
+    let mut b = [0u8; 1];
+    check!(
+        nix::unistd::read(&rd, &mut b).map_err(|x| x.to_string())? == 1,
+        "the child did not start"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let drv = "/sys/bus/pci/drivers/msvm";
+    let addr = victim.addr.clone();
+    let t = Instant::now();
+    let unbind = std::thread::spawn(move || std::fs::write(format!("{drv}/unbind"), addr));
+    while !unbind.is_finished() && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    check!(
+        unbind.is_finished(),
+        "unbind still blocked after 30 s behind the MIGRATE"
+    );
+    unbind
+        .join()
+        .map_err(|_| "unbind thread panicked")?
+        .map_err(|x| format!("unbind: {x}"))?;
+    println!("# unbind took {} ms", t.elapsed().as_millis());
+    // The MIGRATE ended with an error, and the child exits (3).
+    let st = reap_within(pid, Duration::from_secs(10));
+    check!(
+        matches!(st, Some((nix::sys::wait::WaitStatus::Exited(_, 3), _))),
+        "the child: {st:?}"
+    );
+    bind_again(&victim.addr)
+}
+
+/// Binds the GPU at PCI address `addr` to msvm again, and checks it is.
+fn bind_again(addr: &str) -> Outcome {
+    let drv = "/sys/bus/pci/drivers/msvm";
+    std::fs::write(format!("{drv}/bind"), addr).map_err(|x| format!("bind: {x}"))?;
+    check!(addrs()?.contains(addr), "{addr} not bound again");
+    Ok(())
+}
+
+/// A process keeps 32 MiB of THP-backed data on the first GPU as 2 MiB
+/// device folios and forks children that exit at once, in a loop, while
+/// the GPU is unbound: eviction must not collect a folio whole while a
+/// child's exit can zap its PMD migration entry (Linux 7.3's
+/// `zap_huge_pmd()` bug: a use-after-free). Every byte reads back, and
+/// the GPU binds again.
+fn unbind_while_fork_children_exit() -> Outcome {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let victim = sysfs::msvm_gpus()?.into_iter().next().ok_or("no GPU")?;
+    let len = 32 << 20;
+    let (_region, start) = crate::large::thp_region(len, 91)?;
+    {
+        let dev = Device::open(&victim.node).map_err(|x| x.to_string())?;
+        dev.vm_create().map_err(|x| x.to_string())?;
+        let s0 = dev.stats().map_err(|x| x.to_string())?;
+        dev.migrate(start, len, Location::Device)
+            .map_err(|x| x.to_string())?;
+        let s1 = dev.stats().map_err(|x| x.to_string())?;
+        check!(
+            s1.large_to_device - s0.large_to_device == (len >> 21) as u64,
+            "{} folios moved whole, want {}",
+            s1.large_to_device - s0.large_to_device,
+            len >> 21
+        );
+    }
+    let stop = AtomicBool::new(false);
+    let drv = "/sys/bus/pci/drivers/msvm";
+    let (forks, unbind) = std::thread::scope(|s| {
+        let forker = s.spawn(|| {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                // SAFETY: the child exits at once.
+                match unsafe { nix::unistd::fork() } {
+                    Ok(nix::unistd::ForkResult::Child) => {
+                        // SAFETY: leaving the child at once.
+                        unsafe { nix::libc::_exit(0) }
+                    }
+                    Ok(nix::unistd::ForkResult::Parent { child }) => {
+                        let _ = nix::sys::wait::waitpid(child, None);
+                        n += 1;
+                    }
+                    Err(_) => break,
+                }
+            }
+            n
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let unbind = std::fs::write(format!("{drv}/unbind"), &victim.addr);
+        stop.store(true, Ordering::Relaxed);
+        (forker.join().unwrap_or(0), unbind)
+    });
+    unbind.map_err(|x| format!("unbind: {x}"))?;
+    println!("# {forks} children forked and exited around the unbind");
+    check!(forks > 0, "no child forked");
+    crate::svm::verify(crate::large::bytes(start, len), 91)?;
+    bind_again(&victim.addr)
 }
 
 /// Unbinds the first GPU through sysfs and binds it again: its render node
