@@ -772,8 +772,9 @@ impl VramPool<'_> {
     }
 
     /// Brings this pool's 2 MiB folios home before eviction, through the
-    /// mm and address each was migrated in at (a MIGRATE to system RAM of
-    /// that 2 MiB: under that mm's mmap write lock a folio mapped once moves
+    /// mm and address each was migrated in at (a move to system RAM of
+    /// that 2 MiB, access unchecked: under that mm's mmap write lock a
+    /// folio mapped once moves
     /// home whole, and one that fork relatives map too is split, every
     /// mm's PMD of it turned into page-table entries). Eviction
     /// (`migrate_device_range`) would collect them whole with PMD migration
