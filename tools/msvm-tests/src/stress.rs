@@ -4,7 +4,8 @@
 //! thread 4 KiB pages),
 //! migrating it to random devices and back, running engine
 //! jobs on it from random devices (in place or not), rewriting it from the
-//! CPU, replacing it (munmap + mmap) and forking children that check it; a
+//! CPU, zapping it (`MADV_DONTNEED`), replacing it (munmap + mmap) and
+//! forking children that check it; a
 //! victim process migrating in a loop is killed mid-operation. Every step's
 //! result is checked against what the region must hold. Prints the
 //! operations done and the bytes verified.
@@ -12,6 +13,7 @@
 use std::time::{Duration, Instant};
 
 use msvm_rt::{Device, Exec, Location};
+use nix::sys::mman::{madvise, MmapAdvise};
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult};
@@ -78,7 +80,7 @@ fn worker(seed: u64, thp: bool, deadline: Instant) -> Result<(u64, u64), String>
     let (mut ops, mut verified) = (0u64, 0u64);
     while Instant::now() < deadline {
         let dev = &devs[r.below(devs.len() as u64) as usize];
-        match r.below(8) {
+        match r.below(9) {
             0 | 1 => {
                 let to = if r.below(2) == 0 {
                     Location::Device
@@ -131,6 +133,16 @@ fn worker(seed: u64, thp: bool, deadline: Instant) -> Result<(u64, u64), String>
                         verified += region as u64;
                     }
                 }
+            }
+            7 => {
+                // A zap of the process's own page tables, wherever the
+                // region's pages are (device folios whole or split, RAM).
+                let p =
+                    std::ptr::NonNull::new(m.addr() as *mut std::ffi::c_void).ok_or("null map")?;
+                // SAFETY: advice on our own mapping.
+                unsafe { madvise(p, region, MmapAdvise::MADV_DONTNEED) }
+                    .map_err(|e| format!("madvise: {e}"))?;
+                c = Content::Zero;
             }
             _ => {
                 if m.bytes() != &expected(c, region)[..] {
