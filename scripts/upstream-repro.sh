@@ -65,7 +65,7 @@ run() { # NAME KDIR
 		--append "msvm_repro_secs=$SECS" --log "$B/repro-$1-console.log" \
 		--timeout $((SECS + 240)) >"$B/repro-$1.out" 2>&1 || rc=$?
 	local line
-	line=$(grep -ahoE 'zap_huge_pmd_repro: (PASS|FAIL)[^\r]*' "$B/repro-$1-console.log" | tail -1)
+	line=$(grep -ahoE 'zap_huge_pmd_repro: (PASS|FAIL)[^[:cntrl:]]*' "$B/repro-$1-console.log" | tail -1)
 	local splat
 	splat=$(grep -ahoE 'kernel BUG at [^ ]+|BUG: [A-Za-z -]+|WARNING: CPU: [0-9]+ PID: [0-9]+ at [^ ]+' \
 		"$B/repro-$1-console.log" | head -1)

@@ -13,11 +13,14 @@
  * the device memory is handed out twice and a stale PMD migration entry is
  * left behind.
  *
- * One thread moves 8 MiB of THPs to the test_hmm device and back, whole
- * (2 MiB folios, PMD migration entries); another zaps the range with
- * MADV_DONTNEED, and now and then writes it and reads it back.
+ * One thread writes 8 MiB of THPs, moves them to the test_hmm device and
+ * back, whole (2 MiB folios, PMD migration entries); another zaps the range
+ * with MADV_DONTNEED while they come back (MIGRATE_TO_SYS). It leaves the
+ * way to the device alone: test_hmm's MIGRATE_TO_DEV reads the device
+ * pages back after letting go of the mmap lock, which a zap then frees (a
+ * use-after-free of the test driver's own, not this bug).
  *
- * Usage: zap_huge_pmd_repro [SECONDS]   (default 10). Prints
+ * Usage: zap_huge_pmd_repro [SECONDS]   (default 20). Prints
  * "zap_huge_pmd_repro: PASS ..." and exits 0 if the run ends with every
  * byte right; a kernel with the bug oopses (the harness sees the splat)
  * or prints FAIL.
@@ -44,7 +47,7 @@
 static int fd;
 static char *region;
 static void *bounce;
-static atomic_int stop;
+static atomic_int stop, home;
 static atomic_long moves, zaps, bad;
 
 static void die(const char *what)
@@ -66,11 +69,25 @@ static int migrate(unsigned long req)
 
 static void *mover(void *arg)
 {
+	unsigned long n = 0;
+
 	(void)arg;
 	while (!atomic_load(&stop)) {
+		unsigned char v = ++n & 0xff;
+		size_t i;
+
+		/* The zapper waits: the data must reach the device whole. */
+		memset(region, v, LEN);
+		for (i = 0; i < LEN; i += 512)
+			if ((unsigned char)region[i] != v) {
+				atomic_fetch_add(&bad, 1);
+				break;
+			}
 		/* Errors (a range being zapped) are part of the race. */
 		migrate(HMM_DMIRROR_MIGRATE_TO_DEV);
+		atomic_store(&home, 1);
 		migrate(HMM_DMIRROR_MIGRATE_TO_SYS);
+		atomic_store(&home, 0);
 		atomic_fetch_add(&moves, 1);
 	}
 	return NULL;
@@ -78,23 +95,12 @@ static void *mover(void *arg)
 
 static void *zapper(void *arg)
 {
-	unsigned long n = 0;
-
 	(void)arg;
 	while (!atomic_load(&stop)) {
+		if (!atomic_load(&home))
+			continue;
 		if (madvise(region, LEN, MADV_DONTNEED))
 			die("madvise");
-		if (n++ % 16 == 15) {
-			unsigned char v = n & 0xff;
-			size_t i;
-
-			memset(region, v, LEN);
-			for (i = 0; i < LEN; i += 512)
-				if ((unsigned char)region[i] != v) {
-					atomic_fetch_add(&bad, 1);
-					break;
-				}
-		}
 		atomic_fetch_add(&zaps, 1);
 	}
 	return NULL;
@@ -102,7 +108,7 @@ static void *zapper(void *arg)
 
 int main(int argc, char **argv)
 {
-	int secs = argc > 1 ? atoi(argv[1]) : 10;
+	int secs = argc > 1 ? atoi(argv[1]) : 20;
 	pthread_t a, b;
 	char *p;
 
