@@ -423,20 +423,7 @@ pub(crate) fn check_vmas(
     end: usize,
     write: bool,
 ) -> Result {
-    let mut addr = start;
-    while addr < end {
-        let vma = guard.vma_lookup(addr).ok_or(EFAULT)?;
-        let need = if write {
-            flags::READ | flags::WRITE
-        } else {
-            flags::READ
-        };
-        if vma.flags() & need != need {
-            return Err(EACCES);
-        }
-        addr = vma.end();
-    }
-    Ok(())
+    walk_vmas(guard, start, end, write, false)
 }
 
 /// [`check_vmas`] for a job, which also refuses (`EFAULT`) the VMAs that
@@ -448,11 +435,29 @@ pub(crate) fn check_job_vmas(
     end: usize,
     write: bool,
 ) -> Result {
-    check_vmas(guard, start, end, write)?;
+    walk_vmas(guard, start, end, write, true)
+}
+
+/// The walk of [`check_vmas`]; `device` refuses what no device may reach.
+fn walk_vmas(
+    guard: &MmapReadGuard<'_>,
+    start: usize,
+    end: usize,
+    write: bool,
+    device: bool,
+) -> Result {
     let mut addr = start;
     while addr < end {
         let vma = guard.vma_lookup(addr).ok_or(EFAULT)?;
-        if vma.flags() & (flags::IO | flags::PFNMAP) != 0 || vma_is_secretmem(vma) {
+        let need = if write {
+            flags::READ | flags::WRITE
+        } else {
+            flags::READ
+        };
+        if vma.flags() & need != need {
+            return Err(EACCES);
+        }
+        if device && (vma.flags() & (flags::IO | flags::PFNMAP) != 0 || vma_is_secretmem(vma)) {
             return Err(EFAULT);
         }
         addr = vma.end();
@@ -521,10 +526,8 @@ pub(crate) fn large_home_evict() -> Option<NewPage> {
 /// mmap lock for writing: a folio collected whole may be device-private
 /// (see [`migrate_range`]).
 fn large_step(vma: &VmaRef, start: usize, end: usize) -> bool {
-    large_order() != 0
-        && start % LARGE_SIZE == 0
-        && end - start == LARGE_SIZE
-        && vma.flags() & flags::NOHUGEPAGE == 0
+    end - start == LARGE_SIZE
+        && whole_block(vma, start, end)
         && device_folio_mapcount(vma, start) <= 1
 }
 
@@ -620,8 +623,8 @@ fn fill_to_device(
     // Collected pages are in RAM (or unpopulated), or ours already; the
     // rest could not be isolated. A large entry stands for `MAX_PAGES`
     // pages, and the entries after it are empty.
-    let mut ours = [false; MAX_PAGES];
-    let mut busy = [false; MAX_PAGES];
+    // Entries that get no destination: already ours, or busy.
+    let mut skip = [false; MAX_PAGES];
     let (mut want, mut block) = (0, None);
     let mut i = 0;
     while i < n {
@@ -631,9 +634,9 @@ fn fill_to_device(
             // Not collected, or not memory a device takes: the core has
             // not agreed to move it, so nothing of it is read.
             out.busy += nr as u64;
-            busy[i] = true;
+            skip[i] = true;
         } else if src.page().is_some_and(|p| pool.offset_of(p).is_some()) {
-            ours[i] = true;
+            skip[i] = true;
             out.already += nr as u64;
         } else if src.compound() {
             match pool.alloc_large(true)? {
@@ -657,7 +660,7 @@ fn fill_to_device(
         let (at, src) = (i, mig.src(i));
         let nr = src.nr_pages().min(n - i);
         i += nr;
-        if !src.migrate() || ours[at] || busy[at] {
+        if skip[at] {
             continue;
         }
         let dst = if src.compound() {

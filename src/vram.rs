@@ -469,11 +469,18 @@ pub(crate) fn locate(
     page: PageRef,
     owner: *const c_void,
 ) -> Option<(&'static VramPool<'static>, usize)> {
+    let (map, i) = chunk_of(page, owner)?;
+    let chunk = map.data();
+    Some((chunk.pool(), chunk.base + i * PAGE_SIZE))
+}
+
+/// The chunk of device page `page` and the page's index in it, if its
+/// pagemap has owner `owner` (alive as long as [`locate`]'s pool).
+fn chunk_of(page: PageRef, owner: *const c_void) -> Option<(&'static Pagemap<Chunk>, usize)> {
     // SAFETY: every pagemap with a group's owner token is a
     // `Pagemap<Chunk>` of an msvm pool.
     let map = unsafe { pagemap::map_of::<Chunk>(page, owner) }?;
-    let chunk = map.data();
-    Some((chunk.pool(), chunk.base + map.index_of(page)? * PAGE_SIZE))
+    Some((map, map.index_of(page)?))
 }
 
 /// What draining a chunk did, in pages.
@@ -819,12 +826,7 @@ impl VramPool<'_> {
     /// Notes that `page`, the head of a 2 MiB folio of this pool, was just
     /// migrated in at `addr` of `mm` (see [`Chunk::homes`]).
     pub(crate) fn note_large_home(&self, page: PageRef, mm: &Mm, addr: usize) {
-        // SAFETY: every pagemap with this pool's owner token is a
-        // `Pagemap<Chunk>` of an msvm pool.
-        let Some(map) = (unsafe { pagemap::map_of::<Chunk>(page, self.owner) }) else {
-            return;
-        };
-        let Some(i) = map.index_of(page) else {
+        let Some((map, i)) = chunk_of(page, self.owner) else {
             return;
         };
         let home = LargeHome {
