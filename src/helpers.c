@@ -254,7 +254,8 @@ void msvm_split_fault_folio(struct vm_area_struct *vma, unsigned long addr,
  * its lock is kept, it returns VM_FAULT_RETRY with it held, as filemap's
  * folio_lock_or_retry() does, and is made again later);
  * -EOPNOTSUPP if the fault may not drop its lock at all (no
- * FAULT_FLAG_ALLOW_RETRY: its lock is kept); -EINTR if a fatal signal came
+ * FAULT_FLAG_ALLOW_RETRY), or its mm has no users left to keep (its lock
+ * is kept); -EINTR if a fatal signal came
  * while waiting, -EBUSY if someone else held the folio meanwhile (both:
  * the fault's lock is gone, VM_FAULT_RETRY).
  */
@@ -268,7 +269,8 @@ int msvm_fault_relock_exclusive(struct vm_fault *vmf, struct mm_struct **mmp)
 	if (vmf->flags & FAULT_FLAG_RETRY_NOWAIT)
 		return -EAGAIN;
 	/* The faulting context keeps users on the mm; this one outlives it. */
-	mmget(mm);
+	if (!mmget_not_zero(mm))
+		return -EOPNOTSUPP;
 	release_fault_lock(vmf);
 	folio_unlock(folio);
 	if (mmap_write_lock_killable(mm)) {

@@ -147,9 +147,9 @@ impl<'a> VmaMigration<'a> {
     /// from `migrate_to_ram`. With `large`, the same VMA held exclusively
     /// (`EINVAL` for another), a whole 2 MiB folio (or hole) in a 2 MiB
     /// aligned range is collected as one [`Entry::compound`] entry instead
-    /// of being split: that may turn a device-private folio's PMD into a
-    /// migration entry, which must not meet a zap (see
-    /// [`device_folio_mapcount`]).
+    /// of being split, unless it is a device folio other mms map too: that
+    /// may turn a device-private folio's PMD into a migration entry, which
+    /// must not meet a zap (see [`device_folio_mapcount`]).
     pub(crate) fn setup(
         vma: &'a VmaRef,
         start: usize,
@@ -163,7 +163,11 @@ impl<'a> VmaMigration<'a> {
         if large.is_some_and(|x| !core::ptr::eq(x.as_ptr(), vma.as_ptr())) {
             return Err(EINVAL);
         }
-        let large = large.is_some();
+        // A device folio that other mms map too is collected in small
+        // pages (the core splits it through page-table entries): whole,
+        // their PMDs would become migration entries that no lock of ours
+        // keeps zaps from. The write lock keeps the count stable.
+        let large = large.is_some() && device_folio_mapcount(vma, start) <= 1;
         if start % PAGE_SIZE != 0
             || end <= start
             || npages > MAX_PAGES
