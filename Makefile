@@ -6,7 +6,9 @@
 #   make run           boot 3 emulated GPUs, load msvm, show `msvm info`
 #   make test          everything: host tests, lints, KUnit + guest tests
 #   make bench         msvm vs test_hmm vs memcpy, one boot, GiB/s and ratios
-#   make soak          make test with a long fuzz (2M calls) and stress (10 min)
+#   make soak          10-minute mixed run (stress, unplug/replug, memory
+#                      pressure) on the debug and the release kernel
+#   make fuzz          make test with a long fuzz (2M calls) and stress (10 min)
 #   make setup         packages, bindgen, kernel source, guest kernel (cached)
 #   make module        build msvm.ko against the cached kernel
 #   make tools         build the user-space workspace (tools/)
@@ -18,7 +20,7 @@
 # Variables: MSVM_VARIANT=release|debug (kernel), MSVM_CACHE (cache dir,
 # default ~/.cache/msvm), MSVM_KVM=1 (use /dev/kvm instead of TCG).
 
-.PHONY: all run test bench soak setup module tools hmm-tests upstream-repro rustfmtcheck rustfmt clippy clean
+.PHONY: all run test bench soak fuzz setup module tools hmm-tests upstream-repro rustfmtcheck rustfmt clippy clean
 
 all: module
 
@@ -32,6 +34,9 @@ bench:
 	scripts/bench.sh
 
 soak:
+	scripts/soak.sh
+
+fuzz:
 	MSVM_TEST_TIMEOUT=7200 MSVM_GUEST_ARGS="msvm_fuzz_calls=2000000 msvm_fuzz_secs=3600 msvm_stress_secs=600 msvm_fuzz_seed=$$(date +%s)" scripts/test.sh
 
 setup:

@@ -15,10 +15,14 @@
 //! `/proc` readers) wait one step at most; between steps a fatal signal or
 //! the device going away stops the request ([`Cancel`]).
 //!
+//! A step towards a device may run twice: the pool grows (creates a chunk)
+//! only between two tries, with no mmap lock held (see [`device_step`]).
+//!
 //! # Lock order
 //!
-//! Each step holds the mmap read lock; the VRAM pool's locks nest inside
-//! (see `src/vram.rs`).
+//! Each step holds the mmap read lock (the write lock for a whole 2 MiB
+//! block); the VRAM pool's table and free maps nest inside, its growth
+//! never does (see `src/vram.rs`).
 
 use kernel::{
     mm::{
@@ -58,6 +62,19 @@ pub(crate) struct Outcome {
 }
 
 impl Outcome {
+    /// The outcome of a second pass over a range after `first`: the pages
+    /// `first` moved (which the second found there already) count as
+    /// moved; every page still has one counter.
+    fn after(self, first: &Self) -> Self {
+        let again = first.moved.min(self.already);
+        Self {
+            moved: self.moved + again,
+            already: self.already - again,
+            busy: self.busy,
+            no_vram: self.no_vram,
+        }
+    }
+
     /// `n` pages of a VMA the core does not migrate: busy towards a device,
     /// already home towards system RAM (none of them can be on a device).
     fn stayed(dir: Direction, n: u64) -> Self {
@@ -127,19 +144,11 @@ fn steps(
     let mut addr = start;
     while addr < end {
         cancel.check()?;
-        let guard = mm.mmap_read_lock();
-        let vma = guard.vma_lookup(addr).ok_or(EFAULT)?;
-        let (step, step_end) = if whole_block(vma, addr, end) {
-            // A step that may collect a folio whole may meet a
-            // device-private one (or one that becomes so meanwhile): only
-            // with every zap of this mm excluded (see
-            // `device_folio_mapcount`).
-            drop(guard);
-            let excl = MmapWriteGuard::lock_killable(mm)?;
-            let vma = excl.vma_lookup(addr).ok_or(EFAULT)?;
-            one_step(pool, &vma, addr, end, dir, Some(&vma))?
+        let (step, step_end) = if dir == Direction::ToDevice {
+            device_step(pool, mm, addr, end)?
         } else {
-            one_step(pool, vma, addr, end, dir, None)?
+            let (step, step_end) = locked_step(pool, mm, addr, end, dir, false)?;
+            (step.ok_or(EAGAIN)?, step_end)
         };
         out.moved += step.moved;
         out.already += step.already;
@@ -150,10 +159,70 @@ fn steps(
     Ok(out)
 }
 
+/// A step towards the device ([`locked_step`]), with the chunks it needs:
+/// the pool grows ([`VramPool::grow`]) only between two tries of the step,
+/// with no mmap lock held. Before the first try, if the pool has no free
+/// page at all; after it, if it found no free 2 MiB block for a whole folio
+/// (it moved nothing then) or no VRAM for some pages: the step runs once
+/// more, over the same range.
+fn device_step(
+    pool: &VramPool<'_>,
+    mm: &MmWithUser,
+    addr: usize,
+    end: usize,
+) -> Result<(Outcome, usize)> {
+    let dir = Direction::ToDevice;
+    pool.grow(1, false);
+    let (step, step_end) = match locked_step(pool, mm, addr, end, dir, true)? {
+        (None, _) => {
+            pool.grow(LARGE_SIZE / PAGE_SIZE, true);
+            let (again, again_end) = locked_step(pool, mm, addr, end, dir, false)?;
+            (again.ok_or(EAGAIN)?, again_end)
+        }
+        (Some(first), first_end)
+            if first.no_vram > 0 && pool.grow(first.no_vram as usize, false) =>
+        {
+            let (again, again_end) = locked_step(pool, mm, addr, first_end, dir, false)?;
+            (again.ok_or(EAGAIN)?.after(&first), again_end)
+        }
+        (Some(first), first_end) => (first, first_end),
+    };
+    pool.stats.no_vram.add(step.no_vram, Relaxed);
+    Ok((step, step_end))
+}
+
+/// The step of `[addr, end)` of `mm` ([`one_step`]) under the mmap lock it
+/// needs: held for writing for a whole 2 MiB block, for reading otherwise.
+/// `None` (nothing moved) if `may_grow` and a whole 2 MiB folio found no
+/// free block in a pool that can grow one.
+fn locked_step(
+    pool: &VramPool<'_>,
+    mm: &MmWithUser,
+    addr: usize,
+    end: usize,
+    dir: Direction,
+    may_grow: bool,
+) -> Result<(Option<Outcome>, usize)> {
+    let guard = mm.mmap_read_lock();
+    let vma = guard.vma_lookup(addr).ok_or(EFAULT)?;
+    if whole_block(vma, addr, end) {
+        // A step that may collect a folio whole may meet a device-private
+        // one (or one that becomes so meanwhile): only with every zap of
+        // this mm excluded (see `device_folio_mapcount`).
+        drop(guard);
+        let excl = MmapWriteGuard::lock_killable(mm)?;
+        let vma = excl.vma_lookup(addr).ok_or(EFAULT)?;
+        one_step(pool, &vma, addr, end, dir, Some(&vma), may_grow)
+    } else {
+        one_step(pool, vma, addr, end, dir, None, may_grow)
+    }
+}
+
 /// The step of `[addr, end)` in `vma` (with its mm's mmap lock held; `excl`
 /// is `vma` held exclusively, if it is): up to the end of the page table of
 /// `addr`, of the VMA or of the range. Only an exclusive step collects
-/// folios whole. Returns what it did and where it ended.
+/// folios whole. Returns what it did (`None`: see [`locked_step`]) and
+/// where it ended.
 fn one_step(
     pool: &VramPool<'_>,
     vma: &VmaRef,
@@ -161,24 +230,27 @@ fn one_step(
     end: usize,
     dir: Direction,
     excl: Option<&ExclusiveVma<'_>>,
-) -> Result<(Outcome, usize)> {
+    may_grow: bool,
+) -> Result<(Option<Outcome>, usize)> {
     let step_end = end.min(vma.end()).min((addr / LARGE_SIZE + 1) * LARGE_SIZE);
     let n = ((step_end - addr) / PAGE_SIZE) as u64;
     if vma.flags() & UNMIGRATABLE != 0 || vma_is_secretmem(vma) {
         // hugetlb and special (I/O, PFN, mixed) mappings: the core
         // migrates none of their pages; none of them is on a device.
         // secretmem: the kernel must not even read its pages.
-        return Ok((Outcome::stayed(dir, n), step_end));
+        return Ok((Some(Outcome::stayed(dir, n)), step_end));
     }
     let large = excl.filter(|_| large_step(vma, addr, step_end));
+    // Only a move to a device waits for the pool to grow a block.
+    let grow = may_grow && dir == Direction::ToDevice;
     let r = match dir {
-        Direction::ToDevice => step(pool, vma, addr, step_end, large, fill_to_device),
-        Direction::ToSystem => step(pool, vma, addr, step_end, large, fill_to_system),
+        Direction::ToDevice => step(pool, vma, addr, step_end, large, grow, fill_to_device),
+        Direction::ToSystem => step(pool, vma, addr, step_end, large, grow, fill_to_system),
     };
     match r {
         // `migrate_vma_setup` refused the VMA for a reason of its own
         // (DAX, say): its pages stay, like those above.
-        Err(e) if e == EINVAL => Ok((Outcome::stayed(dir, n), step_end)),
+        Err(e) if e == EINVAL => Ok((Some(Outcome::stayed(dir, n)), step_end)),
         r => Ok((r?, step_end)),
     }
 }
@@ -305,12 +377,7 @@ fn to_device<'p, 'a: 'p>(
     // token: it outlives the pool.
     fault_in(mm, mirror, owner, start, len, cancel)?;
     let again = migrate_range(&*hold()?, mm, start, len, Direction::ToDevice, cancel)?;
-    Ok(Outcome {
-        moved: out.moved + again.moved,
-        already: again.already - out.moved.min(again.already),
-        busy: again.busy,
-        no_vram: again.no_vram,
-    })
+    Ok(again.after(&out))
 }
 
 /// Brings the pages of every device home, one owner group at a time (a
@@ -584,14 +651,17 @@ fn copy_in(pool: &VramPool<'_>, src: Entry, nr: usize, offset: usize) -> Result<
 
 /// One migration step by `fill`: a whole 2 MiB folio (or hole) moves
 /// whole where the step allows; if `fill` finds no 2 MiB destination for
-/// it, the step runs again in small pages (the core splits the folio when
-/// it collects it).
+/// it, the step returns `None` if `grow` and the pool can grow a block (see
+/// [`device_step`]), and otherwise runs again in small pages (the core
+/// splits the folio when it collects it).
+#[allow(clippy::too_many_arguments)]
 fn step(
     pool: &VramPool<'_>,
     vma: &VmaRef,
     start: usize,
     end: usize,
     large: Option<&ExclusiveVma<'_>>,
+    grow: bool,
     fill: impl Fn(
         &VramPool<'_>,
         &VmaRef,
@@ -599,12 +669,15 @@ fn step(
         usize,
         Option<&ExclusiveVma<'_>>,
     ) -> Result<Option<Outcome>>,
-) -> Result<Outcome> {
+) -> Result<Option<Outcome>> {
     if let Some(out) = fill(pool, vma, start, end, large)? {
-        return Ok(out);
+        return Ok(Some(out));
+    }
+    if grow && pool.can_grow() {
+        return Ok(None);
     }
     pool.stats.large_fallback.add(1, Relaxed);
-    fill(pool, vma, start, end, None)?.ok_or(EAGAIN)
+    Ok(Some(fill(pool, vma, start, end, None)?.ok_or(EAGAIN)?))
 }
 
 /// One step towards the device. With `large`, a whole 2 MiB folio (or hole)
@@ -639,7 +712,7 @@ fn fill_to_device(
             skip[i] = true;
             out.already += nr as u64;
         } else if src.compound() {
-            match pool.alloc_large(true)? {
+            match pool.alloc_large()? {
                 Some(b) => block = Some(b),
                 // Dropping `mig` restores the source.
                 None => return Ok(None),
@@ -694,7 +767,6 @@ fn fill_to_device(
     pool.stats.from_peer.add(peers, Relaxed);
     pool.stats.large_to_device.add(large_moved, Relaxed);
     pool.stats.to_device.add(out.moved, Relaxed);
-    pool.stats.no_vram.add(out.no_vram, Relaxed);
     Ok(Some(out))
 }
 

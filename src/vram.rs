@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! A GPU's memory: the BAR window onto it, split into chunks, each chunk a
-//! device-private pagemap created the first time an allocation needs it; a
+//! device-private pagemap created before a migration step needs it
+//! ([`VramPool::grow`]); a
 //! page allocator over the chunks; the chunk lifecycle (cached when idle,
 //! torn down by the shrinker, emptied into fuller chunks under pressure);
 //! eviction of every page on teardown.
@@ -9,7 +10,9 @@
 //! A device page's VRAM offset follows from its page frame number: page `i`
 //! of chunk `c` lives at `c * chunk_size + i * PAGE_SIZE` of the BAR.
 //!
-//! Chunk states ([`Slot`]): `Absent` (no pagemap) -> `Live` (a pagemap; its
+//! Chunk states ([`Slot`]): `Absent` (no pagemap) -> `Creating` (its
+//! pagemap being created, outside the lock, by [`VramPool::grow`]: never
+//! under an mmap lock) -> `Live` (a pagemap; its
 //! pages in use, or none: then it is *idle*, cached for cheap reuse) ->
 //! `Draining` (being emptied into other chunks: no allocation takes its
 //! pages) -> `Dying` (its pagemap being removed, outside the lock: no new
@@ -20,14 +23,21 @@
 //!
 //! # Lock order
 //!
-//! [`VramPool::shrink_lock`] (shrink passes) -> `mmap_lock` (held by
-//! migration callers) -> [`VramPool::chunks`] ->
-//! [`Chunk::free`]. `Chunk::free` is also taken alone by `folio_free`, which
-//! may run from any context that puts a page: nothing sleeps under it and it
-//! never allocates. The shrinker only ever *tries* `VramPool::chunks` (an
-//! allocation under it may enter reclaim); teardown and consolidation run
-//! on msvm's reclaim workqueue or from debugfs, never from reclaim itself,
-//! and drop the lock around `memunmap_pages` and page migration.
+//! `mmap_lock` (held by migration steps) -> [`VramPool::chunks`] ->
+//! [`Chunk::free`]; [`VramPool::grow_lock`] and [`VramPool::shrink_lock`]
+//! (shrink passes) -> `VramPool::chunks`. `Chunk::free` is also taken alone
+//! by `folio_free`, which may run from any context that puts a page:
+//! nothing sleeps under it and it never allocates. The shrinker only ever
+//! *tries* `VramPool::chunks` (an allocation under it may enter reclaim);
+//! teardown and consolidation run on msvm's reclaim workqueue or from
+//! debugfs, never from reclaim itself, and drop the lock around
+//! `memunmap_pages` and page migration.
+//!
+//! `memremap_pages` and `memunmap_pages` take the CPU and memory hotplug
+//! locks: under `grow_lock` (a chunk created before a migration step takes
+//! the mmap lock), `shrink_lock` (an idle chunk removed) or nothing (the
+//! pool's drop), never under `mmap_lock` or `VramPool::chunks` (see
+//! [`VramPool::grow`]).
 
 use core::ffi::c_void;
 
@@ -288,6 +298,8 @@ impl PagemapOps for Chunk {
 /// A chunk slot of the pool (see the module documentation for the states).
 enum Slot {
     Absent,
+    /// Its pagemap being created, outside the lock (see [`VramPool::grow`]).
+    Creating,
     Live(Pin<KBox<Pagemap<Chunk>>>),
     Draining(Pin<KBox<Pagemap<Chunk>>>),
     Dying,
@@ -298,7 +310,7 @@ impl Slot {
     fn map(&self) -> Option<&Pagemap<Chunk>> {
         match self {
             Slot::Live(m) | Slot::Draining(m) => Some(m),
-            Slot::Absent | Slot::Dying => None,
+            Slot::Absent | Slot::Creating | Slot::Dying => None,
         }
     }
 
@@ -329,6 +341,9 @@ pub(crate) struct VramPool<'a> {
     /// apart.
     #[pin]
     shrink_lock: Mutex<()>,
+    /// Serialises [`VramPool::grow`].
+    #[pin]
+    grow_lock: Mutex<()>,
     /// Serialises the engine's read-modify-write of VRAM words.
     #[pin]
     pub(crate) atomics: Mutex<()>,
@@ -368,6 +383,7 @@ impl<'a> VramPool<'a> {
                 chunks <- new_mutex!(slots),
                 alloc_seq: Atomic::new(0),
                 shrink_lock <- new_mutex!(()),
+                grow_lock <- new_mutex!(()),
                 atomics <- new_mutex!(()),
                 stats: Stats::new(),
                 index,
@@ -526,34 +542,101 @@ impl Drop for Batch {
 
 impl VramPool<'_> {
     /// Allocates up to `n` device pages, ready to be migration destinations
-    /// (one reference, locked). Takes each chunk's lock once for the whole
-    /// batch; creates chunks (pagemaps) as needed. Returns fewer pages when
-    /// VRAM is full.
+    /// (one reference, locked), from the chunks there are (see
+    /// [`VramPool::grow`]). Takes each chunk's lock once for the whole
+    /// batch. Returns fewer pages when the chunks are full.
     pub(crate) fn alloc(&self, n: usize) -> Result<Batch> {
-        self.alloc_from(n, true, false)
+        self.alloc_from(n, false)
+    }
+
+    /// Whether this pool's chunks hold 2 MiB folios: whole 2 MiB blocks,
+    /// on a kernel that migrates large folios.
+    fn holds_large(&self) -> bool {
+        self.chunk_size % (BLOCK_PAGES * PAGE_SIZE) == 0
+            && large_order() as usize == BLOCK_PAGES.trailing_zeros() as usize
     }
 
     /// Allocates one large folio (2 MiB, a whole free block of a chunk),
-    /// ready to be a migration destination (one reference, locked); creates
-    /// a chunk if `create` and no live one has a free block. `None` if there
-    /// is no free block (or the kernel does not migrate large folios): the
+    /// ready to be a migration destination (one reference, locked). `None`
+    /// if no chunk has a free block (or the pool holds no large folio): the
     /// caller then moves the range in small pages.
-    pub(crate) fn alloc_large(&self, create: bool) -> Result<Option<Batch>> {
-        // Chunks that are not whole 2 MiB blocks never hold a large folio:
-        // do not create any looking for one.
-        if self.chunk_size % (BLOCK_PAGES * PAGE_SIZE) != 0
-            || large_order() as usize != BLOCK_PAGES.trailing_zeros() as usize
-        {
+    pub(crate) fn alloc_large(&self) -> Result<Option<Batch>> {
+        if !self.holds_large() {
             return Ok(None);
         }
-        let batch = self.alloc_from(1, create, true)?;
+        let batch = self.alloc_from(1, true)?;
         Ok((!batch.pages.is_empty()).then_some(batch))
     }
 
-    /// Allocates up to `n` pages (or, if `large`, `n` large folios): from
-    /// live chunks, fullest first (so that data packs into few pagemaps),
-    /// then, if `create`, from new chunks.
-    fn alloc_from(&self, n: usize, create: bool, large: bool) -> Result<Batch> {
+    /// Makes `n` free pages (and, with `large`, a free 2 MiB block)
+    /// available to [`VramPool::alloc`] and [`VramPool::alloc_large`],
+    /// creating chunks (pagemaps) until they are or every chunk has one.
+    /// Each pagemap is created with the table unlocked, its slot `Creating`
+    /// meanwhile. Returns whether it created one.
+    ///
+    /// Never call it with an mmap lock held (or under a lock taken under
+    /// one, such as this pool's table): `memremap_pages` takes the CPU
+    /// hotplug lock, which CPU hotplug holds while it creates sysfs
+    /// directories, and a read of a sysfs directory takes `mmap_lock` (its
+    /// first fault on the buffer) under kernfs's lock: a lock cycle.
+    pub(crate) fn grow(&self, n: usize, large: bool) -> bool {
+        let large = large && self.holds_large();
+        // One grower at a time: another one's chunk may be all this one
+        // needs.
+        let _grower = self.grow_lock.lock();
+        let mut created = false;
+        loop {
+            let c = {
+                let mut chunks = self.chunks.lock();
+                let live = || chunks.iter().filter_map(Slot::live).map(|m| m.data());
+                let free: usize = live().map(|ch| ch.free.lock().nfree()).sum();
+                let block =
+                    !large || live().any(|ch| ch.large && ch.free.lock().nfree_blocks() > 0);
+                if free >= n && block {
+                    return created;
+                }
+                let Some(c) = chunks.iter().position(|s| matches!(s, Slot::Absent)) else {
+                    return created;
+                };
+                chunks[c] = Slot::Creating;
+                c
+            };
+            let map = self.new_chunk(c);
+            let mut chunks = self.chunks.lock();
+            match map {
+                Ok(map) => {
+                    // A chunk not aligned to 2 MiB holds no block: do not
+                    // create every other one looking for one.
+                    let done = large && !map.data().large;
+                    // Only `grow` (under `grow_lock`) leaves `Creating`.
+                    chunks[c] = Slot::Live(map);
+                    self.stats.chunks_created.add(1, Relaxed);
+                    created = true;
+                    if done {
+                        return created;
+                    }
+                }
+                // No pagemap now (no memory, no free physical range): as if
+                // the VRAM were full.
+                Err(e) => {
+                    chunks[c] = Slot::Absent;
+                    drop(chunks);
+                    kernel::pr_warn_once!("msvm: chunk {c}: no pagemap: {e:?}\n");
+                    return created;
+                }
+            }
+        }
+    }
+
+    /// Whether [`VramPool::grow`] could create a chunk now (some chunk has
+    /// no pagemap).
+    pub(crate) fn can_grow(&self) -> bool {
+        self.chunks.lock().iter().any(|s| matches!(s, Slot::Absent))
+    }
+
+    /// Allocates up to `n` pages (or, if `large`, `n` large folios) from
+    /// live chunks, fullest first (so that data packs into few pagemaps).
+    fn alloc_from(&self, n: usize, large: bool) -> Result<Batch> {
         // Pages go into the batch as they are taken: on any error, its drop
         // gives them back.
         let mut batch = Batch {
@@ -562,7 +645,7 @@ impl VramPool<'_> {
         };
         let mut taken = KVec::with_capacity(n, GFP_KERNEL)?;
         let mut order = KVec::with_capacity(self.nchunks, GFP_KERNEL)?;
-        let mut chunks = self.chunks.lock();
+        let chunks = self.chunks.lock();
         for (c, slot) in chunks.iter().enumerate() {
             if let Some(m) = slot.live() {
                 order
@@ -571,30 +654,11 @@ impl VramPool<'_> {
             }
         }
         order.sort_unstable_by(|a, b| b.cmp(a));
-        if create {
-            for (c, slot) in chunks.iter().enumerate() {
-                if matches!(slot, Slot::Absent) {
-                    order.push_within_capacity((0, c)).map_err(|_| ENOMEM)?;
-                }
-            }
-        }
         let seq = self.alloc_seq.fetch_add(1, Relaxed) + 1;
         for &(_, c) in order.iter() {
             let want = n - batch.pages.len();
             if want == 0 {
                 break;
-            }
-            if matches!(chunks[c], Slot::Absent) {
-                match self.new_chunk(c) {
-                    Ok(map) => chunks[c] = Slot::Live(map),
-                    // No pagemap now (no memory, no free physical range):
-                    // as if the VRAM were full.
-                    Err(e) => {
-                        kernel::pr_warn_once!("msvm: chunk {c}: no pagemap: {e:?}\n");
-                        break;
-                    }
-                }
-                self.stats.chunks_created.add(1, Relaxed);
             }
             let Some(map) = chunks[c].live() else {
                 continue;
@@ -909,7 +973,7 @@ impl VramPool<'_> {
             };
             // Room in the other live chunks (never a new chunk) for its
             // pages, then move.
-            let dest = self.alloc_from(info.used, false, false);
+            let dest = self.alloc_from(info.used, false);
             let drained = dest.and_then(|dest| {
                 let chunks = self.chunks.lock();
                 let Some(map) = chunks[victim].map() else {
@@ -981,13 +1045,16 @@ impl PinnedDrop for VramPool<'_> {
         // migration can exclude zaps (see `home_large_folios`).
         self.home_large_folios();
         // Every page goes home before its pagemap goes: `memunmap_pages`
-        // waits for the last page of a map to be freed.
-        let mut chunks = self.chunks.lock();
-        for (c, slot) in chunks.iter_mut().enumerate() {
+        // waits for the last page of a map to be freed. Both with the table
+        // unlocked (`memunmap_pages` takes the CPU hotplug lock: see
+        // `grow`), the slot `Dying` meanwhile.
+        for c in 0..self.nchunks {
+            let slot = core::mem::replace(&mut self.chunks.lock()[c], Slot::Dying);
             if let Some(map) = slot.map() {
                 self.evict_all(c, map);
             }
-            *slot = Slot::Absent;
+            drop(slot);
+            self.chunks.lock()[c] = Slot::Absent;
         }
     }
 }

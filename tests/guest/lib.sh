@@ -11,3 +11,36 @@ load_msvm() {
 		sleep 0.1
 	done
 }
+
+# kmemleak_start: forgets the leaks reported so far (on a kernel with
+# kmemleak; elsewhere nothing).
+kmemleak_start() {
+	[ -e /sys/kernel/debug/kmemleak ] && echo clear >/sys/kernel/debug/kmemleak
+	return 0
+}
+
+# kmemleak_check: on a kernel with kmemleak, scans, prints the report and
+# fails if there is a new leak (objects must stay unreferenced across two
+# scans to be reported).
+kmemleak_check() {
+	kml=/sys/kernel/debug/kmemleak
+	[ -e $kml ] || return 0
+	echo "== kmemleak"
+	echo scan >$kml
+	sleep 1
+	echo scan >$kml
+	leaks=$(grep -c '^unreferenced object' $kml)
+	cat $kml
+	echo "kmemleak: $leaks new leak(s)"
+	[ "$leaks" = 0 ]
+}
+
+# unload_msvm: rmmod msvm, saying whether it worked.
+unload_msvm() {
+	if rmmod msvm; then
+		echo "rmmod: ok"
+	else
+		echo "rmmod: FAILED"
+		return 1
+	fi
+}

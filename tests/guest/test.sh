@@ -7,8 +7,7 @@
 # run is reported (the host harness fails the run on a report).
 . /msvm/guest/lib.sh
 rc=0
-kml=/sys/kernel/debug/kmemleak
-[ -e $kml ] && echo clear >$kml
+kmemleak_start
 
 echo "== msvm: insmod (KUnit suites run now)"
 load_msvm || exit 1
@@ -53,22 +52,7 @@ dmesg -n 7
 msvm-tests hotplug || rc=1
 echo "== msvm-tests unplug-loop (${msvm_unplug_rounds:-20} rounds)"
 msvm-tests unplug-loop "${msvm_unplug_rounds:-20}" || rc=1
-if rmmod msvm; then
-	echo "rmmod: ok"
-else
-	echo "rmmod: FAILED"
-	rc=1
-fi
+unload_msvm || rc=1
 
-if [ -e $kml ]; then
-	echo "== kmemleak"
-	# Objects must stay unreferenced across two scans to be reported.
-	echo scan >$kml
-	sleep 1
-	echo scan >$kml
-	leaks=$(grep -c '^unreferenced object' $kml)
-	cat $kml
-	echo "kmemleak: $leaks new leak(s)"
-	[ "$leaks" = 0 ] || rc=1
-fi
+kmemleak_check || rc=1
 exit $rc

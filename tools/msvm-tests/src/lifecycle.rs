@@ -263,7 +263,7 @@ pub fn pressure() -> Result<(), String> {
 }
 
 /// MemAvailable, in bytes.
-fn mem_available() -> Result<u64, String> {
+pub(crate) fn mem_available() -> Result<u64, String> {
     let s = std::fs::read_to_string("/proc/meminfo").map_err(|e| e.to_string())?;
     s.lines()
         .find_map(|l| l.strip_prefix("MemAvailable:"))

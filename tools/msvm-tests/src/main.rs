@@ -4,7 +4,7 @@
 //! the sysfs unbind/re-bind test; `msvm-tests hotplug` the hot-unplug test,
 //! which asks the host harness (scripts/vm.py) to unplug and re-plug a GPU;
 //! `msvm-tests hold READY GO` parks data on a device across an rmmod; the
-//! other subcommands (fuzz, stress, bench*, pressure, hog, unplug-loop) are
+//! other subcommands (fuzz, stress, soak, bench*, pressure, hog, unplug-loop) are
 //! described where they are defined. Output: one `ok`/`not ok` line per
 //! test, then a summary line `N passed, N failed`. The exit status is
 //! non-zero if any test failed.
@@ -19,6 +19,7 @@ mod lifecycle;
 mod multi;
 mod placement;
 mod scenarios;
+mod soak;
 mod stress;
 mod svm;
 mod sysfs;
@@ -103,6 +104,7 @@ fn main() -> ExitCode {
             let res = stress::run(arg(1, 20), arg(2, 3), arg(3, 2), thp);
             return finish("stress", res, Some("stress"));
         }
+        Some("soak") => return finish("soak", soak::run(arg(1, 600)), Some("soak")),
         Some("bench-p2p") => return finish("bench-p2p", bench::run_p2p(arg(1, 64)), None),
         Some("bench-lifecycle") => {
             let quick = arg(1, String::new()) == "quick";

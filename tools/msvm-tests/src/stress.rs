@@ -4,19 +4,26 @@
 //! thread 4 KiB pages),
 //! migrating it to random devices and back, running engine
 //! jobs on it from random devices (in place or not), rewriting it from the
-//! CPU, zapping it (`MADV_DONTNEED`), replacing it (munmap + mmap) and
-//! forking children that check it; a
-//! victim process migrating in a loop is killed mid-operation. Every step's
-//! result is checked against what the region must hold. Prints the
-//! operations done and the bytes verified.
+//! CPU, zapping it (`MADV_DONTNEED`), replacing it whole (munmap + mmap) or
+//! its upper half (`MAP_FIXED` over it) and forking children that check it
+//! and exit; a victim process migrating in a loop is killed mid-operation.
+//! Every step's result is checked against what the region must hold.
+//! Prints the operations done and the bytes verified.
+//!
+//! The workers also serve `make soak` ([`crate::soak`]), where GPUs go and
+//! come back while they run: there an operation that fails with `ENODEV`
+//! (its device went) is counted, its region's content re-established if the
+//! operation may have written part of it, and the devices opened again.
 
+use std::num::NonZeroUsize;
 use std::time::{Duration, Instant};
 
 use msvm_rt::{Device, Exec, Location};
-use nix::sys::mman::{madvise, MmapAdvise};
+use nix::errno::Errno;
+use nix::sys::mman::{madvise, mmap_anonymous, MapFlags, MmapAdvise, ProtFlags};
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitStatus};
-use nix::unistd::{fork, ForkResult};
+use nix::unistd::{fork, ForkResult, Pid};
 
 use crate::svm::{self, fill, Map, PAGE};
 use crate::sysfs;
@@ -27,26 +34,8 @@ const SMALL_REGION: usize = 256 * PAGE;
 /// multiple of 2 MiB is 2 MiB aligned), so that migrations of half of it at
 /// random page offsets move 2 MiB folios whole and split others.
 const HUGE_REGION: usize = 4 << 20;
-
-/// What a region must hold.
-#[derive(Clone, Copy)]
-enum Content {
-    Pattern(u64),
-    Words(u64),
-    Zero,
-}
-
-fn expected(c: Content, len: usize) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    match c {
-        Content::Pattern(seed) => fill(&mut v, seed),
-        Content::Words(w) => v
-            .chunks_mut(8)
-            .for_each(|ch| ch.copy_from_slice(&w.to_ne_bytes())),
-        Content::Zero => {}
-    }
-    v
-}
+/// How often a worker that expects GPUs to come back opens them again.
+const REOPEN: Duration = Duration::from_secs(2);
 
 struct Rng(u64);
 impl Rng {
@@ -58,9 +47,99 @@ impl Rng {
     }
 }
 
-/// One worker thread; returns (operations, bytes verified).
-fn worker(seed: u64, thp: bool, deadline: Instant) -> Result<(u64, u64), String> {
-    let devs = svm::every_gpu_with_vm()?;
+/// What the workers did.
+#[derive(Default, Clone, Copy)]
+pub struct Counts {
+    /// Operations done.
+    pub ops: u64,
+    /// Bytes checked against what they must be.
+    pub verified: u64,
+    /// Operations that failed because their device went (`ENODEV`).
+    pub unplugged: u64,
+}
+
+impl core::ops::AddAssign for Counts {
+    fn add_assign(&mut self, o: Self) {
+        self.ops += o.ops;
+        self.verified += o.verified;
+        self.unplugged += o.unplugged;
+    }
+}
+
+/// The GPUs a worker uses, with a VM each. With `replug`, GPUs may go and
+/// come back: then they are opened again after an `ENODEV` and every
+/// [`REOPEN`], and a GPU that is going away meanwhile is left out.
+struct Gpus {
+    devs: Vec<Device>,
+    opened: Instant,
+    replug: bool,
+}
+
+impl Gpus {
+    fn open(replug: bool) -> Result<Self, String> {
+        let devs = if replug {
+            sysfs::msvm_gpus()?
+                .iter()
+                .filter_map(|g| {
+                    let d = Device::open(&g.node).ok()?;
+                    d.vm_create().ok()?;
+                    Some(d)
+                })
+                .collect()
+        } else {
+            svm::every_gpu_with_vm()?
+        };
+        if devs.is_empty() {
+            return Err("no GPU to open".into());
+        }
+        Ok(Self {
+            devs,
+            opened: Instant::now(),
+            replug,
+        })
+    }
+
+    fn pick(&mut self, r: &mut Rng) -> Result<&Device, String> {
+        if self.replug && self.opened.elapsed() > REOPEN {
+            *self = Self::open(true)?;
+        }
+        Ok(&self.devs[r.below(self.devs.len() as u64) as usize])
+    }
+
+    /// Whether `e` says the device went, as it may here; if so, the GPUs
+    /// are opened again at the next pick.
+    fn went(&mut self, e: &msvm_rt::Error) -> bool {
+        let went = self.replug && e.errno() == Some(Errno::ENODEV);
+        if went {
+            self.opened = Instant::now() - 2 * REOPEN;
+        }
+        went
+    }
+}
+
+/// Replaces the upper half of `m` with a fresh anonymous mapping (a partial
+/// munmap and a new VMA in its place, as `MAP_FIXED` does).
+fn replace_upper_half(m: &Map) -> Result<(), String> {
+    let half = m.len() / 2;
+    let at = NonZeroUsize::new(m.addr() + half).ok_or("null map")?;
+    // SAFETY: the range is the upper half of our own mapping, borrowed by
+    // nothing (the caller's `&Map` only gives its address); the new
+    // mapping keeps it mapped, read-write, for `m`'s life.
+    unsafe {
+        mmap_anonymous(
+            Some(at),
+            NonZeroUsize::new(half).ok_or("empty map")?,
+            ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+            MapFlags::MAP_PRIVATE | MapFlags::MAP_FIXED,
+        )
+    }
+    .map_err(|e| format!("mmap MAP_FIXED: {e}"))?;
+    Ok(())
+}
+
+/// One worker thread.
+fn worker(seed: u64, thp: bool, replug: bool, deadline: Instant) -> Result<Counts, String> {
+    let mut gpus = Gpus::open(replug)?;
     let mut r = Rng(seed | 1);
     let (region, small) = if thp && seed % 2 == 0 {
         (HUGE_REGION, false)
@@ -75,12 +154,14 @@ fn worker(seed: u64, thp: bool, deadline: Instant) -> Result<(u64, u64), String>
         }
     };
     let mut m = map(region)?;
-    let mut c = Content::Pattern(seed);
+    // What the region must hold.
+    let mut want = vec![0u8; region];
     fill(m.bytes_mut(), seed);
-    let (mut ops, mut verified) = (0u64, 0u64);
+    fill(&mut want, seed);
+    let mut n = Counts::default();
     while Instant::now() < deadline {
-        let dev = &devs[r.below(devs.len() as u64) as usize];
-        match r.below(9) {
+        let dev = gpus.pick(&mut r)?;
+        let res = match r.below(10) {
             0 | 1 => {
                 let to = if r.below(2) == 0 {
                     Location::Device
@@ -89,35 +170,44 @@ fn worker(seed: u64, thp: bool, deadline: Instant) -> Result<(u64, u64), String>
                 };
                 let first = r.below(region as u64 / PAGE as u64 / 2) as usize * PAGE;
                 dev.migrate(m.addr() + first, region / 2, to)
-                    .map_err(|e| format!("migrate: {e}"))?;
+                    .map(drop)
+                    .map_err(|e| ("migrate", e))
             }
             2 => {
                 let s = r.below(u64::MAX);
                 fill(m.bytes_mut(), s);
-                c = Content::Pattern(s);
+                fill(&mut want, s);
+                Ok(())
             }
             3 => {
                 let w = r.below(u64::MAX);
-                dev.exec(Exec::Fill(w), m.addr(), region, r.below(2) == 0)
-                    .map_err(|e| format!("fill: {e}"))?;
-                c = Content::Words(w);
+                let res = dev
+                    .exec(Exec::Fill(w), m.addr(), region, r.below(2) == 0)
+                    .map(drop)
+                    .map_err(|e| ("fill", e));
+                if res.is_ok() {
+                    want.chunks_mut(8)
+                        .for_each(|ch| ch.copy_from_slice(&w.to_ne_bytes()));
+                }
+                res
             }
-            4 => {
-                let got = dev
-                    .exec(Exec::Checksum, m.addr(), region, r.below(2) == 0)
-                    .map_err(|e| format!("checksum: {e}"))?;
-                if got.result != msvm_rt::checksum(&expected(c, region)) {
+            4 => match dev.exec(Exec::Checksum, m.addr(), region, r.below(2) == 0) {
+                Ok(got) if got.result != msvm_rt::checksum(&want) => {
                     return Err("engine checksum differs from what the region must hold".into());
                 }
-                verified += region as u64;
-            }
+                Ok(_) => {
+                    n.verified += region as u64;
+                    Ok(())
+                }
+                Err(e) => Err(("checksum", e)),
+            },
             5 => {
                 drop(m);
                 m = map(region)?;
-                c = Content::Zero;
+                want.fill(0);
+                Ok(())
             }
             6 => {
-                let want = expected(c, region);
                 // SAFETY: the child reads its copy of the region and exits.
                 match unsafe { fork() }.map_err(|e| e.to_string())? {
                     ForkResult::Child => {
@@ -130,9 +220,10 @@ fn worker(seed: u64, thp: bool, deadline: Instant) -> Result<(u64, u64), String>
                         if st != WaitStatus::Exited(child, 0) {
                             return Err(format!("forked child saw other data: {st:?}"));
                         }
-                        verified += region as u64;
+                        n.verified += region as u64;
                     }
                 }
+                Ok(())
             }
             7 => {
                 // A zap of the process's own page tables, wherever the
@@ -142,48 +233,68 @@ fn worker(seed: u64, thp: bool, deadline: Instant) -> Result<(u64, u64), String>
                 // SAFETY: advice on our own mapping.
                 unsafe { madvise(p, region, MmapAdvise::MADV_DONTNEED) }
                     .map_err(|e| format!("madvise: {e}"))?;
-                c = Content::Zero;
+                want.fill(0);
+                Ok(())
+            }
+            8 => {
+                replace_upper_half(&m)?;
+                want[region / 2..].fill(0);
+                Ok(())
             }
             _ => {
-                if m.bytes() != &expected(c, region)[..] {
+                if m.bytes() != &want[..] {
                     return Err("CPU sees other data".into());
                 }
-                verified += region as u64;
+                n.verified += region as u64;
+                Ok(())
             }
+        };
+        match res {
+            Ok(()) => n.ops += 1,
+            Err((what, e)) if gpus.went(&e) => {
+                n.unplugged += 1;
+                if what == "fill" {
+                    // The job may have written part of the region.
+                    let s = r.below(u64::MAX);
+                    fill(m.bytes_mut(), s);
+                    fill(&mut want, s);
+                }
+            }
+            Err((what, e)) => return Err(format!("{what}: {e}")),
         }
-        ops += 1;
     }
-    if m.bytes() != &expected(c, region)[..] {
+    if m.bytes() != &want[..] {
         return Err("final check: CPU sees other data".into());
     }
-    Ok((ops, verified + region as u64))
+    n.verified += region as u64;
+    Ok(n)
 }
 
 /// One process: `threads` workers; exit status 0 if all held. Writes its
-/// totals to stdout as `# stress-proc OPS BYTES`.
-fn process(seed: u64, threads: u64, thp: bool, deadline: Instant) -> i32 {
-    let res: Vec<Result<(u64, u64), String>> = std::thread::scope(|s| {
+/// totals to stdout as `# stress-proc OPS BYTES UNPLUGGED`.
+fn process(seed: u64, threads: u64, thp: bool, replug: bool, deadline: Instant) -> i32 {
+    let res: Vec<Result<Counts, String>> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
-            .map(|t| s.spawn(move || worker(seed.wrapping_mul(31).wrapping_add(t), thp, deadline)))
+            .map(|t| {
+                let seed = seed.wrapping_mul(31).wrapping_add(t);
+                s.spawn(move || worker(seed, thp, replug, deadline))
+            })
             .collect();
         hs.into_iter()
             .map(|h| h.join().unwrap_or_else(|_| Err("panicked".into())))
             .collect()
     });
-    let (mut ops, mut bytes, mut ok) = (0, 0, true);
+    let (mut n, mut ok) = (Counts::default(), true);
     for r in res {
         match r {
-            Ok((o, b)) => {
-                ops += o;
-                bytes += b;
-            }
+            Ok(c) => n += c,
             Err(e) => {
                 println!("# stress: {e}");
                 ok = false;
             }
         }
     }
-    println!("# stress-proc {ops} {bytes}");
+    println!("# stress-proc {} {} {}", n.ops, n.verified, n.unplugged);
     if ok {
         0
     } else {
@@ -191,20 +302,51 @@ fn process(seed: u64, threads: u64, thp: bool, deadline: Instant) -> i32 {
     }
 }
 
-pub fn run(secs: u64, procs: u64, threads: u64, thp: bool) -> Result<(), String> {
-    let deadline = Instant::now() + Duration::from_secs(secs);
+/// Forks `procs` worker processes of `threads` workers each, which run
+/// until `deadline`; `replug`: GPUs may go and come back meanwhile.
+pub fn spawn(
+    procs: u64,
+    threads: u64,
+    thp: bool,
+    replug: bool,
+    deadline: Instant,
+) -> Result<Vec<Pid>, String> {
     let mut children = Vec::new();
     for p in 0..procs {
         // SAFETY: the child runs its workers and exits.
         match unsafe { fork() }.map_err(|e| e.to_string())? {
             ForkResult::Child => {
-                let code = process(1000 + p, threads, thp, deadline);
+                let code = process(1000 + p, threads, thp, replug, deadline);
                 // SAFETY: leaving the child without the parent's destructors.
                 unsafe { nix::libc::_exit(code) };
             }
             ForkResult::Parent { child } => children.push(child),
         }
     }
+    Ok(children)
+}
+
+/// Waits for the worker processes of [`spawn`]; fails if any failed.
+pub fn reap(children: Vec<Pid>) -> Result<(), String> {
+    let mut failed = 0;
+    for c in children {
+        match waitpid(c, None).map_err(|e| e.to_string())? {
+            WaitStatus::Exited(_, 0) => {}
+            st => {
+                println!("# stress: process {c}: {st:?}");
+                failed += 1;
+            }
+        }
+    }
+    if failed > 0 {
+        return Err(format!("{failed} process(es) failed"));
+    }
+    Ok(())
+}
+
+pub fn run(secs: u64, procs: u64, threads: u64, thp: bool) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let children = spawn(procs, threads, thp, false, deadline)?;
     // A victim migrating in a loop, killed mid-operation.
     // SAFETY: the child loops until killed.
     let victim = match unsafe { fork() }.map_err(|e| e.to_string())? {
@@ -233,18 +375,5 @@ pub fn run(secs: u64, procs: u64, threads: u64, thp: bool) -> Result<(), String>
     std::thread::sleep(Duration::from_secs(secs / 2).max(Duration::from_millis(500)));
     kill(victim, Signal::SIGKILL).map_err(|e| e.to_string())?;
     let _ = waitpid(victim, None);
-    let mut failed = 0;
-    for c in children {
-        match waitpid(c, None).map_err(|e| e.to_string())? {
-            WaitStatus::Exited(_, 0) => {}
-            st => {
-                println!("# stress: process {c}: {st:?}");
-                failed += 1;
-            }
-        }
-    }
-    if failed > 0 {
-        return Err(format!("{failed} process(es) failed"));
-    }
-    Ok(())
+    reap(children)
 }

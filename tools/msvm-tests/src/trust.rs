@@ -44,7 +44,77 @@ pub fn tests() -> Vec<Test> {
             name: "trust_fault_split_races_own_zap",
             run: fault_split_races_own_zap,
         },
+        Test {
+            name: "trust_chunk_creation_and_sysfs_readdir_lock_order",
+            run: chunk_creation_and_sysfs_readdir,
+        },
     ]
+}
+
+/// A migration that needs a new chunk (a pagemap: `memremap_pages`, which
+/// takes the CPU hotplug lock), then a read of a sysfs directory whose
+/// entries land in a 2 MiB device folio: the fault that brings the folio
+/// home takes `mmap_lock` for writing under kernfs's lock, and CPU hotplug
+/// creates sysfs directories under the CPU hotplug lock. msvm must never
+/// create a pagemap under `mmap_lock`, or under a lock it takes with
+/// `mmap_lock` held: that closes a lock cycle, which lockdep reports (the
+/// run fails on the report; it did, found by `make soak`).
+fn chunk_creation_and_sysfs_readdir() -> Outcome {
+    use std::os::fd::AsRawFd;
+    let dev = gpu0()?;
+    // No idle chunk to reuse: the migrations below must create one.
+    crate::lifecycle::shrink("idle")?;
+    let s0 = dev.stats().map_err(e)?;
+    let len = 1 << 20;
+    let mut held = Vec::new();
+    while dev.stats().map_err(e)?.chunks_created == s0.chunks_created {
+        check!(
+            (held.len() * len) as u64 <= s0.vram_size,
+            "no chunk created for {} MiB",
+            held.len()
+        );
+        let mut m = Map::small(len)?;
+        fill(m.bytes_mut(), 71 + held.len() as u64);
+        dev.migrate(m.addr(), len, Location::Device).map_err(e)?;
+        held.push(m);
+    }
+    // Two THPs; the second goes to the device whole.
+    let huge = 2 << 20;
+    let (_region, start) = crate::large::thp_region(2 * huge, 70)?;
+    let s1 = dev.stats().map_err(e)?;
+    dev.migrate(start + huge, huge, Location::Device)
+        .map_err(e)?;
+    let s2 = dev.stats().map_err(e)?;
+    check!(
+        s2.large_to_device == s1.large_to_device + 1,
+        "the 2 MiB folio did not move whole"
+    );
+    // "." and ".." (48 bytes) go in at the end of the first THP, before
+    // kernfs's lock is taken; the entries after them, under it, into the
+    // device folio.
+    let at = start + huge - 48;
+    let dir = std::fs::File::open("/sys/bus/pci/devices").map_err(e)?;
+    // SAFETY: the kernel writes at most `PAGE` bytes at `at`, inside
+    // `_region`, ours and alive.
+    let n = unsafe { nix::libc::syscall(nix::libc::SYS_getdents64, dir.as_raw_fd(), at, PAGE) };
+    check!(n > 48, "getdents64: {n}");
+    let s3 = dev.stats().map_err(e)?;
+    check!(
+        s3.cpu_faults > s2.cpu_faults,
+        "the read did not fault the folio home"
+    );
+    let mut want = vec![0u8; 2 * huge];
+    fill(&mut want, 70);
+    let got = crate::large::bytes(start, 2 * huge);
+    let end = at - start + n as usize;
+    check!(
+        got[..at - start] == want[..at - start] && got[end..] == want[end..],
+        "bytes around the directory entries changed"
+    );
+    for (k, m) in held.iter().enumerate() {
+        verify(m.bytes(), 71 + k as u64)?;
+    }
+    Ok(())
 }
 
 fn e(x: impl std::fmt::Display) -> String {

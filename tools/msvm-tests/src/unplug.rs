@@ -46,7 +46,7 @@ pub fn hotplug_tests() -> Vec<Test> {
     }]
 }
 
-fn addrs() -> Result<BTreeSet<String>, String> {
+pub(crate) fn addrs() -> Result<BTreeSet<String>, String> {
     Ok(sysfs::msvm_gpus()?.into_iter().map(|g| g.addr).collect())
 }
 
@@ -59,7 +59,7 @@ fn host(action: &str) {
 /// `cond`, asking again every 10 s: the request is a console line, which
 /// kernel messages printed at the same moment can cut (the harness answers
 /// a repeated request once).
-fn host_wait(
+pub(crate) fn host_wait(
     action: &str,
     what: &str,
     secs: u64,
@@ -128,7 +128,7 @@ fn unbind_during_huge_migrate() -> Outcome {
 }
 
 /// Binds the GPU at PCI address `addr` to msvm again, and checks it is.
-fn bind_again(addr: &str) -> Outcome {
+pub(crate) fn bind_again(addr: &str) -> Outcome {
     let drv = "/sys/bus/pci/drivers/msvm";
     std::fs::write(format!("{drv}/bind"), addr).map_err(|x| format!("bind: {x}"))?;
     check!(addrs()?.contains(addr), "{addr} not bound again");
