@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * C helpers of msvm (src/helpers.c): wrappers for static-inline kernel
- * functions and macros that bindgen cannot turn into callable symbols.
- * Only src/mm/ calls them.
+ * C helpers of msvm: src/helpers.c (wrappers for static-inline kernel
+ * functions and macros that bindgen cannot turn into callable symbols, and
+ * a few short pieces that need C: kmap_local, raw I/O accesses, folio
+ * fields) and src/zap_huge_pmd.c (the workaround for Linux 7.3's
+ * zap_huge_pmd() bug, at the end). Only src/mm/ calls them.
  */
 #ifndef _MSVM_HELPERS_H_
 #define _MSVM_HELPERS_H_
@@ -32,17 +34,12 @@ int msvm_numa_node_id(void);
 struct dev_pagemap *msvm_page_pgmap(struct page *page);
 unsigned long msvm_page_to_pfn(struct page *page);
 struct page *msvm_pfn_to_page(unsigned long pfn);
-void *msvm_page_zone_device_data(struct page *page);
-void msvm_page_set_zone_device_data(struct page *page, void *data);
 bool msvm_is_device_private_page(struct page *page);
 unsigned int msvm_page_folio_order(struct page *page);
 struct page *msvm_folio_head(struct page *page);
 void msvm_zone_device_folio_init(struct page *page, struct dev_pagemap *pgmap, unsigned int order);
 void msvm_folio_split_tail(struct folio *head, struct folio *tail);
 unsigned int msvm_large_order(void);
-int msvm_pmd_device_folio_mapcount(struct vm_area_struct *vma, unsigned long addr);
-void msvm_split_fault_folio(struct vm_area_struct *vma, unsigned long addr,
-			    struct page *head, void *owner);
 
 /* System pages. */
 struct page *msvm_alloc_page_vma(struct vm_area_struct *vma, unsigned long addr);
@@ -50,13 +47,11 @@ struct page *msvm_alloc_page_nofail(void);
 struct page *msvm_alloc_large_vma(struct vm_area_struct *vma, unsigned long addr);
 struct page *msvm_alloc_large_evict(void);
 void msvm_lock_page(struct page *page);
-void msvm_unlock_page(struct page *page);
 void msvm_put_page(struct page *page);
 
 /* Copies between a system page and I/O memory (a VRAM page through the BAR). */
 void msvm_copy_page_to_io(void __iomem *dst, struct page *src);
 void msvm_copy_io_to_page(struct page *dst, const void __iomem *src);
-void msvm_clear_io_page(void __iomem *dst);
 
 /* Page-table mirroring. */
 bool msvm_mmu_interval_read_retry(struct mmu_interval_notifier *sub, unsigned long seq);
@@ -64,24 +59,14 @@ void msvm_mmu_interval_set_seq(struct mmu_interval_notifier *sub, unsigned long 
 bool msvm_mmu_notifier_range_blockable(const struct mmu_notifier_range *range);
 
 /* The mmap lock for writing: what excludes every zap of an mm's page tables. */
-int msvm_fault_relock_exclusive(struct vm_fault *vmf, struct mm_struct **mmp);
 int msvm_mmap_write_lock_killable(struct mm_struct *mm);
 void msvm_mmap_write_downgrade(struct mm_struct *mm);
 void msvm_mmap_write_unlock(struct mm_struct *mm);
-struct vm_area_struct *msvm_vma_lookup_exclusive(struct mm_struct *mm, unsigned long addr);
-void msvm_mmput(struct mm_struct *mm);
 
-/* The HMM pfn flags (members of an enum of hmm.h that bindgen cannot name). */
-unsigned long msvm_hmm_pfn_valid(void);
-unsigned long msvm_hmm_pfn_write(void);
-unsigned long msvm_hmm_pfn_error(void);
-unsigned long msvm_hmm_pfn_flags(void);
 
 /* DMA mappings of system pages for a device. */
 u64 msvm_dma_map_page(struct device *dev, struct page *page);
-void msvm_dma_unmap_page(struct device *dev, u64 addr);
 u64 msvm_dma_map_resource(struct device *dev, u64 phys);
-void msvm_dma_unmap_resource(struct device *dev, u64 addr);
 
 /* CPU access to system pages (the engine's address decoder). */
 void msvm_page_read(struct page *page, unsigned int off, void *buf, unsigned int len);
@@ -91,8 +76,6 @@ void msvm_page_add_u64(struct page *page, unsigned int off, u64 value);
 /* Reclaim: a shrinker and a workqueue that may run during reclaim. */
 struct shrinker *msvm_shrinker_alloc(const char *name);
 struct workqueue_struct *msvm_alloc_reclaim_wq(const char *name);
-unsigned long msvm_page_struct_size(void);
-bool msvm_gfp_allows_blocking(gfp_t gfp);
 
 /* What the kernel must not touch, and what msvm moves. */
 bool msvm_vma_is_secretmem(struct vm_area_struct *vma);
@@ -105,5 +88,15 @@ bool msvm_fatal_signal_pending(void);
 void msvm_cond_resched(void);
 bool msvm_drm_dev_unplugged(struct drm_device *dev);
 int msvm_mutex_lock_killable(struct mutex *lock);
+
+/*
+ * src/zap_huge_pmd.c: what keeps zaps away from 2 MiB device folios moved
+ * whole (Linux 7.3's zap_huge_pmd() bug).
+ */
+int msvm_pmd_device_folio_mapcount(struct vm_area_struct *vma, unsigned long addr);
+void msvm_split_fault_folio(struct vm_area_struct *vma, unsigned long addr,
+			    struct page *head, void *owner);
+int msvm_fault_relock_exclusive(struct vm_fault *vmf, struct mm_struct **mmp);
+struct vm_area_struct *msvm_vma_lookup_exclusive(struct mm_struct *mm, unsigned long addr);
 
 #endif /* _MSVM_HELPERS_H_ */

@@ -20,10 +20,11 @@ use kernel::{
     uaccess::UserSliceReader,
 };
 
-use crate::migrate::FAIL_LARGE_HOME;
 use crate::reclaim::{shrink_all, CONSOLIDATE, IDLE};
+use crate::sysmem::FAIL_LARGE_HOME;
 
-use crate::topology::{MAX_DEVICES, TOPOLOGY};
+use crate::registry;
+use crate::topology::MAX_DEVICES;
 
 /// The directory and its files; removed when dropped (module exit). A file
 /// keeps its directory's entry alive, so the drop order does not matter.
@@ -89,7 +90,7 @@ fn write_fail_large_home(_: &(), r: &mut UserSliceReader) -> Result {
 
 /// `topology`: one line per device, the matrix, the groups.
 fn show_topology(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    let topo = TOPOLOGY.lock();
+    let topo = registry::devices();
     let present = |i: usize| topo.get(i).is_some();
     writeln!(f, "devices: {}", topo.len())?;
     for i in (0..MAX_DEVICES).filter(|&i| present(i)) {

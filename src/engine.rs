@@ -24,95 +24,24 @@
 //! # Lock order
 //!
 //! `mmap_lock` (read, only around `hmm_range_fault` and migration) is never
-//! held together with [`VmMirror::lock`]; invalidations take
-//! `VmMirror::lock` from under the mm core's locks, so the job holds it only
-//! while it touches pages, and takes nothing inside it but the VRAM pool's
+//! held together with the mirror's lock ([`Mirror::lock`]); invalidations
+//! take it from under the mm core's locks, so the job holds it only while
+//! it touches pages, and takes nothing inside it but the VRAM pool's
 //! `atomics` mutex.
 
-use kernel::{
-    mm::MmWithUser,
-    new_mutex,
-    prelude::*,
-    sync::{atomic::Relaxed, Mutex, MutexGuard},
-};
+use kernel::{mm::MmWithUser, prelude::*, sync::atomic::Relaxed};
 
 use crate::migrate::check_job_vmas;
 use crate::mm::{
     cancel::Cancel,
     dma::{DmaPage, PeerMap},
-    hmm::{HmmPfn, Invalidation, Mirror, MirrorOps},
+    hmm::{HmmPfn, Mirror, Pages},
     pagemap::PAGE_SIZE,
 };
 use crate::vram::VramPool;
 
 /// Pages per engine window: one page table.
 const WINDOW: usize = 512;
-
-/// The mirror state of a VM: the lock that keeps pages found by a job valid
-/// while it runs.
-#[pin_data]
-pub(crate) struct VmMirror {
-    #[pin]
-    lock: Mutex<()>,
-}
-
-impl VmMirror {
-    pub(crate) fn new() -> impl PinInit<Self, Error> {
-        try_pin_init!(Self { lock <- new_mutex!(()) }? Error)
-    }
-
-    /// Holds invalidations off: pages found under a sequence that is still
-    /// valid once this is taken stay as found while the guard lives.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, ()> {
-        self.lock.lock()
-    }
-}
-
-impl MirrorOps for VmMirror {
-    fn invalidate(&self, inv: &Invalidation<'_>) -> bool {
-        // Jobs hold the lock while they use pages of the range: an
-        // invalidation waits for them (or, if it may not sleep, fails).
-        // Every invalidation bumps the sequence, the device's own
-        // migrations included: a job simply faults again.
-        let guard = if inv.blockable() {
-            self.lock.lock()
-        } else {
-            match self.lock.try_lock() {
-                Some(g) => g,
-                None => return false,
-            }
-        };
-        inv.set_seq();
-        drop(guard);
-        true
-    }
-}
-
-/// Faults `[start, start + len)` of `mm` in for reading through `mirror`
-/// with device-private owner `owner`: pages on devices outside the owner's
-/// group are migrated home by their device. Best effort: an error (the
-/// mapping changed meanwhile) leaves the rest to the caller's next step;
-/// only `cancel` stops it. `_mm` is the mirrored mm, borrowed as proof that
-/// it has users while the fault runs.
-pub(crate) fn fault_in(
-    _mm: &MmWithUser,
-    mirror: &Mirror<VmMirror>,
-    owner: *const core::ffi::c_void,
-    start: usize,
-    len: usize,
-    cancel: &Cancel<'_>,
-) -> Result {
-    let mut pfns = KVec::from_elem(0usize, WINDOW, GFP_KERNEL)?;
-    let end = start + len;
-    let mut addr = start;
-    while addr < end {
-        cancel.check()?;
-        let n = ((end - addr) / PAGE_SIZE).min(WINDOW);
-        let _ = mirror.fault(addr, &mut pfns[..n], false, owner);
-        addr += n * PAGE_SIZE;
-    }
-    Ok(())
-}
 
 /// Checks that the job's ranges are mapped (`EFAULT`) with the access it
 /// needs (`EACCES`), in VMAs a device may reach (`EFAULT` otherwise: I/O,
@@ -233,7 +162,7 @@ impl<'a, 'p> Engine<'a, 'p> {
     pub(crate) fn run(
         &mut self,
         mm: &MmWithUser,
-        mirror: &Mirror<VmMirror>,
+        mirror: &Mirror,
         job: &Job,
         cancel: &Cancel<'_>,
     ) -> Result<Done> {
@@ -261,7 +190,7 @@ impl<'a, 'p> Engine<'a, 'p> {
         &mut self,
         // The mirrored mm, with users while the job faults.
         mm: &MmWithUser,
-        mirror: &Mirror<VmMirror>,
+        mirror: &Mirror,
         job: &Job,
         off: usize,
         n: usize,
@@ -272,39 +201,48 @@ impl<'a, 'p> Engine<'a, 'p> {
         let dst = job.addr + off;
         let dst_first = dst & !(PAGE_SIZE - 1);
         let dst_pages = (dst + n - dst_first).div_ceil(PAGE_SIZE);
-        let mut dst_pfns = KVec::from_elem(0usize, dst_pages, GFP_KERNEL)?;
+        let mut dst_pfns = KVec::from_elem(HmmPfn::NONE, dst_pages, GFP_KERNEL)?;
         let src = match job.op {
             Op::Copy { src } => Some(src + off),
             _ => None,
         };
         let src_first = src.map_or(0, |s| s & !(PAGE_SIZE - 1));
         let src_pages = src.map_or(0, |s| (s + n - src_first).div_ceil(PAGE_SIZE));
-        let mut src_pfns = KVec::from_elem(0usize, src_pages, GFP_KERNEL)?;
+        let mut src_pfns = KVec::from_elem(HmmPfn::NONE, src_pages, GFP_KERNEL)?;
         let owner = self.pool.owner();
-        let mut dst_pt = PageTable::with_capacity(dst_pages)?;
-        let mut src_pt = PageTable::with_capacity(src_pages)?;
         let mut cow_breaks = 0;
         loop {
             cancel.check()?;
-            let seq = match mirror.fault(dst_first, &mut dst_pfns, write, owner) {
+            let dst_walk = match mirror.fault(mm, dst_first, &mut dst_pfns, write, owner) {
                 Err(e) if e == EBUSY => continue,
                 // The mapping changed since the check: no access.
                 Err(e) if e == EPERM => return Err(EACCES),
                 r => r?,
             };
-            let src_seq = if src.is_some() {
-                match mirror.fault(src_first, &mut src_pfns, false, owner) {
+            let src_walk = if src.is_some() {
+                match mirror.fault(mm, src_first, &mut src_pfns, false, owner) {
                     Err(e) if e == EBUSY => continue,
                     r => Some(r?),
                 }
             } else {
                 None
             };
-            let guard = mirror.data().lock.lock();
-            if mirror.read_retry(seq) || src_seq.is_some_and(|s| mirror.read_retry(s)) {
-                drop(guard);
-                continue;
-            }
+            // The tables' room, made before the lock (nothing below
+            // allocates under it: see `page_table`); declared after the
+            // guard, they go (unmapping their pages) before it does.
+            let guard;
+            let mut dst_pt = PageTable::with_capacity(dst_pages)?;
+            let mut src_pt = PageTable::with_capacity(src_pages)?;
+            guard = mirror.lock();
+            let dst_found = match guard.pages(&dst_walk) {
+                Err(e) if e == EAGAIN => continue,
+                r => r?,
+            };
+            let src_found = match src_walk.as_ref().map(|w| guard.pages(w)) {
+                None => Pages::empty(),
+                Some(Err(e)) if e == EAGAIN => continue,
+                Some(r) => r?,
+            };
             // A device page mapped read-only (shared copy-on-write after a
             // fork) comes back as it is even when writing: `hmm_range_fault`
             // reports its owner's device pages without faulting them. Bring
@@ -313,7 +251,8 @@ impl<'a, 'p> Engine<'a, 'p> {
             // pages are looked at under the lock, while the sequence holds
             // them: unlocked, a page could go home and its chunk's memmap
             // be removed meanwhile.
-            if write && dst_pfns.iter().any(|&p| HmmPfn(p).device_read_only()) {
+            if write && dst_found.any_device_read_only() {
+                drop((dst_pt, src_pt));
                 drop(guard);
                 cow_breaks += 1;
                 if cow_breaks > 8 {
@@ -322,11 +261,10 @@ impl<'a, 'p> Engine<'a, 'p> {
                 crate::migrate::home(mm, dst_first, dst_pages * PAGE_SIZE, cancel)?;
                 continue;
             }
-            // The pages stay as found while `guard` is held. Nothing below
-            // allocates memory (see `page_table`).
+            // The pages stay as found while `guard` is held.
             let res = self
-                .page_table(&dst_pfns, &mut dst_pt)
-                .and_then(|()| self.page_table(&src_pfns, &mut src_pt))
+                .page_table(&dst_found, &mut dst_pt)
+                .and_then(|()| self.page_table(&src_found, &mut src_pt))
                 .and_then(|()| {
                     self.execute(
                         job.op,
@@ -339,10 +277,7 @@ impl<'a, 'p> Engine<'a, 'p> {
                     )
                 });
             // Unmap the DMA and P2P mappings while the pages are still valid.
-            dst_pt.dma.clear();
-            src_pt.dma.clear();
-            dst_pt.p2p.clear();
-            src_pt.p2p.clear();
+            drop((dst_pt, src_pt));
             drop(guard);
             return res;
         }
@@ -352,12 +287,15 @@ impl<'a, 'p> Engine<'a, 'p> {
     /// found. Runs under the mirror lock, which reclaim can wait for (an
     /// invalidation takes it): it must not allocate, so `pt` comes with room
     /// for every page.
-    fn page_table(&self, pfns: &[usize], pt: &mut PageTable<'p>) -> Result {
+    fn page_table<'g>(&self, pages: &Pages<'g>, pt: &mut PageTable<'g>) -> Result
+    where
+        'p: 'g,
+    {
         pt.entries.clear();
         pt.dma.clear();
         pt.p2p.clear();
-        for &p in pfns {
-            let page = HmmPfn(p).page().ok_or(EFAULT)?;
+        for page in pages.iter() {
+            let page = page.ok_or(EFAULT)?;
             let addr = match self.pool.locate(page) {
                 Some((pool, off)) if self.pool.is(pool) => DevAddr::Vram(off),
                 // A peer's page: `hmm_range_fault` left it where it is

@@ -30,22 +30,23 @@ use kernel::{
         MmWithUser, MmapReadGuard,
     },
     prelude::*,
-    sync::atomic::{Atomic, Relaxed},
+    sync::atomic::Relaxed,
 };
 
-use crate::device::PoolRef;
-use crate::engine::{fault_in, VmMirror};
-use crate::mm::hmm::Mirror;
+use crate::mm::hmm::{HmmPfn, Mirror};
 use crate::mm::{
     cancel::Cancel,
-    migrate::{device_folio_mapcount, vma_is_secretmem, Entry, Select, VmaMigration, MAX_PAGES},
-    mmap::{ExclusiveVma, FaultRelock, MmapWriteGuard},
+    fault::{Fault, FaultError, FaultRelock, Relock},
+    migrate::{device_folio_mapcount, vma_is_secretmem, Select, VmaMigration, MAX_PAGES},
+    mmap::{ExclusiveVma, MmapWriteGuard},
     page::{large_order, NewPage, PageRef},
-    pagemap::{Fault, FaultError, Relock, PAGE_SIZE},
+    pagemap::PAGE_SIZE,
 };
 use crate::placement::{Access, Location, Span};
-use crate::topology::{MAX_DEVICES, TOPOLOGY};
-use crate::vram::VramPool;
+use crate::registry::{self, PoolRef};
+use crate::sysmem::large_home;
+use crate::topology::MAX_DEVICES;
+use crate::vram::{Batch, PoolOps, VramPool};
 
 /// What one MIGRATE did.
 #[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,11 +117,32 @@ pub(crate) fn migrate_range(
     steps(pool, mm, start, end, dir, cancel)
 }
 
+/// The pools' way up to the migrations ([`PoolOps`]), installed by
+/// `crate::device` when it makes a pool.
+pub(crate) struct Migrations;
+
+impl PoolOps for Migrations {
+    fn fault_to_ram(&self, pool: &VramPool<'_>, fault: Fault<'_>) -> Result<(), FaultError> {
+        fault_to_ram(pool, fault)
+    }
+
+    fn evict_range(
+        &self,
+        pool: &VramPool<'_>,
+        mm: &MmWithUser,
+        start: usize,
+        len: usize,
+        cancel: &Cancel<'_>,
+    ) -> Result {
+        evict_range(pool, mm, start, len, cancel).map(drop)
+    }
+}
+
 /// Brings the pages of `pool`'s owner group in `[start, start + len)` of
 /// `mm` home as [`migrate_range`] does, without checking access first (a
 /// device going away takes back even what `PROT_NONE` hides), stopping at
 /// the first hole.
-pub(crate) fn evict_range(
+fn evict_range(
     pool: &VramPool<'_>,
     mm: &MmWithUser,
     start: usize,
@@ -333,7 +355,7 @@ impl<'a> core::ops::Deref for Held<'_, 'a> {
 pub(crate) fn prefetch(
     here: &VramPool<'_>,
     mm: &MmWithUser,
-    mirror: &Mirror<VmMirror>,
+    mirror: &Mirror,
     target: &Target,
     start: usize,
     len: usize,
@@ -356,7 +378,7 @@ pub(crate) fn prefetch(
 fn to_device<'p, 'a: 'p>(
     hold: impl Fn() -> Result<Held<'p, 'a>>,
     mm: &MmWithUser,
-    mirror: &Mirror<VmMirror>,
+    mirror: &Mirror,
     start: usize,
     len: usize,
     cancel: &Cancel<'_>,
@@ -380,6 +402,31 @@ fn to_device<'p, 'a: 'p>(
     Ok(again.after(&out))
 }
 
+/// Faults `[start, start + len)` of `mm` in for reading through `mirror`
+/// with device-private owner `owner`: pages on devices outside the owner's
+/// group are migrated home by their device. Best effort: an error (the
+/// mapping changed meanwhile) leaves the rest to the caller's next step;
+/// only `cancel` stops it. `mm` is the mirrored mm.
+fn fault_in(
+    mm: &MmWithUser,
+    mirror: &Mirror,
+    owner: *const core::ffi::c_void,
+    start: usize,
+    len: usize,
+    cancel: &Cancel<'_>,
+) -> Result {
+    let mut pfns = KVec::from_elem(HmmPfn::NONE, MAX_PAGES, GFP_KERNEL)?;
+    let end = start + len;
+    let mut addr = start;
+    while addr < end {
+        cancel.check()?;
+        let n = ((end - addr) / PAGE_SIZE).min(MAX_PAGES);
+        let _ = mirror.fault(mm, addr, &mut pfns[..n], false, owner);
+        addr += n * PAGE_SIZE;
+    }
+    Ok(())
+}
+
 /// Brings the pages of every device home, one owner group at a time (a
 /// migration collects only the device pages of one owner), through the
 /// first member of each group that is not going away; groups holding no
@@ -392,7 +439,7 @@ pub(crate) fn home(
 ) -> Result<Outcome> {
     let mut pools: [Option<PoolRef>; MAX_DEVICES] = [const { None }; MAX_DEVICES];
     {
-        let topo = TOPOLOGY.lock();
+        let topo = registry::devices();
         // The first member of each group that is not going away (a device
         // going away sends its pages home itself) goes through the range,
         // unless no member of its group holds a page: that pass would
@@ -445,7 +492,7 @@ pub(crate) fn home(
 pub(crate) fn place(
     here: &VramPool<'_>,
     mm: &MmWithUser,
-    mirror: &Mirror<VmMirror>,
+    mirror: &Mirror,
     pieces: &[Span],
     in_place: bool,
     cancel: &Cancel<'_>,
@@ -549,42 +596,6 @@ fn install(mig: &mut VmaMigration<'_>, filled: &[u16], out: &mut Outcome) {
 /// Bytes of a large folio (2 MiB: one PMD).
 const LARGE_SIZE: usize = MAX_PAGES * PAGE_SIZE;
 
-/// 2 MiB system folio allocations still to fail on purpose (debugfs
-/// `fail_large_home`): tests reach the 4 KiB fallbacks and eviction's
-/// retries through it.
-pub(crate) static FAIL_LARGE_HOME: Atomic<u64> = Atomic::new(0);
-
-/// Whether this 2 MiB system folio allocation is to fail on purpose (one
-/// of [`FAIL_LARGE_HOME`]'s, which it uses up).
-fn fail_large_home() -> bool {
-    let mut v = FAIL_LARGE_HOME.load(Relaxed);
-    while v > 0 {
-        match FAIL_LARGE_HOME.cmpxchg(v, v - 1, Relaxed) {
-            Ok(_) => return true,
-            Err(now) => v = now,
-        }
-    }
-    false
-}
-
-/// A 2 MiB system folio for the block of `addr` in `vma`, if one is free
-/// (and no test asked for a failure).
-fn large_home(vma: &VmaRef, addr: usize) -> Option<NewPage> {
-    if fail_large_home() {
-        return None;
-    }
-    NewPage::large_for_vma(vma, addr)
-}
-
-/// A 2 MiB system folio for an evicted device folio (see
-/// [`NewPage::large_evict`]), unless a test asked for a failure.
-pub(crate) fn large_home_evict() -> Option<NewPage> {
-    if fail_large_home() {
-        return None;
-    }
-    NewPage::large_evict()
-}
-
 /// Whether `[start, end)` of `vma` is one whole 2 MiB block whose folio (or
 /// hole) a migration may move whole: not in a VMA the process asked to keep
 /// free of huge pages (`MADV_NOHUGEPAGE`), and not a device folio that a
@@ -603,29 +614,24 @@ fn large_step(vma: &VmaRef, start: usize, end: usize) -> bool {
 /// owner group. The core collects file and shmem pages too, then refuses
 /// to move them to device-private memory after the copy; secretmem pages
 /// must not even be read.
-fn movable(pool: &VramPool<'_>, page: PageRef) -> bool {
+fn movable(pool: &VramPool<'_>, page: PageRef<'_>) -> bool {
     page.is_anon() || pool.locate(page).is_some()
 }
 
-/// The destination entry for `page`, a large folio if `large`.
-fn dst_entry(page: PageRef, write: bool, large: bool) -> Entry {
-    let e = Entry::to(page, write);
-    if large {
-        e.large()
-    } else {
-        e
-    }
-}
-
-/// Copies the `nr` pages of source `src` (a system folio, a peer's device
-/// folio, or nothing: a hole) to BAR offset `offset` of `pool`. Returns
-/// whether they came from a peer's VRAM (over P2P).
-fn copy_in(pool: &VramPool<'_>, src: Entry, nr: usize, offset: usize) -> Result<bool> {
+/// Copies the `nr` pages of the source folio from `src` (a system folio,
+/// a peer's device folio, or nothing: a hole) to BAR offset `offset` of
+/// `pool`. Returns whether they came from a peer's VRAM (over P2P).
+fn copy_in(
+    pool: &VramPool<'_>,
+    src: Option<PageRef<'_>>,
+    nr: usize,
+    offset: usize,
+) -> Result<bool> {
     let mut peer = false;
     let mut stage = None;
     for k in 0..nr {
         let off = offset + k * PAGE_SIZE;
-        let Some(spage) = src.page() else {
+        let Some(spage) = src else {
             // An untouched (or zero-page) address.
             pool.bar().clear_page(off)?;
             continue;
@@ -703,12 +709,12 @@ fn fill_to_device(
     while i < n {
         let src = mig.src(i);
         let nr = src.nr_pages().min(n - i);
-        if !src.migrate() || src.page().is_some_and(|p| !movable(pool, p)) {
+        if !src.migrate() || mig.src_page(i).is_some_and(|p| !movable(pool, p)) {
             // Not collected, or not memory a device takes: the core has
             // not agreed to move it, so nothing of it is read.
             out.busy += nr as u64;
             skip[i] = true;
-        } else if src.page().is_some_and(|p| pool.offset_of(p).is_some()) {
+        } else if mig.src_page(i).is_some_and(|p| pool.offset_of(p).is_some()) {
             skip[i] = true;
             out.already += nr as u64;
         } else if src.compound() {
@@ -741,23 +747,24 @@ fn fill_to_device(
         } else {
             Some(&mut batch)
         };
-        let Some((dst, (dpage, offset))) = dst.and_then(|b| b.peek().map(|p| (b, p))) else {
+        let Some((dpage, offset)) = dst.and_then(Batch::take) else {
             out.no_vram += nr as u64;
             continue;
         };
-        from_peer[at] = copy_in(pool, src, nr, offset)?;
-        dst.take();
-        mig.set_dst(at, dst_entry(dpage, src.write(), src.compound()));
+        from_peer[at] = copy_in(pool, mig.src_page(at), nr, offset)?;
+        mig.set_dst(at, dpage, src.write())?;
         filled[at] = nr as u16;
         if src.compound() {
-            large_dst = Some((at, dpage));
+            large_dst = Some(at);
         }
     }
     install(&mut mig, &filled[..n], &mut out);
     let moved = |i: usize| filled[i] > 0 && mig.src(i).migrate();
-    if let Some((at, page)) = large_dst.filter(|&(at, _)| moved(at)) {
-        // Where eviction will find it (see `VramPool::home_large_folios`).
-        pool.note_large_home(page, vma.mm(), start + at * PAGE_SIZE);
+    if let Some(at) = large_dst.filter(|&at| moved(at)) {
+        if let Some(page) = mig.dst_page(at) {
+            // Where eviction will find it (see `VramPool::home_large_folios`).
+            pool.note_large_home(page, vma.mm(), start + at * PAGE_SIZE);
+        }
     }
     let peers: u64 = (0..n)
         .filter(|&i| from_peer[i] && moved(i))
@@ -799,8 +806,8 @@ fn fill_to_system(
         i += nr;
         // The pages of this device and of its owner group's peers are
         // collected; the rest is in RAM (or on a device we do not reach).
-        let Some((owner, offset)) = src
-            .page()
+        let Some((owner, offset)) = mig
+            .src_page(at)
             .filter(|_| src.migrate())
             .and_then(|p| pool.locate(p))
         else {
@@ -822,16 +829,13 @@ fn fill_to_system(
             d
         };
         owner.bar().copy_to_folio(offset, dst.page(), nr)?;
-        mig.set_dst(
-            at,
-            dst_entry(dst.into_migration(), src.write(), src.compound()),
-        );
+        mig.set_dst(at, dst, src.write())?;
         filled[at] = nr as u16;
     }
     install(&mut mig, &filled[..n], &mut out);
     // Credit each page to the device it left (this one or a group peer).
     for i in (0..n).filter(|&i| filled[i] > 0 && mig.src(i).migrate()) {
-        if let Some((owner, _)) = mig.src(i).page().and_then(|p| pool.locate(p)) {
+        if let Some((owner, _)) = mig.src_page(i).and_then(|p| pool.locate(p)) {
             owner.stats.to_system.add(u64::from(filled[i]), Relaxed);
             if filled[i] > 1 {
                 owner.stats.large_to_system.add(1, Relaxed);
@@ -860,7 +864,7 @@ const FAULT_WINDOW: usize = 64 * 1024;
 /// that may not let go of its lock (no `FAULT_FLAG_ALLOW_RETRY`: some
 /// kernel callers of `hmm_range_fault` or GUP) gets `SIGBUS` on such a
 /// folio.
-pub(crate) fn fault_to_ram(pool: &VramPool<'_>, fault: Fault<'_>) -> Result<(), FaultError> {
+fn fault_to_ram(pool: &VramPool<'_>, fault: Fault<'_>) -> Result<(), FaultError> {
     if fault.is_pmd() {
         return pmd_fault_to_ram(pool, fault);
     }
@@ -940,7 +944,7 @@ fn pmd_fault_exclusive(
 fn fault_range(
     pool: &VramPool<'_>,
     vma: &VmaRef,
-    fault_page: PageRef,
+    fault_page: PageRef<'_>,
     address: usize,
     start: usize,
     end: usize,
@@ -966,8 +970,8 @@ fn fault_range(
         i += nr;
         // Only this device's pages are collected; one not collected is
         // being migrated by someone else (the fault is then retried).
-        let Some(offset) = src
-            .page()
+        let Some(offset) = mig
+            .src_page(at)
             .filter(|_| src.migrate())
             .and_then(|p| pool.offset_of(p))
         else {
@@ -983,7 +987,8 @@ fn fault_range(
             pool.bar()
                 .copy_to_folio(offset, dst.page(), nr)
                 .map_err(|_| FaultError::Sigbus)?;
-            mig.set_dst(at, Entry::to(dst.into_migration(), src.write()).large());
+            mig.set_dst(at, dst, src.write())
+                .map_err(|_| FaultError::Sigbus)?;
             filled[at] = nr as u16;
             continue;
         }
@@ -1001,7 +1006,8 @@ fn fault_range(
         pool.bar()
             .copy_to_page(offset, dst.page())
             .map_err(|_| FaultError::Sigbus)?;
-        mig.set_dst(at, Entry::to(dst.into_migration(), src.write()));
+        mig.set_dst(at, dst, src.write())
+            .map_err(|_| FaultError::Sigbus)?;
         filled[at] = 1;
     }
     mig.pages();

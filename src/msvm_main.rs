@@ -19,8 +19,10 @@ mod migrate;
 mod mm;
 mod placement;
 mod reclaim;
+mod registry;
 mod residency;
 mod svm;
+mod sysmem;
 mod topology;
 mod uapi;
 mod vram;
@@ -53,7 +55,7 @@ impl kernel::InPlaceModule for MsvmModule {
     fn init(module: &'static ThisModule) -> impl PinInit<Self, Error> {
         // SAFETY: module init runs once, before the driver is registered
         // below, which is the first user of the topology.
-        unsafe { topology::init() };
+        unsafe { registry::init() };
         try_pin_init!(Self {
             _driver <- kernel::driver::Registration::new(
                 <Self as kernel::ModuleMetadata>::NAME,

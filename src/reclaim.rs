@@ -31,9 +31,9 @@ use kernel::{
     workqueue::{impl_has_work, new_work, Work, WorkItem},
 };
 
-use crate::device::PoolRef;
 use crate::mm::reclaim::{ReclaimQueue, ShrinkerOps};
-use crate::topology::{MAX_DEVICES, TOPOLOGY};
+use crate::registry::{self, PoolRef};
+use crate::topology::MAX_DEVICES;
 
 /// How hard the next work run shrinks: [`IDLE`] or [`CONSOLIDATE`].
 static WANT: Atomic<u64> = Atomic::new(0);
@@ -41,7 +41,7 @@ static WANT: Atomic<u64> = Atomic::new(0);
 static FREED: Atomic<u64> = Atomic::new(0);
 
 /// A shrink pass removed a pagemap whose struct pages took `bytes`.
-pub(crate) fn note_freed(bytes: usize) {
+fn note_freed(bytes: usize) {
     FREED.add(bytes as u64, Relaxed);
 }
 
@@ -120,9 +120,9 @@ impl WorkItem for ShrinkWork {
 /// tried: `None` if busy.
 fn pools(blocking: bool) -> Option<[Option<PoolRef>; MAX_DEVICES]> {
     let topo = if blocking {
-        TOPOLOGY.lock()
+        registry::devices()
     } else {
-        TOPOLOGY.try_lock()?
+        registry::try_devices()?
     };
     Some(core::array::from_fn(|i| PoolRef::get_locked(&topo, i).ok()))
 }
@@ -147,10 +147,10 @@ pub(crate) fn shrink_all(level: u64) -> usize {
         return 0;
     };
     for p in pools.iter().flatten() {
-        let n = p.trim_idle();
+        let n = p.trim_idle(&note_freed);
         removed += n;
         if level >= CONSOLIDATE && n == 0 {
-            match p.consolidate() {
+            match p.consolidate(&note_freed) {
                 Ok(k) => removed += k,
                 Err(e) => pr_warn!("msvm: gpu{}: consolidation failed: {e:?}\n", p.index()),
             }

@@ -15,13 +15,13 @@
 
 use kernel::prelude::*;
 
-use crate::engine::VmMirror;
 use crate::mm::{
     cancel::Cancel,
     hmm::{HmmPfn, Mirror},
     pagemap::PAGE_SIZE,
 };
-use crate::topology::{owner_token, MAX_DEVICES, TOPOLOGY};
+use crate::registry;
+use crate::topology::{owner_token, MAX_DEVICES};
 
 /// Pages per walk.
 const WINDOW: usize = 512;
@@ -49,7 +49,7 @@ enum Place {
 /// (page aligned, at most [`MAX_LEN`] bytes, checked by the caller).
 pub(crate) fn residency(
     mm: &kernel::mm::MmWithUser,
-    mirror: &Mirror<VmMirror>,
+    mirror: &Mirror,
     start: usize,
     len: usize,
     cancel: &Cancel<'_>,
@@ -61,14 +61,14 @@ pub(crate) fn residency(
     let mut owners = [core::ptr::null(); MAX_DEVICES];
     let mut groups = 1;
     {
-        let topo = TOPOLOGY.lock();
+        let topo = registry::devices();
         for (k, l) in topo.group_leaders().enumerate() {
             owners[k] = owner_token(topo.group(l).unwrap_or(l));
             groups = k + 1;
         }
     }
     let mut r = Residency::default();
-    let mut pfns = KVec::from_elem(0usize, WINDOW, GFP_KERNEL)?;
+    let mut pfns = KVec::from_elem(HmmPfn::NONE, WINDOW, GFP_KERNEL)?;
     let mut places = KVec::from_elem(Place::Nowhere, WINDOW, GFP_KERNEL)?;
     let end = start + len;
     let mut addr = start;
@@ -80,19 +80,18 @@ pub(crate) fn residency(
         for &owner in &owners[..groups] {
             loop {
                 cancel.check()?;
-                let seq = mirror.read_begin();
-                match mirror.snapshot(mm, seq, addr, &mut pfns[..n], owner) {
+                let walk = match mirror.snapshot(mm, addr, &mut pfns[..n], owner) {
                     Err(e) if e == EBUSY => continue,
                     r => r?,
-                }
-                let guard = mirror.data().lock();
-                if mirror.read_retry(seq) {
-                    drop(guard);
-                    continue;
-                }
+                };
+                let guard = mirror.lock();
+                let found = match guard.pages(&walk) {
+                    Err(e) if e == EAGAIN => continue,
+                    r => r?,
+                };
                 // The pages stay as found while `guard` is held.
-                for (p, &pfn) in places[..n].iter_mut().zip(&pfns[..n]) {
-                    let Some(page) = HmmPfn(pfn).page() else {
+                for (p, page) in places[..n].iter_mut().zip(found.iter()) {
+                    let Some(page) = page else {
                         continue;
                     };
                     if let Some((pool, _)) = crate::vram::locate(page, owner) {

@@ -10,13 +10,17 @@
 
 use kernel::{mm::Mm, mm::MmWithUser, prelude::*, sync::aref::ARef};
 
-use crate::engine::VmMirror;
 use crate::mm::hmm::Mirror;
 use crate::placement::Attrs;
 
 /// The mirrored part of the address space: all of user space.
 const MIRROR_START: usize = 0;
-const MIRROR_LEN: usize = crate::uapi::USER_END as usize;
+// CAST: 2^47 fits a `usize` of a 64-bit kernel.
+const MIRROR_LEN: usize = USER_END as usize;
+
+/// Highest user address + 1 on x86-64 with 4-level page tables: where
+/// every address a VM takes must end.
+pub(crate) const USER_END: u64 = 1 << 47;
 
 /// The VM of an open file.
 pub(crate) struct Vm {
@@ -25,7 +29,7 @@ pub(crate) struct Vm {
     mm: ARef<Mm>,
     /// The interval notifier over the whole user address space: the
     /// engine's view of the process's page tables.
-    mirror: Pin<KBox<Mirror<VmMirror>>>,
+    mirror: Pin<KBox<Mirror>>,
     /// Placement attributes of the VM's ranges (guarded by the file's VM
     /// lock, like the rest of the VM).
     attrs: Attrs,
@@ -36,7 +40,7 @@ impl Vm {
     pub(crate) fn for_current() -> Result<Self> {
         let task = kernel::current!();
         let mm = task.mm().ok_or(EINVAL)?;
-        let mirror = Mirror::new(mm, MIRROR_START, MIRROR_LEN, VmMirror::new())?;
+        let mirror = Mirror::new(mm, MIRROR_START, MIRROR_LEN)?;
         Ok(Self {
             mm: ARef::from(&**mm),
             mirror,
@@ -61,7 +65,7 @@ impl Vm {
 
 impl Vm {
     /// The mirror of the VM's page tables.
-    pub(crate) fn mirror(&self) -> &Mirror<VmMirror> {
+    pub(crate) fn mirror(&self) -> &Mirror {
         &self.mirror
     }
 

@@ -3,15 +3,10 @@
 //! Which msvm devices exist and which can reach each other's memory over
 //! PCIe peer-to-peer.
 //!
-//! # Lock order
-//!
-//! [`TOPOLOGY`] is a leaf lock: nothing else is locked while it is held, and
-//! nothing that can sleep on user memory or reclaim runs under it (the QUERY
-//! ioctl snapshots what it needs and copies to user space after unlocking).
+//! The registry of the bound devices, `crate::registry::TOPOLOGY`, is one
+//! [`Topology`]; this module is pure (KUnit-tested).
 
 use kernel::prelude::*;
-
-use crate::device::GpuNode;
 
 /// At most this many devices are bound at once (`MSVM_MAX_DEVICES`).
 pub(crate) const MAX_DEVICES: usize = crate::mm::abi::MSVM_MAX_DEVICES as usize;
@@ -29,7 +24,7 @@ pub(crate) struct Peer {
 /// The devices and their pairwise P2P distances.
 ///
 /// Generic over the per-device node so that the logic is tested with plain
-/// values (KUnit, below) and used with real PCI devices ([`GpuNode`]).
+/// values (KUnit, below) and used with real PCI devices (`crate::registry::GpuNode`).
 ///
 /// # Invariants
 ///
@@ -167,23 +162,6 @@ static OWNER_TOKENS: [u8; MAX_DEVICES] = [0; MAX_DEVICES];
 /// The `dev_private_owner` of group `g`.
 pub(crate) fn owner_token(g: usize) -> *const core::ffi::c_void {
     core::ptr::from_ref(&OWNER_TOKENS[g % MAX_DEVICES]).cast()
-}
-
-kernel::sync::global_lock! {
-    // SAFETY: initialised by `init()` in module init, before the PCI driver
-    // is registered and so before any use.
-    pub(crate) unsafe(uninit) static TOPOLOGY: Mutex<Topology<GpuNode>> = Topology::new();
-}
-
-/// Initialises [`TOPOLOGY`].
-///
-/// # Safety
-///
-/// Must be called exactly once, from module init, before anything uses
-/// [`TOPOLOGY`].
-pub(crate) unsafe fn init() {
-    // SAFETY: the caller guarantees a single call before any use.
-    unsafe { TOPOLOGY.init() };
 }
 
 #[kunit_tests(msvm_topology)]

@@ -38,8 +38,9 @@ use crate::mm::{
     pagemap::PAGE_SIZE,
 };
 use crate::placement::{Access, Location, Placement, MAX_RANGES};
-use crate::svm::Vm;
-use crate::topology::{Peer, MAX_DEVICES, TOPOLOGY};
+use crate::registry;
+use crate::svm::{Vm, USER_END};
+use crate::topology::{Peer, MAX_DEVICES};
 use kernel::sync::atomic::Relaxed;
 
 /// Size of one `drm_msvm_peer`.
@@ -110,7 +111,7 @@ pub(crate) fn query(
     // Snapshot under the lock; copy to user space after dropping it.
     let mut records = [0u8; MAX_DEVICES * PEER_SIZE];
     let (pci, vram_size, num_devices, num_peers, group) = {
-        let topo = TOPOLOGY.lock();
+        let topo = registry::devices();
         let node = topo.get(index).ok_or(ENOENT)?;
         let mut n = 0;
         for peer in topo.peers(index) {
@@ -184,9 +185,6 @@ pub(crate) fn vm_destroy(
     drop(vm);
     Ok(0)
 }
-
-/// Highest user address + 1 on x86-64 with 4-level page tables.
-pub(crate) const USER_END: u64 = 1 << 47;
 
 /// A checked MIGRATE request.
 #[derive(Debug, PartialEq, Eq)]

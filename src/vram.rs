@@ -42,7 +42,7 @@
 use core::ffi::c_void;
 
 use kernel::{
-    mm::Mm,
+    mm::{Mm, MmWithUser},
     new_mutex, new_spinlock,
     prelude::*,
     sync::{
@@ -55,10 +55,11 @@ use kernel::{
 use crate::freemap::{FreeMap, BLOCK_PAGES};
 use crate::mm::{
     cancel::Cancel,
+    fault::{Fault, FaultError},
     iomem::WcBar,
-    migrate::{DeviceMigration, Entry, MAX_PAGES},
+    migrate::{DeviceMigration, MAX_PAGES},
     page::{large_order, NewPage, PageRef},
-    pagemap::{self, Fault, FaultError, Pagemap, PagemapOps, PAGE_SIZE},
+    pagemap::{self, Pagemap, PagemapOps, PAGE_SIZE},
 };
 use crate::topology::MAX_DEVICES;
 
@@ -275,7 +276,7 @@ pub(crate) fn choose_victim(
 }
 
 impl PagemapOps for Chunk {
-    fn folio_free(&self, page: PageRef, order: u32) {
+    fn folio_free(&self, page: PageRef<'_>, order: u32) {
         let Some(idx) = page.pfn().checked_sub(self.pfn_first) else {
             return;
         };
@@ -284,15 +285,36 @@ impl PagemapOps for Chunk {
         self.pool().stats.freed.add(freed as u64, Relaxed);
     }
 
-    fn folio_split(&self, head: PageRef) {
+    fn folio_split(&self, head: PageRef<'_>) {
         if let Some(idx) = head.pfn().checked_sub(self.pfn_first) {
             self.free.lock().split(idx);
         }
     }
 
     fn migrate_to_ram(&self, fault: Fault<'_>) -> Result<(), FaultError> {
-        crate::migrate::fault_to_ram(self.pool(), fault)
+        let pool = self.pool();
+        pool.ops.fault_to_ram(pool, fault)
     }
+}
+
+/// What a pool asks of the layer that moves pages (`crate::migrate`), which
+/// installs it: the pool sits below the migrations that use it, and calls
+/// up through this.
+pub(crate) trait PoolOps: Sync {
+    /// `migrate_to_ram` of a device page of `pool` that the CPU touched.
+    fn fault_to_ram(&self, pool: &VramPool<'_>, fault: Fault<'_>) -> Result<(), FaultError>;
+
+    /// Brings the pages of `pool` (and of its owner group) in
+    /// `[start, start + len)` of `mm` home, access unchecked (the pool's
+    /// teardown, through the mm a 2 MiB folio was migrated in).
+    fn evict_range(
+        &self,
+        pool: &VramPool<'_>,
+        mm: &MmWithUser,
+        start: usize,
+        len: usize,
+        cancel: &Cancel<'_>,
+    ) -> Result;
 }
 
 /// A chunk slot of the pool (see the module documentation for the states).
@@ -350,7 +372,9 @@ pub(crate) struct VramPool<'a> {
     pub(crate) stats: Stats,
     /// msvm index of the device.
     index: usize,
-    /// Other devices working on this pool now (see `crate::device::PoolRef`).
+    /// The layer above, for what the pool cannot do itself.
+    ops: &'static dyn PoolOps,
+    /// Other devices working on this pool now (see `crate::registry::PoolRef`).
     pub(crate) users: Atomic<u64>,
 }
 
@@ -362,6 +386,7 @@ impl<'a> VramPool<'a> {
         chunk_size: usize,
         owner: *const c_void,
         index: usize,
+        ops: &'static dyn PoolOps,
     ) -> Result<Pin<KBox<Self>>> {
         if chunk_size == 0 || chunk_size % PAGE_SIZE != 0 {
             return Err(EINVAL);
@@ -387,6 +412,7 @@ impl<'a> VramPool<'a> {
                 atomics <- new_mutex!(()),
                 stats: Stats::new(),
                 index,
+                ops,
                 users: Atomic::new(0),
             }? Error),
             GFP_KERNEL,
@@ -458,12 +484,12 @@ impl<'a> VramPool<'a> {
     /// The peer's pool stays alive while the caller holds `page` (locked by
     /// a migration, or protected by the mirror lock): the pool tears down
     /// its chunks, evicting their pages first, before it goes.
-    pub(crate) fn locate(&self, page: PageRef) -> Option<(&VramPool<'static>, usize)> {
+    pub(crate) fn locate<'p>(&self, page: PageRef<'p>) -> Option<(&'p VramPool<'static>, usize)> {
         locate(page, self.owner)
     }
 
     /// The BAR offset of device page `page`, if it is one of this pool's.
-    pub(crate) fn offset_of(&self, page: PageRef) -> Option<usize> {
+    pub(crate) fn offset_of(&self, page: PageRef<'_>) -> Option<usize> {
         self.locate(page)
             .filter(|(p, _)| self.is(p))
             .map(|(_, off)| off)
@@ -481,10 +507,10 @@ impl<'a> VramPool<'a> {
 /// The pool and BAR offset of device page `page`, if its pagemap has owner
 /// `owner`, an owner group's token (see [`VramPool::locate`] for how long
 /// the pool stays alive).
-pub(crate) fn locate(
-    page: PageRef,
+pub(crate) fn locate<'p>(
+    page: PageRef<'p>,
     owner: *const c_void,
-) -> Option<(&'static VramPool<'static>, usize)> {
+) -> Option<(&'p VramPool<'static>, usize)> {
     let (map, i) = chunk_of(page, owner)?;
     let chunk = map.data();
     Some((chunk.pool(), chunk.base + i * PAGE_SIZE))
@@ -492,7 +518,7 @@ pub(crate) fn locate(
 
 /// The chunk of device page `page` and the page's index in it, if its
 /// pagemap has owner `owner` (alive as long as [`locate`]'s pool).
-fn chunk_of(page: PageRef, owner: *const c_void) -> Option<(&'static Pagemap<Chunk>, usize)> {
+fn chunk_of<'p>(page: PageRef<'p>, owner: *const c_void) -> Option<(&'p Pagemap<Chunk>, usize)> {
     // SAFETY: every pagemap with a group's owner token is a
     // `Pagemap<Chunk>` of an msvm pool.
     let map = unsafe { pagemap::map_of::<Chunk>(page, owner) }?;
@@ -514,29 +540,16 @@ struct Drained {
 /// their BAR offsets, handed out in order; those not taken are freed on
 /// drop.
 pub(crate) struct Batch {
-    pages: KVec<(PageRef, usize)>,
+    pages: KVec<Option<(NewPage, usize)>>,
     next: usize,
 }
 
 impl Batch {
     /// The next page and its BAR offset, if any is left.
-    pub(crate) fn peek(&self) -> Option<(PageRef, usize)> {
-        self.pages.get(self.next).copied()
-    }
-
-    /// The page [`Self::peek`] returned now belongs to a migration.
-    pub(crate) fn take(&mut self) {
+    pub(crate) fn take(&mut self) -> Option<(NewPage, usize)> {
+        let p = self.pages.get_mut(self.next)?.take();
         self.next += 1;
-    }
-}
-
-impl Drop for Batch {
-    fn drop(&mut self) {
-        for &(page, _) in &self.pages[self.next..] {
-            // SAFETY: allocated by `alloc`, locked with one reference, never
-            // handed to a migration: ours to release.
-            unsafe { page.release_locked() };
-        }
+        p
     }
 }
 
@@ -673,11 +686,11 @@ impl VramPool<'_> {
                     // SAFETY: the block came off the free map whole: nobody
                     // uses its pages, the first is aligned, and they are
                     // ours until handed to a migration.
-                    let page = unsafe { map.init_folio(i, large_order(), core::ptr::null_mut()) };
+                    let page = unsafe { map.init_folio(i, large_order()) };
                     // The batch has room for `n` entries.
                     let _ = batch
                         .pages
-                        .push_within_capacity((page, chunk.base + i * PAGE_SIZE));
+                        .push_within_capacity(Some((page, chunk.base + i * PAGE_SIZE)));
                     self.stats.allocated.add(BLOCK_PAGES as u64, Relaxed);
                 }
                 continue;
@@ -690,12 +703,12 @@ impl VramPool<'_> {
                 let i = i as usize;
                 // SAFETY: page `i` came off the free map: nobody uses it and
                 // it is ours until handed to a migration.
-                let page = unsafe { map.init_folio(i, 0, core::ptr::null_mut()) };
+                let page = unsafe { map.init_folio(i, 0) };
                 // The batch has room for `n` pages, and `want` is what is
                 // left of them: this never fails.
                 let _ = batch
                     .pages
-                    .push_within_capacity((page, chunk.base + i * PAGE_SIZE));
+                    .push_within_capacity(Some((page, chunk.base + i * PAGE_SIZE)));
                 self.stats.allocated.add(1, Relaxed);
             }
         }
@@ -761,7 +774,7 @@ impl VramPool<'_> {
             let mut filled = [None; MAX_PAGES];
             for (i, f) in filled.iter_mut().enumerate().take(n) {
                 let src = mig.src(i);
-                if src.page().is_none() {
+                if mig.src_page(i).is_none() {
                     continue;
                 }
                 let nr = src.nr_pages();
@@ -784,12 +797,9 @@ impl VramPool<'_> {
                     }
                     continue;
                 }
-                if let Some((dpage, off)) = batch.as_ref().and_then(Batch::peek) {
+                if let Some((dpage, off)) = batch.as_mut().and_then(Batch::take) {
                     self.bar.copy_from_bar(off, &self.bar, from, &mut stage)?;
-                    if let Some(b) = batch.as_mut() {
-                        b.take();
-                    }
-                    mig.set_dst(i, Entry::to(dpage, src.write()));
+                    mig.set_dst(i, dpage, src.write())?;
                     *f = Some((true, 1));
                     continue;
                 }
@@ -801,7 +811,7 @@ impl VramPool<'_> {
                     continue;
                 };
                 self.bar.copy_to_page(from, dst.page())?;
-                mig.set_dst(i, Entry::to(dst.into_migration(), src.write()));
+                mig.set_dst(i, dst, src.write())?;
                 *f = Some((false, 1));
             }
             mig.pages();
@@ -831,14 +841,12 @@ impl VramPool<'_> {
     /// `from`) a 2 MiB system folio and copies it there. Returns whether it
     /// found one (eviction retries otherwise).
     fn evict_large(&self, mig: &mut DeviceMigration, i: usize, from: usize) -> Result<bool> {
-        let Some(dst) = crate::migrate::large_home_evict() else {
+        let Some(dst) = crate::sysmem::large_home_evict() else {
             return Ok(false);
         };
         self.bar.copy_to_folio(from, dst.page(), BLOCK_PAGES)?;
-        mig.set_dst(
-            i,
-            Entry::to(dst.into_migration(), mig.src(i).write()).large(),
-        );
+        let write = mig.src(i).write();
+        mig.set_dst(i, dst, write)?;
         Ok(true)
     }
 
@@ -883,13 +891,13 @@ impl VramPool<'_> {
             // Whatever it finds there now: a hole, another mapping, or
             // pages of this group that are not that folio any more all
             // just come home (or stay, if they cannot move).
-            let _ = crate::migrate::evict_range(self, &mm, addr, len, &cancel);
+            let _ = self.ops.evict_range(self, &mm, addr, len, &cancel);
         }
     }
 
     /// Notes that `page`, the head of a 2 MiB folio of this pool, was just
     /// migrated in at `addr` of `mm` (see [`Chunk::homes`]).
-    pub(crate) fn note_large_home(&self, page: PageRef, mm: &Mm, addr: usize) {
+    pub(crate) fn note_large_home(&self, page: PageRef<'_>, mm: &Mm, addr: usize) {
         let Some((map, i)) = chunk_of(page, self.owner) else {
             return;
         };
@@ -909,8 +917,9 @@ impl VramPool<'_> {
     /// Removes the pagemap of chunk `c` if it is idle (no page in use) and
     /// in state `Live` or `Draining`; `Draining` chunks that are not idle go
     /// back to `Live`. The pagemap is removed with the table unlocked, the
-    /// slot `Dying` meanwhile. Returns whether it was removed.
-    fn teardown_if_idle(&self, c: usize) -> bool {
+    /// slot `Dying` meanwhile; `freed` is told the struct-page bytes it
+    /// gave back. Returns whether it was removed.
+    fn teardown_if_idle(&self, c: usize, freed: &dyn Fn(usize)) -> bool {
         let map = {
             let mut chunks = self.chunks.lock();
             let idle = chunks[c].map().is_some_and(|m| m.data().used() == 0);
@@ -933,23 +942,24 @@ impl VramPool<'_> {
         self.stats
             .shrink_freed
             .add(self.chunk_memmap_bytes() as u64, Relaxed);
-        crate::reclaim::note_freed(self.chunk_memmap_bytes());
+        freed(self.chunk_memmap_bytes());
         true
     }
 
-    /// Removes the pagemaps of idle chunks. Returns how many.
-    pub(crate) fn trim_idle(&self) -> usize {
+    /// Removes the pagemaps of idle chunks, telling `freed` the struct-page
+    /// bytes of each. Returns how many.
+    pub(crate) fn trim_idle(&self, freed: &dyn Fn(usize)) -> usize {
         let _pass = self.shrink_lock.lock();
         self.stats.shrink_scans.add(1, Relaxed);
         (0..self.nchunks)
-            .filter(|&c| self.teardown_if_idle(c))
+            .filter(|&c| self.teardown_if_idle(c, freed))
             .count()
     }
 
     /// Empties lightly used chunks into fuller ones ([`choose_victim`]) and
-    /// removes their pagemaps, as long as that frees pagemaps. Returns how
-    /// many it removed.
-    pub(crate) fn consolidate(&self) -> Result<usize> {
+    /// removes their pagemaps, as long as that frees pagemaps, telling
+    /// `freed` as [`VramPool::trim_idle`] does. Returns how many it removed.
+    pub(crate) fn consolidate(&self, freed: &dyn Fn(usize)) -> Result<usize> {
         let _pass = self.shrink_lock.lock();
         self.stats.shrink_scans.add(1, Relaxed);
         let npages = self.chunk_size / PAGE_SIZE;
@@ -1001,7 +1011,7 @@ impl VramPool<'_> {
             };
             self.stats.shrink_moved.add(drained.moved as u64, Relaxed);
             self.stats.shrink_home.add(drained.home as u64, Relaxed);
-            if !self.teardown_if_idle(victim) {
+            if !self.teardown_if_idle(victim, freed) {
                 // Pages in use that would not move: leave it for later.
                 break;
             }

@@ -6,7 +6,7 @@
 use kernel::{bindings, device, device::Bound};
 
 use super::bindings as b;
-use super::page::PageRef;
+use super::page::{PageRef, PAGE_SIZE};
 
 /// A page mapped for DMA by one device (bidirectional, one page, no CPU
 /// sync at either end: see `msvm_dma_map_page`), unmapped on drop.
@@ -16,7 +16,7 @@ use super::page::PageRef;
 /// `addr` is a live mapping of `page` for `dev`, made by `dma_map_page`.
 pub(crate) struct DmaPage<'a> {
     dev: &'a device::Device<Bound>,
-    page: PageRef,
+    page: PageRef<'a>,
     addr: u64,
 }
 
@@ -25,12 +25,12 @@ impl<'a> DmaPage<'a> {
     /// mapped, or if the kernel must not touch it (a secretmem page, which
     /// is not in the direct map: a bounce buffer, or the CPU side of the
     /// emulated device, would fault on it).
-    pub(crate) fn map(dev: &'a device::Device<Bound>, page: PageRef) -> Option<Self> {
+    pub(crate) fn map(dev: &'a device::Device<Bound>, page: PageRef<'a>) -> Option<Self> {
         if page.is_device_private() || page.is_secretmem() {
             return None;
         }
         // SAFETY: `dev` is a live device (the borrow) and `page` a valid page
-        // that the caller keeps alive while mapped.
+        // for `'a`, which the mapping cannot outlive.
         let addr = unsafe { b::msvm_dma_map_page(raw(dev), page.as_ptr()) };
         (addr != 0).then_some(Self { dev, page, addr })
     }
@@ -41,7 +41,7 @@ impl<'a> DmaPage<'a> {
     }
 
     /// The page.
-    pub(crate) fn page(&self) -> PageRef {
+    pub(crate) fn page(&self) -> PageRef<'a> {
         self.page
     }
 }
@@ -49,7 +49,17 @@ impl<'a> DmaPage<'a> {
 impl Drop for DmaPage<'_> {
     fn drop(&mut self) {
         // SAFETY: a live mapping for `dev` (invariant).
-        unsafe { b::msvm_dma_unmap_page(raw(self.dev), self.addr) };
+        unsafe {
+            bindings::dma_unmap_page_attrs(
+                raw(self.dev),
+                self.addr,
+                PAGE_SIZE,
+                bindings::dma_data_direction::DMA_BIDIRECTIONAL,
+                // As mapped (`msvm_dma_map_page`). CAST: a `u32` bit mask
+                // into an `unsigned long`.
+                bindings::DMA_ATTR_SKIP_CPU_SYNC as usize,
+            )
+        };
     }
 }
 
@@ -87,7 +97,15 @@ impl<'a> PeerMap<'a> {
 impl Drop for PeerMap<'_> {
     fn drop(&mut self) {
         // SAFETY: a live mapping for `dev` (invariant).
-        unsafe { b::msvm_dma_unmap_resource(raw(self.dev), self.addr) };
+        unsafe {
+            bindings::dma_unmap_resource(
+                raw(self.dev),
+                self.addr,
+                PAGE_SIZE,
+                bindings::dma_data_direction::DMA_BIDIRECTIONAL,
+                0,
+            )
+        };
     }
 }
 
@@ -105,7 +123,7 @@ fn raw(dev: &device::Device<Bound>) -> *mut bindings::device {
 impl DmaPage<'_> {
     /// Copies `buf.len()` bytes at `off` of the page into `buf`.
     pub(crate) fn read(&self, off: usize, buf: &mut [u8]) {
-        assert!(off + buf.len() <= super::pagemap::PAGE_SIZE);
+        assert!(off + buf.len() <= PAGE_SIZE);
         // SAFETY: in bounds (asserted); the page is a valid system page
         // (mapped for DMA, so not device-private) that the mapping's owner
         // keeps alive, and it is in the direct map (`map` refuses
@@ -122,7 +140,7 @@ impl DmaPage<'_> {
 
     /// Copies `buf` to `off` of the page.
     pub(crate) fn write(&self, off: usize, buf: &[u8]) {
-        assert!(off + buf.len() <= super::pagemap::PAGE_SIZE);
+        assert!(off + buf.len() <= PAGE_SIZE);
         // SAFETY: as in `read`.
         unsafe {
             b::msvm_page_write(
@@ -136,7 +154,7 @@ impl DmaPage<'_> {
 
     /// Atomically adds `value` to the `u64` at `off` (8-byte aligned).
     pub(crate) fn add_u64(&self, off: usize, value: u64) {
-        assert!(off % 8 == 0 && off + 8 <= super::pagemap::PAGE_SIZE);
+        assert!(off % 8 == 0 && off + 8 <= PAGE_SIZE);
         // SAFETY: aligned and in bounds (asserted); the page is valid and
         // in the direct map, as in `read`.
         unsafe { b::msvm_page_add_u64(self.page.as_ptr(), off as u32, value) };

@@ -1,130 +1,118 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Mirroring a process's page tables: an `mmu_interval_notifier` whose
-//! invalidations go to a Rust trait, and `hmm_range_fault` under its
-//! sequence count.
+//! Mirroring a process's page tables: an `mmu_interval_notifier` with the
+//! lock its invalidations take, and `hmm_range_fault` under its sequence
+//! count.
 //!
-//! The protocol (`Documentation/mm/hmm.rst`): take a sequence with
-//! [`Mirror::read_begin`], fault the range ([`Mirror::fault`]), then take the
-//! driver's own lock and check [`Mirror::read_retry`]; while that lock is
-//! held, the pages found stay valid, because every invalidation takes the
-//! same lock before it lets the mm core go on.
+//! The protocol (`Documentation/mm/hmm.rst`): a walk ([`Mirror::fault`],
+//! [`Mirror::snapshot`]) fills entries under a sequence; then the mirror's
+//! lock is taken ([`Mirror::lock`]) and the sequence checked
+//! ([`MirrorGuard::pages`]); while that lock is held, the pages found stay
+//! valid, because every invalidation takes the same lock (here, in the
+//! notifier's callback) before it lets the mm core go on. The types carry
+//! the protocol: a page is only had from [`Pages`], which borrows the
+//! guard, so no safe code can use a page found by a walk that went stale.
 
 use core::ffi::c_void;
 use core::marker::PhantomPinned;
 
-use kernel::{mm::MmWithUser, prelude::*, types::Opaque};
+use kernel::{
+    mm::MmWithUser,
+    new_mutex,
+    prelude::*,
+    sync::{Mutex, MutexGuard},
+    types::Opaque,
+};
 
 use super::bindings as b;
-use super::page::PageRef;
+use super::page::{PageRef, PAGE_SIZE};
 
-/// What the owner of a [`Mirror`] does on an invalidation.
-pub(crate) trait MirrorOps: Send + Sync + 'static {
-    /// Part of the mirrored range changes. The owner takes its lock (or
-    /// fails, returning `false`, if it would block and `inv` may not),
-    /// drops what it derived from those page-table entries, calls
-    /// [`Invalidation::set_seq`] and returns `true`.
-    fn invalidate(&self, inv: &Invalidation<'_>) -> bool;
-}
-
-/// One invalidation (`struct mmu_notifier_range` and the new sequence).
-pub(crate) struct Invalidation<'a> {
-    sub: *mut b::mmu_interval_notifier,
-    range: &'a b::mmu_notifier_range,
-    seq: usize,
-}
-
-impl Invalidation<'_> {
-    /// Whether the callback may sleep.
-    pub(crate) fn blockable(&self) -> bool {
-        // SAFETY: `range` is valid for the callback.
-        unsafe { b::msvm_mmu_notifier_range_blockable(self.range) }
-    }
-
-    /// Publishes the new sequence; call with the owner's lock held.
-    pub(crate) fn set_seq(&self) {
-        // SAFETY: `sub` is the notifier being invalidated, valid for the
-        // callback, and the caller holds its lock as required.
-        unsafe { b::msvm_mmu_interval_set_seq(self.sub, self.seq) };
-    }
-}
-
-/// A sequence count of a [`Mirror`].
-#[derive(Clone, Copy)]
-pub(crate) struct Seq(usize);
-
-/// An interval notifier on `[start, start + len)` of an mm.
+/// An interval notifier on `[start, end)` of an mm, and the lock its
+/// invalidations take.
 ///
 /// # Invariants
 ///
-/// If `inserted`, `sub` is registered with the mm and stays so until drop,
-/// and `sub` is the first field so that the callback finds the `Mirror`.
+/// If `inserted`, `sub` is registered with the mm for `[start, end)` and
+/// stays so until drop, and `sub` is the first field so that the callback
+/// finds the `Mirror`.
 #[repr(C)]
 #[pin_data(PinnedDrop)]
-pub(crate) struct Mirror<T: MirrorOps> {
+pub(crate) struct Mirror {
     #[pin]
     sub: Opaque<b::mmu_interval_notifier>,
+    /// Held by users of the pages a walk found, and by every invalidation
+    /// (from inside the mm core, under its locks, possibly from reclaim):
+    /// never allocate memory that can reclaim under it, never take
+    /// `mmap_lock` or migrate under it.
     #[pin]
-    data: T,
+    lock: Mutex<()>,
+    start: usize,
+    end: usize,
     inserted: bool,
     #[pin]
     _pin: PhantomPinned,
 }
 
-// SAFETY: the notifier is driven by the mm core's own locking; `T` is
-// `Send + Sync`.
-unsafe impl<T: MirrorOps> Send for Mirror<T> {}
+// SAFETY: the notifier is driven by the mm core's own locking; the rest is
+// a mutex and plain values.
+unsafe impl Send for Mirror {}
 // SAFETY: see `Send`.
-unsafe impl<T: MirrorOps> Sync for Mirror<T> {}
+unsafe impl Sync for Mirror {}
 
-struct OpsTable<T>(core::marker::PhantomData<T>);
+const OPS: b::mmu_interval_notifier_ops = b::mmu_interval_notifier_ops {
+    invalidate: Some(invalidate_cb),
+    invalidate_start: None,
+    invalidate_finish: None,
+};
 
-impl<T: MirrorOps> OpsTable<T> {
-    const OPS: b::mmu_interval_notifier_ops = b::mmu_interval_notifier_ops {
-        invalidate: Some(invalidate_cb::<T>),
-        invalidate_start: None,
-        invalidate_finish: None,
-    };
-}
-
-/// `mmu_interval_notifier_ops.invalidate`.
+/// `mmu_interval_notifier_ops.invalidate`: takes the mirror's lock (or, if
+/// the invalidation may not sleep and the lock is busy, fails) and
+/// publishes the new sequence, so that a walk checked under the lock before
+/// this sees it stale.
 ///
 /// # Safety
 ///
 /// Called by the mm core for a notifier inserted by [`Mirror::new`].
-unsafe extern "C" fn invalidate_cb<T: MirrorOps>(
+unsafe extern "C" fn invalidate_cb(
     sub: *mut b::mmu_interval_notifier,
     range: *const b::mmu_notifier_range,
     cur_seq: usize,
 ) -> bool {
-    // SAFETY: `sub` is the first field of a live `Mirror<T>` (invariant): it
+    // SAFETY: `sub` is the first field of a live `Mirror` (invariant): it
     // stays registered, hence alive, until `mmu_interval_notifier_remove`,
     // which waits for callbacks.
-    let mirror = unsafe { &*sub.cast::<Mirror<T>>() };
-    let inv = Invalidation {
-        sub,
-        // SAFETY: `range` is valid for the callback.
-        range: unsafe { &*range },
-        seq: cur_seq,
+    let mirror = unsafe { &*sub.cast::<Mirror>() };
+    // SAFETY: `range` is valid for the callback.
+    let blockable = unsafe { b::msvm_mmu_notifier_range_blockable(range) };
+    // Users hold the lock while they use pages of the range: an
+    // invalidation waits for them (or, if it may not sleep, fails).
+    let _guard = if blockable {
+        mirror.lock.lock()
+    } else {
+        match mirror.lock.try_lock() {
+            Some(g) => g,
+            None => return false,
+        }
     };
-    mirror.data.invalidate(&inv)
+    // SAFETY: `sub` is the notifier being invalidated, valid for the
+    // callback, and its lock is held as `mmu_interval_set_seq` requires.
+    unsafe { b::msvm_mmu_interval_set_seq(sub, cur_seq) };
+    true
 }
 
-impl<T: MirrorOps> Mirror<T> {
+impl Mirror {
     /// Mirrors `[start, start + len)` of `mm`.
-    pub(crate) fn new(
-        mm: &MmWithUser,
-        start: usize,
-        len: usize,
-        data: impl PinInit<T, Error>,
-    ) -> Result<Pin<KBox<Self>>> {
+    pub(crate) fn new(mm: &MmWithUser, start: usize, len: usize) -> Result<Pin<KBox<Self>>> {
+        let end = start.checked_add(len).ok_or(EINVAL)?;
         let mut m = KBox::pin_init(
             try_pin_init!(Self {
                 sub <- Opaque::ffi_init(|p: *mut b::mmu_interval_notifier| {
                     // SAFETY: all-zeroes is the expected state before insert.
                     unsafe { core::ptr::write_bytes(p, 0, 1) };
                 }),
-                data <- data,
+                lock <- new_mutex!(()),
+                start,
+                end,
                 inserted: false,
                 _pin: PhantomPinned,
             }? Error),
@@ -133,120 +121,127 @@ impl<T: MirrorOps> Mirror<T> {
         // SAFETY: `sub` is pinned and zeroed; `mm` has users (the borrow);
         // the ops table is static.
         kernel::error::to_result(unsafe {
-            b::mmu_interval_notifier_insert(
-                m.sub.get(),
-                mm.as_raw(),
-                start,
-                len,
-                &OpsTable::<T>::OPS,
-            )
+            b::mmu_interval_notifier_insert(m.sub.get(), mm.as_raw(), start, len, &OPS)
         })?;
         // SAFETY: setting a flag moves nothing.
+        // INVARIANT: inserted just above, for `[start, end)`.
         unsafe { m.as_mut().get_unchecked_mut() }.inserted = true;
         Ok(m)
     }
 
-    /// The owner's data.
-    pub(crate) fn data(&self) -> &T {
-        &self.data
+    /// Holds invalidations off: the pages of a walk that is still valid
+    /// once this is taken ([`MirrorGuard::pages`]) stay as found while the
+    /// guard lives.
+    pub(crate) fn lock(&self) -> MirrorGuard<'_> {
+        MirrorGuard {
+            mirror: self,
+            _guard: self.lock.lock(),
+        }
     }
 
-    /// Starts a read of the mirrored page tables.
-    pub(crate) fn read_begin(&self) -> Seq {
-        // SAFETY: the notifier is inserted (it is, for every `Mirror` that
-        // `new` returned).
-        Seq(unsafe { b::mmu_interval_read_begin(self.sub.get()) })
-    }
-
-    /// Whether an invalidation happened since `seq`; reliable under the
-    /// owner's lock.
-    pub(crate) fn read_retry(&self, seq: Seq) -> bool {
-        // SAFETY: as in `read_begin`.
-        unsafe { b::msvm_mmu_interval_read_retry(self.sub.get(), seq.0) }
-    }
-
-    /// Faults `[start, start + pfns.len() pages)` of the mirrored mm in and
-    /// fills `pfns` (one per page) with what maps each page; returns the
-    /// sequence they are valid under (check it with [`Self::read_retry`]
-    /// under the owner's lock). Device-private pages of `owner` are
-    /// returned as they are; others are faulted to RAM. Write access is
-    /// requested if `write`. Takes the mmap lock itself and lets fault
-    /// handlers drop it (userfaultfd, file I/O), as the kernel recommends
-    /// (`hmm_range_fault_unlocked_timeout`); the caller must not hold it
-    /// and must keep the mm's users up. Fails with `EFAULT` if a page
-    /// cannot be faulted with that access, `EPERM` if it is not writable,
-    /// `EINTR` if a fatal signal is pending.
-    pub(crate) fn fault(
+    /// The hmm range of a walk of `pfns` from `start` of `mm`: `EINVAL`
+    /// unless `mm` is the mirrored mm and the range lies in the mirrored
+    /// one (outside it, invalidations would not reach the walk).
+    fn range(
         &self,
+        mm: &MmWithUser,
         start: usize,
-        pfns: &mut [usize],
-        write: bool,
+        pfns: &mut [HmmPfn],
+        default_flags: usize,
         owner: *const c_void,
-    ) -> Result<Seq> {
-        // SAFETY: plain constant getters.
-        let (valid, wr) = unsafe { (b::msvm_hmm_pfn_valid(), b::msvm_hmm_pfn_write()) };
-        let mut range = b::hmm_range {
+    ) -> Result<b::hmm_range> {
+        // SAFETY: the notifier is inserted (it is, for every `Mirror` that
+        // `new` returned), so its `mm` is set and stays.
+        let mirrored = unsafe { (*self.sub.get()).mm };
+        let end = pfns
+            .len()
+            .checked_mul(PAGE_SIZE)
+            .and_then(|l| start.checked_add(l))
+            .ok_or(EINVAL)?;
+        if !core::ptr::eq(mirrored, mm.as_raw())
+            || start % PAGE_SIZE != 0
+            || start < self.start
+            || end > self.end
+        {
+            return Err(EINVAL);
+        }
+        Ok(b::hmm_range {
             notifier: self.sub.get(),
             notifier_seq: 0,
             start,
-            end: start + pfns.len() * super::pagemap::PAGE_SIZE,
-            hmm_pfns: pfns.as_mut_ptr(),
-            default_flags: valid | if write { wr } else { 0 },
-            pfn_flags_mask: 0,
-            dev_private_owner: owner.cast_mut(),
-        };
-        // SAFETY: `range` describes `pfns`, which is exclusively borrowed;
-        // the notifier is inserted; the mmap lock is not held and the mm
-        // has users (caller). Timeout 0: retry invalidations until the walk
-        // is stable.
-        kernel::error::to_result(unsafe { b::hmm_range_fault_unlocked_timeout(&mut range, 0) })?;
-        Ok(Seq(range.notifier_seq))
-    }
-
-    /// Fills `pfns` with what maps each page of `[start, end)` of `mm` now,
-    /// faulting nothing in: a page that is not present (never touched,
-    /// swapped out, a device page of another owner, a hole) gives an entry
-    /// without a page. Fails with `EBUSY` if `seq` went stale.
-    pub(crate) fn snapshot(
-        &self,
-        mm: &MmWithUser,
-        seq: Seq,
-        start: usize,
-        pfns: &mut [usize],
-        owner: *const c_void,
-    ) -> Result {
-        self.walk(mm, seq, start, pfns, 0, owner)
-    }
-
-    fn walk(
-        &self,
-        mm: &MmWithUser,
-        seq: Seq,
-        start: usize,
-        pfns: &mut [usize],
-        default_flags: usize,
-        owner: *const c_void,
-    ) -> Result {
-        let mut range = b::hmm_range {
-            notifier: self.sub.get(),
-            notifier_seq: seq.0,
-            start,
-            end: start + pfns.len() * super::pagemap::PAGE_SIZE,
-            hmm_pfns: pfns.as_mut_ptr(),
+            end,
+            // `HmmPfn` is a transparent `usize`.
+            hmm_pfns: pfns.as_mut_ptr().cast(),
             default_flags,
             pfn_flags_mask: 0,
             dev_private_owner: owner.cast_mut(),
-        };
+        })
+    }
+
+    /// Faults `[start, start + pfns.len() pages)` of the mirrored mm `mm`
+    /// in and fills `pfns` (one per page) with what maps each page; check
+    /// the walk with [`MirrorGuard::pages`]. Device-private pages of
+    /// `owner` are returned as they are; others are faulted to RAM. Write
+    /// access is requested if `write`. Takes the mmap lock itself and lets
+    /// fault handlers drop it (userfaultfd, file I/O), as the kernel
+    /// recommends (`hmm_range_fault_unlocked_timeout`): the caller must not
+    /// hold it (it would deadlock). Fails with `EINVAL` for another mm or a
+    /// range outside the mirror, `EFAULT` if a page cannot be faulted with
+    /// that access, `EPERM` if it is not writable, `EINTR` if a fatal
+    /// signal is pending.
+    pub(crate) fn fault<'p>(
+        &self,
+        mm: &MmWithUser,
+        start: usize,
+        pfns: &'p mut [HmmPfn],
+        write: bool,
+        owner: *const c_void,
+    ) -> Result<Walk<'_, 'p>> {
+        let (valid, wr) = (HMM_PFN_VALID, HMM_PFN_WRITE);
+        let mut range = self.range(mm, start, pfns, valid | if write { wr } else { 0 }, owner)?;
+        // SAFETY: `range` describes `pfns`, which is exclusively borrowed,
+        // inside the notifier's interval of `mm`, whose users the borrow
+        // keeps up; the notifier is inserted. Timeout 0: retry
+        // invalidations until the walk is stable.
+        kernel::error::to_result(unsafe { b::hmm_range_fault_unlocked_timeout(&mut range, 0) })?;
+        Ok(Walk {
+            mirror: self,
+            pfns,
+            seq: range.notifier_seq,
+        })
+    }
+
+    /// Fills `pfns` with what maps each page from `start` of the mirrored
+    /// mm `mm` now, faulting nothing in: a page that is not present (never
+    /// touched, swapped out, a device page of another owner, a hole) gives
+    /// an entry without a page. Fails with `EBUSY` if an invalidation came
+    /// meanwhile, `EINVAL` as [`Self::fault`] does. The caller must not
+    /// hold the mmap lock.
+    pub(crate) fn snapshot<'p>(
+        &self,
+        mm: &MmWithUser,
+        start: usize,
+        pfns: &'p mut [HmmPfn],
+        owner: *const c_void,
+    ) -> Result<Walk<'_, 'p>> {
+        let mut range = self.range(mm, start, pfns, 0, owner)?;
+        // SAFETY: the notifier is inserted (see `range`).
+        range.notifier_seq = unsafe { b::mmu_interval_read_begin(self.sub.get()) };
         let _lock = mm.mmap_read_lock();
-        // SAFETY: `range` describes `pfns`, which is exclusively borrowed;
-        // the mmap lock is held as `hmm_range_fault` requires; the notifier
-        // is inserted on this mm.
-        kernel::error::to_result(unsafe { b::hmm_range_fault(&mut range) })
+        // SAFETY: `range` describes `pfns`, which is exclusively borrowed,
+        // inside the notifier's interval of `mm`; the mmap lock is held as
+        // `hmm_range_fault` requires.
+        kernel::error::to_result(unsafe { b::hmm_range_fault(&mut range) })?;
+        Ok(Walk {
+            mirror: self,
+            pfns,
+            seq: range.notifier_seq,
+        })
     }
 }
 
 #[pinned_drop]
-impl<T: MirrorOps> PinnedDrop for Mirror<T> {
+impl PinnedDrop for Mirror {
     fn drop(self: Pin<&mut Self>) {
         if self.inserted {
             // SAFETY: inserted (invariant); this waits for running callbacks.
@@ -255,34 +250,103 @@ impl<T: MirrorOps> PinnedDrop for Mirror<T> {
     }
 }
 
-/// One entry of an `hmm_range_fault` result.
+// The `hmm_pfn_flags` bit masks (`unsigned long`).
+const HMM_PFN_VALID: usize = b::hmm_pfn_flags_HMM_PFN_VALID;
+const HMM_PFN_WRITE: usize = b::hmm_pfn_flags_HMM_PFN_WRITE;
+const HMM_PFN_ERROR: usize = b::hmm_pfn_flags_HMM_PFN_ERROR;
+const HMM_PFN_FLAGS: usize = b::hmm_pfn_flags_HMM_PFN_FLAGS;
+
+/// One entry of a walk (`hmm_range_fault`'s pfn and flags). Only a walk
+/// fills them; their pages are had through [`Pages`].
+#[repr(transparent)]
 #[derive(Clone, Copy)]
-pub(crate) struct HmmPfn(pub(crate) usize);
+pub(crate) struct HmmPfn(usize);
 
 impl HmmPfn {
-    /// The page, if the entry is valid (valid while the mirror's sequence
-    /// holds, see the module documentation).
-    pub(crate) fn page(self) -> Option<PageRef> {
-        // SAFETY: plain constant getters.
-        let (valid, err, flags) = unsafe {
-            (
-                b::msvm_hmm_pfn_valid(),
-                b::msvm_hmm_pfn_error(),
-                b::msvm_hmm_pfn_flags(),
-            )
-        };
-        if self.0 & valid == 0 || self.0 & err != 0 {
-            return None;
-        }
-        // SAFETY: a valid HMM pfn names a page with a `struct page`, valid
-        // under the sequence protocol.
-        Some(unsafe { PageRef::from_pfn(self.0 & !flags) })
+    /// An entry naming no page, to fill a walk's array with first.
+    pub(crate) const NONE: Self = Self(0);
+
+    /// The page frame, if the entry names a page.
+    fn pfn(self) -> Option<usize> {
+        (self.0 & HMM_PFN_VALID != 0 && self.0 & HMM_PFN_ERROR == 0)
+            .then_some(self.0 & !HMM_PFN_FLAGS)
     }
 
-    /// A device-private page mapped without write access.
-    pub(crate) fn device_read_only(self) -> bool {
-        // SAFETY: plain constant getter.
-        let wr = unsafe { b::msvm_hmm_pfn_write() };
-        self.0 & wr == 0 && self.page().is_some_and(PageRef::is_device_private)
+    /// Whether the entry is mapped writable.
+    fn writable(self) -> bool {
+        self.0 & HMM_PFN_WRITE != 0
+    }
+}
+
+/// The entries a walk of a [`Mirror`] filled, and the sequence they were
+/// filled under; the entries cannot change, nor the mirror go, while this
+/// lives (a sequence means nothing to another mirror, even one at the same
+/// address).
+pub(crate) struct Walk<'m, 'p> {
+    mirror: &'m Mirror,
+    pfns: &'p [HmmPfn],
+    seq: usize,
+}
+
+/// A [`Mirror`]'s lock, held.
+pub(crate) struct MirrorGuard<'a> {
+    mirror: &'a Mirror,
+    _guard: MutexGuard<'a, ()>,
+}
+
+impl MirrorGuard<'_> {
+    /// The pages of `walk`, valid while this guard is held; `EAGAIN` if an
+    /// invalidation came since the walk (walk again), `EINVAL` if `walk`
+    /// is another mirror's.
+    pub(crate) fn pages<'g>(&'g self, walk: &'g Walk<'_, '_>) -> Result<Pages<'g>> {
+        if !core::ptr::eq(walk.mirror, self.mirror) {
+            return Err(EINVAL);
+        }
+        // SAFETY: the notifier is inserted, and its lock is held (`self`),
+        // as `mmu_interval_read_retry` requires to be reliable.
+        if unsafe { b::msvm_mmu_interval_read_retry(self.mirror.sub.get(), walk.seq) } {
+            return Err(EAGAIN);
+        }
+        // INVARIANT: no invalidation came since the walk, and none can
+        // complete while `self` holds the lock: the pages stay as found.
+        Ok(Pages { pfns: walk.pfns })
+    }
+}
+
+/// The pages of a walk that is still valid, for as long as the mirror's
+/// lock is held.
+///
+/// # Invariants
+///
+/// Every page `pfns` names is valid for `'g`.
+pub(crate) struct Pages<'g> {
+    pfns: &'g [HmmPfn],
+}
+
+impl<'g> Pages<'g> {
+    /// No pages.
+    pub(crate) fn empty() -> Pages<'static> {
+        // INVARIANT: no entries.
+        Pages { pfns: &[] }
+    }
+
+    /// The page of entry `i`, if the walk found one there.
+    pub(crate) fn page(&self, i: usize) -> Option<PageRef<'g>> {
+        let pfn = self.pfns.get(i)?.pfn()?;
+        // SAFETY: a page the walk found, valid for `'g` (invariant).
+        Some(unsafe { PageRef::from_pfn(pfn) })
+    }
+
+    /// The pages of the walk, in order (`None` where it found none).
+    pub(crate) fn iter(&self) -> impl Iterator<Item = Option<PageRef<'g>>> + '_ {
+        (0..self.pfns.len()).map(|i| self.page(i))
+    }
+
+    /// Whether some entry is a device-private page mapped without write
+    /// access.
+    pub(crate) fn any_device_read_only(&self) -> bool {
+        (0..self.pfns.len()).any(|i| {
+            !self.pfns[i].writable() && self.page(i).is_some_and(PageRef::is_device_private)
+        })
     }
 }

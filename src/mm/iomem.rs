@@ -14,8 +14,7 @@ use kernel::{device::Bound, pci, prelude::*};
 
 use super::bindings as b;
 use super::dma::DmaPage;
-use super::page::PageRef;
-use super::pagemap::PAGE_SIZE;
+use super::page::{PageRef, PAGE_SIZE};
 use super::pci::raw_pci_dev;
 
 /// A BAR of a bound PCI device, requested for exclusive use and mapped
@@ -149,7 +148,7 @@ impl WcBar<'_> {
     /// device's copy engine reaches system memory: through a DMA mapping of
     /// the page for the device, made for the copy and unmapped after it
     /// (`ENOMEM` if the page cannot be mapped).
-    pub(crate) fn copy_from_page(&self, offset: usize, page: PageRef) -> Result {
+    pub(crate) fn copy_from_page(&self, offset: usize, page: PageRef<'_>) -> Result {
         let dst = self.page_io(offset)?;
         let map = DmaPage::map(self.pdev.as_ref(), page).ok_or(ENOMEM)?;
         // SAFETY: `dst` is a page inside the mapping; the DMA address maps
@@ -160,7 +159,7 @@ impl WcBar<'_> {
 
     /// Copies the page of the BAR at `offset` into system page `page`,
     /// through a DMA mapping of it (see [`Self::copy_from_page`]).
-    pub(crate) fn copy_to_page(&self, offset: usize, page: PageRef) -> Result {
+    pub(crate) fn copy_to_page(&self, offset: usize, page: PageRef<'_>) -> Result {
         let src = self.page_io(offset)?;
         let map = DmaPage::map(self.pdev.as_ref(), page).ok_or(ENOMEM)?;
         // SAFETY: as in `copy_from_page`.
@@ -170,7 +169,7 @@ impl WcBar<'_> {
 
     /// Copies `nr` pages of the BAR from `offset` into the pages of the
     /// folio that starts at `first` (see [`Self::copy_to_page`]).
-    pub(crate) fn copy_to_folio(&self, offset: usize, first: PageRef, nr: usize) -> Result {
+    pub(crate) fn copy_to_folio(&self, offset: usize, first: PageRef<'_>, nr: usize) -> Result {
         for k in 0..nr {
             let page = first.nth(k).ok_or(EINVAL)?;
             self.copy_to_page(offset + k * PAGE_SIZE, page)?;
@@ -182,7 +181,7 @@ impl WcBar<'_> {
     pub(crate) fn clear_page(&self, offset: usize) -> Result {
         let dst = self.page_io(offset)?;
         // SAFETY: `dst` is a page inside the mapping.
-        unsafe { b::msvm_clear_io_page(dst) };
+        unsafe { b::memset_io(dst, 0, PAGE_SIZE) };
         Ok(())
     }
 }

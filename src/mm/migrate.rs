@@ -15,34 +15,19 @@ use kernel::{mm::virt::VmaRef, prelude::*};
 
 use super::bindings as b;
 use super::mmap::ExclusiveVma;
-use super::page::PageRef;
-use super::pagemap::PAGE_SIZE;
+use super::page::{NewPage, PageRef, PAGE_SIZE};
 
 /// Most pages one migration step covers: one page table (2 MiB), which is
 /// also the size of a large folio.
 pub(crate) const MAX_PAGES: usize = 512;
 
-/// One migrate-PFN entry: a page frame number and `MIGRATE_PFN_*` flags.
+/// One source entry of a migration: a page frame number and
+/// `MIGRATE_PFN_*` flags. Its page, if any, is had from the migration
+/// (`src_page`), for as long as the migration holds it.
 #[derive(Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Entry(u64);
 
 impl Entry {
-    /// An entry naming `page` as a destination, writable if `write`.
-    pub(crate) fn to(page: PageRef, write: bool) -> Self {
-        let mut v = ((page.pfn() as u64) << b::MIGRATE_PFN_SHIFT) | u64::from(b::MIGRATE_PFN_VALID);
-        if write {
-            v |= u64::from(b::MIGRATE_PFN_WRITE);
-        }
-        Self(v)
-    }
-
-    /// The same entry, marked as a whole large folio (`MIGRATE_PFN_COMPOUND`):
-    /// a destination folio of [`super::page::large_order`] replacing a
-    /// large source entry whole.
-    pub(crate) fn large(self) -> Self {
-        Self(self.0 | u64::from(b::MIGRATE_PFN_COMPOUND))
-    }
-
     /// The entry stands for a whole 2 MiB folio (or a 2 MiB hole) and the
     /// [`MAX_PAGES`]` - 1` entries after it are empty. Only sources of a
     /// migration set up with `large` (and device-range migrations) have such
@@ -60,17 +45,11 @@ impl Entry {
         }
     }
 
-    /// The page the entry names, if any (`None` for holes and the zero page).
-    ///
-    /// The page is valid while the migration that produced the entry is in
-    /// progress (it holds the page locked and referenced).
-    pub(crate) fn page(self) -> Option<PageRef> {
-        if self.0 & u64::from(b::MIGRATE_PFN_VALID) == 0 {
-            return None;
-        }
-        // SAFETY: a valid migrate entry names a page with a `struct page`
-        // that the migration keeps referenced.
-        Some(unsafe { PageRef::from_pfn((self.0 >> b::MIGRATE_PFN_SHIFT) as usize) })
+    /// The page frame the entry names, if any (`None` for holes and the
+    /// zero page).
+    fn pfn(self) -> Option<usize> {
+        (self.0 & u64::from(b::MIGRATE_PFN_VALID) != 0)
+            .then_some((self.0 >> b::MIGRATE_PFN_SHIFT) as usize)
     }
 
     /// The core will migrate this page (collected and isolated).
@@ -82,6 +61,46 @@ impl Entry {
     pub(crate) fn write(self) -> bool {
         self.0 & u64::from(b::MIGRATE_PFN_WRITE) != 0
     }
+}
+
+/// The destination entry of `dst` for source `src`, writable if `write`:
+/// `EINVAL` if `dst` is a large folio and `src` is not a whole one, or if
+/// `src` is a whole 2 MiB hole and `dst` is small (a whole folio source
+/// may take a large destination, or a small one, when the core splits it).
+fn dst_entry(src: Entry, dst: &NewPage, write: bool) -> Result<u64> {
+    let large = dst.page().folio_order() != 0;
+    if large && (!src.compound() || dst.page().folio_order() != super::page::large_order()) {
+        return Err(EINVAL);
+    }
+    // A whole 2 MiB hole takes a whole folio: split into small pages, the
+    // core would want a destination in each of its 512 slots.
+    if !large && src.compound() && src.pfn().is_none() {
+        return Err(EINVAL);
+    }
+    let mut v =
+        ((dst.page().pfn() as u64) << b::MIGRATE_PFN_SHIFT) | u64::from(b::MIGRATE_PFN_VALID);
+    if write {
+        v |= u64::from(b::MIGRATE_PFN_WRITE);
+    }
+    if large {
+        v |= u64::from(b::MIGRATE_PFN_COMPOUND);
+    }
+    Ok(v)
+}
+
+/// Hands `dst` to destination slot `slot` for source `src`: `EINVAL` out
+/// of range or for a mismatched folio ([`dst_entry`]), `EBUSY` if the slot
+/// is taken or the destinations were installed already (`done`). On an
+/// error `dst` is released.
+fn set_dst_in(slot: Option<&mut u64>, src: Entry, dst: NewPage, write: bool, done: bool) -> Result {
+    let slot = slot.ok_or(EINVAL)?;
+    if done || *slot != 0 {
+        return Err(EBUSY);
+    }
+    *slot = dst_entry(src, &dst, write)?;
+    // The migration now owns the page: finalize unlocks and releases it.
+    dst.into_raw();
+    Ok(())
 }
 
 /// How many mappings the device-private folio that the PMD of `vma` at
@@ -157,7 +176,7 @@ impl<'a> VmaMigration<'a> {
         select: Select,
         large: Option<&ExclusiveVma<'_>>,
         owner: *const c_void,
-        fault_page: Option<PageRef>,
+        fault_page: Option<PageRef<'_>>,
     ) -> Result<Self> {
         let npages = (end - start) / PAGE_SIZE;
         if large.is_some_and(|x| !core::ptr::eq(x.as_ptr(), vma.as_ptr())) {
@@ -225,15 +244,40 @@ impl<'a> VmaMigration<'a> {
         Entry(self.src[i])
     }
 
-    /// Sets destination entry `i`; the page (locked, one reference) now
-    /// belongs to the migration.
-    pub(crate) fn set_dst(&mut self, i: usize, e: Entry) {
-        self.dst[i] = e.0;
+    /// The page of source entry `i`, if any: locked and referenced by the
+    /// migration until it finalizes, which the borrow bounds.
+    pub(crate) fn src_page(&self, i: usize) -> Option<PageRef<'_>> {
+        let pfn = self.src(i).pfn()?;
+        // SAFETY: a valid source entry names a page that the migration
+        // holds (locked, referenced: the core clears the entries it lets
+        // go) until `drop` finalizes it.
+        Some(unsafe { PageRef::from_pfn(pfn) })
+    }
+
+    /// The page of destination entry `i`, if one was given: held by the
+    /// migration until it finalizes, which the borrow bounds.
+    pub(crate) fn dst_page(&self, i: usize) -> Option<PageRef<'_>> {
+        let pfn = Entry(*self.dst[..self.npages].get(i)?).pfn()?;
+        // SAFETY: a destination the migration owns (locked, referenced:
+        // `set_dst`) until `drop` finalizes it.
+        Some(unsafe { PageRef::from_pfn(pfn) })
+    }
+
+    /// Gives destination entry `i` the page `dst`, writable if `write`: the
+    /// migration owns it from now on (see [`set_dst_in`] for the errors).
+    pub(crate) fn set_dst(&mut self, i: usize, dst: NewPage, write: bool) -> Result {
+        let src = Entry(*self.src.get(i).ok_or(EINVAL)?);
+        let slot = self.dst[..self.npages].get_mut(i);
+        set_dst_in(slot, src, dst, write, self.pages_done)
     }
 
     /// Installs the destination pages. Afterwards, [`Self::src`] tells which
     /// pages really moved ([`Entry::migrate`] still set).
     pub(crate) fn pages(&mut self) {
+        // Once: the core would charge and map its destinations again.
+        if self.pages_done {
+            return;
+        }
         // SAFETY: set up (invariant), destinations filled in by the caller.
         unsafe { b::migrate_vma_pages(&mut self.args) };
         self.pages_done = true;
@@ -301,13 +345,26 @@ impl DeviceMigration {
         Entry(self.src[i])
     }
 
-    /// Sets destination entry `i` (see [`VmaMigration::set_dst`]).
-    pub(crate) fn set_dst(&mut self, i: usize, e: Entry) {
-        self.dst[i] = e.0;
+    /// The page of source entry `i` (see [`VmaMigration::src_page`]).
+    pub(crate) fn src_page(&self, i: usize) -> Option<PageRef<'_>> {
+        let pfn = self.src(i).pfn()?;
+        // SAFETY: as in `VmaMigration::src_page`.
+        Some(unsafe { PageRef::from_pfn(pfn) })
+    }
+
+    /// Gives destination entry `i` the page `dst` (see
+    /// [`VmaMigration::set_dst`]).
+    pub(crate) fn set_dst(&mut self, i: usize, dst: NewPage, write: bool) -> Result {
+        let src = Entry(*self.src.get(i).ok_or(EINVAL)?);
+        set_dst_in(self.dst.get_mut(i), src, dst, write, self.pages_done)
     }
 
     /// Installs the destinations.
     pub(crate) fn pages(&mut self) {
+        // Once (see `VmaMigration::pages`).
+        if self.pages_done {
+            return;
+        }
         // SAFETY: collected by `range` (invariant), arrays of equal length.
         unsafe {
             b::migrate_device_pages(

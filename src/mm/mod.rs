@@ -2,8 +2,9 @@
 
 //! The kernel glue of msvm: the only place that calls C directly.
 //!
-//! Every other module of the crate is safe code built on the types here and
-//! the `kernel` crate. The generated bindings (`bindings`) are private to
+//! The rest of the crate reaches C only through the types here and the
+//! `kernel` crate (the `unsafe` it still has, mostly `src/vram.rs`'s, is to
+//! move here: see `Documentation/design.rst`). The generated bindings (`bindings`) are private to
 //! this module, which the compiler enforces; the uAPI structs they include
 //! are re-exported by [`abi`]. Each wrapper states the invariants it relies
 //! on; each `unsafe` block says why it holds.
@@ -13,6 +14,7 @@ mod bindings;
 pub(crate) mod cancel;
 pub(crate) mod dma;
 pub(crate) mod drm_ioctl;
+pub(crate) mod fault;
 pub(crate) mod hmm;
 pub(crate) mod iomem;
 pub(crate) mod migrate;

@@ -7,37 +7,42 @@
 //! a process's pages) or are handed over to it (freshly allocated ones), so a
 //! borrowed handle is what fits.
 
+use core::marker::PhantomData;
 use core::ptr::NonNull;
 
 use kernel::bindings;
 
 use super::bindings as b;
 
-/// A `struct page` that someone else keeps alive.
+/// The page size (`PAGE_SIZE`).
+pub(crate) const PAGE_SIZE: usize = kernel::page::PAGE_SIZE;
+
+/// A `struct page` that someone else keeps alive for `'a`.
 ///
 /// # Invariants
 ///
-/// `0` points to a valid `struct page` for as long as the handle is used:
-/// each constructor's caller guarantees it (a page locked by a migration, a
-/// page of a live pagemap, ...).
+/// `0` points to a valid `struct page` for `'a`: each constructor's caller
+/// guarantees it (a page locked by a migration, a page found under a
+/// mirror's lock, a page of a live pagemap, ...), and the lifetime keeps
+/// safe code from using the handle after that.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) struct PageRef(NonNull<bindings::page>);
+pub(crate) struct PageRef<'a>(NonNull<bindings::page>, PhantomData<&'a bindings::page>);
 
 // SAFETY: a `struct page` may be referred to from any thread; the handle
 // itself carries no access rights beyond what its user's context grants.
-unsafe impl Send for PageRef {}
+unsafe impl Send for PageRef<'_> {}
 // SAFETY: see `Send`.
-unsafe impl Sync for PageRef {}
+unsafe impl Sync for PageRef<'_> {}
 
-impl PageRef {
+impl<'a> PageRef<'a> {
     /// Wraps a page pointer.
     ///
     /// # Safety
     ///
-    /// `page` must point to a valid `struct page` that stays valid while the
-    /// handle (or a copy of it) is used.
-    pub(crate) unsafe fn from_raw(page: *mut bindings::page) -> Option<Self> {
-        NonNull::new(page).map(Self)
+    /// `page` must point to a valid `struct page` that stays valid for `'a`.
+    pub(super) unsafe fn from_raw(page: *mut bindings::page) -> Option<Self> {
+        // INVARIANT: the caller's promise.
+        NonNull::new(page).map(|p| Self(p, PhantomData))
     }
 
     /// The page with page frame number `pfn`.
@@ -45,13 +50,16 @@ impl PageRef {
     /// # Safety
     ///
     /// `pfn` must be the frame of a page with a `struct page` (system RAM, or
-    /// a registered pagemap) that stays valid while the handle is used.
-    pub(crate) unsafe fn from_pfn(pfn: usize) -> Self {
+    /// a registered pagemap) that stays valid for `'a`.
+    pub(super) unsafe fn from_pfn(pfn: usize) -> Self {
         // SAFETY: the caller guarantees `pfn` has a `struct page`.
         let p = unsafe { b::msvm_pfn_to_page(pfn) };
         // INVARIANT: `pfn_to_page` of a valid pfn is a valid page, kept alive
-        // by the caller.
-        Self(NonNull::new(p).expect("pfn_to_page returned NULL"))
+        // by the caller for `'a`.
+        Self(
+            NonNull::new(p).expect("pfn_to_page returned NULL"),
+            PhantomData,
+        )
     }
 
     /// The raw pointer, for the other glue modules.
@@ -63,20 +71,6 @@ impl PageRef {
     pub(crate) fn pfn(self) -> usize {
         // SAFETY: the page is valid (type invariant).
         unsafe { b::msvm_page_to_pfn(self.as_ptr()) }
-    }
-
-    /// Unlocks the page and drops the caller's reference: for a page
-    /// prepared as a migration destination that was not used.
-    ///
-    /// # Safety
-    ///
-    /// The caller holds the page's lock and a reference, and gives both up.
-    pub(crate) unsafe fn release_locked(self) {
-        // SAFETY: the caller holds the lock and the reference.
-        unsafe {
-            b::msvm_unlock_page(self.as_ptr());
-            b::msvm_put_page(self.as_ptr());
-        }
     }
 
     /// The order of the folio the page belongs to (0: a single page).
@@ -138,10 +132,19 @@ pub(crate) fn large_order() -> u32 {
     unsafe { b::msvm_large_order() }
 }
 
-/// A system page allocated by msvm for a migration, locked, that the
-/// migration hands over to the mm core (or frees, if the migration does not
-/// take it).
-pub(crate) struct NewPage(PageRef);
+/// A page prepared as a migration destination: locked, with one reference,
+/// ours until handed to a migration ([`super::migrate::VmaMigration::set_dst`]),
+/// which unlocks and releases it when it finalizes; released (unlocked and
+/// put) on drop otherwise. A system page msvm allocated, or a device page
+/// taken off a free map ([`super::pagemap::Pagemap::init_folio`]).
+///
+/// # Invariants
+///
+/// `0` is a valid page, locked by us, with a reference of ours.
+pub(crate) struct NewPage(NonNull<bindings::page>);
+
+// SAFETY: the lock and reference travel with the value.
+unsafe impl Send for NewPage {}
 
 impl NewPage {
     /// Allocates a movable user page for `addr` of the VMA the migration
@@ -183,21 +186,37 @@ impl NewPage {
     }
 
     fn lock_new(p: *mut bindings::page) -> Option<Self> {
-        // SAFETY: a page just allocated is valid while we hold its reference.
-        let page = unsafe { PageRef::from_raw(p) }?;
-        // SAFETY: the page is ours and unlocked: locking cannot deadlock.
-        unsafe { b::msvm_lock_page(page.as_ptr()) };
-        Some(Self(page))
+        let p = NonNull::new(p)?;
+        // SAFETY: the page was just allocated: ours, unlocked, so locking
+        // cannot deadlock.
+        unsafe { b::msvm_lock_page(p.as_ptr()) };
+        // INVARIANT: valid while we hold the reference the allocation gave
+        // us; locked just above.
+        Some(Self(p))
+    }
+
+    /// Takes over a page that is already locked and referenced.
+    ///
+    /// # Safety
+    ///
+    /// `page` must be a valid page, locked, with a reference, both of which
+    /// the caller gives up, and fit to be a migration destination (nobody
+    /// else uses it).
+    pub(super) unsafe fn from_locked(page: NonNull<bindings::page>) -> Self {
+        // INVARIANT: the caller's promise.
+        Self(page)
     }
 
     /// The page.
-    pub(crate) fn page(&self) -> PageRef {
-        self.0
+    pub(crate) fn page(&self) -> PageRef<'_> {
+        // SAFETY: valid while we hold our reference (invariant), which the
+        // borrow of `self` bounds.
+        unsafe { PageRef::from_raw(self.0.as_ptr()) }.expect("non-null")
     }
 
-    /// Hands the page over to a migration, which unlocks and releases it when
-    /// it finalizes.
-    pub(crate) fn into_migration(self) -> PageRef {
+    /// Hands the page over to a migration, which unlocks and releases it
+    /// when it finalizes.
+    pub(super) fn into_raw(self) -> NonNull<bindings::page> {
         let p = self.0;
         core::mem::forget(self);
         p
@@ -206,9 +225,10 @@ impl NewPage {
 
 impl Drop for NewPage {
     fn drop(&mut self) {
-        // SAFETY: we locked the page and hold its only reference.
+        // SAFETY: we locked the page and hold a reference (invariant), given
+        // up here.
         unsafe {
-            b::msvm_unlock_page(self.0.as_ptr());
+            bindings::unlock_page(self.0.as_ptr());
             b::msvm_put_page(self.0.as_ptr());
         }
     }

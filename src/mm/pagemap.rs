@@ -16,138 +16,26 @@ use core::ptr::NonNull;
 use kernel::{bindings, prelude::*, types::Opaque};
 
 use super::bindings as b;
-use super::mmap::FaultRelock;
-use super::page::PageRef;
+use super::fault::{Fault, FaultError, FaultLock};
+use super::page::{NewPage, PageRef};
 
-/// Page size of the pagemaps (`PAGE_SIZE`).
-pub(crate) const PAGE_SIZE: usize = 4096;
+pub(crate) use super::page::PAGE_SIZE;
 
 /// What a device-private pagemap's owner does when the mm core calls.
 pub(crate) trait PagemapOps: Send + Sync + Sized + 'static {
     /// The last reference to the folio starting at `page` (a page of this
     /// map), of `1 << order` pages, is gone; they are free for the device to
     /// reuse. May run in any context that can put a page: must not sleep.
-    fn folio_free(&self, page: PageRef, order: u32);
+    fn folio_free(&self, page: PageRef<'_>, order: u32);
 
     /// The core has split the large folio that starts at `head` into
     /// smaller ones (each comes back through [`Self::folio_free`] on its
     /// own). Runs with the folio frozen: must not sleep.
-    fn folio_split(&self, head: PageRef);
+    fn folio_split(&self, head: PageRef<'_>);
 
     /// The CPU touched `fault.page()`, a page of this map mapped in a process:
     /// move it (and maybe its neighbours) to system RAM.
     fn migrate_to_ram(&self, fault: Fault<'_>) -> Result<(), FaultError>;
-}
-
-/// Why a `migrate_to_ram` failed, as the fault handler reports it.
-pub(crate) enum FaultError {
-    /// No memory for the system page: `VM_FAULT_OOM`.
-    Oom,
-    /// The page cannot be brought back: `VM_FAULT_SIGBUS`.
-    Sigbus,
-    /// Nothing moved for now: the access faults again (`VM_FAULT_RETRY`
-    /// if the fault's lock was let go, else 0).
-    Retry,
-}
-
-/// What [`Fault::relock_exclusive`] got.
-pub(crate) enum Relock<'a> {
-    /// The mm's mmap lock for writing; the fault's own lock is gone.
-    Exclusive(FaultRelock<'a>),
-    /// Nothing: the fault may not wait (its lock is kept), or its task was
-    /// killed while waiting, or someone else held the folio meanwhile (its
-    /// lock is gone). Return [`FaultError::Retry`].
-    Retry,
-    /// Nothing: the fault may not let go of its lock (no
-    /// `FAULT_FLAG_ALLOW_RETRY`), which it keeps.
-    Unsupported,
-}
-
-/// A CPU fault on a device-private page (`struct vm_fault`).
-///
-/// `lock` tells the callback what became of the fault's lock
-/// ([`Fault::relock_exclusive`]): if it was let go, or if the fault may not
-/// wait, the callback returns `VM_FAULT_RETRY`, whatever the handler said,
-/// as the fault path requires.
-pub(crate) struct Fault<'a> {
-    vmf: &'a bindings::vm_fault,
-    lock: &'a Cell<FaultLock>,
-}
-
-/// What became of the lock a fault holds when it calls `migrate_to_ram`.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum FaultLock {
-    /// Held, as it came: the handler's result stands.
-    Held,
-    /// Held, and the fault may not wait (`FAULT_FLAG_RETRY_NOWAIT`): it
-    /// returns `VM_FAULT_RETRY` with the lock held, and is made again.
-    HeldNoWait,
-    /// Let go: only `VM_FAULT_RETRY` may follow.
-    Released,
-}
-
-impl<'a> Fault<'a> {
-    /// The device-private page that was touched.
-    pub(crate) fn page(&self) -> PageRef {
-        // SAFETY: for `migrate_to_ram`, `vmf->page` is the faulting
-        // device-private page, referenced by the fault path for the call.
-        unsafe { PageRef::from_raw(self.vmf.page) }.expect("migrate_to_ram without a page")
-    }
-
-    /// The faulting address.
-    pub(crate) fn address(&self) -> usize {
-        self.vmf.__bindgen_anon_1.address
-    }
-
-    /// Whether the fault is on a PMD entry: a large device folio mapped
-    /// whole.
-    pub(crate) fn is_pmd(&self) -> bool {
-        self.vmf.pte.is_null()
-    }
-
-    /// Lets go of the fault's lock and takes the mmap lock of its mm for
-    /// writing instead, for work that must exclude every zap of the mm's
-    /// page tables (see `super::mmap`). Consumes the fault: its VMA may be
-    /// gone once its lock is. The CPU's access then faults again (the
-    /// callback returns `VM_FAULT_RETRY`), unless the guard takes the read
-    /// lock back to fail the fault ([`FaultRelock::fail`]).
-    pub(crate) fn relock_exclusive(self) -> Relock<'a> {
-        let page = self.page();
-        let mut mm = core::ptr::null_mut();
-        // SAFETY: `self.vmf` is the fault being handled, with its lock held
-        // (the fault path's promise, and `self` was not consumed before),
-        // and its folio locked and referenced.
-        let r = unsafe {
-            b::msvm_fault_relock_exclusive(core::ptr::from_ref(self.vmf).cast_mut(), &mut mm)
-        };
-        let eopnotsupp = -(bindings::EOPNOTSUPP as i32);
-        let eagain = -(bindings::EAGAIN as i32);
-        self.lock.set(match r {
-            r if r == eopnotsupp => FaultLock::Held,
-            r if r == eagain => FaultLock::HeldNoWait,
-            // Every other outcome let go of the fault's lock.
-            _ => FaultLock::Released,
-        });
-        match (r, NonNull::new(mm)) {
-            (0, Some(mm)) => {
-                // SAFETY: the helper took a user reference and the write
-                // lock, having let go of the fault's; `page` is the fault's
-                // page, locked and referenced again; `lock` is set to
-                // `Released` above; the guard lives no longer than the
-                // handler (`'a`).
-                Relock::Exclusive(unsafe { FaultRelock::new(mm, page, self.lock) })
-            }
-            (r, _) if r == eopnotsupp => Relock::Unsupported,
-            _ => Relock::Retry,
-        }
-    }
-
-    /// The VMA the fault is in; the fault path holds its lock for the call.
-    pub(crate) fn vma(&self) -> &kernel::mm::virt::VmaRef {
-        // SAFETY: `vmf->vma` is valid and locked (mmap or per-VMA lock) for
-        // the duration of the fault handler, which bounds the borrow.
-        unsafe { kernel::mm::virt::VmaRef::from_raw(self.vmf.__bindgen_anon_1.vma) }
-    }
 }
 
 /// A `MEMORY_DEVICE_PRIVATE` pagemap of `len` bytes, its callbacks going to
@@ -262,7 +150,10 @@ unsafe extern "C" fn migrate_to_ram_cb<T: PagemapOps>(
     // SAFETY: `vmf->page` is a page of one of our live pagemaps (caller).
     let map = unsafe { owner_of::<T>(vmf.page) };
     let lock = Cell::new(FaultLock::Held);
-    let r = map.data.migrate_to_ram(Fault { vmf, lock: &lock });
+    // SAFETY: `vmf` is the fault this callback handles, until it returns,
+    // with its lock held and its page referenced and locked (the fault
+    // path's contract); `lock` starts `Held`.
+    let r = map.data.migrate_to_ram(unsafe { Fault::new(vmf, &lock) });
     if lock.get() != FaultLock::Held {
         // The handler let go of the fault's lock (only a retry may
         // follow), or the fault may not wait (it is made again).
@@ -351,7 +242,7 @@ impl<T: PagemapOps> Pagemap<T> {
 
     /// The folio of `1 << order` pages starting at page `index` of the map,
     /// prepared for use as the destination of a migration (refcount one,
-    /// locked, `zone_device_data` of its first page set). Whatever larger
+    /// locked). Whatever larger
     /// folio its pages belonged to before, they now belong to this one.
     ///
     /// # Safety
@@ -360,25 +251,19 @@ impl<T: PagemapOps> Pagemap<T> {
     /// mapping or migration) and within the map, `index` aligned to the
     /// folio size, and owned by the caller from now until it hands the folio
     /// to a migration.
-    pub(crate) unsafe fn init_folio(
-        &self,
-        index: usize,
-        order: u32,
-        zone_data: *mut c_void,
-    ) -> PageRef {
+    pub(crate) unsafe fn init_folio(&self, index: usize, order: u32) -> NewPage {
         debug_assert!(index + (1 << order) <= self.npages);
         // SAFETY: `index` is within the map, whose `struct page`s exist.
         let page = unsafe { PageRef::from_pfn(self.pfn_first + index) };
         // SAFETY: the pages are free and ours (caller); `pgmap` is their map.
-        unsafe {
-            b::msvm_zone_device_folio_init(page.as_ptr(), self.pgmap.get(), order);
-            b::msvm_page_set_zone_device_data(page.as_ptr(), zone_data);
-        }
-        page
+        unsafe { b::msvm_zone_device_folio_init(page.as_ptr(), self.pgmap.get(), order) };
+        // SAFETY: `zone_device_folio_init` gave the folio one reference and
+        // locked it, for us (the pages were ours, caller).
+        unsafe { NewPage::from_locked(core::ptr::NonNull::new(page.as_ptr()).expect("non-null")) }
     }
 
     /// The index in this map of `page`, if it is one of its pages.
-    pub(crate) fn index_of(&self, page: PageRef) -> Option<usize> {
+    pub(crate) fn index_of(&self, page: PageRef<'_>) -> Option<usize> {
         let pfn = page.pfn();
         (pfn >= self.pfn_first && pfn < self.pfn_first + self.npages).then(|| pfn - self.pfn_first)
     }
@@ -392,7 +277,7 @@ impl<T: PagemapOps> Pagemap<T> {
 /// `page` must be valid, and every device-private pagemap with owner `owner`
 /// must be a `Pagemap<T>`.
 pub(crate) unsafe fn map_of<'a, T: PagemapOps>(
-    page: PageRef,
+    page: PageRef<'a>,
     owner: *const c_void,
 ) -> Option<&'a Pagemap<T>> {
     if !page.is_device_private() {

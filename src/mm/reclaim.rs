@@ -20,8 +20,7 @@ const SHRINK_EMPTY: c_ulong = !0 - 1;
 
 /// Bytes of one `struct page`: what each page of a pagemap costs in RAM.
 pub(crate) fn struct_page_size() -> usize {
-    // SAFETY: a constant getter.
-    unsafe { b::msvm_page_struct_size() as usize }
+    core::mem::size_of::<bindings::page>()
 }
 
 /// The owner of a [`Shrinker`].
@@ -119,8 +118,10 @@ unsafe extern "C" fn scan_cb<T: ShrinkerOps>(
 ) -> c_ulong {
     // SAFETY: as in `count_cb`.
     let owner = unsafe { &*(*s).private_data.cast::<T>() };
-    // SAFETY: `sc` is valid for the call; a pure function of the mask.
-    let may_sleep = unsafe { b::msvm_gfp_allows_blocking((*sc).gfp_mask) };
+    // SAFETY: `sc` is valid for the call.
+    let gfp = unsafe { (*sc).gfp_mask };
+    // `gfpflags_allow_blocking()`: direct reclaim allowed.
+    let may_sleep = gfp & (1 << bindings::___GFP_DIRECT_RECLAIM_BIT) != 0;
     match owner.scan(may_sleep) {
         None => SHRINK_STOP,
         Some(n) => n as c_ulong,

@@ -40,7 +40,8 @@ fn oom_score_adj(v: i32) -> Result<(), String> {
 }
 
 /// The pressure process's loop: leaves idle chunks on the GPU at `node`
-/// (never-touched memory migrated there and unmapped: no RAM used), then
+/// (128 MiB of never-touched memory migrated there and unmapped: no RAM
+/// used), then
 /// takes memory a MiB at a time until MemAvailable is under 48 MiB (paced
 /// below 128 MiB, as a growing workload, so that reclaim and the shrinker
 /// keep up; at most 2 GiB), holds it for a second, lets it go, waits two
@@ -51,7 +52,8 @@ fn pressure(node: &std::path::Path, deadline: Instant) -> Outcome {
     dev.vm_create().map_err(|e| e.to_string())?;
     let (mut rounds, mut peak) = (0u64, 0usize);
     while Instant::now() < deadline {
-        let idle = Map::new(32 << 20)?;
+        // Two chunks' worth (64 MiB chunks): at least one ends up idle.
+        let idle = Map::new(128 << 20)?;
         dev.migrate(idle.addr(), idle.len(), msvm_rt::Location::Device)
             .map_err(|e| e.to_string())?;
         drop(idle);

@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! System RAM for pages coming home: the 2 MiB system folios a device
+//! folio moves into whole, with the fault injection tests use to reach the
+//! 4 KiB fallbacks (debugfs `fail_large_home`). Below both the migrations
+//! (`crate::migrate`) and the pool's eviction (`crate::vram`).
+
+use kernel::{
+    mm::virt::VmaRef,
+    sync::atomic::{Atomic, Relaxed},
+};
+
+use crate::mm::page::NewPage;
+
+/// 2 MiB system folio allocations still to fail on purpose (debugfs
+/// `fail_large_home`): tests reach the 4 KiB fallbacks and eviction's
+/// retries through it.
+pub(crate) static FAIL_LARGE_HOME: Atomic<u64> = Atomic::new(0);
+
+/// Whether this 2 MiB system folio allocation is to fail on purpose (one
+/// of [`FAIL_LARGE_HOME`]'s, which it uses up).
+fn fail_large_home() -> bool {
+    let mut v = FAIL_LARGE_HOME.load(Relaxed);
+    while v > 0 {
+        match FAIL_LARGE_HOME.cmpxchg(v, v - 1, Relaxed) {
+            Ok(_) => return true,
+            Err(now) => v = now,
+        }
+    }
+    false
+}
+
+/// A 2 MiB system folio for the block of `addr` in `vma`, if one is free
+/// (and no test asked for a failure).
+pub(crate) fn large_home(vma: &VmaRef, addr: usize) -> Option<NewPage> {
+    if fail_large_home() {
+        return None;
+    }
+    NewPage::large_for_vma(vma, addr)
+}
+
+/// A 2 MiB system folio for an evicted device folio (see
+/// [`NewPage::large_evict`]), unless a test asked for a failure.
+pub(crate) fn large_home_evict() -> Option<NewPage> {
+    if fail_large_home() {
+        return None;
+    }
+    NewPage::large_evict()
+}
