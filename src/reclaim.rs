@@ -20,7 +20,7 @@
 //!
 //! Nothing here holds a lock across a call; [`WANT`] is an atomic, and the
 //! work item is preallocated (a scan allocates nothing). The work takes a `PoolRef` per device (the topology lock only
-//! briefly), then the pool's own locks (`src/vram.rs`).
+//! briefly), then the pool's own locks (`src/vram/mod.rs`).
 
 use kernel::{
     prelude::*,

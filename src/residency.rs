@@ -18,6 +18,7 @@ use kernel::prelude::*;
 use crate::mm::{
     cancel::Cancel,
     hmm::{HmmPfn, Mirror},
+    owner::Owner,
     pagemap::PAGE_SIZE,
 };
 use crate::registry;
@@ -58,7 +59,7 @@ pub(crate) fn residency(
     // pages.
     // With no device at all, one walk (with no owner) still finds the
     // system pages.
-    let mut owners = [core::ptr::null(); MAX_DEVICES];
+    let mut owners = [Owner::NONE; MAX_DEVICES];
     let mut groups = 1;
     {
         let topo = registry::devices();

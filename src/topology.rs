@@ -8,6 +8,8 @@
 
 use kernel::prelude::*;
 
+use crate::mm::owner::Owner;
+
 /// At most this many devices are bound at once (`MSVM_MAX_DEVICES`).
 pub(crate) const MAX_DEVICES: usize = crate::mm::abi::MSVM_MAX_DEVICES as usize;
 
@@ -160,8 +162,8 @@ impl<N> Topology<N> {
 static OWNER_TOKENS: [u8; MAX_DEVICES] = [0; MAX_DEVICES];
 
 /// The `dev_private_owner` of group `g`.
-pub(crate) fn owner_token(g: usize) -> *const core::ffi::c_void {
-    core::ptr::from_ref(&OWNER_TOKENS[g % MAX_DEVICES]).cast()
+pub(crate) fn owner_token(g: usize) -> Owner {
+    Owner::of(&OWNER_TOKENS[g % MAX_DEVICES])
 }
 
 #[kunit_tests(msvm_topology)]

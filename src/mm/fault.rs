@@ -12,9 +12,9 @@ use core::ptr::NonNull;
 use kernel::bindings;
 
 use super::bindings as b;
-use super::migrate::MAX_PAGES;
 use super::mmap::{vma_exclusive, ExclusiveVma};
-use super::page::{PageRef, PAGE_SIZE};
+use super::owner::Owner;
+use super::page::{PageRef, MAX_PAGES, PAGE_SIZE};
 
 /// Why a `migrate_to_ram` failed, as the fault handler reports it.
 pub(crate) enum FaultError {
@@ -82,12 +82,29 @@ pub(super) enum FaultLock {
     Released,
 }
 
+/// The page of a fault being handled, locked and referenced by the fault
+/// path: what a migration from `migrate_to_ram` names as its `fault_page`
+/// (the core then takes that folio's lock as its own). Only a [`Fault`] or
+/// its [`FaultRelock`] gives one.
+#[derive(Clone, Copy)]
+pub(crate) struct FaultPage<'a>(PageRef<'a>);
+
+impl<'a> FaultPage<'a> {
+    /// The page.
+    pub(crate) fn page(self) -> PageRef<'a> {
+        self.0
+    }
+}
+
 impl<'a> Fault<'a> {
     /// The device-private page that was touched.
-    pub(crate) fn page(&self) -> PageRef<'a> {
+    pub(crate) fn page(&self) -> FaultPage<'a> {
         // SAFETY: for `migrate_to_ram`, `vmf->page` is the faulting
-        // device-private page, referenced by the fault path for the call.
-        unsafe { PageRef::from_raw(self.vmf.page) }.expect("migrate_to_ram without a page")
+        // device-private page, referenced and locked by the fault path for
+        // the call.
+        FaultPage(
+            unsafe { PageRef::from_raw(self.vmf.page) }.expect("migrate_to_ram without a page"),
+        )
     }
 
     /// The faulting address.
@@ -108,7 +125,7 @@ impl<'a> Fault<'a> {
     /// callback returns `VM_FAULT_RETRY`), unless the guard takes the read
     /// lock back to fail the fault ([`FaultRelock::fail`]).
     pub(crate) fn relock_exclusive(self) -> Relock<'a> {
-        let page = self.page();
+        let page = self.page().0;
         let mut mm = core::ptr::null_mut();
         // SAFETY: `self.vmf` is the fault being handled, with its lock held
         // (the fault path's promise, and `self` was not consumed before),
@@ -189,8 +206,8 @@ impl<'a> FaultRelock<'a> {
     }
 
     /// The faulting page, still locked and referenced by the fault path.
-    pub(crate) fn page(&self) -> PageRef<'_> {
-        self.page
+    pub(crate) fn page(&self) -> FaultPage<'_> {
+        FaultPage(self.page)
     }
 
     /// Splits the device-private folio of the faulting page if the PMD at
@@ -198,7 +215,7 @@ impl<'a> FaultRelock<'a> {
     /// mm into page-table entries, moving nothing; `owner` is the folio's
     /// `dev_private_owner`. If the core cannot split it now, or the PMD
     /// maps something else, nothing happens (the retried fault finds out).
-    pub(crate) fn split_whole_folio(&self, start: usize, owner: *const core::ffi::c_void) {
+    pub(crate) fn split_whole_folio(&self, start: usize, owner: Owner) {
         let Some(vma) = self.vma_lookup(start) else {
             return;
         };
@@ -214,7 +231,7 @@ impl<'a> FaultRelock<'a> {
         // path holds the lock of the folio of `head` and one reference to
         // it (invariant); `start` is PMD aligned and the PMD inside the
         // VMA; the helper checks that the PMD maps that folio.
-        unsafe { b::msvm_split_fault_folio(vma.as_ptr(), start, head.as_ptr(), owner.cast_mut()) };
+        unsafe { b::msvm_split_fault_folio(vma.as_ptr(), start, head.as_ptr(), owner.as_ptr()) };
     }
 
     /// Takes the mmap read lock back (the fault's own lock: the fault path

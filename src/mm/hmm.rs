@@ -13,7 +13,6 @@
 //! the protocol: a page is only had from [`Pages`], which borrows the
 //! guard, so no safe code can use a page found by a walk that went stale.
 
-use core::ffi::c_void;
 use core::marker::PhantomPinned;
 
 use kernel::{
@@ -25,6 +24,7 @@ use kernel::{
 };
 
 use super::bindings as b;
+use super::owner::Owner;
 use super::page::{PageRef, PAGE_SIZE};
 
 /// An interval notifier on `[start, end)` of an mm, and the lock its
@@ -148,7 +148,7 @@ impl Mirror {
         start: usize,
         pfns: &mut [HmmPfn],
         default_flags: usize,
-        owner: *const c_void,
+        owner: Owner,
     ) -> Result<b::hmm_range> {
         // SAFETY: the notifier is inserted (it is, for every `Mirror` that
         // `new` returned), so its `mm` is set and stays.
@@ -174,7 +174,7 @@ impl Mirror {
             hmm_pfns: pfns.as_mut_ptr().cast(),
             default_flags,
             pfn_flags_mask: 0,
-            dev_private_owner: owner.cast_mut(),
+            dev_private_owner: owner.as_ptr(),
         })
     }
 
@@ -195,7 +195,7 @@ impl Mirror {
         start: usize,
         pfns: &'p mut [HmmPfn],
         write: bool,
-        owner: *const c_void,
+        owner: Owner,
     ) -> Result<Walk<'_, 'p>> {
         let (valid, wr) = (HMM_PFN_VALID, HMM_PFN_WRITE);
         let mut range = self.range(mm, start, pfns, valid | if write { wr } else { 0 }, owner)?;
@@ -222,7 +222,7 @@ impl Mirror {
         mm: &MmWithUser,
         start: usize,
         pfns: &'p mut [HmmPfn],
-        owner: *const c_void,
+        owner: Owner,
     ) -> Result<Walk<'_, 'p>> {
         let mut range = self.range(mm, start, pfns, 0, owner)?;
         // SAFETY: the notifier is inserted (see `range`).

@@ -9,17 +9,15 @@
 //! then install the destinations (`pages`) and release everything
 //! (`finalize`). [`Entry`] wraps one element of the `src`/`dst` arrays.
 
-use core::ffi::c_void;
-
 use kernel::{mm::virt::VmaRef, prelude::*};
 
 use super::bindings as b;
+use super::fault::FaultPage;
 use super::mmap::ExclusiveVma;
+use super::owner::Owner;
 use super::page::{NewPage, PageRef, PAGE_SIZE};
 
-/// Most pages one migration step covers: one page table (2 MiB), which is
-/// also the size of a large folio.
-pub(crate) const MAX_PAGES: usize = 512;
+pub(crate) use super::page::MAX_PAGES;
 
 /// One source entry of a migration: a page frame number and
 /// `MIGRATE_PFN_*` flags. Its page, if any, is had from the migration
@@ -175,8 +173,8 @@ impl<'a> VmaMigration<'a> {
         end: usize,
         select: Select,
         large: Option<&ExclusiveVma<'_>>,
-        owner: *const c_void,
-        fault_page: Option<PageRef<'_>>,
+        owner: Owner,
+        fault_page: Option<FaultPage<'a>>,
     ) -> Result<Self> {
         let npages = (end - start) / PAGE_SIZE;
         if large.is_some_and(|x| !core::ptr::eq(x.as_ptr(), vma.as_ptr())) {
@@ -216,9 +214,9 @@ impl<'a> VmaMigration<'a> {
             npages: 0,
             start,
             end,
-            pgmap_owner: owner.cast_mut(),
+            pgmap_owner: owner.as_ptr(),
             flags: flags as usize,
-            fault_page: fault_page.map_or(core::ptr::null_mut(), |p| p.as_ptr()),
+            fault_page: fault_page.map_or(core::ptr::null_mut(), |p| p.page().as_ptr()),
         };
         // SAFETY: `args` describes a range inside `vma`, which is locked for
         // `'a` (the borrow), with `src`/`dst` arrays of `npages` entries.
@@ -313,20 +311,23 @@ impl Drop for VmaMigration<'_> {
 ///
 /// `src` was filled by `migrate_device_range`; the migration is finalized
 /// exactly once, in `drop`.
-pub(crate) struct DeviceMigration {
+pub(crate) struct DeviceMigration<'m> {
     src: KVec<u64>,
     dst: KVec<u64>,
     pages_done: bool,
+    /// The pagemap the frames belong to.
+    _map: core::marker::PhantomData<&'m ()>,
 }
 
-impl DeviceMigration {
+impl DeviceMigration<'_> {
     /// Collects the in-use pages among `npages` device page frames from
-    /// `pfn`.
+    /// `pfn` (see `super::pagemap::Pagemap::device_migration`).
     ///
     /// # Safety
     ///
-    /// The frames must belong to a live device-private pagemap of the caller.
-    pub(crate) unsafe fn range(pfn: usize, npages: usize) -> Result<Self> {
+    /// The frames must belong to a device-private pagemap of the caller that
+    /// outlives the migration.
+    pub(super) unsafe fn range(pfn: usize, npages: usize) -> Result<Self> {
         let mut src = KVec::from_elem(0u64, npages, GFP_KERNEL)?;
         let dst = KVec::from_elem(0u64, npages, GFP_KERNEL)?;
         // SAFETY: `src` has `npages` entries; the frames are ours (caller).
@@ -337,6 +338,7 @@ impl DeviceMigration {
             src,
             dst,
             pages_done: false,
+            _map: core::marker::PhantomData,
         })
     }
 
@@ -377,7 +379,7 @@ impl DeviceMigration {
     }
 }
 
-impl Drop for DeviceMigration {
+impl Drop for DeviceMigration<'_> {
     fn drop(&mut self) {
         if !self.pages_done {
             cancel(&mut self.src);

@@ -3,7 +3,7 @@
 //! The kernel glue of msvm: the only place that calls C directly.
 //!
 //! The rest of the crate reaches C only through the types here and the
-//! `kernel` crate (the `unsafe` it still has, mostly `src/vram.rs`'s, is to
+//! `kernel` crate (the `unsafe` it still has, mostly `src/vram/`'s, is to
 //! move here: see `Documentation/design.rst`). The generated bindings (`bindings`) are private to
 //! this module, which the compiler enforces; the uAPI structs they include
 //! are re-exported by [`abi`]. Each wrapper states the invariants it relies
@@ -19,6 +19,7 @@ pub(crate) mod hmm;
 pub(crate) mod iomem;
 pub(crate) mod migrate;
 pub(crate) mod mmap;
+pub(crate) mod owner;
 pub(crate) mod page;
 pub(crate) mod pagemap;
 pub(crate) mod pci;

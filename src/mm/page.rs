@@ -17,6 +17,10 @@ use super::bindings as b;
 /// The page size (`PAGE_SIZE`).
 pub(crate) const PAGE_SIZE: usize = kernel::page::PAGE_SIZE;
 
+/// Most pages one migration step covers: one page table (2 MiB), which is
+/// also the size of a large folio.
+pub(crate) const MAX_PAGES: usize = 512;
+
 /// A `struct page` that someone else keeps alive for `'a`.
 ///
 /// # Invariants

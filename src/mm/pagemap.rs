@@ -9,7 +9,6 @@
 //! `memunmap_pages`, which waits until every page of the map is free again.
 
 use core::cell::Cell;
-use core::ffi::c_void;
 use core::marker::PhantomPinned;
 use core::ptr::NonNull;
 
@@ -17,8 +16,10 @@ use kernel::{bindings, prelude::*, types::Opaque};
 
 use super::bindings as b;
 use super::fault::{Fault, FaultError, FaultLock};
+use super::migrate::DeviceMigration;
 use super::page::{NewPage, PageRef};
 
+pub(crate) use super::owner::Owner;
 pub(crate) use super::page::PAGE_SIZE;
 
 /// What a device-private pagemap's owner does when the mm core calls.
@@ -172,11 +173,13 @@ impl<T: PagemapOps> Pagemap<T> {
     /// is built from the first page frame number of the map.
     pub(crate) fn new<I: PinInit<T, Error>>(
         len: usize,
-        owner: *const c_void,
+        owner: Owner,
         name: &'static CStr,
         data: impl FnOnce(usize) -> I,
     ) -> Result<Pin<KBox<Self>>> {
-        if len == 0 || len % PAGE_SIZE != 0 {
+        // A pagemap without an owner would take every other's pages as
+        // its own (and `memremap_pages` refuses it).
+        if len == 0 || len % PAGE_SIZE != 0 || owner == Owner::NONE {
             return Err(EINVAL);
         }
         // SAFETY: `name` is a static NUL-terminated string.
@@ -202,7 +205,7 @@ impl<T: PagemapOps> Pagemap<T> {
                         range.start = start as u64;
                         range.end = (start + len - 1) as u64;
                         (*p).ops = &OpsTable::<T>::OPS;
-                        (*p).owner = owner.cast_mut();
+                        (*p).owner = owner.as_ptr();
                     }
                 }),
                 res,
@@ -228,11 +231,6 @@ impl<T: PagemapOps> Pagemap<T> {
     /// The owner's data.
     pub(crate) fn data(&self) -> &T {
         &self.data
-    }
-
-    /// The first page frame number of the map.
-    pub(crate) fn pfn_first(&self) -> usize {
-        self.pfn_first
     }
 
     /// Number of pages in the map.
@@ -262,6 +260,17 @@ impl<T: PagemapOps> Pagemap<T> {
         unsafe { NewPage::from_locked(core::ptr::NonNull::new(page.as_ptr()).expect("non-null")) }
     }
 
+    /// An eviction of the pages in use among `n` pages of this map from
+    /// page `first`: `EINVAL` unless they lie in the map.
+    pub(crate) fn device_migration(&self, first: usize, n: usize) -> Result<DeviceMigration<'_>> {
+        if first.checked_add(n).is_none_or(|end| end > self.npages) {
+            return Err(EINVAL);
+        }
+        // SAFETY: the frames are this map's, which the borrow keeps alive
+        // while the migration lives.
+        unsafe { DeviceMigration::range(self.pfn_first + first, n) }
+    }
+
     /// The index in this map of `page`, if it is one of its pages.
     pub(crate) fn index_of(&self, page: PageRef<'_>) -> Option<usize> {
         let pfn = page.pfn();
@@ -278,7 +287,7 @@ impl<T: PagemapOps> Pagemap<T> {
 /// must be a `Pagemap<T>`.
 pub(crate) unsafe fn map_of<'a, T: PagemapOps>(
     page: PageRef<'a>,
-    owner: *const c_void,
+    owner: Owner,
 ) -> Option<&'a Pagemap<T>> {
     if !page.is_device_private() {
         return None;
@@ -286,8 +295,8 @@ pub(crate) unsafe fn map_of<'a, T: PagemapOps>(
     // SAFETY: device-private pages have a pagemap.
     let pgmap = unsafe { b::msvm_page_pgmap(page.as_ptr()) };
     // SAFETY: `pgmap` is valid while the page is.
-    let map_owner = unsafe { (*pgmap).owner }.cast_const();
-    if !core::ptr::eq(map_owner, owner) {
+    let map_owner = unsafe { (*pgmap).owner };
+    if map_owner != owner.as_ptr() {
         return None;
     }
     // SAFETY: the owner is ours, hence so is the map (caller).

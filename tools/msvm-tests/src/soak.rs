@@ -41,11 +41,11 @@ fn oom_score_adj(v: i32) -> Result<(), String> {
 
 /// The pressure process's loop: leaves idle chunks on the GPU at `node`
 /// (128 MiB of never-touched memory migrated there and unmapped: no RAM
-/// used), then
-/// takes memory a MiB at a time until MemAvailable is under 48 MiB (paced
-/// below 128 MiB, as a growing workload, so that reclaim and the shrinker
-/// keep up; at most 2 GiB), holds it for a second, lets it go, waits two
-/// seconds. Prints `# soak-pressure ROUNDS PEAK_MIB`.
+/// used), then takes memory a MiB at a time until MemAvailable is under
+/// 48 MiB, and on from there at a workload's pace (so that reclaim and the
+/// shrinker keep up) until no chunk of that GPU is cached any more or
+/// under 16 MiB is left (at most 2 GiB), holds it for a second, lets it
+/// go, waits two seconds. Prints `# soak-pressure ROUNDS PEAK_MIB`.
 fn pressure(node: &std::path::Path, deadline: Instant) -> Outcome {
     oom_score_adj(1000)?;
     let dev = Device::open(node).map_err(|e| e.to_string())?;
@@ -60,10 +60,16 @@ fn pressure(node: &std::path::Path, deadline: Instant) -> Outcome {
         let mut held = Vec::new();
         loop {
             let avail = mem_available()?;
-            if avail < 48 << 20 || held.len() >= 2048 || Instant::now() >= deadline {
+            if held.len() >= 2048 || Instant::now() >= deadline {
                 break;
             }
-            if avail < 128 << 20 {
+            if avail < 48 << 20 {
+                // Memory is short: on, at a workload's pace, until the
+                // shrinker has taken the idle chunks (or little is left).
+                let cached = dev.stats().map(|s| s.chunks_cached).unwrap_or(0);
+                if cached == 0 || avail < 16 << 20 {
+                    break;
+                }
                 std::thread::sleep(Duration::from_millis(10));
             }
             let mut m = Map::new(1 << 20)?;

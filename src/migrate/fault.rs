@@ -1,0 +1,202 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The CPU fault path: a device page the CPU touched comes home, with the
+//! 64 KiB around it; a 2 MiB folio comes home whole, or is split.
+
+use kernel::mm::virt::VmaRef;
+use kernel::prelude::*;
+use kernel::sync::atomic::Relaxed;
+
+use crate::mm::fault::{Fault, FaultError, FaultPage, FaultRelock, Relock};
+use crate::mm::migrate::{device_folio_mapcount, Select, VmaMigration, MAX_PAGES};
+use crate::mm::mmap::ExclusiveVma;
+use crate::mm::page::NewPage;
+use crate::mm::pagemap::PAGE_SIZE;
+use crate::sysmem::large_home;
+use crate::vram::VramPool;
+
+use super::LARGE_SIZE;
+
+/// Bytes the CPU fault path brings home at once: the 64 KiB block around
+/// the faulting address (within its VMA); a 2 MiB device folio mapped
+/// whole comes home whole.
+const FAULT_WINDOW: usize = 64 * 1024;
+
+/// `migrate_to_ram` of a device page of `pool`: brings home this device's
+/// pages in the [`FAULT_WINDOW`] around the fault.
+///
+/// A fault on a 2 MiB folio mapped whole (a PMD fault) must exclude every
+/// zap of the mm while the folio is collected whole or split (see
+/// [`device_folio_mapcount`]), so it trades the fault's lock for the mmap
+/// lock held for writing, brings the folio home whole into a 2 MiB system
+/// folio, and makes the CPU fault again. If no 2 MiB folio is free, or if
+/// a fork relative maps the folio too, it splits the folio and its
+/// mappings instead, moving nothing: the CPU's retry of the access then
+/// faults on a small page, whose window comes home in 4 KiB pages. A fault
+/// that may not let go of its lock (no `FAULT_FLAG_ALLOW_RETRY`: some
+/// kernel callers of `hmm_range_fault` or GUP) gets `SIGBUS` on such a
+/// folio.
+pub(super) fn fault_to_ram(pool: &VramPool<'_>, fault: Fault<'_>) -> Result<(), FaultError> {
+    if fault.is_pmd() {
+        return pmd_fault_to_ram(pool, fault);
+    }
+    let vma = fault.vma();
+    let start = (fault.address() & !(FAULT_WINDOW - 1)).max(vma.start());
+    let end = (start + FAULT_WINDOW).min(vma.end());
+    fault_range(pool, vma, fault.page(), fault.address(), start, end, None).map(|_| ())
+}
+
+/// [`fault_to_ram`] of a PMD fault.
+fn pmd_fault_to_ram(pool: &VramPool<'_>, fault: Fault<'_>) -> Result<(), FaultError> {
+    let address = fault.address();
+    // The core maps a large folio whole only where its 2 MiB block lies
+    // inside the VMA.
+    let large_start = address & !(LARGE_SIZE - 1);
+    let excl = match fault.relock_exclusive() {
+        Relock::Exclusive(x) => x,
+        Relock::Retry => return Err(FaultError::Retry),
+        Relock::Unsupported => {
+            kernel::pr_warn_once!(
+                "msvm: a fault that cannot retry hit a 2 MiB device folio: SIGBUS\n"
+            );
+            return Err(FaultError::Sigbus);
+        }
+    };
+    match pmd_fault_exclusive(pool, &excl, address, large_start) {
+        // Done, or nothing to do: the retry finds what is there now.
+        Ok(()) | Err(FaultError::Retry) => Err(FaultError::Retry),
+        Err(e) => Err(excl.fail(e)),
+    }
+}
+
+/// The work of [`pmd_fault_to_ram`] under `excl`: brings the 2 MiB folio at
+/// `large_start` home whole, or splits it.
+fn pmd_fault_exclusive(
+    pool: &VramPool<'_>,
+    excl: &FaultRelock<'_>,
+    address: usize,
+    large_start: usize,
+) -> Result<(), FaultError> {
+    // The VMA and the PMD may have changed while the fault waited: look
+    // again (the fault's folio stays referenced meanwhile).
+    let Some(vma) = excl.vma_lookup(large_start) else {
+        return Err(FaultError::Retry);
+    };
+    if large_start < vma.start() || large_start + LARGE_SIZE > vma.end() {
+        return Err(FaultError::Retry);
+    }
+    match device_folio_mapcount(&vma, large_start) {
+        // No device folio mapped whole there any more.
+        0 => return Err(FaultError::Retry),
+        1 => {
+            let end = large_start + LARGE_SIZE;
+            if fault_range(
+                pool,
+                &vma,
+                excl.page(),
+                address,
+                large_start,
+                end,
+                Some(&vma),
+            )? {
+                return Ok(());
+            }
+        }
+        _ => {}
+    }
+    pool.stats.large_fallback.add(1, Relaxed);
+    excl.split_whole_folio(large_start, pool.owner());
+    Ok(())
+}
+
+/// Brings this device's pages of `[start, end)` of `vma` home for the
+/// fault on `fault_page` at `address`; with `large`, a 2 MiB device folio
+/// comes home whole in a 2 MiB folio if one is free (else nothing moves).
+/// Returns whether the faulting page came home.
+fn fault_range(
+    pool: &VramPool<'_>,
+    vma: &VmaRef,
+    fault_page: FaultPage<'_>,
+    address: usize,
+    start: usize,
+    end: usize,
+    large: Option<&ExclusiveVma<'_>>,
+) -> Result<bool, FaultError> {
+    let mut mig = VmaMigration::setup(
+        vma,
+        start,
+        end,
+        Select::DevicePrivate,
+        large,
+        pool.owner(),
+        Some(fault_page),
+    )
+    .map_err(|_| FaultError::Sigbus)?;
+    let fault_at = (address - start) / PAGE_SIZE;
+    let n = mig.npages();
+    let mut filled = [0u16; MAX_PAGES];
+    let mut i = 0;
+    while i < n {
+        let (at, src) = (i, mig.src(i));
+        let nr = src.nr_pages().min(n - i);
+        i += nr;
+        // Only this device's pages are collected; one not collected is
+        // being migrated by someone else (the fault is then retried).
+        let Some(offset) = mig
+            .src_page(at)
+            .filter(|_| src.migrate())
+            .and_then(|p| pool.offset_of(p))
+        else {
+            continue;
+        };
+        let addr = start + at * PAGE_SIZE;
+        let large_dst = if src.compound() {
+            large_home(vma, addr)
+        } else {
+            None
+        };
+        if let Some(dst) = large_dst {
+            pool.bar()
+                .copy_to_folio(offset, dst.page(), nr)
+                .map_err(|_| FaultError::Sigbus)?;
+            mig.set_dst(at, dst, src.write())
+                .map_err(|_| FaultError::Sigbus)?;
+            filled[at] = nr as u16;
+            continue;
+        }
+        if nr > 1 {
+            // No 2 MiB folio: nothing moves (the caller splits the folio).
+            continue;
+        }
+        let Some(dst) = NewPage::for_vma(vma, addr) else {
+            // The faulting page must come home; its neighbours may stay.
+            if at == fault_at {
+                return Err(FaultError::Oom);
+            }
+            continue;
+        };
+        pool.bar()
+            .copy_to_page(offset, dst.page())
+            .map_err(|_| FaultError::Sigbus)?;
+        mig.set_dst(at, dst, src.write())
+            .map_err(|_| FaultError::Sigbus)?;
+        filled[at] = 1;
+    }
+    mig.pages();
+    let (mut moved, mut folios, mut home) = (0, 0, false);
+    for j in (0..n).filter(|&j| filled[j] > 0 && mig.src(j).migrate()) {
+        moved += u64::from(filled[j]);
+        folios += u64::from(filled[j] > 1);
+        home |= (j..j + usize::from(filled[j])).contains(&fault_at);
+    }
+    drop(mig);
+    if large.is_some() && !home {
+        // The window will count the fault.
+        pool.stats.to_system.add(moved, Relaxed);
+        return Ok(false);
+    }
+    pool.stats.cpu_faults.add(1, Relaxed);
+    pool.stats.to_system.add(moved, Relaxed);
+    pool.stats.large_to_system.add(folios, Relaxed);
+    Ok(true)
+}

@@ -1,0 +1,283 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! One step of a migration: collect, allocate, copy, install (towards a
+//! device or towards system RAM), whole 2 MiB folios where the step may.
+
+use kernel::mm::virt::VmaRef;
+use kernel::prelude::*;
+use kernel::sync::atomic::Relaxed;
+
+use crate::mm::migrate::{device_folio_mapcount, Select, VmaMigration, MAX_PAGES};
+use crate::mm::mmap::ExclusiveVma;
+use crate::mm::page::{NewPage, PageRef};
+use crate::mm::pagemap::PAGE_SIZE;
+use crate::sysmem::large_home;
+use crate::vram::{Batch, VramPool};
+
+use super::{whole_block, Outcome};
+
+/// Installs the destinations given for the entries marked in `filled` (the
+/// pages each entry stands for; 0: not filled), and counts their pages as
+/// moved or, if the core backed out, busy.
+fn install(mig: &mut VmaMigration<'_>, filled: &[u16], out: &mut Outcome) {
+    mig.pages();
+    for (i, &nr) in filled.iter().enumerate().filter(|(_, nr)| **nr > 0) {
+        if mig.src(i).migrate() {
+            out.moved += u64::from(nr);
+        } else {
+            out.busy += u64::from(nr);
+        }
+    }
+}
+
+/// Bytes of a large folio (2 MiB: one PMD).
+pub(super) const LARGE_SIZE: usize = MAX_PAGES * PAGE_SIZE;
+
+/// Whether `[start, end)` of `vma` is one whole 2 MiB block whose folio (or
+/// hole) a migration may move whole: not in a VMA the process asked to keep
+/// free of huge pages (`MADV_NOHUGEPAGE`), and not a device folio that a
+/// fork relative maps too (see [`device_folio_mapcount`]: such a folio
+/// moves in small pages, the core splitting it first). Callers hold the
+/// mmap lock for writing: a folio collected whole may be device-private
+/// (see [`super::migrate_range`]).
+pub(super) fn large_step(vma: &VmaRef, start: usize, end: usize) -> bool {
+    end - start == LARGE_SIZE
+        && whole_block(vma, start, end)
+        && device_folio_mapcount(vma, start) <= 1
+}
+
+/// Whether source page `page` of a migration towards `pool` may be copied
+/// there: private anonymous memory in RAM, or a device page of `pool`'s
+/// owner group. The core collects file and shmem pages too, then refuses
+/// to move them to device-private memory after the copy; secretmem pages
+/// must not even be read.
+fn movable(pool: &VramPool<'_>, page: PageRef<'_>) -> bool {
+    page.is_anon() || pool.locate(page).is_some()
+}
+
+/// Copies the `nr` pages of the source folio from `src` (a system folio,
+/// a peer's device folio, or nothing: a hole) to BAR offset `offset` of
+/// `pool`. Returns whether they came from a peer's VRAM (over P2P).
+fn copy_in(
+    pool: &VramPool<'_>,
+    src: Option<PageRef<'_>>,
+    nr: usize,
+    offset: usize,
+) -> Result<bool> {
+    let mut peer = false;
+    let mut stage = None;
+    for k in 0..nr {
+        let off = offset + k * PAGE_SIZE;
+        let Some(spage) = src else {
+            // An untouched (or zero-page) address.
+            pool.bar().clear_page(off)?;
+            continue;
+        };
+        let spage = spage.nth(k).ok_or(EINVAL)?;
+        match pool.locate(spage) {
+            // A page of a peer of our owner group: device to device, BAR
+            // to BAR over P2P, no system page involved.
+            Some((p, poff)) => {
+                if stage.is_none() {
+                    stage = Some(KBox::new([0u8; PAGE_SIZE], GFP_KERNEL)?);
+                }
+                if let Some(buf) = stage.as_mut() {
+                    pool.bar().copy_from_bar(off, p.bar(), poff, buf)?;
+                }
+                peer = true;
+            }
+            None => pool.bar().copy_from_page(off, spage)?,
+        }
+    }
+    Ok(peer)
+}
+
+/// One migration step by `fill`: a whole 2 MiB folio (or hole) moves
+/// whole where the step allows; if `fill` finds no 2 MiB destination for
+/// it, the step returns `None` if `grow` and the pool can grow a block (see
+/// [`super::device_step`]), and otherwise runs again in small pages (the core
+/// splits the folio when it collects it).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn step(
+    pool: &VramPool<'_>,
+    vma: &VmaRef,
+    start: usize,
+    end: usize,
+    large: Option<&ExclusiveVma<'_>>,
+    grow: bool,
+    fill: impl Fn(
+        &VramPool<'_>,
+        &VmaRef,
+        usize,
+        usize,
+        Option<&ExclusiveVma<'_>>,
+    ) -> Result<Option<Outcome>>,
+) -> Result<Option<Outcome>> {
+    if let Some(out) = fill(pool, vma, start, end, large)? {
+        return Ok(Some(out));
+    }
+    if grow && pool.can_grow() {
+        return Ok(None);
+    }
+    pool.stats.large_fallback.add(1, Relaxed);
+    Ok(Some(fill(pool, vma, start, end, None)?.ok_or(EAGAIN)?))
+}
+
+/// One step towards the device. With `large`, a whole 2 MiB folio (or hole)
+/// moves into a whole free 2 MiB block; if there is none, nothing moves and
+/// this returns `None`.
+pub(super) fn fill_to_device(
+    pool: &VramPool<'_>,
+    vma: &VmaRef,
+    start: usize,
+    end: usize,
+    large: Option<&ExclusiveVma<'_>>,
+) -> Result<Option<Outcome>> {
+    let mut mig = VmaMigration::setup(vma, start, end, Select::System, large, pool.owner(), None)?;
+    let mut out = Outcome::default();
+    let n = mig.npages();
+    // Collected pages are in RAM (or unpopulated), or ours already; the
+    // rest could not be isolated. A large entry stands for `MAX_PAGES`
+    // pages, and the entries after it are empty.
+    // Entries that get no destination: already ours, or busy.
+    let mut skip = [false; MAX_PAGES];
+    let (mut want, mut block) = (0, None);
+    let mut i = 0;
+    while i < n {
+        let src = mig.src(i);
+        let nr = src.nr_pages().min(n - i);
+        if !src.migrate() || mig.src_page(i).is_some_and(|p| !movable(pool, p)) {
+            // Not collected, or not memory a device takes: the core has
+            // not agreed to move it, so nothing of it is read.
+            out.busy += nr as u64;
+            skip[i] = true;
+        } else if mig.src_page(i).is_some_and(|p| pool.offset_of(p).is_some()) {
+            skip[i] = true;
+            out.already += nr as u64;
+        } else if src.compound() {
+            match pool.alloc_large()? {
+                Some(b) => block = Some(b),
+                // Dropping `mig` restores the source.
+                None => return Ok(None),
+            }
+        } else {
+            want += 1;
+        }
+        i += nr;
+    }
+    // Pages of the batch not handed to the migration go back on drop.
+    let mut batch = pool.alloc(want)?;
+    let mut filled = [0u16; MAX_PAGES];
+    let mut from_peer = [false; MAX_PAGES];
+    // The destination of the whole folio, if any (the step's first entry).
+    let mut large_dst = None;
+    let mut i = 0;
+    while i < n {
+        let (at, src) = (i, mig.src(i));
+        let nr = src.nr_pages().min(n - i);
+        i += nr;
+        if skip[at] {
+            continue;
+        }
+        let dst = if src.compound() {
+            block.as_mut()
+        } else {
+            Some(&mut batch)
+        };
+        let Some((dpage, offset)) = dst.and_then(Batch::take) else {
+            out.no_vram += nr as u64;
+            continue;
+        };
+        from_peer[at] = copy_in(pool, mig.src_page(at), nr, offset)?;
+        mig.set_dst(at, dpage, src.write())?;
+        filled[at] = nr as u16;
+        if src.compound() {
+            large_dst = Some(at);
+        }
+    }
+    install(&mut mig, &filled[..n], &mut out);
+    let moved = |i: usize| filled[i] > 0 && mig.src(i).migrate();
+    if let Some(at) = large_dst.filter(|&at| moved(at)) {
+        if let Some(page) = mig.dst_page(at) {
+            // Where eviction will find it (see `VramPool::home_large_folios`).
+            pool.note_large_home(page, vma.mm(), start + at * PAGE_SIZE);
+        }
+    }
+    let peers: u64 = (0..n)
+        .filter(|&i| from_peer[i] && moved(i))
+        .map(|i| u64::from(filled[i]))
+        .sum();
+    let large_moved = (0..n).filter(|&i| filled[i] > 1 && moved(i)).count() as u64;
+    pool.stats.from_peer.add(peers, Relaxed);
+    pool.stats.large_to_device.add(large_moved, Relaxed);
+    pool.stats.to_device.add(out.moved, Relaxed);
+    Ok(Some(out))
+}
+
+/// One step towards system RAM. With `large`, a whole 2 MiB device folio
+/// moves into a 2 MiB system folio; if none can be had, nothing moves and
+/// this returns `None`.
+pub(super) fn fill_to_system(
+    pool: &VramPool<'_>,
+    vma: &VmaRef,
+    start: usize,
+    end: usize,
+    large: Option<&ExclusiveVma<'_>>,
+) -> Result<Option<Outcome>> {
+    let mut mig = VmaMigration::setup(
+        vma,
+        start,
+        end,
+        Select::DevicePrivate,
+        large,
+        pool.owner(),
+        None,
+    )?;
+    let mut out = Outcome::default();
+    let n = mig.npages();
+    let mut filled = [0u16; MAX_PAGES];
+    let mut i = 0;
+    while i < n {
+        let (at, src) = (i, mig.src(i));
+        let nr = src.nr_pages().min(n - i);
+        i += nr;
+        // The pages of this device and of its owner group's peers are
+        // collected; the rest is in RAM (or on a device we do not reach).
+        let Some((owner, offset)) = mig
+            .src_page(at)
+            .filter(|_| src.migrate())
+            .and_then(|p| pool.locate(p))
+        else {
+            out.already += nr as u64;
+            continue;
+        };
+        let addr = start + at * PAGE_SIZE;
+        let dst = if src.compound() {
+            match large_home(vma, addr) {
+                Some(d) => d,
+                // Dropping `mig` restores the sources.
+                None => return Ok(None),
+            }
+        } else {
+            let Some(d) = NewPage::for_vma(vma, addr) else {
+                out.busy += 1;
+                continue;
+            };
+            d
+        };
+        owner.bar().copy_to_folio(offset, dst.page(), nr)?;
+        mig.set_dst(at, dst, src.write())?;
+        filled[at] = nr as u16;
+    }
+    install(&mut mig, &filled[..n], &mut out);
+    // Credit each page to the device it left (this one or a group peer).
+    for i in (0..n).filter(|&i| filled[i] > 0 && mig.src(i).migrate()) {
+        if let Some((owner, _)) = mig.src_page(i).and_then(|p| pool.locate(p)) {
+            owner.stats.to_system.add(u64::from(filled[i]), Relaxed);
+            if filled[i] > 1 {
+                owner.stats.large_to_system.add(1, Relaxed);
+            }
+        }
+    }
+    Ok(Some(out))
+}

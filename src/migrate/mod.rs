@@ -1,0 +1,295 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The migration planner: moves a range of a process's address space to a
+//! device's VRAM or back, one page table (2 MiB, [`MAX_PAGES`]) at a time,
+//! with one VRAM allocation and one copy pass per step; and brings a page
+//! home when the CPU touches it (`migrate_to_ram`).
+//!
+//! Fault-back window: the 64 KiB block around the faulting address (within
+//! its VMA), 16 pages per fault: a CPU walking device data sequentially
+//! takes one fault per block instead of one per page, and a stray access
+//! moves at most 64 KiB. The explicit MIGRATE remains the fast path.
+//!
+//! A request works in steps of at most one page table: each step takes the
+//! mmap read lock and lets it go, so the process's mmap writers (and
+//! `/proc` readers) wait one step at most; between steps a fatal signal or
+//! the device going away stops the request ([`Cancel`]).
+//!
+//! A step towards a device may run twice: the pool grows (creates a chunk)
+//! only between two tries, with no mmap lock held (see [`device_step`]).
+//!
+//! # Lock order
+//!
+//! Each step holds the mmap read lock (the write lock for a whole 2 MiB
+//! block); the VRAM pool's table and free maps nest inside, its growth
+//! never does (see `src/vram/mod.rs`).
+
+use kernel::{
+    mm::{
+        virt::{flags, VmaRef},
+        MmWithUser,
+    },
+    prelude::*,
+    sync::atomic::Relaxed,
+};
+
+use crate::mm::{
+    cancel::Cancel,
+    fault::{Fault, FaultError},
+    migrate::vma_is_secretmem,
+    mmap::{ExclusiveVma, MmapWriteGuard},
+    page::large_order,
+    pagemap::PAGE_SIZE,
+};
+use crate::vram::{PoolOps, VramPool};
+
+mod fault;
+mod fill;
+mod target;
+mod vmas;
+
+use fault::fault_to_ram;
+use fill::{fill_to_device, fill_to_system, large_step, step, LARGE_SIZE};
+pub(crate) use target::{home, place, prefetch, Target};
+use vmas::UNMIGRATABLE;
+pub(crate) use vmas::{check_job_vmas, check_vmas};
+
+/// What one MIGRATE did.
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Outcome {
+    /// Pages that now live where they were asked to.
+    pub(crate) moved: u64,
+    /// Pages that were already there.
+    pub(crate) already: u64,
+    /// Pages that could not move: the core would not isolate them (pinned,
+    /// shared, file-backed, under writeback, ...).
+    pub(crate) busy: u64,
+    /// Pages that could not move for lack of VRAM.
+    pub(crate) no_vram: u64,
+}
+
+impl Outcome {
+    /// The outcome of a second pass over a range after `first`: the pages
+    /// `first` moved (which the second found there already) count as
+    /// moved; every page still has one counter.
+    fn after(self, first: &Self) -> Self {
+        let again = first.moved.min(self.already);
+        Self {
+            moved: self.moved + again,
+            already: self.already - again,
+            busy: self.busy,
+            no_vram: self.no_vram,
+        }
+    }
+
+    /// `n` pages of a VMA the core does not migrate: busy towards a device,
+    /// already home towards system RAM (none of them can be on a device).
+    fn stayed(dir: Direction, n: u64) -> Self {
+        match dir {
+            Direction::ToDevice => Self {
+                busy: n,
+                ..Self::default()
+            },
+            Direction::ToSystem => Self {
+                already: n,
+                ..Self::default()
+            },
+        }
+    }
+}
+
+/// Where to move.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Direction {
+    ToDevice,
+    ToSystem,
+}
+
+/// Moves `[start, start + len)` of `mm` (page aligned, checked by the caller)
+/// to `pool`'s VRAM or back to system RAM, one step at a time, until done or
+/// `cancel` says stop.
+pub(crate) fn migrate_range(
+    pool: &VramPool<'_>,
+    mm: &MmWithUser,
+    start: usize,
+    len: usize,
+    dir: Direction,
+    cancel: &Cancel<'_>,
+) -> Result<Outcome> {
+    let end = start.checked_add(len).ok_or(EINVAL)?;
+    // Check the whole range first: a range with a hole or without access
+    // moves nothing. (A mapping changed between steps fails the step.)
+    check_vmas(&mm.mmap_read_lock(), start, end, false)?;
+    steps(pool, mm, start, end, dir, cancel)
+}
+
+/// The pools' way up to the migrations ([`PoolOps`]), installed by
+/// `crate::device` when it makes a pool.
+pub(crate) struct Migrations;
+
+impl PoolOps for Migrations {
+    fn fault_to_ram(&self, pool: &VramPool<'_>, fault: Fault<'_>) -> Result<(), FaultError> {
+        fault_to_ram(pool, fault)
+    }
+
+    fn evict_range(
+        &self,
+        pool: &VramPool<'_>,
+        mm: &MmWithUser,
+        start: usize,
+        len: usize,
+        cancel: &Cancel<'_>,
+    ) -> Result {
+        evict_range(pool, mm, start, len, cancel).map(drop)
+    }
+}
+
+/// Brings the pages of `pool`'s owner group in `[start, start + len)` of
+/// `mm` home as [`migrate_range`] does, without checking access first (a
+/// device going away takes back even what `PROT_NONE` hides), stopping at
+/// the first hole.
+fn evict_range(
+    pool: &VramPool<'_>,
+    mm: &MmWithUser,
+    start: usize,
+    len: usize,
+    cancel: &Cancel<'_>,
+) -> Result<Outcome> {
+    let end = start.checked_add(len).ok_or(EINVAL)?;
+    steps(pool, mm, start, end, Direction::ToSystem, cancel)
+}
+
+/// The steps of [`migrate_range`].
+fn steps(
+    pool: &VramPool<'_>,
+    mm: &MmWithUser,
+    start: usize,
+    end: usize,
+    dir: Direction,
+    cancel: &Cancel<'_>,
+) -> Result<Outcome> {
+    let mut out = Outcome::default();
+    let mut addr = start;
+    while addr < end {
+        cancel.check()?;
+        let (step, step_end) = if dir == Direction::ToDevice {
+            device_step(pool, mm, addr, end)?
+        } else {
+            let (step, step_end) = locked_step(pool, mm, addr, end, dir, false)?;
+            (step.ok_or(EAGAIN)?, step_end)
+        };
+        out.moved += step.moved;
+        out.already += step.already;
+        out.busy += step.busy;
+        out.no_vram += step.no_vram;
+        addr = step_end;
+    }
+    Ok(out)
+}
+
+/// A step towards the device ([`locked_step`]), with the chunks it needs:
+/// the pool grows ([`VramPool::grow`]) only between two tries of the step,
+/// with no mmap lock held. Before the first try, if the pool has no free
+/// page at all; after it, if it found no free 2 MiB block for a whole folio
+/// (it moved nothing then) or no VRAM for some pages: the step runs once
+/// more, over the same range.
+fn device_step(
+    pool: &VramPool<'_>,
+    mm: &MmWithUser,
+    addr: usize,
+    end: usize,
+) -> Result<(Outcome, usize)> {
+    let dir = Direction::ToDevice;
+    pool.grow(1, false);
+    let (step, step_end) = match locked_step(pool, mm, addr, end, dir, true)? {
+        (None, _) => {
+            pool.grow(LARGE_SIZE / PAGE_SIZE, true);
+            let (again, again_end) = locked_step(pool, mm, addr, end, dir, false)?;
+            (again.ok_or(EAGAIN)?, again_end)
+        }
+        (Some(first), first_end)
+            if first.no_vram > 0 && pool.grow(first.no_vram as usize, false) =>
+        {
+            let (again, again_end) = locked_step(pool, mm, addr, first_end, dir, false)?;
+            (again.ok_or(EAGAIN)?.after(&first), again_end)
+        }
+        (Some(first), first_end) => (first, first_end),
+    };
+    pool.stats.no_vram.add(step.no_vram, Relaxed);
+    Ok((step, step_end))
+}
+
+/// The step of `[addr, end)` of `mm` ([`one_step`]) under the mmap lock it
+/// needs: held for writing for a whole 2 MiB block, for reading otherwise.
+/// `None` (nothing moved) if `may_grow` and a whole 2 MiB folio found no
+/// free block in a pool that can grow one.
+fn locked_step(
+    pool: &VramPool<'_>,
+    mm: &MmWithUser,
+    addr: usize,
+    end: usize,
+    dir: Direction,
+    may_grow: bool,
+) -> Result<(Option<Outcome>, usize)> {
+    let guard = mm.mmap_read_lock();
+    let vma = guard.vma_lookup(addr).ok_or(EFAULT)?;
+    if whole_block(vma, addr, end) {
+        // A step that may collect a folio whole may meet a device-private
+        // one (or one that becomes so meanwhile): only with every zap of
+        // this mm excluded (see `device_folio_mapcount`).
+        drop(guard);
+        let excl = MmapWriteGuard::lock_killable(mm)?;
+        let vma = excl.vma_lookup(addr).ok_or(EFAULT)?;
+        one_step(pool, &vma, addr, end, dir, Some(&vma), may_grow)
+    } else {
+        one_step(pool, vma, addr, end, dir, None, may_grow)
+    }
+}
+
+/// The step of `[addr, end)` in `vma` (with its mm's mmap lock held; `excl`
+/// is `vma` held exclusively, if it is): up to the end of the page table of
+/// `addr`, of the VMA or of the range. Only an exclusive step collects
+/// folios whole. Returns what it did (`None`: see [`locked_step`]) and
+/// where it ended.
+fn one_step(
+    pool: &VramPool<'_>,
+    vma: &VmaRef,
+    addr: usize,
+    end: usize,
+    dir: Direction,
+    excl: Option<&ExclusiveVma<'_>>,
+    may_grow: bool,
+) -> Result<(Option<Outcome>, usize)> {
+    let step_end = end.min(vma.end()).min((addr / LARGE_SIZE + 1) * LARGE_SIZE);
+    let n = ((step_end - addr) / PAGE_SIZE) as u64;
+    if vma.flags() & UNMIGRATABLE != 0 || vma_is_secretmem(vma) {
+        // hugetlb and special (I/O, PFN, mixed) mappings: the core
+        // migrates none of their pages; none of them is on a device.
+        // secretmem: the kernel must not even read its pages.
+        return Ok((Some(Outcome::stayed(dir, n)), step_end));
+    }
+    let large = excl.filter(|_| large_step(vma, addr, step_end));
+    // Only a move to a device waits for the pool to grow a block.
+    let grow = may_grow && dir == Direction::ToDevice;
+    let r = match dir {
+        Direction::ToDevice => step(pool, vma, addr, step_end, large, grow, fill_to_device),
+        Direction::ToSystem => step(pool, vma, addr, step_end, large, grow, fill_to_system),
+    };
+    match r {
+        // `migrate_vma_setup` refused the VMA for a reason of its own
+        // (DAX, say): its pages stay, like those above.
+        Err(e) if e == EINVAL => Ok((Some(Outcome::stayed(dir, n)), step_end)),
+        r => Ok((r?, step_end)),
+    }
+}
+
+/// Whether the step from `addr` (towards `end`) in `vma` covers a whole
+/// 2 MiB block that may move whole (see [`large_step`], which checks the
+/// rest under the lock the step runs with): such a step runs with the mmap
+/// lock held for writing.
+fn whole_block(vma: &VmaRef, addr: usize, end: usize) -> bool {
+    large_order() != 0
+        && addr % LARGE_SIZE == 0
+        && end.min(vma.end()) >= addr + LARGE_SIZE
+        && vma.flags() & flags::NOHUGEPAGE == 0
+}

@@ -1,0 +1,256 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Where a request moves pages: to system RAM (every owner group's pages),
+//! to this device or a peer (pages of devices out of reach faulted home
+//! first), and the placement pass of a job.
+
+use kernel::mm::MmWithUser;
+use kernel::prelude::*;
+
+use crate::mm::cancel::Cancel;
+use crate::mm::hmm::{HmmPfn, Mirror};
+use crate::mm::migrate::MAX_PAGES;
+use crate::mm::owner::Owner;
+use crate::mm::pagemap::PAGE_SIZE;
+use crate::placement::{Access, Location, Span};
+use crate::registry;
+use crate::registry::PoolRef;
+use crate::topology::MAX_DEVICES;
+use crate::vram::VramPool;
+
+use super::{check_vmas, migrate_range, Direction, Outcome};
+
+/// Where a prefetch or a job moves pages, resolved for the device that
+/// asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// System RAM.
+    System,
+    /// The device that asks.
+    Here,
+    /// The peer of this index, in the asking device's owner group (checked
+    /// again each time its memory is taken, see [`crate::registry::PoolRef::get_in_group`]).
+    Peer(usize),
+}
+
+impl Target {
+    /// Resolves `loc` for device `here` strictly, as PREFETCH and SET_ATTR
+    /// do: `ENOENT` if no device has the index (or it is going away),
+    /// `ENOLINK` if `here` does not work on its memory in place (another
+    /// owner group).
+    pub(crate) fn resolve(here: &VramPool<'_>, loc: Location) -> Result<Self> {
+        match loc {
+            Location::Default => Ok(Self::Here),
+            Location::System => Ok(Self::System),
+            Location::Device(i) if i == here.index() => Ok(Self::Here),
+            Location::Device(i) => {
+                PoolRef::get_in_group(i, here.index())?;
+                Ok(Self::Peer(i))
+            }
+        }
+    }
+
+    /// Resolves `loc` for a job: a preferred peer that went away or is out
+    /// of reach now means system RAM.
+    fn for_job(here: &VramPool<'_>, loc: Location) -> Self {
+        Self::resolve(here, loc).unwrap_or(Self::System)
+    }
+}
+
+/// A device's memory held for a migration into it: the asking device's own
+/// (alive for its ioctl), or a peer's, counted.
+enum Held<'p, 'a> {
+    Here(&'p VramPool<'a>),
+    Peer(PoolRef),
+}
+
+impl<'a> core::ops::Deref for Held<'_, 'a> {
+    type Target = VramPool<'a>;
+
+    fn deref(&self) -> &VramPool<'a> {
+        match self {
+            Held::Here(p) => p,
+            Held::Peer(r) => r,
+        }
+    }
+}
+
+/// Moves `[start, start + len)` of `mm` (page aligned, checked by the
+/// caller) to `target`, for device `here`, whose VM mirrors `mm` through
+/// `mirror`.
+///
+/// To a device: pages in RAM, pages of the device's owner group (straight
+/// over P2P) and, once faulted home through the mirror, pages of devices out
+/// of its reach. To system RAM: the pages of every device, group by group.
+/// A peer's memory is held only while pages move into it, never while
+/// pages are faulted (a fault may wait on user space: userfaultfd).
+pub(crate) fn prefetch(
+    here: &VramPool<'_>,
+    mm: &MmWithUser,
+    mirror: &Mirror,
+    target: &Target,
+    start: usize,
+    len: usize,
+    cancel: &Cancel<'_>,
+) -> Result<Outcome> {
+    match *target {
+        Target::System => home(mm, start, len, cancel),
+        Target::Here => to_device(|| Ok(Held::Here(here)), mm, mirror, start, len, cancel),
+        Target::Peer(i) => to_device(
+            || PoolRef::get_in_group(i, here.index()).map(Held::Peer),
+            mm,
+            mirror,
+            start,
+            len,
+            cancel,
+        ),
+    }
+}
+
+fn to_device<'p, 'a: 'p>(
+    hold: impl Fn() -> Result<Held<'p, 'a>>,
+    mm: &MmWithUser,
+    mirror: &Mirror,
+    start: usize,
+    len: usize,
+    cancel: &Cancel<'_>,
+) -> Result<Outcome> {
+    let (out, owner) = {
+        let pool = hold()?;
+        (
+            migrate_range(&pool, mm, start, len, Direction::ToDevice, cancel)?,
+            pool.owner(),
+        )
+    };
+    if out.busy == 0 {
+        return Ok(out);
+    }
+    // Pages on a device out of this one's P2P reach are not collected:
+    // fault them home through the VM's mirror (their device migrates them
+    // to RAM), then move what is now movable. The owner is a static group
+    // token: it outlives the pool.
+    fault_in(mm, mirror, owner, start, len, cancel)?;
+    let again = migrate_range(&*hold()?, mm, start, len, Direction::ToDevice, cancel)?;
+    Ok(again.after(&out))
+}
+
+/// Faults `[start, start + len)` of `mm` in for reading through `mirror`
+/// with device-private owner `owner`: pages on devices outside the owner's
+/// group are migrated home by their device. Best effort: an error (the
+/// mapping changed meanwhile) leaves the rest to the caller's next step;
+/// only `cancel` stops it. `mm` is the mirrored mm.
+fn fault_in(
+    mm: &MmWithUser,
+    mirror: &Mirror,
+    owner: Owner,
+    start: usize,
+    len: usize,
+    cancel: &Cancel<'_>,
+) -> Result {
+    let mut pfns = KVec::from_elem(HmmPfn::NONE, MAX_PAGES, GFP_KERNEL)?;
+    let end = start + len;
+    let mut addr = start;
+    while addr < end {
+        cancel.check()?;
+        let n = ((end - addr) / PAGE_SIZE).min(MAX_PAGES);
+        let _ = mirror.fault(mm, addr, &mut pfns[..n], false, owner);
+        addr += n * PAGE_SIZE;
+    }
+    Ok(())
+}
+
+/// Brings the pages of every device home, one owner group at a time (a
+/// migration collects only the device pages of one owner), through the
+/// first member of each group that is not going away; groups holding no
+/// page are skipped.
+pub(crate) fn home(
+    mm: &MmWithUser,
+    start: usize,
+    len: usize,
+    cancel: &Cancel<'_>,
+) -> Result<Outcome> {
+    let mut pools: [Option<PoolRef>; MAX_DEVICES] = [const { None }; MAX_DEVICES];
+    {
+        let topo = registry::devices();
+        // The first member of each group that is not going away (a device
+        // going away sends its pages home itself) goes through the range,
+        // unless no member of its group holds a page: that pass would
+        // collect nothing, at the cost of a walk and an invalidation per
+        // step.
+        let mut first = [false; MAX_DEVICES];
+        let mut holds = [false; MAX_DEVICES];
+        for (i, slot) in pools.iter_mut().enumerate() {
+            let (Some(g), Ok(p)) = (topo.group(i), PoolRef::get_locked(&topo, i)) else {
+                continue;
+            };
+            let g = g % MAX_DEVICES;
+            holds[g] |= p.resident() > 0;
+            if !first[g] {
+                first[g] = true;
+                *slot = Some(p);
+            }
+        }
+        for (i, slot) in pools.iter_mut().enumerate() {
+            if topo.group(i).is_some_and(|g| !holds[g % MAX_DEVICES]) {
+                *slot = None;
+            }
+        }
+    }
+    let total = (len / PAGE_SIZE) as u64;
+    let (mut moved, mut busy) = (0, 0);
+    let mut any = false;
+    for pool in pools.iter().flatten() {
+        let o = migrate_range(pool, mm, start, len, Direction::ToSystem, cancel)?;
+        moved += o.moved;
+        busy += o.busy;
+        any = true;
+    }
+    if !any {
+        // No device: nothing can be anywhere but in RAM; still check the
+        // range as a migration would.
+        check_vmas(&mm.mmap_read_lock(), start, start + len, false)?;
+    }
+    Ok(Outcome {
+        moved,
+        already: total.saturating_sub(moved + busy),
+        busy,
+        no_vram: 0,
+    })
+}
+
+/// The placement pass of a job on device `here`: moves each piece of the
+/// job's ranges whose access policy is "migrate" to its preferred location
+/// (unless the job asked to run in place). Returns the pages moved.
+pub(crate) fn place(
+    here: &VramPool<'_>,
+    mm: &MmWithUser,
+    mirror: &Mirror,
+    pieces: &[Span],
+    in_place: bool,
+    cancel: &Cancel<'_>,
+) -> Result<u64> {
+    let mut moved = 0;
+    for p in pieces {
+        if in_place || p.placement.access == Access::InPlace {
+            continue;
+        }
+        let start = p.start & !(PAGE_SIZE - 1);
+        let end = p.end.next_multiple_of(PAGE_SIZE);
+        let target = Target::for_job(here, p.placement.preferred);
+        let out = match prefetch(here, mm, mirror, &target, start, end - start, cancel) {
+            // The preferred peer went away meanwhile: system RAM.
+            Err(e) if target != Target::System && (e == ENOENT || e == ENOLINK) => prefetch(
+                here,
+                mm,
+                mirror,
+                &Target::System,
+                start,
+                end - start,
+                cancel,
+            ),
+            r => r,
+        }?;
+        moved += out.moved;
+    }
+    Ok(moved)
+}

@@ -1,0 +1,219 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Allocation: batches of device pages for a migration step, and the
+//! pool's growth (chunks created before a step needs them).
+
+use kernel::prelude::*;
+use kernel::sync::atomic::{Atomic, Relaxed};
+use kernel::{new_mutex, new_spinlock};
+
+use crate::freemap::{FreeMap, BLOCK_PAGES};
+use crate::mm::page::{large_order, NewPage};
+use crate::mm::pagemap::{Pagemap, PAGE_SIZE};
+
+use super::{no_homes, Chunk, Slot, VramPool};
+
+/// Device pages (or large folios) allocated for one migration step, with
+/// their BAR offsets, handed out in order; those not taken are freed on
+/// drop.
+pub(crate) struct Batch {
+    pages: KVec<Option<(NewPage, usize)>>,
+    next: usize,
+}
+
+impl Batch {
+    /// The next page and its BAR offset, if any is left.
+    pub(crate) fn take(&mut self) -> Option<(NewPage, usize)> {
+        let p = self.pages.get_mut(self.next)?.take();
+        self.next += 1;
+        p
+    }
+}
+
+impl VramPool<'_> {
+    /// Allocates up to `n` device pages, ready to be migration destinations
+    /// (one reference, locked), from the chunks there are (see
+    /// [`VramPool::grow`]). Takes each chunk's lock once for the whole
+    /// batch. Returns fewer pages when the chunks are full.
+    pub(crate) fn alloc(&self, n: usize) -> Result<Batch> {
+        self.alloc_from(n, false)
+    }
+
+    /// Whether this pool's chunks hold 2 MiB folios: whole 2 MiB blocks,
+    /// on a kernel that migrates large folios.
+    fn holds_large(&self) -> bool {
+        self.chunk_size % (BLOCK_PAGES * PAGE_SIZE) == 0
+            && large_order() as usize == BLOCK_PAGES.trailing_zeros() as usize
+    }
+
+    /// Allocates one large folio (2 MiB, a whole free block of a chunk),
+    /// ready to be a migration destination (one reference, locked). `None`
+    /// if no chunk has a free block (or the pool holds no large folio): the
+    /// caller then moves the range in small pages.
+    pub(crate) fn alloc_large(&self) -> Result<Option<Batch>> {
+        if !self.holds_large() {
+            return Ok(None);
+        }
+        let batch = self.alloc_from(1, true)?;
+        Ok((!batch.pages.is_empty()).then_some(batch))
+    }
+
+    /// Makes `n` free pages (and, with `large`, a free 2 MiB block)
+    /// available to [`VramPool::alloc`] and [`VramPool::alloc_large`],
+    /// creating chunks (pagemaps) until they are or every chunk has one.
+    /// Each pagemap is created with the table unlocked, its slot `Creating`
+    /// meanwhile. Returns whether it created one.
+    ///
+    /// Never call it with an mmap lock held (or under a lock taken under
+    /// one, such as this pool's table): `memremap_pages` takes the CPU
+    /// hotplug lock, which CPU hotplug holds while it creates sysfs
+    /// directories, and a read of a sysfs directory takes `mmap_lock` (its
+    /// first fault on the buffer) under kernfs's lock: a lock cycle.
+    pub(crate) fn grow(&self, n: usize, large: bool) -> bool {
+        let large = large && self.holds_large();
+        // One grower at a time: another one's chunk may be all this one
+        // needs.
+        let _grower = self.grow_lock.lock();
+        let mut created = false;
+        loop {
+            let c = {
+                let mut chunks = self.chunks.lock();
+                let live = || chunks.iter().filter_map(Slot::live).map(|m| m.data());
+                let free: usize = live().map(|ch| ch.free.lock().nfree()).sum();
+                let block =
+                    !large || live().any(|ch| ch.large && ch.free.lock().nfree_blocks() > 0);
+                if free >= n && block {
+                    return created;
+                }
+                let Some(c) = chunks.iter().position(|s| matches!(s, Slot::Absent)) else {
+                    return created;
+                };
+                chunks[c] = Slot::Creating;
+                c
+            };
+            let map = self.new_chunk(c);
+            let mut chunks = self.chunks.lock();
+            match map {
+                Ok(map) => {
+                    // A chunk not aligned to 2 MiB holds no block: do not
+                    // create every other one looking for one.
+                    let done = large && !map.data().large;
+                    // Only `grow` (under `grow_lock`) leaves `Creating`.
+                    chunks[c] = Slot::Live(map);
+                    self.stats.chunks_created.add(1, Relaxed);
+                    created = true;
+                    if done {
+                        return created;
+                    }
+                }
+                // No pagemap now (no memory, no free physical range): as if
+                // the VRAM were full.
+                Err(e) => {
+                    chunks[c] = Slot::Absent;
+                    drop(chunks);
+                    kernel::pr_warn_once!("msvm: chunk {c}: no pagemap: {e:?}\n");
+                    return created;
+                }
+            }
+        }
+    }
+
+    /// Whether [`VramPool::grow`] could create a chunk now (some chunk has
+    /// no pagemap).
+    pub(crate) fn can_grow(&self) -> bool {
+        self.chunks.lock().iter().any(|s| matches!(s, Slot::Absent))
+    }
+
+    /// Allocates up to `n` pages (or, if `large`, `n` large folios) from
+    /// live chunks, fullest first (so that data packs into few pagemaps).
+    pub(super) fn alloc_from(&self, n: usize, large: bool) -> Result<Batch> {
+        // Pages go into the batch as they are taken: on any error, its drop
+        // gives them back.
+        let mut batch = Batch {
+            pages: KVec::with_capacity(n, GFP_KERNEL)?,
+            next: 0,
+        };
+        let mut taken = KVec::with_capacity(n, GFP_KERNEL)?;
+        let mut order = KVec::with_capacity(self.nchunks, GFP_KERNEL)?;
+        let chunks = self.chunks.lock();
+        for (c, slot) in chunks.iter().enumerate() {
+            if let Some(m) = slot.live() {
+                order
+                    .push_within_capacity((m.data().used(), c))
+                    .map_err(|_| ENOMEM)?;
+            }
+        }
+        order.sort_unstable_by(|a, b| b.cmp(a));
+        let seq = self.alloc_seq.fetch_add(1, Relaxed) + 1;
+        for &(_, c) in order.iter() {
+            let want = n - batch.pages.len();
+            if want == 0 {
+                break;
+            }
+            let Some(map) = chunks[c].live() else {
+                continue;
+            };
+            let chunk = map.data();
+            if large {
+                while chunk.large && batch.pages.len() < n {
+                    let Some(i) = chunk.free.lock().take_block() else {
+                        break;
+                    };
+                    chunk.last_alloc.store(seq, Relaxed);
+                    // SAFETY: the block came off the free map whole: nobody
+                    // uses its pages, the first is aligned, and they are
+                    // ours until handed to a migration.
+                    let page = unsafe { map.init_folio(i, large_order()) };
+                    // The batch has room for `n` entries.
+                    let _ = batch
+                        .pages
+                        .push_within_capacity(Some((page, chunk.base + i * PAGE_SIZE)));
+                    self.stats.allocated.add(BLOCK_PAGES as u64, Relaxed);
+                }
+                continue;
+            }
+            chunk.last_alloc.store(seq, Relaxed);
+            taken.clear();
+            // `taken` has room for `n >= want` entries.
+            chunk.free.lock().take(want, &mut taken);
+            for &i in taken.iter() {
+                let i = i as usize;
+                // SAFETY: page `i` came off the free map: nobody uses it and
+                // it is ours until handed to a migration.
+                let page = unsafe { map.init_folio(i, 0) };
+                // The batch has room for `n` pages, and `want` is what is
+                // left of them: this never fails.
+                let _ = batch
+                    .pages
+                    .push_within_capacity(Some((page, chunk.base + i * PAGE_SIZE)));
+                self.stats.allocated.add(1, Relaxed);
+            }
+        }
+        Ok(batch)
+    }
+
+    fn new_chunk(&self, c: usize) -> Result<Pin<KBox<Pagemap<Chunk>>>> {
+        let npages = self.chunk_size / PAGE_SIZE;
+        let pool = core::ptr::from_ref(self).cast::<VramPool<'static>>();
+        let base = c * self.chunk_size;
+        Pagemap::new(self.chunk_size, self.owner(), c"msvm-vram", |pfn_first| {
+            let free = FreeMap::new(npages);
+            // Large folios need the kernel's support, and frames (and BAR
+            // offsets) aligned to them.
+            let large = large_order() as usize == BLOCK_PAGES.trailing_zeros() as usize
+                && pfn_first % BLOCK_PAGES == 0
+                && base % (BLOCK_PAGES * PAGE_SIZE) == 0;
+            let homes = no_homes(if large { npages / BLOCK_PAGES } else { 0 });
+            try_pin_init!(Chunk {
+                pool,
+                base,
+                pfn_first,
+                free <- new_spinlock!(free?),
+                npages,
+                large,
+                last_alloc: Atomic::new(0),
+                homes <- new_mutex!(homes?),
+            }? Error)
+        })
+    }
+}

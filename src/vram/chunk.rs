@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! One chunk of a pool: a pagemap's owner data, its free pages and the
+//! records of the 2 MiB folios migrated into it.
+
+use kernel::mm::Mm;
+use kernel::prelude::*;
+use kernel::sync::aref::ARef;
+use kernel::sync::atomic::{Atomic, Relaxed};
+use kernel::sync::{Mutex, SpinLock};
+
+use crate::freemap::FreeMap;
+use crate::mm::fault::{Fault, FaultError};
+use crate::mm::page::PageRef;
+use crate::mm::pagemap::PagemapOps;
+
+use super::{ChunkInfo, VramPool};
+
+/// One chunk: the owner data of its pagemap.
+#[pin_data]
+pub(crate) struct Chunk {
+    /// The pool this chunk belongs to.
+    ///
+    /// Valid for the chunk's whole life: the pool tears its chunks down in
+    /// its own `drop`, before anything of it goes away.
+    pub(super) pool: *const VramPool<'static>,
+    /// Offset of the chunk in the BAR.
+    pub(super) base: usize,
+    /// Page frame number of the chunk's first page.
+    pub(super) pfn_first: usize,
+    /// The free pages of the chunk (freeing never allocates).
+    #[pin]
+    pub(super) free: SpinLock<FreeMap>,
+    /// Pages in the chunk.
+    pub(super) npages: usize,
+    /// The chunk hands out whole 2 MiB blocks as large folios: the kernel
+    /// migrates them whole and the chunk's frames are aligned to them.
+    pub(super) large: bool,
+    /// The pool's allocation sequence number when this chunk last gave out
+    /// pages: lower is colder.
+    pub(super) last_alloc: Atomic<u64>,
+    /// For each 2 MiB block, where the last large folio migrated into it
+    /// was mapped: eviction brings such folios home through that mm first
+    /// ([`VramPool::home_large_folios`]). Stale once the folio moves, is
+    /// unmapped or remapped: checked when used.
+    #[pin]
+    pub(super) homes: Mutex<KVec<Option<LargeHome>>>,
+}
+
+/// An mm and an address that mapped a 2 MiB device folio whole when it was
+/// migrated in.
+pub(super) struct LargeHome {
+    pub(super) mm: ARef<Mm>,
+    pub(super) addr: usize,
+}
+
+/// `n` empty [`Chunk::homes`] records.
+pub(super) fn no_homes(n: usize) -> Result<KVec<Option<LargeHome>>> {
+    let mut v = KVec::with_capacity(n, GFP_KERNEL)?;
+    for _ in 0..n {
+        v.push(None, GFP_KERNEL)?;
+    }
+    Ok(v)
+}
+
+// SAFETY: `pool` is only read, and the pool is `Sync`.
+unsafe impl Send for Chunk {}
+
+// SAFETY: see `Send`.
+unsafe impl Sync for Chunk {}
+
+impl Chunk {
+    pub(super) fn pool(&self) -> &VramPool<'static> {
+        // SAFETY: the pool outlives its chunks (field invariant).
+        unsafe { &*self.pool }
+    }
+
+    /// Pages in use now.
+    pub(super) fn used(&self) -> usize {
+        self.npages - self.free.lock().nfree()
+    }
+
+    /// What the shrinker needs to know of the chunk.
+    pub(super) fn info(&self) -> ChunkInfo {
+        let free = self.free.lock();
+        ChunkInfo {
+            used: self.npages - free.nfree(),
+            large: free.nwhole(),
+            free_blocks: free.nfree_blocks(),
+            last_alloc: self.last_alloc.load(Relaxed),
+        }
+    }
+}
+
+impl PagemapOps for Chunk {
+    fn folio_free(&self, page: PageRef<'_>, order: u32) {
+        let Some(idx) = page.pfn().checked_sub(self.pfn_first) else {
+            return;
+        };
+        // Neither fails nor allocates.
+        let freed = self.free.lock().put(idx, 1 << order);
+        self.pool().stats.freed.add(freed as u64, Relaxed);
+    }
+
+    fn folio_split(&self, head: PageRef<'_>) {
+        if let Some(idx) = head.pfn().checked_sub(self.pfn_first) {
+            self.free.lock().split(idx);
+        }
+    }
+
+    fn migrate_to_ram(&self, fault: Fault<'_>) -> Result<(), FaultError> {
+        let pool = self.pool();
+        pool.ops.fault_to_ram(pool, fault)
+    }
+}

@@ -1,0 +1,319 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A GPU's memory: the BAR window onto it, split into chunks, each chunk a
+//! device-private pagemap created before a migration step needs it
+//! ([`VramPool::grow`]); a
+//! page allocator over the chunks; the chunk lifecycle (cached when idle,
+//! torn down by the shrinker, emptied into fuller chunks under pressure);
+//! eviction of every page on teardown.
+//!
+//! A device page's VRAM offset follows from its page frame number: page `i`
+//! of chunk `c` lives at `c * chunk_size + i * PAGE_SIZE` of the BAR.
+//!
+//! Chunk states ([`Slot`]): `Absent` (no pagemap) -> `Creating` (its
+//! pagemap being created, outside the lock, by [`VramPool::grow`]: never
+//! under an mmap lock) -> `Live` (a pagemap; its
+//! pages in use, or none: then it is *idle*, cached for cheap reuse) ->
+//! `Draining` (being emptied into other chunks: no allocation takes its
+//! pages) -> `Dying` (its pagemap being removed, outside the lock: no new
+//! pagemap is created for its VRAM until it is `Absent` again, so a lookup
+//! racing a teardown never makes a second pagemap for the same memory) ->
+//! `Absent`. A `Draining` chunk that could not be emptied goes back to
+//! `Live`.
+//!
+//! # Lock order
+//!
+//! `mmap_lock` (held by migration steps) -> [`VramPool::chunks`] ->
+//! [`Chunk::free`]; [`VramPool::grow_lock`] and [`VramPool::shrink_lock`]
+//! (shrink passes) -> `VramPool::chunks`. `Chunk::free` is also taken alone
+//! by `folio_free`, which may run from any context that puts a page:
+//! nothing sleeps under it and it never allocates. The shrinker only ever
+//! *tries* `VramPool::chunks` (an allocation under it may enter reclaim);
+//! teardown and consolidation run on msvm's reclaim workqueue or from
+//! debugfs, never from reclaim itself, and drop the lock around
+//! `memunmap_pages` and page migration.
+//!
+//! `memremap_pages` and `memunmap_pages` take the CPU and memory hotplug
+//! locks: under `grow_lock` (a chunk created before a migration step takes
+//! the mmap lock), `shrink_lock` (an idle chunk removed) or nothing (the
+//! pool's drop), never under `mmap_lock` or `VramPool::chunks` (see
+//! [`VramPool::grow`]).
+
+use kernel::{
+    mm::MmWithUser,
+    new_mutex,
+    prelude::*,
+    sync::{
+        atomic::{Atomic, Relaxed},
+        Mutex,
+    },
+};
+
+use crate::mm::{
+    cancel::Cancel,
+    fault::{Fault, FaultError},
+    iomem::WcBar,
+    owner::Owner,
+    page::PageRef,
+    pagemap::{self, Pagemap, PAGE_SIZE},
+};
+
+mod alloc;
+mod chunk;
+mod evict;
+mod shrink;
+mod stats;
+
+pub(crate) use alloc::Batch;
+use chunk::{no_homes, Chunk, LargeHome};
+pub(crate) use shrink::{choose_victim, ChunkInfo};
+pub(crate) use stats::Stats;
+
+/// What a pool asks of the layer that moves pages (`crate::migrate`), which
+/// installs it: the pool sits below the migrations that use it, and calls
+/// up through this.
+pub(crate) trait PoolOps: Sync {
+    /// `migrate_to_ram` of a device page of `pool` that the CPU touched.
+    fn fault_to_ram(&self, pool: &VramPool<'_>, fault: Fault<'_>) -> Result<(), FaultError>;
+
+    /// Brings the pages of `pool` (and of its owner group) in
+    /// `[start, start + len)` of `mm` home, access unchecked (the pool's
+    /// teardown, through the mm a 2 MiB folio was migrated in).
+    fn evict_range(
+        &self,
+        pool: &VramPool<'_>,
+        mm: &MmWithUser,
+        start: usize,
+        len: usize,
+        cancel: &Cancel<'_>,
+    ) -> Result;
+}
+
+/// A chunk slot of the pool (see the module documentation for the states).
+enum Slot {
+    Absent,
+    /// Its pagemap being created, outside the lock (see [`VramPool::grow`]).
+    Creating,
+    Live(Pin<KBox<Pagemap<Chunk>>>),
+    Draining(Pin<KBox<Pagemap<Chunk>>>),
+    Dying,
+}
+
+impl Slot {
+    /// The pagemap, in the states that have one.
+    fn map(&self) -> Option<&Pagemap<Chunk>> {
+        match self {
+            Slot::Live(m) | Slot::Draining(m) => Some(m),
+            Slot::Absent | Slot::Creating | Slot::Dying => None,
+        }
+    }
+
+    /// The pagemap of a live chunk (one that allocations may use).
+    fn live(&self) -> Option<&Pagemap<Chunk>> {
+        match self {
+            Slot::Live(m) => Some(m),
+            _ => None,
+        }
+    }
+}
+
+/// The memory of one GPU.
+#[pin_data(PinnedDrop)]
+pub(crate) struct VramPool<'a> {
+    bar: WcBar<'a>,
+    /// The `dev_private_owner` of this device's pages: its owner group's
+    /// token, shared with the peers it reaches over P2P.
+    owner: Owner,
+    chunk_size: usize,
+    nchunks: usize,
+    /// The chunk slots.
+    #[pin]
+    chunks: Mutex<KVec<Slot>>,
+    /// Allocations so far: the clock of [`Chunk::last_alloc`].
+    alloc_seq: Atomic<u64>,
+    /// Serialises shrink passes: only the holder takes a `Draining` slot
+    /// apart.
+    #[pin]
+    shrink_lock: Mutex<()>,
+    /// Serialises [`VramPool::grow`].
+    #[pin]
+    grow_lock: Mutex<()>,
+    /// Serialises the engine's read-modify-write of VRAM words.
+    #[pin]
+    pub(crate) atomics: Mutex<()>,
+    pub(crate) stats: Stats,
+    /// msvm index of the device.
+    index: usize,
+    /// The layer above, for what the pool cannot do itself.
+    ops: &'static dyn PoolOps,
+    /// Other devices working on this pool now (see `crate::registry::PoolRef`).
+    pub(crate) users: Atomic<u64>,
+}
+
+impl<'a> VramPool<'a> {
+    /// A pool over `bar`, in chunks of `chunk_size` bytes (a multiple of the
+    /// page size; the BAR's tail that does not fill a chunk is not used).
+    pub(crate) fn new(
+        bar: WcBar<'a>,
+        chunk_size: usize,
+        owner: Owner,
+        index: usize,
+        ops: &'static dyn PoolOps,
+    ) -> Result<Pin<KBox<Self>>> {
+        if chunk_size == 0 || chunk_size % PAGE_SIZE != 0 {
+            return Err(EINVAL);
+        }
+        let nchunks = bar.len() / chunk_size;
+        if nchunks == 0 {
+            return Err(EINVAL);
+        }
+        let mut slots = KVec::with_capacity(nchunks, GFP_KERNEL)?;
+        for _ in 0..nchunks {
+            slots.push(Slot::Absent, GFP_KERNEL)?;
+        }
+        KBox::pin_init(
+            try_pin_init!(Self {
+                bar,
+                owner,
+                chunk_size,
+                nchunks,
+                chunks <- new_mutex!(slots),
+                alloc_seq: Atomic::new(0),
+                shrink_lock <- new_mutex!(()),
+                grow_lock <- new_mutex!(()),
+                atomics <- new_mutex!(()),
+                stats: Stats::new(),
+                index,
+                ops,
+                users: Atomic::new(0),
+            }? Error),
+            GFP_KERNEL,
+        )
+    }
+
+    /// msvm index of the device.
+    pub(crate) fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The `dev_private_owner` of this device's pages (and its group's).
+    pub(crate) fn owner(&self) -> Owner {
+        self.owner
+    }
+
+    /// The BAR window.
+    pub(crate) fn bar(&self) -> &WcBar<'a> {
+        &self.bar
+    }
+
+    /// Pages in use (allocated and not yet freed), in transit included.
+    pub(crate) fn resident(&self) -> u64 {
+        let freed = self.stats.freed.load(Relaxed);
+        self.stats.allocated.load(Relaxed).saturating_sub(freed)
+    }
+
+    /// Usable bytes of VRAM.
+    pub(crate) fn size(&self) -> usize {
+        self.nchunks * self.chunk_size
+    }
+
+    /// Bytes per chunk.
+    pub(crate) fn chunk_size(&self) -> usize {
+        self.chunk_size
+    }
+
+    /// Chunks with a pagemap and chunks among them that are idle (no page
+    /// in use: cached).
+    pub(crate) fn chunk_counts(&self) -> (usize, usize) {
+        let chunks = self.chunks.lock();
+        let maps = chunks.iter().filter_map(Slot::map);
+        maps.fold((0, 0), |(l, i), m| {
+            (l + 1, i + usize::from(m.data().used() == 0))
+        })
+    }
+
+    /// Bytes of `struct page` memory one chunk costs.
+    pub(crate) fn chunk_memmap_bytes(&self) -> usize {
+        self.chunk_size / PAGE_SIZE * crate::mm::reclaim::struct_page_size()
+    }
+
+    /// What the shrinker could free now, in `struct page` bytes: idle
+    /// chunks, then chunks a consolidation would empty. `None` if the
+    /// chunk table is busy (it is only tried: reclaim must not wait).
+    pub(crate) fn reclaimable(&self) -> Option<(usize, usize)> {
+        let chunks = self.chunks.try_lock()?;
+        let npages = self.chunk_size / PAGE_SIZE;
+        let live = chunks.iter().map(|s| s.live().map(|m| m.data().info()));
+        let idle = live.clone().flatten().filter(|i| i.used == 0).count();
+        let light = usize::from(choose_victim(live, npages).is_some());
+        let per = self.chunk_memmap_bytes();
+        Some((idle * per, light * per))
+    }
+
+    /// The pool and BAR offset of device page `page`, if it belongs to this
+    /// device's owner group (this device or a P2P peer).
+    ///
+    /// The peer's pool stays alive while the caller holds `page` (locked by
+    /// a migration, or protected by the mirror lock): the pool tears down
+    /// its chunks, evicting their pages first, before it goes.
+    pub(crate) fn locate<'p>(&self, page: PageRef<'p>) -> Option<(&'p VramPool<'static>, usize)> {
+        locate(page, self.owner)
+    }
+
+    /// The BAR offset of device page `page`, if it is one of this pool's.
+    pub(crate) fn offset_of(&self, page: PageRef<'_>) -> Option<usize> {
+        self.locate(page)
+            .filter(|(p, _)| self.is(p))
+            .map(|(_, off)| off)
+    }
+
+    /// Whether `other` is this pool.
+    pub(crate) fn is(&self, other: &VramPool<'_>) -> bool {
+        core::ptr::eq(
+            core::ptr::from_ref(self).cast::<u8>(),
+            core::ptr::from_ref(other).cast::<u8>(),
+        )
+    }
+}
+
+/// The pool and BAR offset of device page `page`, if its pagemap has owner
+/// `owner`, an owner group's token (see [`VramPool::locate`] for how long
+/// the pool stays alive).
+pub(crate) fn locate<'p>(
+    page: PageRef<'p>,
+    owner: Owner,
+) -> Option<(&'p VramPool<'static>, usize)> {
+    let (map, i) = chunk_of(page, owner)?;
+    let chunk = map.data();
+    Some((chunk.pool(), chunk.base + i * PAGE_SIZE))
+}
+
+/// The chunk of device page `page` and the page's index in it, if its
+/// pagemap has owner `owner` (alive as long as [`locate`]'s pool).
+fn chunk_of<'p>(page: PageRef<'p>, owner: Owner) -> Option<(&'p Pagemap<Chunk>, usize)> {
+    // SAFETY: every pagemap with a group's owner token is a
+    // `Pagemap<Chunk>` of an msvm pool.
+    let map = unsafe { pagemap::map_of::<Chunk>(page, owner) }?;
+    Some((map, map.index_of(page)?))
+}
+
+#[pinned_drop]
+impl PinnedDrop for VramPool<'_> {
+    fn drop(self: Pin<&mut Self>) {
+        // 2 MiB folios first, through the mms that map them, where a
+        // migration can exclude zaps (see `home_large_folios`).
+        self.home_large_folios();
+        // Every page goes home before its pagemap goes: `memunmap_pages`
+        // waits for the last page of a map to be freed. Both with the table
+        // unlocked (`memunmap_pages` takes the CPU hotplug lock: see
+        // `grow`), the slot `Dying` meanwhile.
+        for c in 0..self.nchunks {
+            let slot = core::mem::replace(&mut self.chunks.lock()[c], Slot::Dying);
+            if let Some(map) = slot.map() {
+                self.evict_all(c, map);
+            }
+            drop(slot);
+            self.chunks.lock()[c] = Slot::Absent;
+        }
+    }
+}

@@ -1,0 +1,292 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Shrinking: idle chunks removed, light ones emptied into fuller ones
+//! (the shrinker's work and debugfs), and the choice of the chunk to empty.
+
+use kernel::prelude::*;
+use kernel::sync::atomic::Relaxed;
+
+use crate::freemap::BLOCK_PAGES;
+use crate::mm::pagemap::{Pagemap, PAGE_SIZE};
+
+use super::{Chunk, Slot, VramPool};
+
+/// A live chunk, as the shrinker's planning sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ChunkInfo {
+    /// Pages in use.
+    pub(crate) used: usize,
+    /// Large (2 MiB) folios in use.
+    pub(crate) large: usize,
+    /// Whole free 2 MiB blocks.
+    pub(crate) free_blocks: usize,
+    /// Allocation sequence number of its last allocation (lower: colder).
+    pub(crate) last_alloc: u64,
+}
+
+/// The chunk a consolidation pass empties next, and what it holds, among
+/// the chunks `live` yields in chunk order (`None`: absent or not live):
+/// the lightest used at most half full, the coldest of equals, holding no
+/// large (2 MiB) folio, and only if the other live chunks have room for all
+/// its pages (so emptying it frees a pagemap without taking a new one),
+/// counting the blocks its pages break once the partly used blocks are
+/// full. Allocates nothing, so that the shrinker may use it.
+///
+/// Large folios stay where they are: moving one means collecting it whole
+/// wherever it is mapped (`migrate_device_range`), with PMD migration
+/// entries in mms nothing excludes zaps from, which Linux 7.3 mishandles
+/// (see `crate::mm::migrate::device_folio_mapcount`).
+pub(crate) fn choose_victim(
+    live: impl Iterator<Item = Option<ChunkInfo>> + Clone,
+    npages: usize,
+) -> Option<(usize, ChunkInfo)> {
+    let (v, info) = live
+        .clone()
+        .enumerate()
+        .filter_map(|(i, c)| c.map(|c| (i, c)))
+        .filter(|(_, c)| c.used > 0 && c.used <= npages / 2 && c.large == 0)
+        .min_by_key(|(_, c)| (c.used, c.last_alloc))?;
+    let (room, blocks) = live
+        .enumerate()
+        .filter(|(i, _)| *i != v)
+        .filter_map(|(_, c)| c)
+        .fold((0, 0), |(r, b), c| {
+            (r + (npages - c.used), b + c.free_blocks)
+        });
+    let partial_room = room.saturating_sub(blocks * BLOCK_PAGES);
+    let need_blocks = info.used.saturating_sub(partial_room).div_ceil(BLOCK_PAGES);
+    (room >= info.used && blocks >= need_blocks).then_some((v, info))
+}
+
+impl VramPool<'_> {
+    /// Removes the pagemap of chunk `c` if it is idle (no page in use) and
+    /// in state `Live` or `Draining`; `Draining` chunks that are not idle go
+    /// back to `Live`. The pagemap is removed with the table unlocked, the
+    /// slot `Dying` meanwhile; `freed` is told the struct-page bytes it
+    /// gave back. Returns whether it was removed.
+    fn teardown_if_idle(&self, c: usize, freed: &dyn Fn(usize)) -> bool {
+        let map = {
+            let mut chunks = self.chunks.lock();
+            let idle = chunks[c].map().is_some_and(|m| m.data().used() == 0);
+            match core::mem::replace(&mut chunks[c], Slot::Dying) {
+                Slot::Live(m) | Slot::Draining(m) if idle => m,
+                Slot::Live(m) | Slot::Draining(m) => {
+                    chunks[c] = Slot::Live(m);
+                    return false;
+                }
+                other => {
+                    chunks[c] = other;
+                    return false;
+                }
+            }
+        };
+        // Every page is free: this returns at once.
+        drop(map);
+        self.chunks.lock()[c] = Slot::Absent;
+        self.stats.chunks_destroyed.add(1, Relaxed);
+        self.stats
+            .shrink_freed
+            .add(self.chunk_memmap_bytes() as u64, Relaxed);
+        freed(self.chunk_memmap_bytes());
+        true
+    }
+
+    /// Removes the pagemaps of idle chunks, telling `freed` the struct-page
+    /// bytes of each. Returns how many.
+    pub(crate) fn trim_idle(&self, freed: &dyn Fn(usize)) -> usize {
+        let _pass = self.shrink_lock.lock();
+        self.stats.shrink_scans.add(1, Relaxed);
+        (0..self.nchunks)
+            .filter(|&c| self.teardown_if_idle(c, freed))
+            .count()
+    }
+
+    /// Empties lightly used chunks into fuller ones ([`choose_victim`]) and
+    /// removes their pagemaps, as long as that frees pagemaps, telling
+    /// `freed` as [`VramPool::trim_idle`] does. Returns how many it removed.
+    pub(crate) fn consolidate(&self, freed: &dyn Fn(usize)) -> Result<usize> {
+        let _pass = self.shrink_lock.lock();
+        self.stats.shrink_scans.add(1, Relaxed);
+        let npages = self.chunk_size / PAGE_SIZE;
+        let mut removed = 0;
+        loop {
+            // Choose and mark the victim.
+            let (victim, info) = {
+                let mut chunks = self.chunks.lock();
+                let live = chunks.iter().map(|s| s.live().map(|m| m.data().info()));
+                let Some((v, info)) = choose_victim(live, npages) else {
+                    break;
+                };
+                match core::mem::replace(&mut chunks[v], Slot::Dying) {
+                    Slot::Live(m) => chunks[v] = Slot::Draining(m),
+                    other => {
+                        chunks[v] = other;
+                        break;
+                    }
+                }
+                (v, info)
+            };
+            // Room in the other live chunks (never a new chunk) for its
+            // pages, then move.
+            let dest = self.alloc_from(info.used, false);
+            let drained = dest.and_then(|dest| {
+                let chunks = self.chunks.lock();
+                let Some(map) = chunks[victim].map() else {
+                    return Err(ENOENT);
+                };
+                // The victim's pagemap stays while it drains: only the
+                // holder of `shrink_lock`, this pass, takes a `Draining`
+                // slot apart.
+                let map: *const Pagemap<Chunk> = map;
+                drop(chunks);
+                // SAFETY: see above: the slot keeps the pagemap alive.
+                self.drain(unsafe { &*map }, Some(dest))
+            });
+            let drained = match drained {
+                Ok(d) => d,
+                Err(e) => {
+                    // Back to `Live`, whatever it still holds.
+                    let mut chunks = self.chunks.lock();
+                    chunks[victim] = match core::mem::replace(&mut chunks[victim], Slot::Dying) {
+                        Slot::Draining(m) => Slot::Live(m),
+                        other => other,
+                    };
+                    return Err(e);
+                }
+            };
+            self.stats.shrink_moved.add(drained.moved as u64, Relaxed);
+            self.stats.shrink_home.add(drained.home as u64, Relaxed);
+            if !self.teardown_if_idle(victim, freed) {
+                // Pages in use that would not move: leave it for later.
+                break;
+            }
+            removed += 1;
+        }
+        Ok(removed)
+    }
+}
+
+#[kunit_tests(msvm_vram)]
+mod tests {
+    use super::*;
+
+    fn c(used: usize, last_alloc: u64) -> Option<ChunkInfo> {
+        Some(ChunkInfo {
+            used,
+            large: 0,
+            free_blocks: 0,
+            last_alloc,
+        })
+    }
+
+    #[test]
+    fn victim_is_lightest_then_coldest() {
+        // 100 pages per chunk.
+        let live = [c(80, 5), c(10, 9), c(10, 3), None, c(50, 1)];
+        assert_eq!(
+            choose_victim(live.iter().copied(), 100).map(|v| v.0),
+            Some(2)
+        );
+        let live = [c(80, 5), c(10, 9), c(20, 3)];
+        assert_eq!(
+            choose_victim(live.iter().copied(), 100).map(|v| v.0),
+            Some(1)
+        );
+    }
+
+    #[test]
+    fn no_victim_without_room_or_light_chunks() {
+        // The light chunk does not fit in the others.
+        let live = [c(95, 1), c(40, 2), c(99, 3)];
+        assert_eq!(choose_victim(live.iter().copied(), 100).map(|v| v.0), None);
+        // Nothing at most half full.
+        let live = [c(60, 1), c(70, 2)];
+        assert_eq!(choose_victim(live.iter().copied(), 100).map(|v| v.0), None);
+        // A single chunk has nowhere to go.
+        assert_eq!(
+            choose_victim([c(5, 1)].iter().copied(), 100).map(|v| v.0),
+            None
+        );
+        // Idle chunks are not victims (the idle pass removes them) but
+        // lend their room.
+        let live = [c(0, 1), c(30, 2)];
+        assert_eq!(
+            choose_victim(live.iter().copied(), 100).map(|v| v.0),
+            Some(1)
+        );
+        assert_eq!(
+            choose_victim([None, None].iter().copied(), 100).map(|v| v.0),
+            None
+        );
+    }
+
+    #[test]
+    fn chunks_with_large_folios_stay() {
+        // Chunks of 4 blocks; plenty of room, in whole free blocks.
+        let n = 4 * BLOCK_PAGES;
+        let info = |used, large, free_blocks, last_alloc| {
+            Some(ChunkInfo {
+                used,
+                large,
+                free_blocks,
+                last_alloc,
+            })
+        };
+        // A chunk holding a large folio is never the victim, however
+        // light: the next lightest is.
+        let live = [
+            info(n - 2 * BLOCK_PAGES, 0, 2, 1),
+            info(BLOCK_PAGES + 10, 1, 2, 1),
+            info(BLOCK_PAGES + 100, 0, 2, 2),
+        ];
+        assert_eq!(choose_victim(live.iter().copied(), n).map(|v| v.0), Some(2));
+        let live = [info(n - BLOCK_PAGES, 0, 1, 1), info(BLOCK_PAGES, 1, 3, 1)];
+        assert_eq!(choose_victim(live.iter().copied(), n).map(|v| v.0), None);
+        // Small pages break whole blocks once the partly used ones are
+        // full: 100 pages with 10 of partial room need one more block.
+        let live = [info(n - 10, 0, 0, 1), info(100, 0, 3, 2)];
+        assert_eq!(choose_victim(live.iter().copied(), n).map(|v| v.0), None);
+        let live = [info(n - BLOCK_PAGES - 10, 0, 1, 1), info(100, 0, 3, 2)];
+        assert_eq!(choose_victim(live.iter().copied(), n).map(|v| v.0), Some(1));
+    }
+
+    #[test]
+    fn consolidation_plan_converges() {
+        // 16 chunks a quarter full: repeatedly emptying the victim into
+        // the fullest others ends with 4 full chunks.
+        let n = 100;
+        let mut used = [25usize; 16];
+        let mut live = [c(0, 0); 16];
+        loop {
+            for (l, &u) in live.iter_mut().zip(used.iter()) {
+                *l = (u > 0).then_some(ChunkInfo {
+                    used: u,
+                    large: 0,
+                    free_blocks: 0,
+                    last_alloc: 0,
+                });
+            }
+            let Some(v) = choose_victim(live.iter().copied(), n).map(|v| v.0) else {
+                break;
+            };
+            let mut left = used[v];
+            used[v] = 0;
+            // Fullest first, as `alloc_from` takes them.
+            let mut order: KVec<usize> = KVec::new();
+            for (i, &u) in used.iter().enumerate() {
+                if i != v && u > 0 {
+                    let _ = order.push(i, GFP_KERNEL);
+                }
+            }
+            order.sort_unstable_by(|a, b| used[*b].cmp(&used[*a]));
+            for &i in order.iter() {
+                let k = left.min(n - used[i]);
+                used[i] += k;
+                left -= k;
+            }
+            assert_eq!(left, 0);
+        }
+        assert_eq!(used.iter().filter(|&&u| u > 0).count(), 4);
+        assert!(used.iter().all(|&u| u == 0 || u == n));
+    }
+}

@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The counters of one device's memory.
+
+use kernel::sync::atomic::{Atomic, Relaxed};
+
+use crate::topology::MAX_DEVICES;
+
+/// Counters of one device (all in pages unless named otherwise).
+pub(crate) struct Stats {
+    pub(crate) to_device: Atomic<u64>,
+    pub(crate) to_system: Atomic<u64>,
+    pub(crate) cpu_faults: Atomic<u64>,
+    pub(crate) evicted: Atomic<u64>,
+    pub(crate) allocated: Atomic<u64>,
+    pub(crate) freed: Atomic<u64>,
+    pub(crate) chunks_created: Atomic<u64>,
+    pub(crate) no_vram: Atomic<u64>,
+    /// Engine bytes, per memory kind.
+    pub(crate) engine_vram_read: Atomic<u64>,
+    pub(crate) engine_vram_written: Atomic<u64>,
+    pub(crate) engine_sys_read: Atomic<u64>,
+    pub(crate) engine_sys_written: Atomic<u64>,
+    /// Engine bytes in peers' VRAM over P2P.
+    pub(crate) engine_p2p_read: Atomic<u64>,
+    pub(crate) engine_p2p_written: Atomic<u64>,
+    /// Pages migrated into this device straight from a peer's VRAM.
+    pub(crate) from_peer: Atomic<u64>,
+    /// Pagemaps removed (idle chunks and emptied ones).
+    pub(crate) chunks_destroyed: Atomic<u64>,
+    /// Shrink passes over this device (shrinker work and debugfs).
+    pub(crate) shrink_scans: Atomic<u64>,
+    /// Bytes of `struct page` memory the shrink passes freed.
+    pub(crate) shrink_freed: Atomic<u64>,
+    /// Pages the shrink passes moved into fuller chunks of this device.
+    pub(crate) shrink_moved: Atomic<u64>,
+    /// Pages the shrink passes sent home to system RAM.
+    pub(crate) shrink_home: Atomic<u64>,
+    /// Large (2 MiB) folios migrated into this device whole.
+    pub(crate) large_to_device: Atomic<u64>,
+    /// Large folios of this device migrated to system RAM whole.
+    pub(crate) large_to_system: Atomic<u64>,
+    /// 2 MiB ranges (THPs, device folios, holes) that had to move in small
+    /// pages: no free 2 MiB block or system folio at the time.
+    pub(crate) large_fallback: Atomic<u64>,
+    /// Engine bytes read from each peer's VRAM over P2P, by peer index.
+    pub(crate) peer_read: [Atomic<u64>; MAX_DEVICES],
+    /// Engine bytes written to each peer's VRAM over P2P, by peer index.
+    pub(crate) peer_written: [Atomic<u64>; MAX_DEVICES],
+}
+
+impl Stats {
+    /// Engine bytes read from and written to peer `peer`'s memory over P2P.
+    pub(crate) fn count_p2p(&self, peer: usize, read: usize, written: usize) {
+        let i = peer % MAX_DEVICES;
+        self.engine_p2p_read.add(read as u64, Relaxed);
+        self.engine_p2p_written.add(written as u64, Relaxed);
+        self.peer_read[i].add(read as u64, Relaxed);
+        self.peer_written[i].add(written as u64, Relaxed);
+    }
+
+    pub(super) const fn new() -> Self {
+        Self {
+            to_device: Atomic::new(0),
+            to_system: Atomic::new(0),
+            cpu_faults: Atomic::new(0),
+            evicted: Atomic::new(0),
+            allocated: Atomic::new(0),
+            freed: Atomic::new(0),
+            chunks_created: Atomic::new(0),
+            no_vram: Atomic::new(0),
+            engine_vram_read: Atomic::new(0),
+            engine_vram_written: Atomic::new(0),
+            engine_sys_read: Atomic::new(0),
+            engine_sys_written: Atomic::new(0),
+            engine_p2p_read: Atomic::new(0),
+            engine_p2p_written: Atomic::new(0),
+            from_peer: Atomic::new(0),
+            chunks_destroyed: Atomic::new(0),
+            shrink_scans: Atomic::new(0),
+            shrink_freed: Atomic::new(0),
+            shrink_moved: Atomic::new(0),
+            shrink_home: Atomic::new(0),
+            large_to_device: Atomic::new(0),
+            large_to_system: Atomic::new(0),
+            large_fallback: Atomic::new(0),
+            peer_read: [const { Atomic::new(0) }; MAX_DEVICES],
+            peer_written: [const { Atomic::new(0) }; MAX_DEVICES],
+        }
+    }
+}
