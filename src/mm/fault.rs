@@ -101,10 +101,9 @@ impl<'a> Fault<'a> {
     pub(crate) fn page(&self) -> FaultPage<'a> {
         // SAFETY: for `migrate_to_ram`, `vmf->page` is the faulting
         // device-private page, referenced and locked by the fault path for
-        // the call.
-        FaultPage(
-            unsafe { PageRef::from_raw(self.vmf.page) }.expect("migrate_to_ram without a page"),
-        )
+        // the call, which `'a` bounds (type invariant).
+        let page = unsafe { PageRef::from_raw(self.vmf.page) };
+        FaultPage(page.expect("migrate_to_ram without a page"))
     }
 
     /// The faulting address.
