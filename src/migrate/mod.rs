@@ -192,7 +192,8 @@ fn steps(
 /// with no mmap lock held. Before the first try, if the pool has no free
 /// page at all; after it, if it found no free 2 MiB block for a whole folio
 /// (it moved nothing then) or no VRAM for some pages: the step runs once
-/// more, over the same range.
+/// more, over the same range, if the pool has room now (grown, or freed
+/// meanwhile).
 fn device_step(
     pool: &VramPool<'_>,
     mm: &MmWithUser,

@@ -92,12 +92,13 @@ impl<'a> PageRef<'a> {
         let nr = 1usize << self.folio_order();
         // SAFETY: the page is valid (type invariant).
         let head = unsafe { b::msvm_page_to_pfn(b::msvm_folio_head(self.as_ptr())) };
-        if start + k >= head + nr {
+        let pfn = start.checked_add(k)?;
+        if pfn >= head + nr {
             return None;
         }
-        // SAFETY: `start + k` lies within this page's folio, whose `struct
+        // SAFETY: `pfn` lies within this page's folio, whose `struct
         // page`s are contiguous and valid while this page is (invariant).
-        Some(unsafe { Self::from_pfn(start + k) })
+        Some(unsafe { Self::from_pfn(pfn) })
     }
 
     /// The head page of this page's folio (the page itself if small).

@@ -8,6 +8,7 @@ use kernel::sync::atomic::{Atomic, Relaxed};
 use kernel::{new_mutex, new_spinlock};
 
 use crate::freemap::{FreeMap, BLOCK_PAGES};
+use crate::mm::cancel::Cancel;
 use crate::mm::page::{large_order, NewPage};
 use crate::mm::pagemap::{Pagemap, PAGE_SIZE};
 
@@ -62,7 +63,8 @@ impl VramPool<'_> {
     /// available to [`VramPool::alloc`] and [`VramPool::alloc_large`],
     /// creating chunks (pagemaps) until they are or every chunk has one.
     /// Each pagemap is created with the table unlocked, its slot `Creating`
-    /// meanwhile. Returns whether it created one.
+    /// meanwhile. Returns whether the pages (and block) are free now,
+    /// whoever made them so; stops (and says no) on a fatal signal.
     ///
     /// Never call it with an mmap lock held (or under a lock taken under
     /// one, such as this pool's table): `memremap_pages` takes the CPU
@@ -74,8 +76,13 @@ impl VramPool<'_> {
         // One grower at a time: another one's chunk may be all this one
         // needs.
         let _grower = self.grow_lock.lock();
-        let mut created = false;
+        let cancel = Cancel::task();
         loop {
+            // Bounded by the chunks, but each creation takes a while: a
+            // killed task creates no more.
+            if cancel.check().is_err() {
+                return false;
+            }
             let c = {
                 let mut chunks = self.chunks.lock();
                 let live = || chunks.iter().filter_map(Slot::live).map(|m| m.data());
@@ -83,10 +90,10 @@ impl VramPool<'_> {
                 let block =
                     !large || live().any(|ch| ch.large && ch.free.lock().nfree_blocks() > 0);
                 if free >= n && block {
-                    return created;
+                    return true;
                 }
                 let Some(c) = chunks.iter().position(|s| matches!(s, Slot::Absent)) else {
-                    return created;
+                    return false;
                 };
                 chunks[c] = Slot::Creating;
                 c
@@ -101,9 +108,8 @@ impl VramPool<'_> {
                     // Only `grow` (under `grow_lock`) leaves `Creating`.
                     chunks[c] = Slot::Live(map);
                     self.stats.chunks_created.add(1, Relaxed);
-                    created = true;
                     if done {
-                        return created;
+                        return false;
                     }
                 }
                 // No pagemap now (no memory, no free physical range): as if
@@ -112,7 +118,7 @@ impl VramPool<'_> {
                     chunks[c] = Slot::Absent;
                     drop(chunks);
                     kernel::pr_warn_once!("msvm: chunk {c}: no pagemap: {e:?}\n");
-                    return created;
+                    return false;
                 }
             }
         }
