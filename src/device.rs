@@ -106,7 +106,7 @@ impl<'a> Gpu<'a> {
         let vram = VramPool::new(
             vram,
             chunk_size(),
-            crate::topology::owner_token(group),
+            group,
             index,
             &crate::migrate::Migrations,
         )?;

@@ -13,7 +13,6 @@ mod device;
 mod driver;
 mod engine;
 mod file;
-mod freemap;
 mod gem;
 mod migrate;
 mod mm;

@@ -22,7 +22,8 @@ use crate::mm::{
     pagemap::PAGE_SIZE,
 };
 use crate::registry;
-use crate::topology::{owner_token, MAX_DEVICES};
+use crate::topology::MAX_DEVICES;
+use crate::vram::{group_key, GroupKey};
 
 /// Pages per walk.
 const WINDOW: usize = 512;
@@ -59,12 +60,12 @@ pub(crate) fn residency(
     // pages.
     // With no device at all, one walk (with no owner) still finds the
     // system pages.
-    let mut owners = [Owner::NONE; MAX_DEVICES];
+    let mut keys: [Option<&'static GroupKey>; MAX_DEVICES] = [None; MAX_DEVICES];
     let mut groups = 1;
     {
         let topo = registry::devices();
         for (k, l) in topo.group_leaders().enumerate() {
-            owners[k] = owner_token(topo.group(l).unwrap_or(l));
+            keys[k] = Some(group_key(topo.group(l).unwrap_or(l)));
             groups = k + 1;
         }
     }
@@ -78,7 +79,8 @@ pub(crate) fn residency(
         let n = ((end - addr) / PAGE_SIZE).min(WINDOW);
         places[..n].fill(Place::Nowhere);
         let mut first = true;
-        for &owner in &owners[..groups] {
+        for &key in &keys[..groups] {
+            let owner = key.map_or(Owner::NONE, |k| k.owner());
             loop {
                 cancel.check()?;
                 let walk = match mirror.snapshot(mm, addr, &mut pfns[..n], owner) {
@@ -95,7 +97,7 @@ pub(crate) fn residency(
                     let Some(page) = page else {
                         continue;
                     };
-                    if let Some((pool, _)) = crate::vram::locate(page, owner) {
+                    if let Some((pool, _)) = key.and_then(|k| crate::vram::locate(page, k)) {
                         *p = Place::Device(pool.index());
                     } else if first && !page.is_device_private() {
                         *p = Place::System;

@@ -8,8 +8,6 @@
 
 use kernel::prelude::*;
 
-use crate::mm::owner::Owner;
-
 /// At most this many devices are bound at once (`MSVM_MAX_DEVICES`).
 pub(crate) const MAX_DEVICES: usize = crate::mm::abi::MSVM_MAX_DEVICES as usize;
 
@@ -155,15 +153,6 @@ impl<N> Topology<N> {
                 distance: self.dist[j][index],
             })
     }
-}
-
-/// The `dev_private_owner` tokens, one per group: only their addresses
-/// matter.
-static OWNER_TOKENS: [u8; MAX_DEVICES] = [0; MAX_DEVICES];
-
-/// The `dev_private_owner` of group `g`.
-pub(crate) fn owner_token(g: usize) -> Owner {
-    Owner::of(&OWNER_TOKENS[g % MAX_DEVICES])
 }
 
 #[kunit_tests(msvm_topology)]

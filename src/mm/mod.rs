@@ -15,6 +15,7 @@ pub(crate) mod cancel;
 pub(crate) mod dma;
 pub(crate) mod drm_ioctl;
 pub(crate) mod fault;
+pub(crate) mod freemap;
 pub(crate) mod hmm;
 pub(crate) mod iomem;
 pub(crate) mod migrate;

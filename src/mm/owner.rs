@@ -3,6 +3,9 @@
 //! The owner tokens of device-private memory (`dev_private_owner`).
 
 use core::ffi::c_void;
+use core::marker::PhantomData;
+
+use kernel::types::Opaque;
 
 /// A `dev_private_owner` token: the identity of an owner group of
 /// device-private memory (HMM and migration tell its pages from others' by
@@ -19,15 +22,43 @@ impl Owner {
     /// No owner: a walk with it reports no device-private page as it is.
     pub(crate) const NONE: Self = Self(core::ptr::null());
 
-    /// The token at the address of `token`: a static of its own, not a
-    /// zero-sized or promoted constant (their addresses may coincide), so
-    /// that no two groups share a token.
-    pub(crate) fn of<T>(token: &'static T) -> Self {
-        Self(core::ptr::from_ref(token).cast())
-    }
-
     /// The address, for the C structs that carry it.
     pub(super) fn as_ptr(self) -> *mut c_void {
         self.0.cast_mut()
+    }
+}
+
+/// The object whose address is an owner group's [`Owner`] token, for
+/// pagemaps of type `Pagemap<T>` (`super::pagemap::Pagemap`).
+///
+/// It has a byte of its own and interior mutability, so it is neither
+/// zero-sized nor a promotable constant: no two keys share an address, and
+/// a `&'static` one lives at that address for good.
+///
+/// # Invariants
+///
+/// Every device-private pagemap whose owner is a key's address is a
+/// `Pagemap<T>` made with that key: only `Pagemap::new` makes pagemaps with
+/// a key's address as owner, and nothing outside this crate knows it.
+pub(crate) struct OwnerKey<T> {
+    _byte: Opaque<u8>,
+    _type: PhantomData<fn() -> T>,
+}
+
+// SAFETY: the key is never read or written: only its address is used.
+unsafe impl<T> Sync for OwnerKey<T> {}
+
+impl<T> OwnerKey<T> {
+    /// A key, for a `static` (or a leaked allocation).
+    pub(crate) const fn new() -> Self {
+        Self {
+            _byte: Opaque::uninit(),
+            _type: PhantomData,
+        }
+    }
+
+    /// The owner token of this key.
+    pub(crate) fn owner(&'static self) -> Owner {
+        Owner(core::ptr::from_ref(self).cast())
     }
 }

@@ -67,6 +67,11 @@ impl<'a> PageRef<'a> {
     }
 
     /// The raw pointer, for the other glue modules.
+    pub(super) fn as_non_null(self) -> NonNull<bindings::page> {
+        self.0
+    }
+
+    /// The `struct page` pointer.
     pub(super) fn as_ptr(self) -> *mut bindings::page {
         self.0.as_ptr()
     }

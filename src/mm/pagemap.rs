@@ -7,32 +7,43 @@
 //! accessed: device-private pages are not CPU-addressable), creates its
 //! `struct page`s with `memremap_pages` and removes them on drop with
 //! `memunmap_pages`, which waits until every page of the map is free again.
+//!
+//! The map keeps its own free pages ([`FreeMap`]): a page is handed out
+//! ([`Pagemap::alloc_pages`], [`Pagemap::alloc_block`]) only off the free map
+//! and goes back on it only when the mm core frees it (`folio_free`), so a
+//! page in use is never handed out twice.
+//!
+//! # Lock order
+//!
+//! `Pagemap::free` is a leaf spinlock, also taken by `folio_free` in any
+//! context that puts a page: nothing sleeps or allocates under it.
 
 use core::cell::Cell;
 use core::marker::PhantomPinned;
 use core::ptr::NonNull;
 
-use kernel::{bindings, prelude::*, types::Opaque};
+use kernel::{
+    bindings, new_spinlock,
+    prelude::*,
+    sync::{Arc, SpinLock, UniqueArc},
+    types::Opaque,
+};
 
 use super::bindings as b;
 use super::fault::{Fault, FaultError, FaultLock};
+use super::freemap::{FreeMap, BLOCK_PAGES};
 use super::migrate::DeviceMigration;
-use super::page::{NewPage, PageRef};
+use super::page::{large_order, NewPage, PageRef};
 
-pub(crate) use super::owner::Owner;
+pub(crate) use super::owner::OwnerKey;
 pub(crate) use super::page::PAGE_SIZE;
 
 /// What a device-private pagemap's owner does when the mm core calls.
 pub(crate) trait PagemapOps: Send + Sync + Sized + 'static {
-    /// The last reference to the folio starting at `page` (a page of this
-    /// map), of `1 << order` pages, is gone; they are free for the device to
-    /// reuse. May run in any context that can put a page: must not sleep.
-    fn folio_free(&self, page: PageRef<'_>, order: u32);
-
-    /// The core has split the large folio that starts at `head` into
-    /// smaller ones (each comes back through [`Self::folio_free`] on its
-    /// own). Runs with the folio frozen: must not sleep.
-    fn folio_split(&self, head: PageRef<'_>);
+    /// The last reference to a folio of this map is gone: `freed` of its
+    /// pages are back on the map's free map. May run in any context that
+    /// can put a page: must not sleep.
+    fn folio_freed(&self, freed: usize);
 
     /// The CPU touched `fault.page()`, a page of this map mapped in a process:
     /// move it (and maybe its neighbours) to system RAM.
@@ -48,7 +59,13 @@ pub(crate) trait PagemapOps: Send + Sync + Sized + 'static {
 ///   this map is a pointer to the `Pagemap`;
 /// - `res` is the region `pgmap` covers, reserved by
 ///   `request_free_mem_region`; if `mapped`, `pgmap` was successfully passed
-///   to `memremap_pages`; both are undone in `drop`.
+///   to `memremap_pages`; both are undone in `drop`;
+/// - `pgmap`'s owner is `key`'s, and every pagemap with that owner is a
+///   `Pagemap<T>` (see [`OwnerKey`]);
+/// - page `i` is on `free` only if no one uses it (no mapping, migration
+///   or [`NewPage`] holds it): pages leave `free` only to become a
+///   [`NewPage`] ([`Pagemap::init_folio`]) and come back only through
+///   `folio_free`.
 #[repr(C)]
 #[pin_data(PinnedDrop)]
 pub(crate) struct Pagemap<T: PagemapOps> {
@@ -57,6 +74,9 @@ pub(crate) struct Pagemap<T: PagemapOps> {
     res: NonNull<bindings::resource>,
     pfn_first: usize,
     npages: usize,
+    /// The pages nobody uses.
+    #[pin]
+    free: SpinLock<FreeMap>,
     #[pin]
     data: T,
     /// `memremap_pages` succeeded.
@@ -70,6 +90,16 @@ pub(crate) struct Pagemap<T: PagemapOps> {
 unsafe impl<T: PagemapOps> Send for Pagemap<T> {}
 // SAFETY: see `Send`.
 unsafe impl<T: PagemapOps> Sync for Pagemap<T> {}
+
+/// The counts of a pagemap's free map, read at once ([`Pagemap::counts`]).
+pub(crate) struct FreeCounts {
+    /// Free pages.
+    pub(crate) free: usize,
+    /// Whole free 2 MiB blocks.
+    pub(crate) free_blocks: usize,
+    /// 2 MiB folios handed out that are still whole.
+    pub(crate) whole: usize,
+}
 
 struct OpsTable<T>(core::marker::PhantomData<T>);
 
@@ -107,9 +137,16 @@ unsafe extern "C" fn folio_free_cb<T: PagemapOps>(folio: *mut bindings::folio) {
     // pagemap lives until `memunmap_pages` has seen every page freed.
     let map = unsafe { owner_of::<T>(page) };
     // SAFETY: the page stays valid for the callback.
-    if let Some(p) = unsafe { PageRef::from_raw(page) } {
-        map.data.folio_free(p, p.folio_order());
-    }
+    let Some(p) = (unsafe { PageRef::from_raw(page) }) else {
+        return;
+    };
+    let Some(index) = map.index_of(p) else {
+        return;
+    };
+    // INVARIANT: the folio's last reference is gone: its pages are free.
+    // Neither fails nor allocates.
+    let freed = map.free.lock().put(index, 1 << p.folio_order());
+    map.data.folio_freed(freed);
 }
 
 /// `dev_pagemap_ops.folio_split`: called for each new folio `tail` of a
@@ -133,8 +170,8 @@ unsafe extern "C" fn folio_split_cb<T: PagemapOps>(
     // pagemap lives while any of its pages is in use.
     let map = unsafe { owner_of::<T>(page) };
     // SAFETY: the page stays valid for the callback.
-    if let Some(p) = unsafe { PageRef::from_raw(page) } {
-        map.data.folio_split(p);
+    if let Some(index) = unsafe { PageRef::from_raw(page) }.and_then(|p| map.index_of(p)) {
+        map.free.lock().split(index);
     }
 }
 
@@ -169,19 +206,20 @@ unsafe extern "C" fn migrate_to_ram_cb<T: PagemapOps>(
 
 impl<T: PagemapOps> Pagemap<T> {
     /// Creates a pagemap of `len` bytes (a multiple of [`PAGE_SIZE`]) whose
-    /// `owner` (the `dev_private_owner` of HMM and migration) is `owner`; `data`
-    /// is built from the first page frame number of the map.
+    /// owner (the `dev_private_owner` of HMM and migration) is `key`'s; `data`
+    /// is built from the first page frame number of the map. All its pages
+    /// are free.
     pub(crate) fn new<I: PinInit<T, Error>>(
         len: usize,
-        owner: Owner,
+        key: &'static OwnerKey<T>,
         name: &'static CStr,
         data: impl FnOnce(usize) -> I,
-    ) -> Result<Pin<KBox<Self>>> {
-        // A pagemap without an owner would take every other's pages as
-        // its own (and `memremap_pages` refuses it).
-        if len == 0 || len % PAGE_SIZE != 0 || owner == Owner::NONE {
+    ) -> Result<Arc<Self>> {
+        let owner = key.owner();
+        if len == 0 || len % PAGE_SIZE != 0 {
             return Err(EINVAL);
         }
+        let free = FreeMap::new(len / PAGE_SIZE)?;
         // SAFETY: `name` is a static NUL-terminated string.
         let res = unsafe { b::msvm_request_devmem(len, name.as_char_ptr()) };
         let res = NonNull::new(res).ok_or(ENOSPC)?;
@@ -192,7 +230,7 @@ impl<T: PagemapOps> Pagemap<T> {
             // SAFETY: the region is ours and not used by a pagemap.
             unsafe { b::msvm_release_devmem(res.as_ptr()) }
         };
-        let mut map = KBox::pin_init(
+        let mut map = UniqueArc::pin_init(
             try_pin_init!(Self {
                 pgmap <- Opaque::ffi_init(|p: *mut bindings::dev_pagemap| {
                     // SAFETY: `p` is valid for writes; all-zeroes is a valid
@@ -211,6 +249,8 @@ impl<T: PagemapOps> Pagemap<T> {
                 res,
                 pfn_first: first_pfn,
                 npages: len / PAGE_SIZE,
+                // INVARIANT: no page of a new map is in use.
+                free <- new_spinlock!(free),
                 data <- data(first_pfn),
                 mapped: false,
                 _pin: PhantomPinned,
@@ -225,7 +265,7 @@ impl<T: PagemapOps> Pagemap<T> {
         kernel::error::from_err_ptr(ret)?;
         // SAFETY: setting a flag moves nothing out of the pinned box.
         unsafe { map.as_mut().get_unchecked_mut() }.mapped = true;
-        Ok(map)
+        Ok(map.into())
     }
 
     /// The owner's data.
@@ -238,26 +278,84 @@ impl<T: PagemapOps> Pagemap<T> {
         self.npages
     }
 
+    /// Pages in use now (allocated and not freed yet).
+    pub(crate) fn used(&self) -> usize {
+        self.npages - self.free.lock().nfree()
+    }
+
+    /// The free map's counts, read at once.
+    pub(crate) fn counts(&self) -> FreeCounts {
+        let free = self.free.lock();
+        FreeCounts {
+            free: free.nfree(),
+            free_blocks: free.nfree_blocks(),
+            whole: free.nwhole(),
+        }
+    }
+
+    /// Whether this map hands out 2 MiB folios ([`Pagemap::alloc_block`]):
+    /// the kernel migrates them whole and the map's frames are aligned to
+    /// them.
+    pub(crate) fn holds_large(&self) -> bool {
+        large_order() as usize == BLOCK_PAGES.trailing_zeros() as usize
+            && self.pfn_first % BLOCK_PAGES == 0
+    }
+
+    /// Takes up to `want` free pages (at most the spare capacity of
+    /// `scratch`, whose contents it replaces: allocated by the caller, so
+    /// that nothing here allocates), each prepared as a migration
+    /// destination (one reference, locked), and hands each to `out` with its
+    /// index in the map: partly used 2 MiB blocks first. Returns how many.
+    pub(crate) fn alloc_pages(
+        &self,
+        want: usize,
+        scratch: &mut KVec<u32>,
+        mut out: impl FnMut(usize, NewPage),
+    ) -> usize {
+        scratch.clear();
+        self.free.lock().take(want, scratch);
+        // Off the spinlock: `init_folio` locks the page, which may sleep.
+        for &i in scratch.iter() {
+            // CAST: a page index of the map, which fits in `u32`.
+            let i = i as usize;
+            // The page came off the free map.
+            out(i, self.init_folio(i, 0));
+        }
+        scratch.len()
+    }
+
+    /// Takes a whole free 2 MiB block, if the map holds large folios and has
+    /// one: its first page's index and the folio, prepared as a migration
+    /// destination (one reference, locked).
+    pub(crate) fn alloc_block(&self) -> Option<(usize, NewPage)> {
+        if !self.holds_large() {
+            return None;
+        }
+        let i = self.free.lock().take_block()?;
+        // The block came off the free map whole, and its first frame is
+        // aligned (`holds_large`).
+        Some((i, self.init_folio(i, large_order())))
+    }
+
     /// The folio of `1 << order` pages starting at page `index` of the map,
-    /// prepared for use as the destination of a migration (refcount one,
-    /// locked). Whatever larger
-    /// folio its pages belonged to before, they now belong to this one.
+    /// just taken off the free map, prepared for use as the destination of a
+    /// migration (refcount one, locked). Whatever larger folio its pages
+    /// belonged to before, they now belong to this one.
     ///
-    /// # Safety
-    ///
-    /// Pages `index..index + (1 << order)` must be free (not in use by any
-    /// mapping or migration) and within the map, `index` aligned to the
-    /// folio size, and owned by the caller from now until it hands the folio
-    /// to a migration.
-    pub(crate) unsafe fn init_folio(&self, index: usize, order: u32) -> NewPage {
-        debug_assert!(index + (1 << order) <= self.npages);
+    /// Only for pages just taken off `free`, with `index` aligned to the
+    /// folio size (the allocators above): private, so that nothing else can
+    /// make a second folio of pages in use.
+    fn init_folio(&self, index: usize, order: u32) -> NewPage {
+        assert!(index + (1 << order) <= self.npages);
         // SAFETY: `index` is within the map, whose `struct page`s exist.
         let page = unsafe { PageRef::from_pfn(self.pfn_first + index) };
-        // SAFETY: the pages are free and ours (caller); `pgmap` is their map.
+        // SAFETY: the pages were just taken off the free map: nobody uses
+        // them (type invariant), and they are ours; `index` is aligned to
+        // the folio size (callers); `pgmap` is their map.
         unsafe { b::msvm_zone_device_folio_init(page.as_ptr(), self.pgmap.get(), order) };
         // SAFETY: `zone_device_folio_init` gave the folio one reference and
-        // locked it, for us (the pages were ours, caller).
-        unsafe { NewPage::from_locked(core::ptr::NonNull::new(page.as_ptr()).expect("non-null")) }
+        // locked it, for us (the pages were ours).
+        unsafe { NewPage::from_locked(page.as_non_null()) }
     }
 
     /// An eviction of the pages in use among `n` pages of this map from
@@ -279,15 +377,11 @@ impl<T: PagemapOps> Pagemap<T> {
 }
 
 /// The `Pagemap<T>` that owns `page`, if `page` is a device-private page whose
-/// map has owner `owner`.
-///
-/// # Safety
-///
-/// `page` must be valid, and every device-private pagemap with owner `owner`
-/// must be a `Pagemap<T>`.
-pub(crate) unsafe fn map_of<'a, T: PagemapOps>(
+/// map has `key`'s owner. The map lives as long as the page (`memunmap_pages`
+/// waits for its pages).
+pub(crate) fn map_of<'a, T: PagemapOps>(
     page: PageRef<'a>,
-    owner: Owner,
+    key: &'static OwnerKey<T>,
 ) -> Option<&'a Pagemap<T>> {
     if !page.is_device_private() {
         return None;
@@ -296,10 +390,11 @@ pub(crate) unsafe fn map_of<'a, T: PagemapOps>(
     let pgmap = unsafe { b::msvm_page_pgmap(page.as_ptr()) };
     // SAFETY: `pgmap` is valid while the page is.
     let map_owner = unsafe { (*pgmap).owner };
-    if map_owner != owner.as_ptr() {
+    if map_owner != key.owner().as_ptr() {
         return None;
     }
-    // SAFETY: the owner is ours, hence so is the map (caller).
+    // SAFETY: every pagemap with `key`'s owner is a live `Pagemap<T>`
+    // (`OwnerKey`'s invariant), alive while its page is.
     Some(unsafe { owner_of::<T>(page.as_ptr()) })
 }
 

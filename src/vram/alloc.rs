@@ -3,12 +3,13 @@
 //! Allocation: batches of device pages for a migration step, and the
 //! pool's growth (chunks created before a step needs them).
 
+use kernel::new_mutex;
 use kernel::prelude::*;
 use kernel::sync::atomic::{Atomic, Relaxed};
-use kernel::{new_mutex, new_spinlock};
+use kernel::sync::Arc;
 
-use crate::freemap::{FreeMap, BLOCK_PAGES};
 use crate::mm::cancel::Cancel;
+use crate::mm::freemap::BLOCK_PAGES;
 use crate::mm::page::{large_order, NewPage};
 use crate::mm::pagemap::{Pagemap, PAGE_SIZE};
 
@@ -85,10 +86,9 @@ impl VramPool<'_> {
             }
             let c = {
                 let mut chunks = self.chunks.lock();
-                let live = || chunks.iter().filter_map(Slot::live).map(|m| m.data());
-                let free: usize = live().map(|ch| ch.free.lock().nfree()).sum();
-                let block =
-                    !large || live().any(|ch| ch.large && ch.free.lock().nfree_blocks() > 0);
+                let live = || chunks.iter().filter_map(Slot::live);
+                let free: usize = live().map(|m| m.counts().free).sum();
+                let block = !large || live().any(|m| m.data().large && m.counts().free_blocks > 0);
                 if free >= n && block {
                     return true;
                 }
@@ -145,7 +145,7 @@ impl VramPool<'_> {
         for (c, slot) in chunks.iter().enumerate() {
             if let Some(m) = slot.live() {
                 order
-                    .push_within_capacity((m.data().used(), c))
+                    .push_within_capacity((m.used(), c))
                     .map_err(|_| ENOMEM)?;
             }
         }
@@ -162,14 +162,10 @@ impl VramPool<'_> {
             let chunk = map.data();
             if large {
                 while chunk.large && batch.pages.len() < n {
-                    let Some(i) = chunk.free.lock().take_block() else {
+                    let Some((i, page)) = map.alloc_block() else {
                         break;
                     };
                     chunk.last_alloc.store(seq, Relaxed);
-                    // SAFETY: the block came off the free map whole: nobody
-                    // uses its pages, the first is aligned, and they are
-                    // ours until handed to a migration.
-                    let page = unsafe { map.init_folio(i, large_order()) };
                     // The batch has room for `n` entries.
                     let _ = batch
                         .pages
@@ -179,33 +175,26 @@ impl VramPool<'_> {
                 continue;
             }
             chunk.last_alloc.store(seq, Relaxed);
-            taken.clear();
-            // `taken` has room for `n >= want` entries.
-            chunk.free.lock().take(want, &mut taken);
-            for &i in taken.iter() {
-                let i = i as usize;
-                // SAFETY: page `i` came off the free map: nobody uses it and
-                // it is ours until handed to a migration.
-                let page = unsafe { map.init_folio(i, 0) };
+            let got = map.alloc_pages(want, &mut taken, |i, page| {
                 // The batch has room for `n` pages, and `want` is what is
                 // left of them: this never fails.
                 let _ = batch
                     .pages
                     .push_within_capacity(Some((page, chunk.base + i * PAGE_SIZE)));
-                self.stats.allocated.add(1, Relaxed);
-            }
+            });
+            self.stats.allocated.add(got as u64, Relaxed);
         }
         Ok(batch)
     }
 
-    fn new_chunk(&self, c: usize) -> Result<Pin<KBox<Pagemap<Chunk>>>> {
+    fn new_chunk(&self, c: usize) -> Result<Arc<Pagemap<Chunk>>> {
         let npages = self.chunk_size / PAGE_SIZE;
         let pool = core::ptr::from_ref(self).cast::<VramPool<'static>>();
         let base = c * self.chunk_size;
-        Pagemap::new(self.chunk_size, self.owner(), c"msvm-vram", |pfn_first| {
-            let free = FreeMap::new(npages);
+        Pagemap::new(self.chunk_size, self.key, c"msvm-vram", |pfn_first| {
             // Large folios need the kernel's support, and frames (and BAR
-            // offsets) aligned to them.
+            // offsets) aligned to them (the pagemap checks its frames again
+            // when it hands one out).
             let large = large_order() as usize == BLOCK_PAGES.trailing_zeros() as usize
                 && pfn_first % BLOCK_PAGES == 0
                 && base % (BLOCK_PAGES * PAGE_SIZE) == 0;
@@ -213,9 +202,6 @@ impl VramPool<'_> {
             try_pin_init!(Chunk {
                 pool,
                 base,
-                pfn_first,
-                free <- new_spinlock!(free?),
-                npages,
                 large,
                 last_alloc: Atomic::new(0),
                 homes <- new_mutex!(homes?),

@@ -1,18 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! One chunk of a pool: a pagemap's owner data, its free pages and the
-//! records of the 2 MiB folios migrated into it.
+//! One chunk of a pool: a pagemap's owner data (its free pages are the
+//! pagemap's) and the records of the 2 MiB folios migrated into it.
 
 use kernel::mm::Mm;
 use kernel::prelude::*;
 use kernel::sync::aref::ARef;
 use kernel::sync::atomic::{Atomic, Relaxed};
-use kernel::sync::{Mutex, SpinLock};
+use kernel::sync::Mutex;
 
-use crate::freemap::FreeMap;
 use crate::mm::fault::{Fault, FaultError};
-use crate::mm::page::PageRef;
-use crate::mm::pagemap::PagemapOps;
+use crate::mm::pagemap::{Pagemap, PagemapOps};
 
 use super::{ChunkInfo, VramPool};
 
@@ -26,15 +24,8 @@ pub(crate) struct Chunk {
     pub(super) pool: *const VramPool<'static>,
     /// Offset of the chunk in the BAR.
     pub(super) base: usize,
-    /// Page frame number of the chunk's first page.
-    pub(super) pfn_first: usize,
-    /// The free pages of the chunk (freeing never allocates).
-    #[pin]
-    pub(super) free: SpinLock<FreeMap>,
-    /// Pages in the chunk.
-    pub(super) npages: usize,
-    /// The chunk hands out whole 2 MiB blocks as large folios: the kernel
-    /// migrates them whole and the chunk's frames are aligned to them.
+    /// The chunk hands out whole 2 MiB blocks as large folios: its pagemap
+    /// does (`Pagemap::holds_large`) and its BAR offsets are aligned to them.
     pub(super) large: bool,
     /// The pool's allocation sequence number when this chunk last gave out
     /// pages: lower is colder.
@@ -75,37 +66,21 @@ impl Chunk {
         unsafe { &*self.pool }
     }
 
-    /// Pages in use now.
-    pub(super) fn used(&self) -> usize {
-        self.npages - self.free.lock().nfree()
-    }
-
-    /// What the shrinker needs to know of the chunk.
-    pub(super) fn info(&self) -> ChunkInfo {
-        let free = self.free.lock();
+    /// What the shrinker needs to know of the chunk whose pagemap is `map`.
+    pub(super) fn info(map: &Pagemap<Chunk>) -> ChunkInfo {
+        let counts = map.counts();
         ChunkInfo {
-            used: self.npages - free.nfree(),
-            large: free.nwhole(),
-            free_blocks: free.nfree_blocks(),
-            last_alloc: self.last_alloc.load(Relaxed),
+            used: map.npages() - counts.free,
+            large: counts.whole,
+            free_blocks: counts.free_blocks,
+            last_alloc: map.data().last_alloc.load(Relaxed),
         }
     }
 }
 
 impl PagemapOps for Chunk {
-    fn folio_free(&self, page: PageRef<'_>, order: u32) {
-        let Some(idx) = page.pfn().checked_sub(self.pfn_first) else {
-            return;
-        };
-        // Neither fails nor allocates.
-        let freed = self.free.lock().put(idx, 1 << order);
+    fn folio_freed(&self, freed: usize) {
         self.pool().stats.freed.add(freed as u64, Relaxed);
-    }
-
-    fn folio_split(&self, head: PageRef<'_>) {
-        if let Some(idx) = head.pfn().checked_sub(self.pfn_first) {
-            self.free.lock().split(idx);
-        }
     }
 
     fn migrate_to_ram(&self, fault: Fault<'_>) -> Result<(), FaultError> {

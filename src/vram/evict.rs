@@ -8,13 +8,13 @@ use kernel::prelude::*;
 use kernel::sync::aref::ARef;
 use kernel::sync::atomic::Relaxed;
 
-use crate::freemap::BLOCK_PAGES;
 use crate::mm::cancel::Cancel;
+use crate::mm::freemap::BLOCK_PAGES;
 use crate::mm::migrate::{DeviceMigration, MAX_PAGES};
 use crate::mm::page::{NewPage, PageRef};
-use crate::mm::pagemap::{Pagemap, PAGE_SIZE};
+use crate::mm::pagemap::{self, Pagemap, PAGE_SIZE};
 
-use super::{chunk_of, Batch, Chunk, LargeHome, Slot, VramPool};
+use super::{Batch, Chunk, LargeHome, Slot, VramPool};
 
 /// What draining a chunk did, in pages.
 #[derive(Default, Debug)]
@@ -35,7 +35,7 @@ impl VramPool<'_> {
     fn evict(&self, map: &Pagemap<Chunk>) -> Result<usize> {
         let d = self.drain(map, None)?;
         self.stats.evicted.add(d.home as u64, Relaxed);
-        Ok(map.data().used())
+        Ok(map.used())
     }
 
     /// Moves every page of chunk `map` that is in use into the pages of
@@ -185,7 +185,10 @@ impl VramPool<'_> {
     /// Notes that `page`, the head of a 2 MiB folio of this pool, was just
     /// migrated in at `addr` of `mm` (see [`super::Chunk::homes`]).
     pub(crate) fn note_large_home(&self, page: PageRef<'_>, mm: &Mm, addr: usize) {
-        let Some((map, i)) = chunk_of(page, self.owner) else {
+        let Some(map) = pagemap::map_of(page, self.key) else {
+            return;
+        };
+        let Some(i) = map.index_of(page) else {
             return;
         };
         let home = LargeHome {

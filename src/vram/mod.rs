@@ -45,7 +45,7 @@ use kernel::{
     prelude::*,
     sync::{
         atomic::{Atomic, Relaxed},
-        Mutex,
+        Arc, Mutex,
     },
 };
 
@@ -53,10 +53,11 @@ use crate::mm::{
     cancel::Cancel,
     fault::{Fault, FaultError},
     iomem::WcBar,
-    owner::Owner,
+    owner::{Owner, OwnerKey},
     page::PageRef,
     pagemap::{self, Pagemap, PAGE_SIZE},
 };
+use crate::topology::MAX_DEVICES;
 
 mod alloc;
 mod chunk;
@@ -89,19 +90,32 @@ pub(crate) trait PoolOps: Sync {
     ) -> Result;
 }
 
+/// The owner key of a group's pagemaps (see [`group_key`]).
+pub(crate) type GroupKey = OwnerKey<Chunk>;
+
+/// The owner keys, one per owner group: every pagemap of a group's devices
+/// has its key's owner token.
+static GROUP_KEYS: [GroupKey; MAX_DEVICES] = [const { OwnerKey::new() }; MAX_DEVICES];
+
+/// The owner key of owner group `g` (a group is named by its first
+/// device's index).
+pub(crate) fn group_key(g: usize) -> &'static GroupKey {
+    &GROUP_KEYS[g % MAX_DEVICES]
+}
+
 /// A chunk slot of the pool (see the module documentation for the states).
 enum Slot {
     Absent,
     /// Its pagemap being created, outside the lock (see [`VramPool::grow`]).
     Creating,
-    Live(Pin<KBox<Pagemap<Chunk>>>),
-    Draining(Pin<KBox<Pagemap<Chunk>>>),
+    Live(Arc<Pagemap<Chunk>>),
+    Draining(Arc<Pagemap<Chunk>>),
     Dying,
 }
 
 impl Slot {
     /// The pagemap, in the states that have one.
-    fn map(&self) -> Option<&Pagemap<Chunk>> {
+    fn map(&self) -> Option<&Arc<Pagemap<Chunk>>> {
         match self {
             Slot::Live(m) | Slot::Draining(m) => Some(m),
             Slot::Absent | Slot::Creating | Slot::Dying => None,
@@ -122,8 +136,8 @@ impl Slot {
 pub(crate) struct VramPool<'a> {
     bar: WcBar<'a>,
     /// The `dev_private_owner` of this device's pages: its owner group's
-    /// token, shared with the peers it reaches over P2P.
-    owner: Owner,
+    /// key, shared with the peers it reaches over P2P.
+    key: &'static GroupKey,
     chunk_size: usize,
     nchunks: usize,
     /// The chunk slots.
@@ -152,11 +166,12 @@ pub(crate) struct VramPool<'a> {
 
 impl<'a> VramPool<'a> {
     /// A pool over `bar`, in chunks of `chunk_size` bytes (a multiple of the
-    /// page size; the BAR's tail that does not fill a chunk is not used).
+    /// page size; the BAR's tail that does not fill a chunk is not used),
+    /// of a device in owner group `group`.
     pub(crate) fn new(
         bar: WcBar<'a>,
         chunk_size: usize,
-        owner: Owner,
+        group: usize,
         index: usize,
         ops: &'static dyn PoolOps,
     ) -> Result<Pin<KBox<Self>>> {
@@ -174,7 +189,7 @@ impl<'a> VramPool<'a> {
         KBox::pin_init(
             try_pin_init!(Self {
                 bar,
-                owner,
+                key: group_key(group),
                 chunk_size,
                 nchunks,
                 chunks <- new_mutex!(slots),
@@ -198,7 +213,7 @@ impl<'a> VramPool<'a> {
 
     /// The `dev_private_owner` of this device's pages (and its group's).
     pub(crate) fn owner(&self) -> Owner {
-        self.owner
+        self.key.owner()
     }
 
     /// The BAR window.
@@ -227,9 +242,7 @@ impl<'a> VramPool<'a> {
     pub(crate) fn chunk_counts(&self) -> (usize, usize) {
         let chunks = self.chunks.lock();
         let maps = chunks.iter().filter_map(Slot::map);
-        maps.fold((0, 0), |(l, i), m| {
-            (l + 1, i + usize::from(m.data().used() == 0))
-        })
+        maps.fold((0, 0), |(l, i), m| (l + 1, i + usize::from(m.used() == 0)))
     }
 
     /// Bytes of `struct page` memory one chunk costs.
@@ -243,7 +256,7 @@ impl<'a> VramPool<'a> {
     pub(crate) fn reclaimable(&self) -> Option<(usize, usize)> {
         let chunks = self.chunks.try_lock()?;
         let npages = self.chunk_size / PAGE_SIZE;
-        let live = chunks.iter().map(|s| s.live().map(|m| m.data().info()));
+        let live = chunks.iter().map(|s| s.live().map(Chunk::info));
         let idle = live.clone().flatten().filter(|i| i.used == 0).count();
         let light = usize::from(choose_victim(live, npages).is_some());
         let per = self.chunk_memmap_bytes();
@@ -257,7 +270,7 @@ impl<'a> VramPool<'a> {
     /// a migration, or protected by the mirror lock): the pool tears down
     /// its chunks, evicting their pages first, before it goes.
     pub(crate) fn locate<'p>(&self, page: PageRef<'p>) -> Option<(&'p VramPool<'static>, usize)> {
-        locate(page, self.owner)
+        locate(page, self.key)
     }
 
     /// The BAR offset of device page `page`, if it is one of this pool's.
@@ -276,25 +289,16 @@ impl<'a> VramPool<'a> {
     }
 }
 
-/// The pool and BAR offset of device page `page`, if its pagemap has owner
-/// `owner`, an owner group's token (see [`VramPool::locate`] for how long
-/// the pool stays alive).
+/// The pool and BAR offset of device page `page`, if its pagemap has `key`'s
+/// owner, an owner group's (see [`VramPool::locate`] for how long the pool
+/// stays alive).
 pub(crate) fn locate<'p>(
     page: PageRef<'p>,
-    owner: Owner,
+    key: &'static GroupKey,
 ) -> Option<(&'p VramPool<'static>, usize)> {
-    let (map, i) = chunk_of(page, owner)?;
+    let map = pagemap::map_of(page, key)?;
     let chunk = map.data();
-    Some((chunk.pool(), chunk.base + i * PAGE_SIZE))
-}
-
-/// The chunk of device page `page` and the page's index in it, if its
-/// pagemap has owner `owner` (alive as long as [`locate`]'s pool).
-fn chunk_of<'p>(page: PageRef<'p>, owner: Owner) -> Option<(&'p Pagemap<Chunk>, usize)> {
-    // SAFETY: every pagemap with a group's owner token is a
-    // `Pagemap<Chunk>` of an msvm pool.
-    let map = unsafe { pagemap::map_of::<Chunk>(page, owner) }?;
-    Some((map, map.index_of(page)?))
+    Some((chunk.pool(), chunk.base + map.index_of(page)? * PAGE_SIZE))
 }
 
 #[pinned_drop]

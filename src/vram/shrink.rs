@@ -6,8 +6,8 @@
 use kernel::prelude::*;
 use kernel::sync::atomic::Relaxed;
 
-use crate::freemap::BLOCK_PAGES;
-use crate::mm::pagemap::{Pagemap, PAGE_SIZE};
+use crate::mm::freemap::BLOCK_PAGES;
+use crate::mm::pagemap::PAGE_SIZE;
 
 use super::{Chunk, Slot, VramPool};
 
@@ -67,7 +67,7 @@ impl VramPool<'_> {
     fn teardown_if_idle(&self, c: usize, freed: &dyn Fn(usize)) -> bool {
         let map = {
             let mut chunks = self.chunks.lock();
-            let idle = chunks[c].map().is_some_and(|m| m.data().used() == 0);
+            let idle = chunks[c].map().is_some_and(|m| m.used() == 0);
             match core::mem::replace(&mut chunks[c], Slot::Dying) {
                 Slot::Live(m) | Slot::Draining(m) if idle => m,
                 Slot::Live(m) | Slot::Draining(m) => {
@@ -113,7 +113,7 @@ impl VramPool<'_> {
             // Choose and mark the victim.
             let (victim, info) = {
                 let mut chunks = self.chunks.lock();
-                let live = chunks.iter().map(|s| s.live().map(|m| m.data().info()));
+                let live = chunks.iter().map(|s| s.live().map(Chunk::info));
                 let Some((v, info)) = choose_victim(live, npages) else {
                     break;
                 };
@@ -130,17 +130,10 @@ impl VramPool<'_> {
             // pages, then move.
             let dest = self.alloc_from(info.used, false);
             let drained = dest.and_then(|dest| {
-                let chunks = self.chunks.lock();
-                let Some(map) = chunks[victim].map() else {
-                    return Err(ENOENT);
-                };
-                // The victim's pagemap stays while it drains: only the
-                // holder of `shrink_lock`, this pass, takes a `Draining`
-                // slot apart.
-                let map: *const Pagemap<Chunk> = map;
-                drop(chunks);
-                // SAFETY: see above: the slot keeps the pagemap alive.
-                self.drain(unsafe { &*map }, Some(dest))
+                // Only the holder of `shrink_lock`, this pass, takes a
+                // `Draining` slot apart; the clone keeps the pagemap anyway.
+                let map = self.chunks.lock()[victim].map().cloned().ok_or(ENOENT)?;
+                self.drain(&map, Some(dest))
             });
             let drained = match drained {
                 Ok(d) => d,

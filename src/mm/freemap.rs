@@ -37,8 +37,11 @@ pub(crate) struct FreeMap {
 }
 
 impl FreeMap {
-    /// A map of `npages` pages, all free.
+    /// A map of `npages` pages, all free (`EINVAL` past `u32` indices).
     pub(crate) fn new(npages: usize) -> Result<Self> {
+        if u32::try_from(npages).is_err() {
+            return Err(EINVAL);
+        }
         let nwords = npages.div_ceil(WORD);
         let nblocks = npages.div_ceil(BLOCK_PAGES);
         let mut bits = KVec::with_capacity(nwords, GFP_KERNEL)?;
@@ -104,6 +107,8 @@ impl FreeMap {
                             return taken;
                         }
                         let bit = self.bits[w].trailing_zeros() as usize;
+                        // CAST: a page index, below `npages`, which fits
+                        // in `u32` (`new`).
                         if out.push_within_capacity((w * WORD + bit) as u32).is_err() {
                             return taken;
                         }
