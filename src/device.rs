@@ -6,11 +6,11 @@ use kernel::{
     device::Bound,
     pci,
     prelude::*,
-    sync::{aref::ARef, atomic::Acquire},
+    sync::{aref::ARef, Arc},
 };
 
 use crate::mm::{iomem::WcBar, pci as mmpci};
-use crate::registry::{self, GpuNode, Membership, PciAddr};
+use crate::registry::{self, GpuNode, Membership, PciAddr, Publication};
 use crate::vram::VramPool;
 
 /// The kinds of device msvm drives, from the PCI id table
@@ -28,10 +28,12 @@ pub(crate) struct Gpu<'a> {
     /// msvm device index (also the topology index).
     pub(crate) index: usize,
     pdev: &'a pci::Device<Bound>,
-    /// The device memory: its BAR window and its chunks. Dropped before the
-    /// topology membership, after the DRM device is unplugged: every page
-    /// goes home first.
-    vram: Pin<KBox<VramPool<'a>>>,
+    /// The device memory: its BAR window and its chunks. Shut down before
+    /// the topology membership goes, after the DRM device is unplugged:
+    /// every page goes home first.
+    vram: Arc<VramPool>,
+    /// The pool, published for peers; withdrawn first when the device goes.
+    publication: Option<Publication>,
     _member: Membership,
 }
 
@@ -43,7 +45,7 @@ fn chunk_size() -> usize {
 
 impl<'a> Gpu<'a> {
     /// The device memory.
-    pub(crate) fn vram(&self) -> &VramPool<'a> {
+    pub(crate) fn vram(&self) -> &VramPool {
         &self.vram
     }
 
@@ -54,16 +56,20 @@ impl<'a> Gpu<'a> {
 
     /// Maps the VRAM of `pdev` and adds the device to the topology.
     pub(crate) fn new(pdev: &'a pci::Device<Bound>, kind: &DeviceKind) -> Result<Self> {
-        let vram = WcBar::new(pdev, kind.vram_bar, c"msvm-vram")?;
-        vram_selftest(&vram).inspect_err(|e| {
-            dev_err!(
-                pdev.as_ref(),
-                "VRAM (BAR{}) does not hold data: {e:?}\n",
-                kind.vram_bar
-            )
-        })?;
+        let bar = WcBar::new(pdev, kind.vram_bar, c"msvm-vram")?;
+        let len = {
+            let bar = bar.access(pdev.as_ref())?;
+            vram_selftest(bar).inspect_err(|e| {
+                dev_err!(
+                    pdev.as_ref(),
+                    "VRAM (BAR{}) does not hold data: {e:?}\n",
+                    kind.vram_bar
+                )
+            })?;
+            bar.len()
+        };
         let pci = PciAddr::of(pdev);
-        let node = GpuNode::new(ARef::from(&**pdev), pci, vram.len() as u64);
+        let node = GpuNode::new(ARef::from(&**pdev), pci, len as u64);
         let member = registry::join(node, |provider, client| {
             mmpci::p2pdma_distance(&provider.pdev, &client.pdev)
         })
@@ -99,24 +105,17 @@ impl<'a> Gpu<'a> {
             pdev.as_ref(),
             "gpu{index}: {} at {pci}, {} MiB VRAM (BAR{}, write-combined), {} MiB chunks, owner group {group}\n",
             kind.name,
-            vram.len() >> 20,
+            len >> 20,
             kind.vram_bar,
             chunk_size() >> 20
         );
-        let vram = VramPool::new(
-            vram,
-            chunk_size(),
-            group,
-            index,
-            &crate::migrate::Migrations,
-        )?;
-        // SAFETY: the pool lives in `self.vram` until `drop` below, which
-        // unpublishes it and waits for its users first.
-        unsafe { registry::publish(index, &vram) };
+        let vram = VramPool::new(bar, chunk_size(), group, index, &crate::migrate::Migrations)?;
+        let publication = registry::publish(index, &vram).inspect_err(|_| vram.shutdown())?;
         Ok(Self {
             index,
             pdev,
             vram,
+            publication: Some(publication),
             _member: member,
         })
     }
@@ -126,23 +125,16 @@ impl Drop for Gpu<'_> {
     fn drop(&mut self) {
         // No new users from other devices; then wait for the current ones
         // (their work is bounded: a prefetch or a job) before the pool's
-        // own teardown sends every page home.
-        registry::unpublish(self.index);
-        let mut waited = 0u32;
-        while self.vram.users.load(Acquire) != 0 {
-            if waited % 1000 == 999 {
-                pr_warn!("msvm: gpu{}: still in use by peers\n", self.index);
-            }
-            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(1));
-            waited += 1;
-        }
+        // shutdown sends every page home.
+        drop(self.publication.take());
+        self.vram.shutdown();
     }
 }
 
 /// Checks that the BAR really is memory: a pattern written at both ends of it
 /// through the write-combined mapping reads back unchanged. Run at probe,
 /// before anything lives in the VRAM.
-fn vram_selftest(vram: &WcBar<'_>) -> Result {
+fn vram_selftest(vram: &WcBar) -> Result {
     const LEN: usize = 256;
     let mut pattern = [0u8; LEN];
     let mut back = [0u8; LEN];

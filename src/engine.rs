@@ -101,7 +101,7 @@ enum DevAddr {
 /// A P2P mapping of a peer page, with what the decoder needs to reach it.
 struct PeerPage<'a> {
     map: PeerMap<'a>,
-    pool: &'a VramPool<'static>,
+    pool: &'a VramPool,
     offset: usize,
 }
 
@@ -137,15 +137,15 @@ fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
 }
 
 /// The executor of one device.
-pub(crate) struct Engine<'a, 'p> {
-    pool: &'p VramPool<'a>,
+pub(crate) struct Engine<'p> {
+    pool: &'p VramPool,
     dev: &'p kernel::device::Device<kernel::device::Bound>,
     buf: KBox<[u8; PAGE_SIZE]>,
 }
 
-impl<'a, 'p> Engine<'a, 'p> {
+impl<'p> Engine<'p> {
     pub(crate) fn new(
-        pool: &'p VramPool<'a>,
+        pool: &'p VramPool,
         dev: &'p kernel::device::Device<kernel::device::Bound>,
     ) -> Result<Self> {
         Ok(Self {
@@ -302,7 +302,7 @@ impl<'a, 'p> Engine<'a, 'p> {
                 // because the peer shares our owner group, i.e. we reach it
                 // over P2P.
                 Some((pool, off)) => {
-                    let map = PeerMap::map(self.dev, pool.bar().phys(off)).ok_or(ENOMEM)?;
+                    let map = PeerMap::map(self.dev, pool.bar()?.phys(off)).ok_or(ENOMEM)?;
                     let a = map.addr();
                     pt.p2p
                         .push_within_capacity(PeerPage {
@@ -379,17 +379,11 @@ impl<'a, 'p> Engine<'a, 'p> {
 
 /// The address decoder: reads `buf.len()` bytes at `off` of the page at
 /// device address `a`.
-fn dev_read(
-    pool: &VramPool<'_>,
-    pt: &PageTable<'_>,
-    a: DevAddr,
-    off: usize,
-    buf: &mut [u8],
-) -> Result {
+fn dev_read(pool: &VramPool, pt: &PageTable<'_>, a: DevAddr, off: usize, buf: &mut [u8]) -> Result {
     let s = &pool.stats;
     match a {
         DevAddr::Vram(base) => {
-            pool.bar().read(base + off, buf)?;
+            pool.bar()?.read(base + off, buf)?;
             s.engine_vram_read.add(buf.len() as u64, Relaxed);
         }
         DevAddr::Dma(d) => {
@@ -398,7 +392,7 @@ fn dev_read(
         }
         DevAddr::Peer(d) => {
             let (peer, base) = decode_peer(pt, d)?;
-            peer.bar().read(base + off, buf)?;
+            peer.bar()?.read(base + off, buf)?;
             s.count_p2p(peer.index(), buf.len(), 0);
         }
     }
@@ -406,17 +400,11 @@ fn dev_read(
 }
 
 /// The address decoder, for writes.
-fn dev_write(
-    pool: &VramPool<'_>,
-    pt: &PageTable<'_>,
-    a: DevAddr,
-    off: usize,
-    buf: &[u8],
-) -> Result {
+fn dev_write(pool: &VramPool, pt: &PageTable<'_>, a: DevAddr, off: usize, buf: &[u8]) -> Result {
     let s = &pool.stats;
     match a {
         DevAddr::Vram(base) => {
-            pool.bar().write(base + off, buf)?;
+            pool.bar()?.write(base + off, buf)?;
             s.engine_vram_written.add(buf.len() as u64, Relaxed);
         }
         DevAddr::Dma(d) => {
@@ -425,7 +413,7 @@ fn dev_write(
         }
         DevAddr::Peer(d) => {
             let (peer, base) = decode_peer(pt, d)?;
-            peer.bar().write(base + off, buf)?;
+            peer.bar()?.write(base + off, buf)?;
             s.count_p2p(peer.index(), 0, buf.len());
         }
     }
@@ -434,7 +422,7 @@ fn dev_write(
 
 /// Adds `v` to each `u64` of `[off, off + len)` of the page at `a`.
 fn dev_add(
-    pool: &VramPool<'_>,
+    pool: &VramPool,
     pt: &PageTable<'_>,
     a: DevAddr,
     off: usize,
@@ -467,19 +455,19 @@ fn dev_add(
 
 /// Read-modify-write of VRAM words through `owner`'s BAR, serialised by the
 /// owning device's mutex (the engines of all devices take it).
-fn vram_add(owner: &VramPool<'_>, at: usize, len: usize, v: u64) -> Result {
+fn vram_add(owner: &VramPool, at: usize, len: usize, v: u64) -> Result {
     let _g = owner.atomics.lock();
     for w in (at..at + len).step_by(8) {
         let mut x = [0u8; 8];
-        owner.bar().read(w, &mut x)?;
+        owner.bar()?.read(w, &mut x)?;
         let y = u64::from_ne_bytes(x).wrapping_add(v);
-        owner.bar().write(w, &y.to_ne_bytes())?;
+        owner.bar()?.write(w, &y.to_ne_bytes())?;
     }
     Ok(())
 }
 
 /// The peer pool and BAR offset the job mapped at bus address `d`.
-fn decode_peer<'a>(pt: &'a PageTable<'_>, d: u64) -> Result<(&'a VramPool<'static>, usize)> {
+fn decode_peer<'a>(pt: &'a PageTable<'_>, d: u64) -> Result<(&'a VramPool, usize)> {
     let i = pt
         .p2p
         .binary_search_by_key(&d, |m| m.map.addr())

@@ -4,6 +4,10 @@
 //! P2P distances, their owner groups) and the counted handles through
 //! which one device uses another's memory ([`PoolRef`]).
 //!
+//! A device publishes its pool once it has one ([`publish`]) and withdraws
+//! it before it shuts the pool down (dropping its [`Publication`]), waiting
+//! for the peers that use it.
+//!
 //! # Lock order
 //!
 //! [`TOPOLOGY`] is a leaf lock: nothing else is locked while it is held.
@@ -18,7 +22,8 @@ use kernel::{
     prelude::*,
     sync::{
         aref::ARef,
-        atomic::{Relaxed, Release},
+        atomic::{Atomic, Full, Relaxed},
+        Arc, Completion,
     },
 };
 
@@ -110,7 +115,7 @@ pub(crate) struct GpuNode {
     pub(crate) vram_size: u64,
     /// The device's memory while it takes new users: set once the pool
     /// exists, cleared when the device starts going away.
-    pool: Option<PoolPtr>,
+    pool: Option<Arc<Published>>,
 }
 
 impl GpuNode {
@@ -126,26 +131,37 @@ impl GpuNode {
     }
 }
 
-/// The address of a device's pool, as the topology keeps it.
-#[derive(Clone, Copy)]
-struct PoolPtr(*const VramPool<'static>);
+/// A device's pool as the registry publishes it, with the count of the
+/// other devices working on it now ([`PoolRef`]): the device waits for them
+/// (dropping its [`Publication`]) before it shuts its pool down.
+#[pin_data]
+struct Published {
+    pool: Arc<VramPool>,
+    /// The users, plus [`CLOSING`] once it is withdrawn: then the last
+    /// user to leave completes `idle`.
+    users: Atomic<u64>,
+    #[pin]
+    idle: Completion,
+}
 
-// SAFETY: the pool is `Sync`; the pointer is only dereferenced under the
-// rules of `PoolRef`.
-unsafe impl Send for PoolPtr {}
+/// The bit of [`Published::users`] that says the pool is withdrawn.
+const CLOSING: u64 = 1 << 63;
+
+impl Published {
+    fn leave(&self) {
+        // One word with the withdrawal's mark: either the last user sees
+        // it and completes, or the withdrawal sees no user.
+        if self.users.fetch_sub(1, Full) == CLOSING + 1 {
+            self.idle.complete_all();
+        }
+    }
+}
 
 /// A counted use of a device's memory, taken by index through the
 /// topology: how one device works on another's memory pool (a prefetch to
-/// a peer, a job whose preferred location is a peer).
-///
-/// # Invariants
-///
-/// `pool` is alive and its `users` count includes this reference: the
-/// device's teardown (`crate::device::Gpu`'s `drop`) first unpublishes the pool, then
-/// waits for the count to reach zero before the pool goes.
-pub(crate) struct PoolRef {
-    pool: *const VramPool<'static>,
-}
+/// a peer, a job whose preferred location is a peer). The device waits for
+/// its users to let go before it shuts its pool down.
+pub(crate) struct PoolRef(Arc<Published>);
 
 impl PoolRef {
     /// The memory of device `index` for device `of`, which must share its
@@ -165,29 +181,47 @@ impl PoolRef {
     /// `ENOENT` if no device has that index, `ENODEV` if it is going away.
     pub(crate) fn get_locked(topo: &Devices, index: usize) -> Result<Self> {
         let node = topo.get(index).ok_or(ENOENT)?;
-        let ptr = node.pool.ok_or(ENODEV)?.0;
-        // SAFETY: a published pool is alive: `Gpu::drop` unpublishes it
-        // under the topology lock, which the caller holds, before waiting
-        // for users.
-        unsafe { &*ptr }.users.add(1, Relaxed);
-        Ok(Self { pool: ptr })
+        let published = node.pool.as_ref().ok_or(ENODEV)?;
+        // Under the topology lock, as a withdrawal unpublishes: counted
+        // before the device can wait for its users.
+        published.users.add(1, Relaxed);
+        Ok(Self(published.clone()))
     }
 }
 
 impl Deref for PoolRef {
-    type Target = VramPool<'static>;
+    type Target = VramPool;
 
     fn deref(&self) -> &Self::Target {
-        // SAFETY: alive while counted (type invariant).
-        unsafe { &*self.pool }
+        &self.0.pool
     }
 }
 
 impl Drop for PoolRef {
     fn drop(&mut self) {
-        // Release: everything this user did to the pool happens before the
-        // teardown sees the count drop.
-        self.users.fetch_sub(1, Release);
+        self.0.leave();
+    }
+}
+
+/// A device's pool published for other devices ([`publish`]): withdrawn
+/// when dropped.
+pub(crate) struct Publication {
+    index: usize,
+    published: Arc<Published>,
+}
+
+impl Drop for Publication {
+    /// Takes the pool away from new users ([`PoolRef::get_locked`] fails
+    /// with `ENODEV` from now on) and waits until the current ones let go
+    /// (their work is bounded: a prefetch or a job).
+    fn drop(&mut self) {
+        if let Some(node) = TOPOLOGY.lock().get_mut(self.index) {
+            node.pool = None;
+        }
+        let p = &self.published;
+        if p.users.fetch_add(CLOSING, Full) != 0 {
+            p.idle.wait_for_completion();
+        }
     }
 }
 
@@ -219,26 +253,20 @@ impl Drop for Membership {
     }
 }
 
-/// Makes `pool` the memory of device `index` for other devices
-/// ([`PoolRef`]).
-///
-/// # Safety
-///
-/// `index` is the caller's own membership; `pool` must stay alive, at this
-/// address, until a later [`unpublish`] of `index` has returned and, after
-/// it, the pool's `users` count has come down to zero.
-pub(crate) unsafe fn publish(index: usize, pool: &VramPool<'_>) {
+/// Makes `pool` the memory of device `index` (the caller's own membership)
+/// for other devices ([`PoolRef`]), until the returned publication is
+/// withdrawn.
+pub(crate) fn publish(index: usize, pool: &Arc<VramPool>) -> Result<Publication> {
+    let published = Arc::pin_init(
+        pin_init!(Published {
+            pool: pool.clone(),
+            users: Atomic::new(0),
+            idle <- Completion::new(),
+        }),
+        GFP_KERNEL,
+    )?;
     if let Some(node) = TOPOLOGY.lock().get_mut(index) {
-        let ptr = core::ptr::from_ref(pool).cast::<VramPool<'static>>();
-        node.pool = Some(PoolPtr(ptr));
+        node.pool = Some(published.clone());
     }
-}
-
-/// Takes device `index`'s memory away from new users ([`PoolRef::get_locked`]
-/// fails with `ENODEV` from now on); the current ones keep it until they
-/// let go.
-pub(crate) fn unpublish(index: usize) {
-    if let Some(node) = TOPOLOGY.lock().get_mut(index) {
-        node.pool = None;
-    }
+    Ok(Publication { index, published })
 }

@@ -36,7 +36,7 @@ const FAULT_WINDOW: usize = 64 * 1024;
 /// that may not let go of its lock (no `FAULT_FLAG_ALLOW_RETRY`: some
 /// kernel callers of `hmm_range_fault` or GUP) gets `SIGBUS` on such a
 /// folio.
-pub(super) fn fault_to_ram(pool: &VramPool<'_>, fault: Fault<'_>) -> Result<(), FaultError> {
+pub(super) fn fault_to_ram(pool: &VramPool, fault: Fault<'_>) -> Result<(), FaultError> {
     if fault.is_pmd() {
         return pmd_fault_to_ram(pool, fault);
     }
@@ -47,7 +47,7 @@ pub(super) fn fault_to_ram(pool: &VramPool<'_>, fault: Fault<'_>) -> Result<(), 
 }
 
 /// [`fault_to_ram`] of a PMD fault.
-fn pmd_fault_to_ram(pool: &VramPool<'_>, fault: Fault<'_>) -> Result<(), FaultError> {
+fn pmd_fault_to_ram(pool: &VramPool, fault: Fault<'_>) -> Result<(), FaultError> {
     let address = fault.address();
     // The core maps a large folio whole only where its 2 MiB block lies
     // inside the VMA.
@@ -72,7 +72,7 @@ fn pmd_fault_to_ram(pool: &VramPool<'_>, fault: Fault<'_>) -> Result<(), FaultEr
 /// The work of [`pmd_fault_to_ram`] under `excl`: brings the 2 MiB folio at
 /// `large_start` home whole, or splits it.
 fn pmd_fault_exclusive(
-    pool: &VramPool<'_>,
+    pool: &VramPool,
     excl: &FaultRelock<'_>,
     address: usize,
     large_start: usize,
@@ -114,7 +114,7 @@ fn pmd_fault_exclusive(
 /// comes home whole in a 2 MiB folio if one is free (else nothing moves).
 /// Returns whether the faulting page came home.
 fn fault_range(
-    pool: &VramPool<'_>,
+    pool: &VramPool,
     vma: &VmaRef,
     fault_page: FaultPage<'_>,
     address: usize,
@@ -157,7 +157,7 @@ fn fault_range(
         };
         if let Some(dst) = large_dst {
             pool.bar()
-                .copy_to_folio(offset, dst.page(), nr)
+                .and_then(|bar| bar.copy_to_folio(offset, dst.page(), nr))
                 .map_err(|_| FaultError::Sigbus)?;
             mig.set_dst(at, dst, src.write())
                 .map_err(|_| FaultError::Sigbus)?;
@@ -176,7 +176,7 @@ fn fault_range(
             continue;
         };
         pool.bar()
-            .copy_to_page(offset, dst.page())
+            .and_then(|bar| bar.copy_to_page(offset, dst.page()))
             .map_err(|_| FaultError::Sigbus)?;
         mig.set_dst(at, dst, src.write())
             .map_err(|_| FaultError::Sigbus)?;

@@ -51,26 +51,21 @@ pub(super) fn large_step(vma: &VmaRef, start: usize, end: usize) -> bool {
 /// owner group. The core collects file and shmem pages too, then refuses
 /// to move them to device-private memory after the copy; secretmem pages
 /// must not even be read.
-fn movable(pool: &VramPool<'_>, page: PageRef<'_>) -> bool {
+fn movable(pool: &VramPool, page: PageRef<'_>) -> bool {
     page.is_anon() || pool.locate(page).is_some()
 }
 
 /// Copies the `nr` pages of the source folio from `src` (a system folio,
 /// a peer's device folio, or nothing: a hole) to BAR offset `offset` of
 /// `pool`. Returns whether they came from a peer's VRAM (over P2P).
-fn copy_in(
-    pool: &VramPool<'_>,
-    src: Option<PageRef<'_>>,
-    nr: usize,
-    offset: usize,
-) -> Result<bool> {
+fn copy_in(pool: &VramPool, src: Option<PageRef<'_>>, nr: usize, offset: usize) -> Result<bool> {
     let mut peer = false;
     let mut stage = None;
     for k in 0..nr {
         let off = offset + k * PAGE_SIZE;
         let Some(spage) = src else {
             // An untouched (or zero-page) address.
-            pool.bar().clear_page(off)?;
+            pool.bar()?.clear_page(off)?;
             continue;
         };
         let spage = spage.nth(k).ok_or(EINVAL)?;
@@ -82,11 +77,11 @@ fn copy_in(
                     stage = Some(KBox::new([0u8; PAGE_SIZE], GFP_KERNEL)?);
                 }
                 if let Some(buf) = stage.as_mut() {
-                    pool.bar().copy_from_bar(off, p.bar(), poff, buf)?;
+                    pool.bar()?.copy_from_bar(off, &*p.bar()?, poff, buf)?;
                 }
                 peer = true;
             }
-            None => pool.bar().copy_from_page(off, spage)?,
+            None => pool.bar()?.copy_from_page(off, spage)?,
         }
     }
     Ok(peer)
@@ -99,14 +94,14 @@ fn copy_in(
 /// splits the folio when it collects it).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn step(
-    pool: &VramPool<'_>,
+    pool: &VramPool,
     vma: &VmaRef,
     start: usize,
     end: usize,
     large: Option<&ExclusiveVma<'_>>,
     grow: bool,
     fill: impl Fn(
-        &VramPool<'_>,
+        &VramPool,
         &VmaRef,
         usize,
         usize,
@@ -127,7 +122,7 @@ pub(super) fn step(
 /// moves into a whole free 2 MiB block; if there is none, nothing moves and
 /// this returns `None`.
 pub(super) fn fill_to_device(
-    pool: &VramPool<'_>,
+    pool: &VramPool,
     vma: &VmaRef,
     start: usize,
     end: usize,
@@ -218,7 +213,7 @@ pub(super) fn fill_to_device(
 /// moves into a 2 MiB system folio; if none can be had, nothing moves and
 /// this returns `None`.
 pub(super) fn fill_to_system(
-    pool: &VramPool<'_>,
+    pool: &VramPool,
     vma: &VmaRef,
     start: usize,
     end: usize,
@@ -265,7 +260,7 @@ pub(super) fn fill_to_system(
             };
             d
         };
-        owner.bar().copy_to_folio(offset, dst.page(), nr)?;
+        owner.bar()?.copy_to_folio(offset, dst.page(), nr)?;
         mig.set_dst(at, dst, src.write())?;
         filled[at] = nr as u16;
     }

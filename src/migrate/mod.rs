@@ -109,7 +109,7 @@ pub(crate) enum Direction {
 /// to `pool`'s VRAM or back to system RAM, one step at a time, until done or
 /// `cancel` says stop.
 pub(crate) fn migrate_range(
-    pool: &VramPool<'_>,
+    pool: &VramPool,
     mm: &MmWithUser,
     start: usize,
     len: usize,
@@ -128,13 +128,13 @@ pub(crate) fn migrate_range(
 pub(crate) struct Migrations;
 
 impl PoolOps for Migrations {
-    fn fault_to_ram(&self, pool: &VramPool<'_>, fault: Fault<'_>) -> Result<(), FaultError> {
+    fn fault_to_ram(&self, pool: &VramPool, fault: Fault<'_>) -> Result<(), FaultError> {
         fault_to_ram(pool, fault)
     }
 
     fn evict_range(
         &self,
-        pool: &VramPool<'_>,
+        pool: &VramPool,
         mm: &MmWithUser,
         start: usize,
         len: usize,
@@ -149,7 +149,7 @@ impl PoolOps for Migrations {
 /// device going away takes back even what `PROT_NONE` hides), stopping at
 /// the first hole.
 fn evict_range(
-    pool: &VramPool<'_>,
+    pool: &VramPool,
     mm: &MmWithUser,
     start: usize,
     len: usize,
@@ -161,7 +161,7 @@ fn evict_range(
 
 /// The steps of [`migrate_range`].
 fn steps(
-    pool: &VramPool<'_>,
+    pool: &VramPool,
     mm: &MmWithUser,
     start: usize,
     end: usize,
@@ -195,7 +195,7 @@ fn steps(
 /// more, over the same range, if the pool has room now (grown, or freed
 /// meanwhile).
 fn device_step(
-    pool: &VramPool<'_>,
+    pool: &VramPool,
     mm: &MmWithUser,
     addr: usize,
     end: usize,
@@ -225,7 +225,7 @@ fn device_step(
 /// `None` (nothing moved) if `may_grow` and a whole 2 MiB folio found no
 /// free block in a pool that can grow one.
 fn locked_step(
-    pool: &VramPool<'_>,
+    pool: &VramPool,
     mm: &MmWithUser,
     addr: usize,
     end: usize,
@@ -253,7 +253,7 @@ fn locked_step(
 /// folios whole. Returns what it did (`None`: see [`locked_step`]) and
 /// where it ended.
 fn one_step(
-    pool: &VramPool<'_>,
+    pool: &VramPool,
     vma: &VmaRef,
     addr: usize,
     end: usize,

@@ -38,7 +38,7 @@ impl Target {
     /// do: `ENOENT` if no device has the index (or it is going away),
     /// `ENOLINK` if `here` does not work on its memory in place (another
     /// owner group).
-    pub(crate) fn resolve(here: &VramPool<'_>, loc: Location) -> Result<Self> {
+    pub(crate) fn resolve(here: &VramPool, loc: Location) -> Result<Self> {
         match loc {
             Location::Default => Ok(Self::Here),
             Location::System => Ok(Self::System),
@@ -52,22 +52,22 @@ impl Target {
 
     /// Resolves `loc` for a job: a preferred peer that went away or is out
     /// of reach now means system RAM.
-    fn for_job(here: &VramPool<'_>, loc: Location) -> Self {
+    fn for_job(here: &VramPool, loc: Location) -> Self {
         Self::resolve(here, loc).unwrap_or(Self::System)
     }
 }
 
 /// A device's memory held for a migration into it: the asking device's own
 /// (alive for its ioctl), or a peer's, counted.
-enum Held<'p, 'a> {
-    Here(&'p VramPool<'a>),
+enum Held<'p> {
+    Here(&'p VramPool),
     Peer(PoolRef),
 }
 
-impl<'a> core::ops::Deref for Held<'_, 'a> {
-    type Target = VramPool<'a>;
+impl core::ops::Deref for Held<'_> {
+    type Target = VramPool;
 
-    fn deref(&self) -> &VramPool<'a> {
+    fn deref(&self) -> &VramPool {
         match self {
             Held::Here(p) => p,
             Held::Peer(r) => r,
@@ -85,7 +85,7 @@ impl<'a> core::ops::Deref for Held<'_, 'a> {
 /// A peer's memory is held only while pages move into it, never while
 /// pages are faulted (a fault may wait on user space: userfaultfd).
 pub(crate) fn prefetch(
-    here: &VramPool<'_>,
+    here: &VramPool,
     mm: &MmWithUser,
     mirror: &Mirror,
     target: &Target,
@@ -107,8 +107,8 @@ pub(crate) fn prefetch(
     }
 }
 
-fn to_device<'p, 'a: 'p>(
-    hold: impl Fn() -> Result<Held<'p, 'a>>,
+fn to_device<'p>(
+    hold: impl Fn() -> Result<Held<'p>>,
     mm: &MmWithUser,
     mirror: &Mirror,
     start: usize,
@@ -222,7 +222,7 @@ pub(crate) fn home(
 /// job's ranges whose access policy is "migrate" to its preferred location
 /// (unless the job asked to run in place). Returns the pages moved.
 pub(crate) fn place(
-    here: &VramPool<'_>,
+    here: &VramPool,
     mm: &MmWithUser,
     mirror: &Mirror,
     pieces: &[Span],

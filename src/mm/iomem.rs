@@ -10,7 +10,13 @@
 use core::ffi::c_void;
 use core::ptr::NonNull;
 
-use kernel::{device::Bound, pci, prelude::*};
+use kernel::{
+    device::{self, Bound},
+    devres::Devres,
+    pci,
+    prelude::*,
+    sync::aref::ARef,
+};
 
 use super::bindings as b;
 use super::dma::DmaPage;
@@ -18,16 +24,20 @@ use super::page::{PageRef, PAGE_SIZE};
 use super::pci::raw_pci_dev;
 
 /// A BAR of a bound PCI device, requested for exclusive use and mapped
-/// write-combined.
+/// write-combined. It only ever exists inside a [`Devres`] ([`WcBar::new`]):
+/// it is reached through that while the device is bound, and dropped, its
+/// region released, when the device is unbound (or the `Devres` goes first).
 ///
 /// # Invariants
 ///
 /// - `base` is the `pci_iomap_wc()` mapping of all `len` bytes of BAR `bar`
 ///   of `pdev`, and the region is requested by us (`pci_request_region`);
-///   both are released on drop, which happens before `pdev` is unbound (the
-///   mapping lives in the driver's bound data, `'a`).
-pub(crate) struct WcBar<'a> {
-    pdev: &'a pci::Device<Bound>,
+///   both are released on drop;
+/// - `pdev` is bound to its driver whenever a `WcBar` can be reached: it
+///   lives in a `Devres` of `pdev`, revoked (and the `WcBar` dropped) before
+///   `pdev` is unbound.
+pub(crate) struct WcBar {
+    pdev: ARef<pci::Device>,
     bar: i32,
     /// CPU physical address of the BAR (the resource start).
     phys: u64,
@@ -38,13 +48,18 @@ pub(crate) struct WcBar<'a> {
 // SAFETY: the mapping is plain MMIO: any thread may access it, and all
 // accesses go through `memcpy_{to,from}io` on disjoint or racy-but-defined
 // device memory (no Rust references into it are ever created).
-unsafe impl Send for WcBar<'_> {}
+unsafe impl Send for WcBar {}
 // SAFETY: see `Send`; `&WcBar` only offers copies in and out.
-unsafe impl Sync for WcBar<'_> {}
+unsafe impl Sync for WcBar {}
 
-impl<'a> WcBar<'a> {
-    /// Requests BAR `bar` of `pdev` under `name` and maps it write-combined.
-    pub(crate) fn new(pdev: &'a pci::Device<Bound>, bar: u32, name: &'static CStr) -> Result<Self> {
+impl WcBar {
+    /// Requests BAR `bar` of `pdev` under `name` and maps it write-combined,
+    /// for as long as `pdev` is bound (or the returned `Devres` lives).
+    pub(crate) fn new(
+        pdev: &pci::Device<Bound>,
+        bar: u32,
+        name: &'static CStr,
+    ) -> Result<Devres<Self>> {
         let len = usize::try_from(pdev.resource_len(bar)?)?;
         let phys = pdev.resource_start(bar)?;
         if len == 0 {
@@ -63,14 +78,24 @@ impl<'a> WcBar<'a> {
             unsafe { b::pci_release_region(raw, bar_i) };
             return Err(ENOMEM);
         };
-        // INVARIANT: mapped and requested above, for `len` bytes.
-        Ok(Self {
-            pdev,
+        // INVARIANT: mapped and requested above, for `len` bytes; from here
+        // on the `Devres` holds it (and drops it if it cannot be made).
+        let this = Self {
+            pdev: ARef::from(&**pdev),
             bar: bar_i,
             phys,
             base,
             len,
-        })
+        };
+        Devres::new(pdev.as_ref(), this)
+    }
+
+    /// The device, bound.
+    fn bound(&self) -> &device::Device<Bound> {
+        let dev: &device::Device = self.pdev.as_ref();
+        // SAFETY: the device is bound while its `WcBar` can be reached (type
+        // invariant).
+        unsafe { dev.as_bound() }
     }
 
     /// CPU physical address of byte `offset` of the BAR: what a peer maps
@@ -84,7 +109,7 @@ impl<'a> WcBar<'a> {
     pub(crate) fn copy_from_bar(
         &self,
         offset: usize,
-        src: &WcBar<'_>,
+        src: &WcBar,
         src_off: usize,
         stage: &mut [u8; PAGE_SIZE],
     ) -> Result {
@@ -136,7 +161,7 @@ impl<'a> WcBar<'a> {
     }
 }
 
-impl WcBar<'_> {
+impl WcBar {
     /// Address of `offset` in the mapping, for a page-sized access.
     fn page_io(&self, offset: usize) -> Result<*mut c_void> {
         self.check(offset, PAGE_SIZE)?;
@@ -150,7 +175,7 @@ impl WcBar<'_> {
     /// (`ENOMEM` if the page cannot be mapped).
     pub(crate) fn copy_from_page(&self, offset: usize, page: PageRef<'_>) -> Result {
         let dst = self.page_io(offset)?;
-        let map = DmaPage::map(self.pdev.as_ref(), page).ok_or(ENOMEM)?;
+        let map = DmaPage::map(self.bound(), page).ok_or(ENOMEM)?;
         // SAFETY: `dst` is a page inside the mapping; the DMA address maps
         // `map.page()`, valid for the caller's migration.
         unsafe { b::msvm_copy_page_to_io(dst, map.page().as_ptr()) };
@@ -161,7 +186,7 @@ impl WcBar<'_> {
     /// through a DMA mapping of it (see [`Self::copy_from_page`]).
     pub(crate) fn copy_to_page(&self, offset: usize, page: PageRef<'_>) -> Result {
         let src = self.page_io(offset)?;
-        let map = DmaPage::map(self.pdev.as_ref(), page).ok_or(ENOMEM)?;
+        let map = DmaPage::map(self.bound(), page).ok_or(ENOMEM)?;
         // SAFETY: as in `copy_from_page`.
         unsafe { b::msvm_copy_io_to_page(map.page().as_ptr(), src) };
         Ok(())
@@ -186,9 +211,9 @@ impl WcBar<'_> {
     }
 }
 
-impl Drop for WcBar<'_> {
+impl Drop for WcBar {
     fn drop(&mut self) {
-        let raw = raw_pci_dev(self.pdev);
+        let raw = raw_pci_dev(&self.pdev);
         // SAFETY: by the type invariant `base` is our live mapping of BAR
         // `bar` and the region is ours; neither is used after this.
         unsafe {

@@ -3,8 +3,9 @@
 //! The kernel glue of msvm: the only place that calls C directly.
 //!
 //! The rest of the crate reaches C only through the types here and the
-//! `kernel` crate (the `unsafe` it still has, mostly `src/vram/`'s, is to
-//! move here: see `Documentation/design.rst`). The generated bindings (`bindings`) are private to
+//! `kernel` crate, and has no `unsafe` but the driver edge's calls (see
+//! "What the glue guarantees" in `Documentation/design.rst`). The generated
+//! bindings (`bindings`) are private to
 //! this module, which the compiler enforces; the uAPI structs they include
 //! are re-exported by [`abi`]. Each wrapper states the invariants it relies
 //! on; each `unsafe` block says why it holds.

@@ -32,7 +32,7 @@ impl Batch {
     }
 }
 
-impl VramPool<'_> {
+impl VramPool {
     /// Allocates up to `n` device pages, ready to be migration destinations
     /// (one reference, locked), from the chunks there are (see
     /// [`VramPool::grow`]). Takes each chunk's lock once for the whole
@@ -189,7 +189,8 @@ impl VramPool<'_> {
 
     fn new_chunk(&self, c: usize) -> Result<Arc<Pagemap<Chunk>>> {
         let npages = self.chunk_size / PAGE_SIZE;
-        let pool = core::ptr::from_ref(self).cast::<VramPool<'static>>();
+        // None after `shutdown`: no chunk then.
+        let pool = self.me.lock().clone().ok_or(ENODEV)?;
         let base = c * self.chunk_size;
         Pagemap::new(self.chunk_size, self.key, c"msvm-vram", |pfn_first| {
             // Large folios need the kernel's support, and frames (and BAR

@@ -7,7 +7,7 @@ use kernel::mm::Mm;
 use kernel::prelude::*;
 use kernel::sync::aref::ARef;
 use kernel::sync::atomic::{Atomic, Relaxed};
-use kernel::sync::Mutex;
+use kernel::sync::{Arc, Mutex};
 
 use crate::mm::fault::{Fault, FaultError};
 use crate::mm::pagemap::{Pagemap, PagemapOps};
@@ -17,11 +17,9 @@ use super::{ChunkInfo, VramPool};
 /// One chunk: the owner data of its pagemap.
 #[pin_data]
 pub(crate) struct Chunk {
-    /// The pool this chunk belongs to.
-    ///
-    /// Valid for the chunk's whole life: the pool tears its chunks down in
-    /// its own `drop`, before anything of it goes away.
-    pub(super) pool: *const VramPool<'static>,
+    /// The pool this chunk belongs to (a cycle that the pool's
+    /// [`VramPool::shutdown`] breaks: it removes every chunk).
+    pub(super) pool: Arc<VramPool>,
     /// Offset of the chunk in the BAR.
     pub(super) base: usize,
     /// The chunk hands out whole 2 MiB blocks as large folios: its pagemap
@@ -54,16 +52,9 @@ pub(super) fn no_homes(n: usize) -> Result<KVec<Option<LargeHome>>> {
     Ok(v)
 }
 
-// SAFETY: `pool` is only read, and the pool is `Sync`.
-unsafe impl Send for Chunk {}
-
-// SAFETY: see `Send`.
-unsafe impl Sync for Chunk {}
-
 impl Chunk {
-    pub(super) fn pool(&self) -> &VramPool<'static> {
-        // SAFETY: the pool outlives its chunks (field invariant).
-        unsafe { &*self.pool }
+    pub(super) fn pool(&self) -> &VramPool {
+        &self.pool
     }
 
     /// What the shrinker needs to know of the chunk whose pagemap is `map`.

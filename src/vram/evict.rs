@@ -27,7 +27,7 @@ pub(super) struct Drained {
     pub(super) stuck: usize,
 }
 
-impl VramPool<'_> {
+impl VramPool {
     /// Moves every page of chunk `map` that is in use back to system RAM.
     /// Returns how many pages are still in use afterwards (locked by a
     /// migration in flight, say, which `migrate_device_range` skips without
@@ -85,7 +85,8 @@ impl VramPool<'_> {
                     continue;
                 }
                 if let Some((dpage, off)) = batch.as_mut().and_then(Batch::take) {
-                    self.bar.copy_from_bar(off, &self.bar, from, &mut stage)?;
+                    let bar = self.bar()?;
+                    bar.copy_from_bar(off, &bar, from, &mut stage)?;
                     mig.set_dst(i, dpage, src.write())?;
                     *f = Some((true, 1));
                     continue;
@@ -97,7 +98,7 @@ impl VramPool<'_> {
                     d.stuck += 1;
                     continue;
                 };
-                self.bar.copy_to_page(from, dst.page())?;
+                self.bar()?.copy_to_page(from, dst.page())?;
                 mig.set_dst(i, dst, src.write())?;
                 *f = Some((false, 1));
             }
@@ -131,7 +132,7 @@ impl VramPool<'_> {
         let Some(dst) = crate::sysmem::large_home_evict() else {
             return Ok(false);
         };
-        self.bar.copy_to_folio(from, dst.page(), BLOCK_PAGES)?;
+        self.bar()?.copy_to_folio(from, dst.page(), BLOCK_PAGES)?;
         let write = mig.src(i).write();
         mig.set_dst(i, dst, write)?;
         Ok(true)

@@ -24,8 +24,9 @@
 //! # Lock order
 //!
 //! `mmap_lock` (held by migration steps) -> [`VramPool::chunks`] ->
-//! [`Chunk::free`]; [`VramPool::grow_lock`] and [`VramPool::shrink_lock`]
-//! (shrink passes) -> `VramPool::chunks`. `Chunk::free` is also taken alone
+//! the pagemaps' free maps; [`VramPool::grow_lock`] and
+//! [`VramPool::shrink_lock`] (shrink passes) -> `VramPool::chunks`;
+//! `VramPool::grow_lock` -> [`VramPool::me`] (a leaf). A free map is also taken alone
 //! by `folio_free`, which may run from any context that puts a page:
 //! nothing sleeps under it and it never allocates. The shrinker only ever
 //! *tries* `VramPool::chunks` (an allocation under it may enter reclaim);
@@ -40,9 +41,11 @@
 //! [`VramPool::grow`]).
 
 use kernel::{
+    devres::Devres,
     mm::MmWithUser,
     new_mutex,
     prelude::*,
+    revocable::RevocableGuard,
     sync::{
         atomic::{Atomic, Relaxed},
         Arc, Mutex,
@@ -75,14 +78,14 @@ pub(crate) use stats::Stats;
 /// up through this.
 pub(crate) trait PoolOps: Sync {
     /// `migrate_to_ram` of a device page of `pool` that the CPU touched.
-    fn fault_to_ram(&self, pool: &VramPool<'_>, fault: Fault<'_>) -> Result<(), FaultError>;
+    fn fault_to_ram(&self, pool: &VramPool, fault: Fault<'_>) -> Result<(), FaultError>;
 
     /// Brings the pages of `pool` (and of its owner group) in
     /// `[start, start + len)` of `mm` home, access unchecked (the pool's
     /// teardown, through the mm a 2 MiB folio was migrated in).
     fn evict_range(
         &self,
-        pool: &VramPool<'_>,
+        pool: &VramPool,
         mm: &MmWithUser,
         start: usize,
         len: usize,
@@ -131,10 +134,14 @@ impl Slot {
     }
 }
 
-/// The memory of one GPU.
-#[pin_data(PinnedDrop)]
-pub(crate) struct VramPool<'a> {
-    bar: WcBar<'a>,
+/// The memory of one GPU, shared by its device, the peers that work on it
+/// (`crate::registry::PoolRef`) and its chunks (each holds the pool its
+/// pagemap's callbacks need): an [`Arc`]. The device calls
+/// [`VramPool::shutdown`] before it lets go of its handle.
+#[pin_data]
+pub(crate) struct VramPool {
+    /// The BAR, while the device is bound.
+    bar: Devres<WcBar>,
     /// The `dev_private_owner` of this device's pages: its owner group's
     /// key, shared with the peers it reaches over P2P.
     key: &'static GroupKey,
@@ -160,25 +167,29 @@ pub(crate) struct VramPool<'a> {
     index: usize,
     /// The layer above, for what the pool cannot do itself.
     ops: &'static dyn PoolOps,
-    /// Other devices working on this pool now (see `crate::registry::PoolRef`).
-    pub(crate) users: Atomic<u64>,
+    /// The pool's own handle, for the chunks it creates: set by
+    /// [`VramPool::new`], taken away by [`VramPool::shutdown`] (no chunk is
+    /// created after it, and the cycle pool -> chunk -> pool is broken).
+    #[pin]
+    me: Mutex<Option<Arc<VramPool>>>,
 }
 
-impl<'a> VramPool<'a> {
+impl VramPool {
     /// A pool over `bar`, in chunks of `chunk_size` bytes (a multiple of the
     /// page size; the BAR's tail that does not fill a chunk is not used),
     /// of a device in owner group `group`.
     pub(crate) fn new(
-        bar: WcBar<'a>,
+        bar: Devres<WcBar>,
         chunk_size: usize,
         group: usize,
         index: usize,
         ops: &'static dyn PoolOps,
-    ) -> Result<Pin<KBox<Self>>> {
+    ) -> Result<Arc<Self>> {
         if chunk_size == 0 || chunk_size % PAGE_SIZE != 0 {
             return Err(EINVAL);
         }
-        let nchunks = bar.len() / chunk_size;
+        let len = bar.try_access().ok_or(ENODEV)?.len();
+        let nchunks = len / chunk_size;
         if nchunks == 0 {
             return Err(EINVAL);
         }
@@ -186,7 +197,7 @@ impl<'a> VramPool<'a> {
         for _ in 0..nchunks {
             slots.push(Slot::Absent, GFP_KERNEL)?;
         }
-        KBox::pin_init(
+        let pool = Arc::pin_init(
             try_pin_init!(Self {
                 bar,
                 key: group_key(group),
@@ -200,10 +211,12 @@ impl<'a> VramPool<'a> {
                 stats: Stats::new(),
                 index,
                 ops,
-                users: Atomic::new(0),
+                me <- new_mutex!(None),
             }? Error),
             GFP_KERNEL,
-        )
+        )?;
+        *pool.me.lock() = Some(pool.clone());
+        Ok(pool)
     }
 
     /// msvm index of the device.
@@ -216,9 +229,10 @@ impl<'a> VramPool<'a> {
         self.key.owner()
     }
 
-    /// The BAR window.
-    pub(crate) fn bar(&self) -> &WcBar<'a> {
-        &self.bar
+    /// The BAR window: `ENODEV` once the device is unbound. A read-side
+    /// critical section: nothing may sleep while it is held.
+    pub(crate) fn bar(&self) -> Result<RevocableGuard<'_, WcBar>> {
+        self.bar.try_access().ok_or(ENODEV)
     }
 
     /// Pages in use (allocated and not yet freed), in transit included.
@@ -269,7 +283,7 @@ impl<'a> VramPool<'a> {
     /// The peer's pool stays alive while the caller holds `page` (locked by
     /// a migration, or protected by the mirror lock): the pool tears down
     /// its chunks, evicting their pages first, before it goes.
-    pub(crate) fn locate<'p>(&self, page: PageRef<'p>) -> Option<(&'p VramPool<'static>, usize)> {
+    pub(crate) fn locate<'p>(&self, page: PageRef<'p>) -> Option<(&'p VramPool, usize)> {
         locate(page, self.key)
     }
 
@@ -281,11 +295,8 @@ impl<'a> VramPool<'a> {
     }
 
     /// Whether `other` is this pool.
-    pub(crate) fn is(&self, other: &VramPool<'_>) -> bool {
-        core::ptr::eq(
-            core::ptr::from_ref(self).cast::<u8>(),
-            core::ptr::from_ref(other).cast::<u8>(),
-        )
+    pub(crate) fn is(&self, other: &VramPool) -> bool {
+        core::ptr::eq(self, other)
     }
 }
 
@@ -295,15 +306,24 @@ impl<'a> VramPool<'a> {
 pub(crate) fn locate<'p>(
     page: PageRef<'p>,
     key: &'static GroupKey,
-) -> Option<(&'p VramPool<'static>, usize)> {
+) -> Option<(&'p VramPool, usize)> {
     let map = pagemap::map_of(page, key)?;
     let chunk = map.data();
     Some((chunk.pool(), chunk.base + map.index_of(page)? * PAGE_SIZE))
 }
 
-#[pinned_drop]
-impl PinnedDrop for VramPool<'_> {
-    fn drop(self: Pin<&mut Self>) {
+impl VramPool {
+    /// Sends every page of the pool home and removes every pagemap: the
+    /// device's last act with its memory, after no peer uses it any more.
+    /// No chunk is created after it.
+    pub(crate) fn shutdown(&self) {
+        // No chunk from now on: a growth under way finishes first. The
+        // cycle through the chunks goes with their pagemaps, below.
+        let me = {
+            let _grower = self.grow_lock.lock();
+            self.me.lock().take()
+        };
+        drop(me);
         // 2 MiB folios first, through the mms that map them, where a
         // migration can exclude zaps (see `home_large_folios`).
         self.home_large_folios();

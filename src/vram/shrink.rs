@@ -58,7 +58,7 @@ pub(crate) fn choose_victim(
     (room >= info.used && blocks >= need_blocks).then_some((v, info))
 }
 
-impl VramPool<'_> {
+impl VramPool {
     /// Removes the pagemap of chunk `c` if it is idle (no page in use) and
     /// in state `Live` or `Draining`; `Draining` chunks that are not idle go
     /// back to `Live`. The pagemap is removed with the table unlocked, the
