@@ -14,7 +14,7 @@ use crate::registry::{self, GpuNode, Membership, PciAddr, Publication};
 use crate::vram::VramPool;
 
 /// The kinds of device msvm drives, from the PCI id table
-/// (`driver::PCI_TABLE`).
+/// (`drm::driver::PCI_TABLE`).
 pub(crate) struct DeviceKind {
     /// The BAR that exposes the device's memory.
     pub(crate) vram_bar: u32,

@@ -10,10 +10,8 @@ use kernel::{pci, prelude::*};
 
 mod debugfs;
 mod device;
-mod driver;
+mod drm;
 mod engine;
-mod file;
-mod gem;
 mod migrate;
 mod mm;
 mod placement;
@@ -23,7 +21,6 @@ mod residency;
 mod svm;
 mod sysmem;
 mod topology;
-mod uapi;
 mod vram;
 
 module! {
@@ -43,7 +40,7 @@ module! {
 #[pin_data]
 struct MsvmModule {
     #[pin]
-    _driver: kernel::driver::Registration<pci::Adapter<driver::MsvmDriver>>,
+    _driver: kernel::driver::Registration<pci::Adapter<drm::driver::MsvmDriver>>,
     #[pin]
     _debugfs: debugfs::Debugfs,
     /// Dropped after the driver, whose devices it shrinks.

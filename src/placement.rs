@@ -12,7 +12,7 @@
 //! # Lock order
 //!
 //! The attributes are part of the VM, under the file's VM lock
-//! ([`crate::file::File::vm`]); nothing else is locked for them.
+//! ([`crate::drm::file::File::vm`]); nothing else is locked for them.
 
 use kernel::prelude::*;
 

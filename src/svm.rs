@@ -5,8 +5,8 @@
 //!
 //! # Lock order
 //!
-//! [`crate::file::File::vm`] is taken first; the mm's locks nest inside it
-//! (see `src/file.rs`).
+//! [`crate::drm::file::File::vm`] is taken first; the mm's locks nest
+//! inside it (see `src/drm/file.rs`).
 
 use kernel::{mm::Mm, mm::MmWithUser, prelude::*, sync::aref::ARef};
 

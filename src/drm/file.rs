@@ -11,7 +11,7 @@
 
 use kernel::{drm, new_mutex, prelude::*, sync::Mutex};
 
-use crate::driver::{MsvmDevice, MsvmDriver};
+use super::driver::{MsvmDevice, MsvmDriver};
 use crate::svm::Vm;
 
 /// Per-open-file state.

@@ -11,8 +11,6 @@ use kernel::{
 };
 
 use crate::device::{DeviceKind, Gpu};
-use crate::file::File;
-use crate::gem::MsvmObject;
 use crate::mm::abi::{
     drm_msvm_exec, drm_msvm_migrate, drm_msvm_prefetch, drm_msvm_query, drm_msvm_residency,
     drm_msvm_set_attr, drm_msvm_stats, drm_msvm_vm_create, drm_msvm_vm_destroy, DRM_MSVM_EXEC,
@@ -20,7 +18,9 @@ use crate::mm::abi::{
     DRM_MSVM_STATS, DRM_MSVM_VM_CREATE, DRM_MSVM_VM_DESTROY,
 };
 use crate::mm::drm_ioctl::declare_msvm_ioctls;
-use crate::uapi;
+
+use super::file::File;
+use super::gem::MsvmObject;
 
 /// The msvm driver type (PCI and DRM).
 pub(crate) struct MsvmDriver;
@@ -94,14 +94,14 @@ impl drm::Driver for MsvmDriver {
     const FEAT_RENDER: bool = true;
 
     declare_msvm_ioctls! { MsvmDriver;
-        (MSVM_QUERY, DRM_MSVM_QUERY, drm_msvm_query, ioctl::RENDER_ALLOW, uapi::query),
-        (MSVM_VM_CREATE, DRM_MSVM_VM_CREATE, drm_msvm_vm_create, ioctl::RENDER_ALLOW, uapi::vm_create),
-        (MSVM_VM_DESTROY, DRM_MSVM_VM_DESTROY, drm_msvm_vm_destroy, ioctl::RENDER_ALLOW, uapi::vm_destroy),
-        (MSVM_MIGRATE, DRM_MSVM_MIGRATE, drm_msvm_migrate, ioctl::RENDER_ALLOW, uapi::migrate),
-        (MSVM_STATS, DRM_MSVM_STATS, drm_msvm_stats, ioctl::RENDER_ALLOW, uapi::stats),
-        (MSVM_EXEC, DRM_MSVM_EXEC, drm_msvm_exec, ioctl::RENDER_ALLOW, uapi::exec),
-        (MSVM_SET_ATTR, DRM_MSVM_SET_ATTR, drm_msvm_set_attr, ioctl::RENDER_ALLOW, uapi::set_attr),
-        (MSVM_PREFETCH, DRM_MSVM_PREFETCH, drm_msvm_prefetch, ioctl::RENDER_ALLOW, uapi::prefetch),
-        (MSVM_RESIDENCY, DRM_MSVM_RESIDENCY, drm_msvm_residency, ioctl::RENDER_ALLOW, uapi::residency),
+        (MSVM_QUERY, DRM_MSVM_QUERY, drm_msvm_query, ioctl::RENDER_ALLOW, File::query),
+        (MSVM_VM_CREATE, DRM_MSVM_VM_CREATE, drm_msvm_vm_create, ioctl::RENDER_ALLOW, File::vm_create),
+        (MSVM_VM_DESTROY, DRM_MSVM_VM_DESTROY, drm_msvm_vm_destroy, ioctl::RENDER_ALLOW, File::vm_destroy),
+        (MSVM_MIGRATE, DRM_MSVM_MIGRATE, drm_msvm_migrate, ioctl::RENDER_ALLOW, File::migrate),
+        (MSVM_STATS, DRM_MSVM_STATS, drm_msvm_stats, ioctl::RENDER_ALLOW, File::stats),
+        (MSVM_EXEC, DRM_MSVM_EXEC, drm_msvm_exec, ioctl::RENDER_ALLOW, File::exec),
+        (MSVM_SET_ATTR, DRM_MSVM_SET_ATTR, drm_msvm_set_attr, ioctl::RENDER_ALLOW, File::set_attr),
+        (MSVM_PREFETCH, DRM_MSVM_PREFETCH, drm_msvm_prefetch, ioctl::RENDER_ALLOW, File::prefetch),
+        (MSVM_RESIDENCY, DRM_MSVM_RESIDENCY, drm_msvm_residency, ioctl::RENDER_ALLOW, File::residency),
     }
 }

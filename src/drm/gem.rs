@@ -5,7 +5,7 @@
 
 use kernel::{drm::gem, prelude::*};
 
-use crate::driver::{MsvmDevice, MsvmDriver};
+use super::driver::{MsvmDevice, MsvmDriver};
 
 /// The (empty) driver part of an msvm GEM object.
 #[pin_data]

@@ -1,0 +1,344 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The ioctl handlers, methods of [`File`] (the table that names them is in
+//! `driver.rs`): argument decoding and validation, errno mapping.
+//!
+//! Every handler first turns the raw uAPI struct into a checked request (pure
+//! code, tested by KUnit in `decode.rs`), then acts on it. Errors, as documented in
+//! `include/uapi/drm/msvm_drm.h` and `Documentation/uapi.rst`:
+//!
+//! - `EINVAL`: non-zero flags, padding or reserved fields; a device index
+//!   beyond `MSVM_MAX_DEVICES`; a peer element size other than ours;
+//! - `ENOENT`: no device has the index asked for;
+//! - `EFAULT`: the peer array is not writable.
+//!
+//! The errors of the VM and MIGRATE ioctls are listed with their structs in
+//! the header.
+
+use kernel::{
+    drm,
+    prelude::*,
+    sync::atomic::Relaxed,
+    uaccess::{UserPtr, UserSlice},
+};
+
+use crate::device::Gpu;
+use crate::engine::{Engine, Op};
+use crate::migrate::{place, prefetch as move_to, Direction, Outcome, Target};
+use crate::mm::abi::{
+    drm_msvm_exec, drm_msvm_migrate, drm_msvm_prefetch, drm_msvm_query, drm_msvm_residency,
+    drm_msvm_set_attr, drm_msvm_stats, drm_msvm_vm_create, drm_msvm_vm_destroy,
+    MSVM_ACCESS_IN_PLACE, MSVM_ACCESS_MIGRATE, MSVM_ATTR_MIXED, MSVM_UAPI_VERSION,
+};
+use crate::mm::{
+    cancel::{lock_killable, Cancel},
+    pagemap::PAGE_SIZE,
+};
+use crate::placement::{Access, Location, Placement, MAX_RANGES};
+use crate::registry;
+use crate::svm::Vm;
+use crate::topology::MAX_DEVICES;
+
+use super::decode::{
+    all_zero, decode_exec, decode_location, encode_location, encode_peer, page_range, AttrRequest,
+    MigrateRequest, QueryRequest, PEER_SIZE,
+};
+use super::driver::MsvmDevice;
+use super::file::File;
+
+/// Copies a move's counters into the MIGRATE or PREFETCH argument (they
+/// have the same output fields).
+macro_rules! put_outcome {
+    ($arg:expr, $out:expr) => {{
+        let (arg, out) = ($arg, $out);
+        arg.moved = out.moved;
+        arg.already = out.already;
+        arg.busy = out.busy;
+        arg.no_vram = out.no_vram;
+    }};
+}
+
+/// Runs `f` on the file's VM and its process's mm, if the caller is that
+/// process: `ENOENT` without a VM, `EPERM`/`ESRCH` as
+/// [`Vm::mm_for_current`] says, `EINTR` if the caller is killed while
+/// another ioctl of the file holds the VM.
+fn with_vm<R>(
+    file: &drm::File<File>,
+    f: impl FnOnce(&mut Vm, &kernel::mm::MmWithUser) -> Result<R>,
+) -> Result<R> {
+    let inner = file.inner();
+    let mut guard = lock_killable(&inner.vm)?;
+    let vm: &mut Vm = (*guard).as_mut().ok_or(ENOENT)?;
+    let mm = vm.mm_for_current()?;
+    f(vm, &mm)
+}
+
+impl File {
+    /// `DRM_IOCTL_MSVM_QUERY`: describes a device and how it reaches the others.
+    pub(crate) fn query(
+        _dev: &MsvmDevice<drm::Registered>,
+        gpu: &Gpu<'_>,
+        arg: &mut drm_msvm_query,
+        _file: &drm::File<File>,
+    ) -> Result<u32> {
+        let req = QueryRequest::decode(arg)?;
+        let index = req.device.unwrap_or(gpu.index);
+
+        // Snapshot under the lock; copy to user space after dropping it.
+        let mut records = [0u8; MAX_DEVICES * PEER_SIZE];
+        let (pci, vram_size, num_devices, num_peers, group) = {
+            let topo = registry::devices();
+            let node = topo.get(index).ok_or(ENOENT)?;
+            let mut n = 0;
+            for peer in topo.peers(index) {
+                records[n * PEER_SIZE..(n + 1) * PEER_SIZE].copy_from_slice(&encode_peer(&peer));
+                n += 1;
+            }
+            (
+                node.pci,
+                node.vram_size,
+                topo.len(),
+                n,
+                topo.group(index).unwrap_or(index),
+            )
+        };
+
+        let fill = num_peers.min(req.capacity);
+        if fill > 0 {
+            let bytes = &records[..fill * PEER_SIZE];
+            UserSlice::new(UserPtr::from_addr(req.peers_ptr), bytes.len())
+                .writer()
+                .write_slice(bytes)?;
+        }
+
+        arg.version = MSVM_UAPI_VERSION;
+        arg.index = index as u32;
+        arg.num_devices = num_devices as u32;
+        arg.pci_domain = pci.domain;
+        arg.pci_bdf = pci.bdf.into();
+        arg.vram_size = vram_size;
+        arg.num_peers = num_peers as u32;
+        arg.owner_group = group as u32;
+        Ok(0)
+    }
+
+    /// `DRM_IOCTL_MSVM_VM_CREATE`.
+    pub(crate) fn vm_create(
+        _dev: &MsvmDevice<drm::Registered>,
+        _gpu: &Gpu<'_>,
+        arg: &mut drm_msvm_vm_create,
+        file: &drm::File<File>,
+    ) -> Result<u32> {
+        all_zero(&[arg.flags.into(), arg.pad.into()], &arg.reserved)?;
+        let f = file.inner();
+        let mut vm = lock_killable(&f.vm)?;
+        if vm.is_some() {
+            return Err(EBUSY);
+        }
+        *vm = Some(Vm::for_current()?);
+        Ok(0)
+    }
+
+    /// `DRM_IOCTL_MSVM_VM_DESTROY`.
+    pub(crate) fn vm_destroy(
+        _dev: &MsvmDevice<drm::Registered>,
+        _gpu: &Gpu<'_>,
+        arg: &mut drm_msvm_vm_destroy,
+        file: &drm::File<File>,
+    ) -> Result<u32> {
+        all_zero(&[arg.flags.into(), arg.pad.into()], &arg.reserved)?;
+        let f = file.inner();
+        let vm = lock_killable(&f.vm)?.take().ok_or(ENOENT)?;
+        drop(vm);
+        Ok(0)
+    }
+
+    /// `DRM_IOCTL_MSVM_MIGRATE`.
+    pub(crate) fn migrate(
+        dev: &MsvmDevice<drm::Registered>,
+        gpu: &Gpu<'_>,
+        arg: &mut drm_msvm_migrate,
+        file: &drm::File<File>,
+    ) -> Result<u32> {
+        let req = MigrateRequest::decode(arg)?;
+        let target = match req.dir {
+            Direction::ToDevice => Target::Here,
+            Direction::ToSystem => Target::System,
+        };
+        let cancel = Cancel::ioctl(dev);
+        let out = with_vm(file, |vm, mm| {
+            move_to(
+                gpu.vram(),
+                mm,
+                vm.mirror(),
+                &target,
+                req.start,
+                req.len,
+                &cancel,
+            )
+        })?;
+        put_outcome!(arg, out);
+        Ok(0)
+    }
+
+    /// `DRM_IOCTL_MSVM_SET_ATTR`.
+    pub(crate) fn set_attr(
+        _dev: &MsvmDevice<drm::Registered>,
+        gpu: &Gpu<'_>,
+        arg: &mut drm_msvm_set_attr,
+        file: &drm::File<File>,
+    ) -> Result<u32> {
+        let mut req = AttrRequest::decode(arg, gpu.index)?;
+        // The preferred device must be one this device works on in place.
+        if let Location::Device(i) = req.placement.preferred {
+            Target::resolve(gpu.vram(), req.placement.preferred)?;
+            if i == gpu.index {
+                // This device by index is what the default means.
+                req.placement.preferred = Location::Default;
+            }
+        }
+        with_vm(file, |vm, _mm| {
+            vm.attrs_mut()
+                .set(req.start, req.start + req.len, req.placement, MAX_RANGES)
+        })?;
+        Ok(0)
+    }
+
+    /// `DRM_IOCTL_MSVM_PREFETCH`.
+    pub(crate) fn prefetch(
+        dev: &MsvmDevice<drm::Registered>,
+        gpu: &Gpu<'_>,
+        arg: &mut drm_msvm_prefetch,
+        file: &drm::File<File>,
+    ) -> Result<u32> {
+        all_zero(&[arg.flags.into(), arg.pad.into()], &arg.reserved)?;
+        let (start, len) = page_range(arg.addr, arg.length)?;
+        let loc = decode_location(arg.location, arg.device, gpu.index)?;
+        if loc == Location::Default {
+            return Err(EINVAL);
+        }
+        let target = Target::resolve(gpu.vram(), loc)?;
+        let cancel = Cancel::ioctl(dev);
+        let out: Outcome = with_vm(file, |vm, mm| {
+            move_to(gpu.vram(), mm, vm.mirror(), &target, start, len, &cancel)
+        })?;
+        put_outcome!(arg, out);
+        Ok(0)
+    }
+
+    /// `DRM_IOCTL_MSVM_RESIDENCY`.
+    pub(crate) fn residency(
+        dev: &MsvmDevice<drm::Registered>,
+        _gpu: &Gpu<'_>,
+        arg: &mut drm_msvm_residency,
+        file: &drm::File<File>,
+    ) -> Result<u32> {
+        all_zero(&[arg.flags.into(), arg.pad.into()], &arg.reserved)?;
+        let (start, len) = page_range(arg.addr, arg.length)?;
+        if len as u64 > crate::residency::MAX_LEN {
+            return Err(EINVAL);
+        }
+        let cancel = Cancel::ioctl(dev);
+        let (r, first, mixed) = with_vm(file, |vm, mm| {
+            let pieces = vm.attrs().pieces(start, start + len)?;
+            let first = pieces.first().map_or(Placement::DEFAULT, |p| p.placement);
+            let mixed = pieces.iter().any(|p| p.placement != first);
+            let r = crate::residency::residency(mm, vm.mirror(), start, len, &cancel)?;
+            Ok((r, first, mixed))
+        })?;
+        let (location, device) = encode_location(first.preferred);
+        arg.attr_flags = if mixed { MSVM_ATTR_MIXED } else { 0 };
+        arg.location = location;
+        arg.device = device;
+        arg.access = match first.access {
+            Access::Migrate => MSVM_ACCESS_MIGRATE,
+            Access::InPlace => MSVM_ACCESS_IN_PLACE,
+        };
+        arg.system = r.system;
+        arg.none = r.none;
+        arg.devices = r.devices;
+        Ok(0)
+    }
+
+    /// `DRM_IOCTL_MSVM_STATS`.
+    pub(crate) fn stats(
+        _dev: &MsvmDevice<drm::Registered>,
+        gpu: &Gpu<'_>,
+        arg: &mut drm_msvm_stats,
+        _file: &drm::File<File>,
+    ) -> Result<u32> {
+        if arg.reserved.iter().any(|&r| r != 0) {
+            return Err(EINVAL);
+        }
+        let pool = gpu.vram();
+        let s = &pool.stats;
+        let (live, cached) = pool.chunk_counts();
+        *arg = drm_msvm_stats {
+            to_device: s.to_device.load(Relaxed),
+            to_system: s.to_system.load(Relaxed),
+            cpu_faults: s.cpu_faults.load(Relaxed),
+            evicted: s.evicted.load(Relaxed),
+            resident: pool.resident(),
+            no_vram: s.no_vram.load(Relaxed),
+            chunks_live: live as u64,
+            chunks_created: s.chunks_created.load(Relaxed),
+            vram_size: pool.size() as u64,
+            chunk_size: pool.chunk_size() as u64,
+            engine_vram_read: s.engine_vram_read.load(Relaxed),
+            engine_vram_written: s.engine_vram_written.load(Relaxed),
+            engine_sys_read: s.engine_sys_read.load(Relaxed),
+            engine_sys_written: s.engine_sys_written.load(Relaxed),
+            engine_p2p_read: s.engine_p2p_read.load(Relaxed),
+            engine_p2p_written: s.engine_p2p_written.load(Relaxed),
+            from_peer: s.from_peer.load(Relaxed),
+            chunks_cached: cached as u64,
+            memmap_bytes: (live * pool.chunk_memmap_bytes()) as u64,
+            chunks_destroyed: s.chunks_destroyed.load(Relaxed),
+            shrink_scans: s.shrink_scans.load(Relaxed),
+            shrink_freed: s.shrink_freed.load(Relaxed),
+            shrink_moved: s.shrink_moved.load(Relaxed),
+            shrink_home: s.shrink_home.load(Relaxed),
+            peer_read: core::array::from_fn(|i| s.peer_read[i].load(Relaxed)),
+            peer_written: core::array::from_fn(|i| s.peer_written[i].load(Relaxed)),
+            large_to_device: s.large_to_device.load(Relaxed),
+            large_to_system: s.large_to_system.load(Relaxed),
+            large_fallback: s.large_fallback.load(Relaxed),
+            reserved: [0; 1],
+        };
+        Ok(0)
+    }
+
+    /// `DRM_IOCTL_MSVM_EXEC`.
+    pub(crate) fn exec(
+        dev: &MsvmDevice<drm::Registered>,
+        gpu: &Gpu<'_>,
+        arg: &mut drm_msvm_exec,
+        file: &drm::File<File>,
+    ) -> Result<u32> {
+        let job = decode_exec(arg)?;
+        let cancel = Cancel::ioctl(dev);
+        let done = with_vm(file, |vm, mm| {
+            let pool = gpu.vram();
+            crate::engine::check(mm, &job)?;
+            // The placement pass, over the destination and COPY's source.
+            let mut migrated = 0;
+            let mut ranges = [(job.addr, job.len), (0, 0)];
+            if let Op::Copy { src } = job.op {
+                ranges[1] = (src, job.len);
+            }
+            for (a, n) in ranges.into_iter().filter(|r| r.1 != 0) {
+                let first = a & !(PAGE_SIZE - 1);
+                let end = (a + n).next_multiple_of(PAGE_SIZE);
+                let pieces = vm.attrs().pieces(first, end)?;
+                migrated += place(pool, mm, vm.mirror(), &pieces, job.in_place, &cancel)?;
+            }
+            let mut engine = Engine::new(pool, gpu.device())?;
+            let mut done = engine.run(mm, vm.mirror(), &job, &cancel)?;
+            done.migrated = migrated;
+            Ok(done)
+        })?;
+        arg.result = done.result;
+        arg.migrated = done.migrated;
+        Ok(0)
+    }
+}
