@@ -17,6 +17,7 @@
 use kernel::prelude::*;
 
 /// At most this many ranges per VM (`MSVM_MAX_ATTR_RANGES`).
+// CAST: `u32` fits in `usize` on 32- and 64-bit kernels.
 pub(crate) const MAX_RANGES: usize = crate::mm::abi::MSVM_MAX_ATTR_RANGES as usize;
 
 /// A place for pages.

@@ -9,6 +9,7 @@
 use kernel::prelude::*;
 
 /// At most this many devices are bound at once (`MSVM_MAX_DEVICES`).
+// CAST: `u32` fits in `usize` on 32- and 64-bit kernels.
 pub(crate) const MAX_DEVICES: usize = crate::mm::abi::MSVM_MAX_DEVICES as usize;
 
 /// How one device sees another.

@@ -10,6 +10,7 @@ use core::cell::Cell;
 use core::ptr::NonNull;
 
 use kernel::bindings;
+use kernel::error::code::{EAGAIN, EOPNOTSUPP};
 
 use super::bindings as b;
 use super::mmap::{vma_exclusive, ExclusiveVma};
@@ -132,8 +133,8 @@ impl<'a> Fault<'a> {
         let r = unsafe {
             b::msvm_fault_relock_exclusive(core::ptr::from_ref(self.vmf).cast_mut(), &mut mm)
         };
-        let eopnotsupp = -(bindings::EOPNOTSUPP as i32);
-        let eagain = -(bindings::EAGAIN as i32);
+        let eopnotsupp = EOPNOTSUPP.to_errno();
+        let eagain = EAGAIN.to_errno();
         self.lock.set(match r {
             r if r == eopnotsupp => FaultLock::Held,
             r if r == eagain => FaultLock::HeldNoWait,

@@ -13,6 +13,7 @@ use kernel::prelude::*;
 /// Pages per block: one large (PMD-sized, 2 MiB) folio.
 pub(crate) const BLOCK_PAGES: usize = 512;
 
+// CAST: 64 fits in `usize`.
 const WORD: usize = u64::BITS as usize;
 
 /// The free pages of a chunk.
@@ -57,7 +58,7 @@ impl FreeMap {
         let mut block_free = KVec::with_capacity(nblocks, GFP_KERNEL)?;
         let mut whole = KVec::with_capacity(nblocks, GFP_KERNEL)?;
         for b in 0..nblocks {
-            // At most `BLOCK_PAGES`, which fits.
+            // CAST: at most `BLOCK_PAGES` (512), which fits in `u16`.
             block_free.push(block_len(npages, b) as u16, GFP_KERNEL)?;
             whole.push(false, GFP_KERNEL)?;
         }
@@ -106,6 +107,7 @@ impl FreeMap {
                         if taken == want {
                             return taken;
                         }
+                        // CAST: below 64, which fits in `usize`.
                         let bit = self.bits[w].trailing_zeros() as usize;
                         // CAST: a page index, below `npages`, which fits
                         // in `u32` (`new`).

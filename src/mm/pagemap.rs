@@ -223,6 +223,7 @@ impl<T: PagemapOps> Pagemap<T> {
         // SAFETY: `name` is a static NUL-terminated string.
         let res = unsafe { b::msvm_request_devmem(len, name.as_char_ptr()) };
         let res = NonNull::new(res).ok_or(ENOSPC)?;
+        // CAST: a physical address (`u64`) fits in `usize` on 64-bit kernels.
         // SAFETY: `res` is the region just reserved.
         let start = unsafe { (*res.as_ptr()).start } as usize;
         let first_pfn = start / PAGE_SIZE;
@@ -240,7 +241,9 @@ impl<T: PagemapOps> Pagemap<T> {
                         (*p).type_ = bindings::memory_type_MEMORY_DEVICE_PRIVATE;
                         (*p).nr_range = 1;
                         let range = (*p).__bindgen_anon_1.range.as_mut();
+                        // CAST: `usize` fits in `u64` on 64-bit kernels.
                         range.start = start as u64;
+                        // CAST: as above.
                         range.end = (start + len - 1) as u64;
                         (*p).ops = &OpsTable::<T>::OPS;
                         (*p).owner = owner.as_ptr();
@@ -297,8 +300,7 @@ impl<T: PagemapOps> Pagemap<T> {
     /// the kernel migrates them whole and the map's frames are aligned to
     /// them.
     pub(crate) fn holds_large(&self) -> bool {
-        large_order() as usize == BLOCK_PAGES.trailing_zeros() as usize
-            && self.pfn_first % BLOCK_PAGES == 0
+        large_order() == BLOCK_PAGES.trailing_zeros() && self.pfn_first % BLOCK_PAGES == 0
     }
 
     /// Takes up to `want` free pages (at most the spare capacity of
@@ -316,7 +318,7 @@ impl<T: PagemapOps> Pagemap<T> {
         self.free.lock().take(want, scratch);
         // Off the spinlock: `init_folio` locks the page, which may sleep.
         for &i in scratch.iter() {
-            // CAST: a page index of the map, which fits in `u32`.
+            // CAST: `u32` fits in `usize` on 32- and 64-bit kernels.
             let i = i as usize;
             // The page came off the free map.
             out(i, self.init_folio(i, 0));

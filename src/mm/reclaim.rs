@@ -105,7 +105,7 @@ unsafe extern "C" fn count_cb<T: ShrinkerOps>(
     let owner = unsafe { &*(*s).private_data.cast::<T>() };
     match owner.count() {
         None => SHRINK_EMPTY,
-        Some(n) => n as c_ulong,
+        Some(n) => c_ulong::from(n),
     }
 }
 
@@ -124,7 +124,7 @@ unsafe extern "C" fn scan_cb<T: ShrinkerOps>(
     let may_sleep = gfp & (1 << bindings::___GFP_DIRECT_RECLAIM_BIT) != 0;
     match owner.scan(may_sleep) {
         None => SHRINK_STOP,
-        Some(n) => n as c_ulong,
+        Some(n) => c_ulong::from(n),
     }
 }
 
