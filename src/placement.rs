@@ -77,6 +77,7 @@ pub(crate) struct Attrs {
 impl Attrs {
     /// No attributes: every range has the default.
     pub(crate) const fn new() -> Self {
+        // INVARIANT: no spans.
         Self { spans: KVec::new() }
     }
 
@@ -152,6 +153,9 @@ impl Attrs {
         if out.len() > limit {
             return Err(ENOSPC);
         }
+        // INVARIANT: `out` holds the old spans cut around the new one, in
+        // `start` order and disjoint; `push` left out the empty and default
+        // ones and merged equal neighbours.
         self.spans = out;
         Ok(())
     }

@@ -32,6 +32,8 @@ impl<'a> DmaPage<'a> {
         // SAFETY: `dev` is a live device (the borrow) and `page` a valid page
         // for `'a`, which the mapping cannot outlive.
         let addr = unsafe { b::msvm_dma_map_page(raw(dev), page.as_ptr()) };
+        // INVARIANT: unless 0 (it failed), `addr` is the mapping of `page`
+        // for `dev` just made.
         (addr != 0).then_some(Self { dev, page, addr })
     }
 
@@ -86,6 +88,8 @@ impl<'a> PeerMap<'a> {
         // SAFETY: `dev` is live (the borrow); `phys` is a page of a peer's
         // BAR that the caller keeps mapped while this mapping lives.
         let addr = unsafe { b::msvm_dma_map_resource(raw(dev), phys) };
+        // INVARIANT: unless 0 (it failed), `addr` is the mapping of the page
+        // at `phys` for `dev` just made.
         (addr != 0).then_some(Self { dev, addr })
     }
 

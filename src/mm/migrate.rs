@@ -337,6 +337,7 @@ impl DeviceMigration<'_> {
         kernel::error::to_result(unsafe {
             b::migrate_device_range(src.as_mut_ptr().cast(), pfn, npages)
         })?;
+        // INVARIANT: `src` filled just above; only `drop` finalizes.
         Ok(Self {
             src,
             dst,

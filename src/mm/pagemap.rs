@@ -246,15 +246,20 @@ impl<T: PagemapOps> Pagemap<T> {
                         // CAST: as above.
                         range.end = (start + len - 1) as u64;
                         (*p).ops = &OpsTable::<T>::OPS;
+                        // INVARIANT: `key`'s owner, for this `Pagemap<T>`
+                        // made with `key` (`OwnerKey`'s invariant).
                         (*p).owner = owner.as_ptr();
                     }
                 }),
+                // INVARIANT: reserved just above, and what `pgmap`'s range
+                // covers; `drop` releases it.
                 res,
                 pfn_first: first_pfn,
                 npages: len / PAGE_SIZE,
                 // INVARIANT: no page of a new map is in use.
                 free <- new_spinlock!(free),
                 data <- data(first_pfn),
+                // INVARIANT: not passed to `memremap_pages` yet.
                 mapped: false,
                 _pin: PhantomPinned,
             }? Error),
@@ -267,6 +272,7 @@ impl<T: PagemapOps> Pagemap<T> {
         let ret = unsafe { bindings::memremap_pages(map.pgmap.get(), b::msvm_numa_node_id()) };
         kernel::error::from_err_ptr(ret)?;
         // SAFETY: setting a flag moves nothing out of the pinned box.
+        // INVARIANT: `memremap_pages` just succeeded; `drop` undoes it.
         unsafe { map.as_mut().get_unchecked_mut() }.mapped = true;
         Ok(map.into())
     }
@@ -315,6 +321,8 @@ impl<T: PagemapOps> Pagemap<T> {
         mut out: impl FnMut(usize, NewPage),
     ) -> usize {
         scratch.clear();
+        // INVARIANT: each page taken off `free` becomes a `NewPage` just
+        // below (`init_folio`).
         self.free.lock().take(want, scratch);
         // Off the spinlock: `init_folio` locks the page, which may sleep.
         for &i in scratch.iter() {
@@ -333,6 +341,8 @@ impl<T: PagemapOps> Pagemap<T> {
         if !self.holds_large() {
             return None;
         }
+        // INVARIANT: the block taken off `free` becomes a `NewPage` just
+        // below (`init_folio`).
         let i = self.free.lock().take_block()?;
         // The block came off the free map whole, and its first frame is
         // aligned (`holds_large`).

@@ -77,6 +77,9 @@ impl<T: ShrinkerOps> Shrinker<T> {
             (*raw).seeks = 1;
             bindings::shrinker_register(raw);
         }
+        // INVARIANT: `raw` came from `shrinker_alloc` and is registered just
+        // above, with `private_data` pointing at `owner`, which only `drop`
+        // frees, after `shrinker_free`.
         Ok(Self { raw, owner })
     }
 }
@@ -151,6 +154,7 @@ impl ReclaimQueue {
         if raw.is_null() {
             return Err(ENOMEM);
         }
+        // INVARIANT: just allocated; `drop` destroys it.
         Ok(Self { raw })
     }
 
