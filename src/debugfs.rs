@@ -72,6 +72,7 @@ fn write_shrink(removed: &Atomic<u64>, r: &mut UserSliceReader) -> Result {
         b"all" => CONSOLIDATE,
         _ => return Err(EINVAL),
     };
+    // CAST: `usize` fits in `u64` on 64-bit kernels.
     removed.store(shrink_all(level) as u64, Relaxed);
     Ok(())
 }

@@ -40,6 +40,7 @@ pub(crate) struct Gpu<'a> {
 /// Bytes per chunk of device memory (module parameter `chunk_mib`).
 fn chunk_size() -> usize {
     let mib = crate::module_parameters::chunk_mib.value().clamp(2, 1024);
+    // CAST: `u32` fits in `usize` on 32- and 64-bit kernels.
     mib as usize * 1024 * 1024
 }
 
@@ -69,6 +70,7 @@ impl<'a> Gpu<'a> {
             bar.len()
         };
         let pci = PciAddr::of(pdev);
+        // CAST: `usize` fits in `u64` on 64-bit kernels.
         let node = GpuNode::new(ARef::from(&**pdev), pci, len as u64);
         let member = registry::join(node, |provider, client| {
             mmpci::p2pdma_distance(&provider.pdev, &client.pdev)
@@ -140,6 +142,7 @@ fn vram_selftest(vram: &WcBar) -> Result {
     let mut back = [0u8; LEN];
     for offset in [0, vram.len().saturating_sub(LEN)] {
         for (i, b) in pattern.iter_mut().enumerate() {
+            // CAST: truncation intended: the pattern takes the low byte.
             *b = (i ^ (offset >> 12) ^ 0xa5) as u8;
         }
         vram.write(offset, &pattern)?;

@@ -384,10 +384,12 @@ fn dev_read(pool: &VramPool, pt: &PageTable<'_>, a: DevAddr, off: usize, buf: &m
     match a {
         DevAddr::Vram(base) => {
             pool.bar()?.read(base + off, buf)?;
+            // CAST: `usize` fits in `u64` on 64-bit kernels.
             s.engine_vram_read.add(buf.len() as u64, Relaxed);
         }
         DevAddr::Dma(d) => {
             decode_dma(pt, d)?.read(off, buf);
+            // CAST: `usize` fits in `u64` on 64-bit kernels.
             s.engine_sys_read.add(buf.len() as u64, Relaxed);
         }
         DevAddr::Peer(d) => {
@@ -405,10 +407,12 @@ fn dev_write(pool: &VramPool, pt: &PageTable<'_>, a: DevAddr, off: usize, buf: &
     match a {
         DevAddr::Vram(base) => {
             pool.bar()?.write(base + off, buf)?;
+            // CAST: `usize` fits in `u64` on 64-bit kernels.
             s.engine_vram_written.add(buf.len() as u64, Relaxed);
         }
         DevAddr::Dma(d) => {
             decode_dma(pt, d)?.write(off, buf);
+            // CAST: `usize` fits in `u64` on 64-bit kernels.
             s.engine_sys_written.add(buf.len() as u64, Relaxed);
         }
         DevAddr::Peer(d) => {
@@ -433,8 +437,10 @@ fn dev_add(
     match a {
         DevAddr::Vram(base) => {
             vram_add(pool, base + off, len, v)?;
-            s.engine_vram_read.add(len as u64, Relaxed);
-            s.engine_vram_written.add(len as u64, Relaxed);
+            // CAST: `usize` fits in `u64` on 64-bit kernels.
+            let len = len as u64;
+            s.engine_vram_read.add(len, Relaxed);
+            s.engine_vram_written.add(len, Relaxed);
         }
         DevAddr::Peer(d) => {
             let (peer, base) = decode_peer(pt, d)?;
@@ -446,8 +452,10 @@ fn dev_add(
             for w in (off..off + len).step_by(8) {
                 page.add_u64(w, v);
             }
-            s.engine_sys_read.add(len as u64, Relaxed);
-            s.engine_sys_written.add(len as u64, Relaxed);
+            // CAST: `usize` fits in `u64` on 64-bit kernels.
+            let len = len as u64;
+            s.engine_sys_read.add(len, Relaxed);
+            s.engine_sys_written.add(len, Relaxed);
         }
     }
     Ok(())

@@ -17,6 +17,7 @@
 use kernel::prelude::*;
 
 /// At most this many ranges per VM (`MSVM_MAX_ATTR_RANGES`).
+// CAST: `u32` fits in `usize` on 32- and 64-bit kernels.
 pub(crate) const MAX_RANGES: usize = crate::mm::abi::MSVM_MAX_ATTR_RANGES as usize;
 
 /// A place for pages.
@@ -76,6 +77,7 @@ pub(crate) struct Attrs {
 impl Attrs {
     /// No attributes: every range has the default.
     pub(crate) const fn new() -> Self {
+        // INVARIANT: no spans.
         Self { spans: KVec::new() }
     }
 
@@ -151,6 +153,9 @@ impl Attrs {
         if out.len() > limit {
             return Err(ENOSPC);
         }
+        // INVARIANT: `out` holds the old spans cut around the new one, in
+        // `start` order and disjoint; `push` left out the empty and default
+        // ones and merged equal neighbours.
         self.spans = out;
         Ok(())
     }

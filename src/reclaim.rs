@@ -42,6 +42,7 @@ static FREED: Atomic<u64> = Atomic::new(0);
 
 /// A shrink pass removed a pagemap whose struct pages took `bytes`.
 fn note_freed(bytes: usize) {
+    // CAST: `usize` fits in `u64` on 64-bit kernels.
     FREED.add(bytes as u64, Relaxed);
 }
 
@@ -106,7 +107,7 @@ impl WorkItem for ShrinkWork {
     type Pointer = Arc<ShrinkWork>;
 
     fn run(_this: Arc<ShrinkWork>) {
-        WORKER.store(kernel::task::Task::current_raw() as usize, Release);
+        WORKER.store(kernel::task::Task::current_raw().addr(), Release);
         let level = WANT.xchg(0, Full);
         if level != 0 {
             shrink_all(level);
@@ -186,7 +187,7 @@ impl ShrinkerOps for Reclaimer {
         }
         let before = FREED.load(Acquire);
         let _ = self.queue.queue().enqueue(self.work.clone());
-        let me = kernel::task::Task::current_raw() as usize;
+        let me = kernel::task::Task::current_raw().addr();
         // Never wait for the work from the work itself (its allocations may
         // enter reclaim), and let one reclaimer wait at a time: the others
         // take the estimate.
@@ -209,6 +210,7 @@ fn wait_for_work(before: u64) -> usize {
         kernel::time::delay::fsleep(kernel::time::Delta::from_millis(2));
         let now = FREED.load(Acquire);
         if now != before {
+            // CAST: `u64` fits in `usize` on 64-bit kernels.
             return units(now.wrapping_sub(before) as usize);
         }
     }

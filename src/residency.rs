@@ -108,6 +108,7 @@ pub(crate) fn residency(
             }
             first = false;
         }
+        // CAST: `usize` fits in `u64` on 64-bit kernels.
         let page = PAGE_SIZE as u64;
         for p in &places[..n] {
             match *p {

@@ -9,6 +9,7 @@
 use kernel::prelude::*;
 
 /// At most this many devices are bound at once (`MSVM_MAX_DEVICES`).
+// CAST: `u32` fits in `usize` on 32- and 64-bit kernels.
 pub(crate) const MAX_DEVICES: usize = crate::mm::abi::MSVM_MAX_DEVICES as usize;
 
 /// How one device sees another.
@@ -42,6 +43,7 @@ pub(crate) struct Topology<N> {
 impl<N> Topology<N> {
     /// An empty topology.
     pub(crate) const fn new() -> Self {
+        // INVARIANT: no distances.
         Self {
             nodes: [const { None }; MAX_DEVICES],
             groups: [0; MAX_DEVICES],
@@ -59,6 +61,9 @@ impl<N> Topology<N> {
         mut distance: impl FnMut(&N, &N) -> Option<u32>,
     ) -> Result<usize> {
         let index = self.nodes.iter().position(Option::is_none).ok_or(ENOSPC)?;
+        // INVARIANT: row and column `index` are `None` (`new`, `remove`) but
+        // for the present devices `j`, never `index` itself (it is free),
+        // and `nodes[index]` is filled just below.
         for (j, other) in self.nodes.iter().enumerate() {
             if let Some(other) = other {
                 self.dist[index][j] = distance(&node, other);
@@ -104,6 +109,7 @@ impl<N> Topology<N> {
     /// Removes the device at `index`, with its distances, and returns it.
     pub(crate) fn remove(&mut self, index: usize) -> Option<N> {
         let node = self.nodes.get_mut(index)?.take()?;
+        // INVARIANT: `index` is gone: so are its row and column.
         for j in 0..MAX_DEVICES {
             self.dist[index][j] = None;
             self.dist[j][index] = None;

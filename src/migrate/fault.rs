@@ -161,6 +161,7 @@ fn fault_range(
                 .map_err(|_| FaultError::Sigbus)?;
             mig.set_dst(at, dst, src.write())
                 .map_err(|_| FaultError::Sigbus)?;
+            // CAST: at most `MAX_PAGES` (512), which fits in `u16`.
             filled[at] = nr as u16;
             continue;
         }

@@ -144,10 +144,12 @@ pub(super) fn fill_to_device(
         if !src.migrate() || mig.src_page(i).is_some_and(|p| !movable(pool, p)) {
             // Not collected, or not memory a device takes: the core has
             // not agreed to move it, so nothing of it is read.
+            // CAST: `usize` fits in `u64` on 64-bit kernels.
             out.busy += nr as u64;
             skip[i] = true;
         } else if mig.src_page(i).is_some_and(|p| pool.offset_of(p).is_some()) {
             skip[i] = true;
+            // CAST: `usize` fits in `u64` on 64-bit kernels.
             out.already += nr as u64;
         } else if src.compound() {
             match pool.alloc_large()? {
@@ -180,11 +182,13 @@ pub(super) fn fill_to_device(
             Some(&mut batch)
         };
         let Some((dpage, offset)) = dst.and_then(Batch::take) else {
+            // CAST: `usize` fits in `u64` on 64-bit kernels.
             out.no_vram += nr as u64;
             continue;
         };
         from_peer[at] = copy_in(pool, mig.src_page(at), nr, offset)?;
         mig.set_dst(at, dpage, src.write())?;
+        // CAST: at most `MAX_PAGES` (512), which fits in `u16`.
         filled[at] = nr as u16;
         if src.compound() {
             large_dst = Some(at);
@@ -202,6 +206,7 @@ pub(super) fn fill_to_device(
         .filter(|&i| from_peer[i] && moved(i))
         .map(|i| u64::from(filled[i]))
         .sum();
+    // CAST: `usize` fits in `u64` on 64-bit kernels.
     let large_moved = (0..n).filter(|&i| filled[i] > 1 && moved(i)).count() as u64;
     pool.stats.from_peer.add(peers, Relaxed);
     pool.stats.large_to_device.add(large_moved, Relaxed);
@@ -243,6 +248,7 @@ pub(super) fn fill_to_system(
             .filter(|_| src.migrate())
             .and_then(|p| pool.locate(p))
         else {
+            // CAST: `usize` fits in `u64` on 64-bit kernels.
             out.already += nr as u64;
             continue;
         };
@@ -262,6 +268,7 @@ pub(super) fn fill_to_system(
         };
         owner.bar()?.copy_to_folio(offset, dst.page(), nr)?;
         mig.set_dst(at, dst, src.write())?;
+        // CAST: at most `MAX_PAGES` (512), which fits in `u16`.
         filled[at] = nr as u16;
     }
     install(&mut mig, &filled[..n], &mut out);

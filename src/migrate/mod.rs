@@ -209,6 +209,7 @@ fn device_step(
             (again.ok_or(EAGAIN)?, again_end)
         }
         (Some(first), first_end)
+            // CAST: `u64` fits in `usize` on 64-bit kernels.
             if first.no_vram > 0 && pool.grow(first.no_vram as usize, false) =>
         {
             let (again, again_end) = locked_step(pool, mm, addr, first_end, dir, false)?;
@@ -262,6 +263,7 @@ fn one_step(
     may_grow: bool,
 ) -> Result<(Option<Outcome>, usize)> {
     let step_end = end.min(vma.end()).min((addr / LARGE_SIZE + 1) * LARGE_SIZE);
+    // CAST: `usize` fits in `u64` on 64-bit kernels.
     let n = ((step_end - addr) / PAGE_SIZE) as u64;
     if vma.flags() & UNMIGRATABLE != 0 || vma_is_secretmem(vma) {
         // hugetlb and special (I/O, PFN, mixed) mappings: the core

@@ -196,6 +196,7 @@ pub(crate) fn home(
             }
         }
     }
+    // CAST: `usize` fits in `u64` on 64-bit kernels.
     let total = (len / PAGE_SIZE) as u64;
     let (mut moved, mut busy) = (0, 0);
     let mut any = false;

@@ -50,6 +50,7 @@ impl<'a> Cancel<'a> {
     /// Work of the kernel's own (the eviction of a device going away):
     /// stops on a fatal signal of the task doing it only.
     pub(crate) fn task() -> Self {
+        // INVARIANT: no device.
         Self {
             dev: None,
             _dev: PhantomData,

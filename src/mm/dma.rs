@@ -32,6 +32,8 @@ impl<'a> DmaPage<'a> {
         // SAFETY: `dev` is a live device (the borrow) and `page` a valid page
         // for `'a`, which the mapping cannot outlive.
         let addr = unsafe { b::msvm_dma_map_page(raw(dev), page.as_ptr()) };
+        // INVARIANT: unless 0 (it failed), `addr` is the mapping of `page`
+        // for `dev` just made.
         (addr != 0).then_some(Self { dev, page, addr })
     }
 
@@ -55,8 +57,9 @@ impl Drop for DmaPage<'_> {
                 self.addr,
                 PAGE_SIZE,
                 bindings::dma_data_direction::DMA_BIDIRECTIONAL,
-                // As mapped (`msvm_dma_map_page`). CAST: a `u32` bit mask
-                // into an `unsigned long`.
+                // As mapped (`msvm_dma_map_page`).
+                // CAST: a `u32` bit mask into an `unsigned long` (`usize`),
+                // which holds every `u32`.
                 bindings::DMA_ATTR_SKIP_CPU_SYNC as usize,
             )
         };
@@ -85,6 +88,8 @@ impl<'a> PeerMap<'a> {
         // SAFETY: `dev` is live (the borrow); `phys` is a page of a peer's
         // BAR that the caller keeps mapped while this mapping lives.
         let addr = unsafe { b::msvm_dma_map_resource(raw(dev), phys) };
+        // INVARIANT: unless 0 (it failed), `addr` is the mapping of the page
+        // at `phys` for `dev` just made.
         (addr != 0).then_some(Self { dev, addr })
     }
 
@@ -124,6 +129,8 @@ impl DmaPage<'_> {
     /// Copies `buf.len()` bytes at `off` of the page into `buf`.
     pub(crate) fn read(&self, off: usize, buf: &mut [u8]) {
         assert!(off + buf.len() <= PAGE_SIZE);
+        // CAST: `off` and `buf.len()` are at most `PAGE_SIZE` (asserted),
+        // which fits in `u32`.
         // SAFETY: in bounds (asserted); the page is a valid system page
         // (mapped for DMA, so not device-private) that the mapping's owner
         // keeps alive, and it is in the direct map (`map` refuses
@@ -141,6 +148,7 @@ impl DmaPage<'_> {
     /// Copies `buf` to `off` of the page.
     pub(crate) fn write(&self, off: usize, buf: &[u8]) {
         assert!(off + buf.len() <= PAGE_SIZE);
+        // CAST: as in `read`.
         // SAFETY: as in `read`.
         unsafe {
             b::msvm_page_write(
@@ -155,6 +163,7 @@ impl DmaPage<'_> {
     /// Atomically adds `value` to the `u64` at `off` (8-byte aligned).
     pub(crate) fn add_u64(&self, off: usize, value: u64) {
         assert!(off % 8 == 0 && off + 8 <= PAGE_SIZE);
+        // CAST: below `PAGE_SIZE` (asserted), which fits in `u32`.
         // SAFETY: aligned and in bounds (asserted); the page is valid and
         // in the direct map, as in `read`.
         unsafe { b::msvm_page_add_u64(self.page.as_ptr(), off as u32, value) };

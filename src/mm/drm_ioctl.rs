@@ -12,9 +12,9 @@
 /// Declares `const IOCTLS` for a `drm::Driver` impl.
 ///
 /// Entries are `(NAME, nr, ArgType, flags, handler)`, in `nr` order from 0,
-/// where `nr` is the `DRM_MSVM_*` number, `ArgType` a uAPI struct all of whose
-/// bit patterns are valid (every generated `drm_msvm_*` struct is plain
-/// integers), and `handler` has the shape
+/// where `nr` is the `DRM_MSVM_*` number (a `u32`), `ArgType` a uAPI struct
+/// all of whose bit patterns are valid (every generated `drm_msvm_*` struct
+/// is plain integers), and `handler` has the shape
 ///
 /// ```ignore
 /// fn handler(dev: &drm::Device<Drv, Registered>, reg: &Drv::RegistrationData<'_>,
@@ -26,7 +26,7 @@ macro_rules! declare_msvm_ioctls {
             const _: () = {
                 let i: u32 = 0;
                 $(
-                    ::core::assert!($nr as u32 == i, "ioctls must be dense and in order");
+                    ::core::assert!($nr == i, "ioctls must be dense and in order");
                     let i: u32 = i + 1;
                 )*
                 let _ = i;
@@ -34,7 +34,7 @@ macro_rules! declare_msvm_ioctls {
             &[$(
                 ::kernel::bindings::drm_ioctl_desc {
                     cmd: ::kernel::drm::ioctl::IOWR::<$arg>(
-                        ::kernel::uapi::DRM_COMMAND_BASE + $nr as u32,
+                        ::kernel::uapi::DRM_COMMAND_BASE + $nr,
                     ),
                     func: {
                         /// The C entry point of this ioctl.

@@ -10,6 +10,7 @@ use core::cell::Cell;
 use core::ptr::NonNull;
 
 use kernel::bindings;
+use kernel::error::code::{EAGAIN, EOPNOTSUPP};
 
 use super::bindings as b;
 use super::mmap::{vma_exclusive, ExclusiveVma};
@@ -132,8 +133,10 @@ impl<'a> Fault<'a> {
         let r = unsafe {
             b::msvm_fault_relock_exclusive(core::ptr::from_ref(self.vmf).cast_mut(), &mut mm)
         };
-        let eopnotsupp = -(bindings::EOPNOTSUPP as i32);
-        let eagain = -(bindings::EAGAIN as i32);
+        let eopnotsupp = EOPNOTSUPP.to_errno();
+        let eagain = EAGAIN.to_errno();
+        // INVARIANT: records what the helper did with the fault's lock:
+        // kept on `EOPNOTSUPP` and `EAGAIN`, let go otherwise.
         self.lock.set(match r {
             r if r == eopnotsupp => FaultLock::Held,
             r if r == eagain => FaultLock::HeldNoWait,
@@ -241,6 +244,8 @@ impl<'a> FaultRelock<'a> {
         // SAFETY: held for writing (invariant); downgraded once, and the
         // guard's drop does not run.
         unsafe { b::msvm_mmap_write_downgrade(this.mm.as_ptr()) };
+        // INVARIANT: the guard ends here (its drop does not run), and the
+        // read lock it took back is the fault's own lock, held again.
         this.lock.set(FaultLock::Held);
         // SAFETY: our user reference (invariant), let go once; the fault's
         // context holds users of its own.

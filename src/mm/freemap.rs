@@ -13,6 +13,7 @@ use kernel::prelude::*;
 /// Pages per block: one large (PMD-sized, 2 MiB) folio.
 pub(crate) const BLOCK_PAGES: usize = 512;
 
+// CAST: 64 fits in `usize`.
 const WORD: usize = u64::BITS as usize;
 
 /// The free pages of a chunk.
@@ -25,7 +26,8 @@ const WORD: usize = u64::BITS as usize;
 ///   sum;
 /// - `nfree_blocks` counts the full-length blocks with every page free;
 /// - `whole[b]` is set iff block `b` was handed out by [`FreeMap::take_block`]
-///   and none of its pages came back since; `nwhole` counts them.
+///   and neither did any of its pages come back since nor was it split
+///   ([`FreeMap::split`]); `nwhole` counts them.
 pub(crate) struct FreeMap {
     bits: KVec<u64>,
     block_free: KVec<u16>,
@@ -57,10 +59,13 @@ impl FreeMap {
         let mut block_free = KVec::with_capacity(nblocks, GFP_KERNEL)?;
         let mut whole = KVec::with_capacity(nblocks, GFP_KERNEL)?;
         for b in 0..nblocks {
-            // At most `BLOCK_PAGES`, which fits.
+            // CAST: at most `BLOCK_PAGES` (512), which fits in `u16`.
             block_free.push(block_len(npages, b) as u16, GFP_KERNEL)?;
             whole.push(false, GFP_KERNEL)?;
         }
+        // INVARIANT: bits `0..npages` set and no others; each block's count
+        // is its length, all set; `nfree_blocks` counts the full-length
+        // blocks (all free); no block is out whole.
         Ok(Self {
             bits,
             block_free,
@@ -106,12 +111,17 @@ impl FreeMap {
                         if taken == want {
                             return taken;
                         }
+                        // CAST: below 64, which fits in `usize`.
                         let bit = self.bits[w].trailing_zeros() as usize;
                         // CAST: a page index, below `npages`, which fits
                         // in `u32` (`new`).
                         if out.push_within_capacity((w * WORD + bit) as u32).is_err() {
                             return taken;
                         }
+                        // INVARIANT: the page leaves the bitmap, its block's
+                        // count and `nfree`; a whole free block broken
+                        // leaves `nfree_blocks`. `whole[b]` is clear: its
+                        // block had free pages.
                         self.bits[w] &= !(1u64 << bit);
                         if usize::from(self.block_free[b]) == BLOCK_PAGES {
                             // A whole free block broken.
@@ -135,6 +145,9 @@ impl FreeMap {
                 && usize::from(self.block_free[b]) == BLOCK_PAGES
         })?;
         let first = b * BLOCK_PAGES;
+        // INVARIANT: the whole full-length block leaves the bitmap, its
+        // count, `nfree` and `nfree_blocks`, and is out whole (`whole`,
+        // `nwhole`).
         for w in self.bits[first / WORD..(first + BLOCK_PAGES) / WORD].iter_mut() {
             *w = 0;
         }
@@ -151,6 +164,8 @@ impl FreeMap {
     pub(crate) fn split(&mut self, first: usize) {
         let b = first / BLOCK_PAGES;
         if b < self.whole.len() && self.whole[b] {
+            // INVARIANT: split: the block no longer holds a folio handed
+            // out whole.
             self.whole[b] = false;
             self.nwhole -= 1;
         }
@@ -165,6 +180,9 @@ impl FreeMap {
             if self.bits[w] & bit != 0 {
                 continue;
             }
+            // INVARIANT: the page comes back to the bitmap and its block's
+            // count (and to `nfree` below); a block now all free and
+            // full-length to `nfree_blocks`; its block is no longer whole.
             self.bits[w] |= bit;
             let b = i / BLOCK_PAGES;
             self.block_free[b] += 1;

@@ -113,6 +113,8 @@ impl Mirror {
                 lock <- new_mutex!(()),
                 start,
                 end,
+                // INVARIANT: not inserted yet; `sub` is the first field
+                // (`#[repr(C)]`).
                 inserted: false,
                 _pin: PhantomPinned,
             }? Error),

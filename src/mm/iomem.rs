@@ -101,6 +101,7 @@ impl WcBar {
     /// CPU physical address of byte `offset` of the BAR: what a peer maps
     /// for P2P access (see `super::dma::PeerMap`).
     pub(crate) fn phys(&self, offset: usize) -> u64 {
+        // CAST: `usize` fits in `u64` on 64-bit kernels.
         self.phys + offset as u64
     }
 

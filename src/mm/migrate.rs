@@ -46,6 +46,7 @@ impl Entry {
     /// The page frame the entry names, if any (`None` for holes and the
     /// zero page).
     fn pfn(self) -> Option<usize> {
+        // CAST: `u64` fits in `usize` on 64-bit kernels.
         (self.0 & u64::from(b::MIGRATE_PFN_VALID) != 0)
             .then_some((self.0 >> b::MIGRATE_PFN_SHIFT) as usize)
     }
@@ -75,6 +76,7 @@ fn dst_entry(src: Entry, dst: &NewPage, write: bool) -> Result<u64> {
     if !large && src.compound() && src.pfn().is_none() {
         return Err(EINVAL);
     }
+    // CAST: `usize` fits in `u64` on 64-bit kernels.
     let mut v =
         ((dst.page().pfn() as u64) << b::MIGRATE_PFN_SHIFT) | u64::from(b::MIGRATE_PFN_VALID);
     if write {
@@ -215,6 +217,7 @@ impl<'a> VmaMigration<'a> {
             start,
             end,
             pgmap_owner: owner.as_ptr(),
+            // CAST: `u32` fits in `usize` on 32- and 64-bit kernels.
             flags: flags as usize,
             fault_page: fault_page.map_or(core::ptr::null_mut(), |p| p.page().as_ptr()),
         };
@@ -334,6 +337,7 @@ impl DeviceMigration<'_> {
         kernel::error::to_result(unsafe {
             b::migrate_device_range(src.as_mut_ptr().cast(), pfn, npages)
         })?;
+        // INVARIANT: `src` filled just above; only `drop` finalizes.
         Ok(Self {
             src,
             dst,

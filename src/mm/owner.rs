@@ -51,6 +51,8 @@ unsafe impl<T> Sync for OwnerKey<T> {}
 impl<T> OwnerKey<T> {
     /// A key, for a `static` (or a leaked allocation).
     pub(crate) const fn new() -> Self {
+        // INVARIANT: no pagemap has a new key's address as owner: only
+        // `Pagemap::new` gives one, for a `Pagemap<T>` made with the key.
         Self {
             _byte: Opaque::uninit(),
             _type: PhantomData,

@@ -223,6 +223,7 @@ impl<T: PagemapOps> Pagemap<T> {
         // SAFETY: `name` is a static NUL-terminated string.
         let res = unsafe { b::msvm_request_devmem(len, name.as_char_ptr()) };
         let res = NonNull::new(res).ok_or(ENOSPC)?;
+        // CAST: a physical address (`u64`) fits in `usize` on 64-bit kernels.
         // SAFETY: `res` is the region just reserved.
         let start = unsafe { (*res.as_ptr()).start } as usize;
         let first_pfn = start / PAGE_SIZE;
@@ -240,18 +241,25 @@ impl<T: PagemapOps> Pagemap<T> {
                         (*p).type_ = bindings::memory_type_MEMORY_DEVICE_PRIVATE;
                         (*p).nr_range = 1;
                         let range = (*p).__bindgen_anon_1.range.as_mut();
+                        // CAST: `usize` fits in `u64` on 64-bit kernels.
                         range.start = start as u64;
+                        // CAST: as above.
                         range.end = (start + len - 1) as u64;
                         (*p).ops = &OpsTable::<T>::OPS;
+                        // INVARIANT: `key`'s owner, for this `Pagemap<T>`
+                        // made with `key` (`OwnerKey`'s invariant).
                         (*p).owner = owner.as_ptr();
                     }
                 }),
+                // INVARIANT: reserved just above, and what `pgmap`'s range
+                // covers; `drop` releases it.
                 res,
                 pfn_first: first_pfn,
                 npages: len / PAGE_SIZE,
                 // INVARIANT: no page of a new map is in use.
                 free <- new_spinlock!(free),
                 data <- data(first_pfn),
+                // INVARIANT: not passed to `memremap_pages` yet.
                 mapped: false,
                 _pin: PhantomPinned,
             }? Error),
@@ -264,6 +272,7 @@ impl<T: PagemapOps> Pagemap<T> {
         let ret = unsafe { bindings::memremap_pages(map.pgmap.get(), b::msvm_numa_node_id()) };
         kernel::error::from_err_ptr(ret)?;
         // SAFETY: setting a flag moves nothing out of the pinned box.
+        // INVARIANT: `memremap_pages` just succeeded; `drop` undoes it.
         unsafe { map.as_mut().get_unchecked_mut() }.mapped = true;
         Ok(map.into())
     }
@@ -297,8 +306,7 @@ impl<T: PagemapOps> Pagemap<T> {
     /// the kernel migrates them whole and the map's frames are aligned to
     /// them.
     pub(crate) fn holds_large(&self) -> bool {
-        large_order() as usize == BLOCK_PAGES.trailing_zeros() as usize
-            && self.pfn_first % BLOCK_PAGES == 0
+        large_order() == BLOCK_PAGES.trailing_zeros() && self.pfn_first % BLOCK_PAGES == 0
     }
 
     /// Takes up to `want` free pages (at most the spare capacity of
@@ -313,10 +321,12 @@ impl<T: PagemapOps> Pagemap<T> {
         mut out: impl FnMut(usize, NewPage),
     ) -> usize {
         scratch.clear();
+        // INVARIANT: each page taken off `free` becomes a `NewPage` just
+        // below (`init_folio`).
         self.free.lock().take(want, scratch);
         // Off the spinlock: `init_folio` locks the page, which may sleep.
         for &i in scratch.iter() {
-            // CAST: a page index of the map, which fits in `u32`.
+            // CAST: `u32` fits in `usize` on 32- and 64-bit kernels.
             let i = i as usize;
             // The page came off the free map.
             out(i, self.init_folio(i, 0));
@@ -331,6 +341,8 @@ impl<T: PagemapOps> Pagemap<T> {
         if !self.holds_large() {
             return None;
         }
+        // INVARIANT: the block taken off `free` becomes a `NewPage` just
+        // below (`init_folio`).
         let i = self.free.lock().take_block()?;
         // The block came off the free map whole, and its first frame is
         // aligned (`holds_large`).

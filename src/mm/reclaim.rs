@@ -77,6 +77,9 @@ impl<T: ShrinkerOps> Shrinker<T> {
             (*raw).seeks = 1;
             bindings::shrinker_register(raw);
         }
+        // INVARIANT: `raw` came from `shrinker_alloc` and is registered just
+        // above, with `private_data` pointing at `owner`, which only `drop`
+        // frees, after `shrinker_free`.
         Ok(Self { raw, owner })
     }
 }
@@ -105,7 +108,7 @@ unsafe extern "C" fn count_cb<T: ShrinkerOps>(
     let owner = unsafe { &*(*s).private_data.cast::<T>() };
     match owner.count() {
         None => SHRINK_EMPTY,
-        Some(n) => n as c_ulong,
+        Some(n) => c_ulong::from(n),
     }
 }
 
@@ -124,7 +127,7 @@ unsafe extern "C" fn scan_cb<T: ShrinkerOps>(
     let may_sleep = gfp & (1 << bindings::___GFP_DIRECT_RECLAIM_BIT) != 0;
     match owner.scan(may_sleep) {
         None => SHRINK_STOP,
-        Some(n) => n as c_ulong,
+        Some(n) => c_ulong::from(n),
     }
 }
 
@@ -151,6 +154,7 @@ impl ReclaimQueue {
         if raw.is_null() {
             return Err(ENOMEM);
         }
+        // INVARIANT: just allocated; `drop` destroys it.
         Ok(Self { raw })
     }
 

@@ -45,7 +45,7 @@ impl VramPool {
     /// on a kernel that migrates large folios.
     fn holds_large(&self) -> bool {
         self.chunk_size % (BLOCK_PAGES * PAGE_SIZE) == 0
-            && large_order() as usize == BLOCK_PAGES.trailing_zeros() as usize
+            && large_order() == BLOCK_PAGES.trailing_zeros()
     }
 
     /// Allocates one large folio (2 MiB, a whole free block of a chunk),
@@ -170,6 +170,7 @@ impl VramPool {
                     let _ = batch
                         .pages
                         .push_within_capacity(Some((page, chunk.base + i * PAGE_SIZE)));
+                    // CAST: `usize` fits in `u64` on 64-bit kernels.
                     self.stats.allocated.add(BLOCK_PAGES as u64, Relaxed);
                 }
                 continue;
@@ -182,6 +183,7 @@ impl VramPool {
                     .pages
                     .push_within_capacity(Some((page, chunk.base + i * PAGE_SIZE)));
             });
+            // CAST: `usize` fits in `u64` on 64-bit kernels.
             self.stats.allocated.add(got as u64, Relaxed);
         }
         Ok(batch)
@@ -196,7 +198,7 @@ impl VramPool {
             // Large folios need the kernel's support, and frames (and BAR
             // offsets) aligned to them (the pagemap checks its frames again
             // when it hands one out).
-            let large = large_order() as usize == BLOCK_PAGES.trailing_zeros() as usize
+            let large = large_order() == BLOCK_PAGES.trailing_zeros()
                 && pfn_first % BLOCK_PAGES == 0
                 && base % (BLOCK_PAGES * PAGE_SIZE) == 0;
             let homes = no_homes(if large { npages / BLOCK_PAGES } else { 0 });

@@ -71,6 +71,7 @@ impl Chunk {
 
 impl PagemapOps for Chunk {
     fn folio_freed(&self, freed: usize) {
+        // CAST: `usize` fits in `u64` on 64-bit kernels.
         self.pool().stats.freed.add(freed as u64, Relaxed);
     }
 

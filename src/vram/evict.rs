@@ -34,6 +34,7 @@ impl VramPool {
     /// a word, or a 2 MiB folio without a 2 MiB system folio to go to).
     fn evict(&self, map: &Pagemap<Chunk>) -> Result<usize> {
         let d = self.drain(map, None)?;
+        // CAST: `usize` fits in `u64` on 64-bit kernels.
         self.stats.evicted.add(d.home as u64, Relaxed);
         Ok(map.used())
     }
@@ -121,6 +122,7 @@ impl VramPool {
             drop(mig);
             first += n;
         }
+        // CAST: `usize` fits in `u64` on 64-bit kernels.
         self.stats.to_system.add(d.home as u64, Relaxed);
         Ok(d)
     }

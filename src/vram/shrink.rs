@@ -84,6 +84,7 @@ impl VramPool {
         drop(map);
         self.chunks.lock()[c] = Slot::Absent;
         self.stats.chunks_destroyed.add(1, Relaxed);
+        // CAST: `usize` fits in `u64` on 64-bit kernels.
         self.stats
             .shrink_freed
             .add(self.chunk_memmap_bytes() as u64, Relaxed);
@@ -147,7 +148,9 @@ impl VramPool {
                     return Err(e);
                 }
             };
+            // CAST: `usize` fits in `u64` on 64-bit kernels.
             self.stats.shrink_moved.add(drained.moved as u64, Relaxed);
+            // CAST: `usize` fits in `u64` on 64-bit kernels.
             self.stats.shrink_home.add(drained.home as u64, Relaxed);
             if !self.teardown_if_idle(victim, freed) {
                 // Pages in use that would not move: leave it for later.

@@ -53,10 +53,12 @@ impl Stats {
     /// Engine bytes read from and written to peer `peer`'s memory over P2P.
     pub(crate) fn count_p2p(&self, peer: usize, read: usize, written: usize) {
         let i = peer % MAX_DEVICES;
-        self.engine_p2p_read.add(read as u64, Relaxed);
-        self.engine_p2p_written.add(written as u64, Relaxed);
-        self.peer_read[i].add(read as u64, Relaxed);
-        self.peer_written[i].add(written as u64, Relaxed);
+        // CAST: `usize` fits in `u64` on 64-bit kernels.
+        let (read, written) = (read as u64, written as u64);
+        self.engine_p2p_read.add(read, Relaxed);
+        self.engine_p2p_written.add(written, Relaxed);
+        self.peer_read[i].add(read, Relaxed);
+        self.peer_written[i].add(written, Relaxed);
     }
 
     pub(super) const fn new() -> Self {
