@@ -2,16 +2,11 @@
 
 //! One msvm GPU: a bound PCI device, its VRAM and its place in the topology.
 
-use kernel::{
-    device::Bound,
-    pci,
-    prelude::*,
-    sync::{aref::ARef, Arc},
-};
+use kernel::{device::Bound, pci, prelude::*, sync::aref::ARef};
 
 use crate::mm::{iomem::WcBar, pci as mmpci};
 use crate::registry::{self, GpuNode, Membership, PciAddr, Publication};
-use crate::vram::VramPool;
+use crate::vram::{OwnedPool, VramPool};
 
 /// The kinds of device msvm drives, from the PCI id table
 /// (`drm::driver::PCI_TABLE`).
@@ -31,7 +26,7 @@ pub(crate) struct Gpu<'a> {
     /// The device memory: its BAR window and its chunks. Shut down before
     /// the topology membership goes, after the DRM device is unplugged:
     /// every page goes home first.
-    vram: Arc<VramPool>,
+    vram: OwnedPool,
     /// The pool, published for peers; withdrawn first when the device goes.
     publication: Option<Publication>,
     _member: Membership,
@@ -111,8 +106,8 @@ impl<'a> Gpu<'a> {
             kind.vram_bar,
             chunk_size() >> 20
         );
-        let vram = VramPool::new(bar, chunk_size(), group, index, &crate::migrate::Migrations)?;
-        let publication = registry::publish(index, &vram).inspect_err(|_| vram.shutdown())?;
+        let vram = VramPool::create(bar, chunk_size(), group, index, &crate::migrate::Migrations)?;
+        let publication = registry::publish(index, &vram)?;
         Ok(Self {
             index,
             pdev,
@@ -129,7 +124,7 @@ impl Drop for Gpu<'_> {
         // (their work is bounded: a prefetch or a job) before the pool's
         // shutdown sends every page home.
         drop(self.publication.take());
-        self.vram.shutdown();
+        // Then `vram`, dropped after this, shuts the pool down.
     }
 }
 

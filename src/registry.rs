@@ -115,7 +115,7 @@ pub(crate) struct GpuNode {
     pub(crate) vram_size: u64,
     /// The device's memory while it takes new users: set once the pool
     /// exists, cleared when the device starts going away.
-    pool: Option<Arc<Published>>,
+    pool: Option<Published>,
 }
 
 impl GpuNode {
@@ -131,28 +131,37 @@ impl GpuNode {
     }
 }
 
-/// A device's pool as the registry publishes it, with the count of the
-/// other devices working on it now ([`PoolRef`]): the device waits for them
-/// (dropping its [`Publication`]) before it shuts its pool down.
-#[pin_data]
+/// A device's pool as the registry publishes it, with the count of its
+/// users.
 struct Published {
     pool: Arc<VramPool>,
-    /// The users, plus [`CLOSING`] once it is withdrawn: then the last
-    /// user to leave completes `idle`.
+    lease: Arc<Lease>,
+}
+
+/// The count of the other devices working on a pool now ([`PoolRef`]):
+/// the device waits for them (dropping its [`Publication`]) before it
+/// shuts its pool down.
+#[pin_data]
+struct Lease {
+    /// The users, plus [`CLOSING`] once the pool is withdrawn: then the
+    /// last user to leave completes `idle`.
     users: Atomic<u64>,
     #[pin]
     idle: Completion,
 }
 
-/// The bit of [`Published::users`] that says the pool is withdrawn.
+/// The bit of [`Lease::users`] that says the pool is withdrawn.
 const CLOSING: u64 = 1 << 63;
 
-impl Published {
-    fn leave(&self) {
+/// One user counted in a [`Lease`]; leaves when dropped.
+struct Counted(Arc<Lease>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
         // One word with the withdrawal's mark: either the last user sees
         // it and completes, or the withdrawal sees no user.
-        if self.users.fetch_sub(1, Full) == CLOSING + 1 {
-            self.idle.complete_all();
+        if self.0.users.fetch_sub(1, Full) == CLOSING + 1 {
+            self.0.idle.complete_all();
         }
     }
 }
@@ -161,7 +170,13 @@ impl Published {
 /// topology: how one device works on another's memory pool (a prefetch to
 /// a peer, a job whose preferred location is a peer). The device waits for
 /// its users to let go before it shuts its pool down.
-pub(crate) struct PoolRef(Arc<Published>);
+pub(crate) struct PoolRef {
+    /// Dropped before `_counted` (fields drop in order): once the device
+    /// sees its last user leave, no user holds the pool, and the device's
+    /// handle is the last one.
+    pool: Arc<VramPool>,
+    _counted: Counted,
+}
 
 impl PoolRef {
     /// The memory of device `index` for device `of`, which must share its
@@ -184,8 +199,11 @@ impl PoolRef {
         let published = node.pool.as_ref().ok_or(ENODEV)?;
         // Under the topology lock, as a withdrawal unpublishes: counted
         // before the device can wait for its users.
-        published.users.add(1, Relaxed);
-        Ok(Self(published.clone()))
+        published.lease.users.add(1, Relaxed);
+        Ok(Self {
+            pool: published.pool.clone(),
+            _counted: Counted(published.lease.clone()),
+        })
     }
 }
 
@@ -193,13 +211,7 @@ impl Deref for PoolRef {
     type Target = VramPool;
 
     fn deref(&self) -> &Self::Target {
-        &self.0.pool
-    }
-}
-
-impl Drop for PoolRef {
-    fn drop(&mut self) {
-        self.0.leave();
+        &self.pool
     }
 }
 
@@ -207,7 +219,7 @@ impl Drop for PoolRef {
 /// when dropped.
 pub(crate) struct Publication {
     index: usize,
-    published: Arc<Published>,
+    lease: Arc<Lease>,
 }
 
 impl Drop for Publication {
@@ -215,12 +227,15 @@ impl Drop for Publication {
     /// with `ENODEV` from now on) and waits until the current ones let go
     /// (their work is bounded: a prefetch or a job).
     fn drop(&mut self) {
-        if let Some(node) = TOPOLOGY.lock().get_mut(self.index) {
-            node.pool = None;
-        }
-        let p = &self.published;
-        if p.users.fetch_add(CLOSING, Full) != 0 {
-            p.idle.wait_for_completion();
+        let published = TOPOLOGY
+            .lock()
+            .get_mut(self.index)
+            .and_then(|node| node.pool.take());
+        // Not the pool's last handle (the device has one): dropped with the
+        // topology unlocked all the same.
+        drop(published);
+        if self.lease.users.fetch_add(CLOSING, Full) != 0 {
+            self.lease.idle.wait_for_completion();
         }
     }
 }
@@ -257,16 +272,18 @@ impl Drop for Membership {
 /// for other devices ([`PoolRef`]), until the returned publication is
 /// withdrawn.
 pub(crate) fn publish(index: usize, pool: &Arc<VramPool>) -> Result<Publication> {
-    let published = Arc::pin_init(
-        pin_init!(Published {
-            pool: pool.clone(),
+    let lease = Arc::pin_init(
+        pin_init!(Lease {
             users: Atomic::new(0),
             idle <- Completion::new(),
         }),
         GFP_KERNEL,
     )?;
     if let Some(node) = TOPOLOGY.lock().get_mut(index) {
-        node.pool = Some(published.clone());
+        node.pool = Some(Published {
+            pool: pool.clone(),
+            lease: lease.clone(),
+        });
     }
-    Ok(Publication { index, published })
+    Ok(Publication { index, lease })
 }

@@ -156,8 +156,7 @@ fn fault_range(
             None
         };
         if let Some(dst) = large_dst {
-            pool.bar()
-                .and_then(|bar| bar.copy_to_folio(offset, dst.page(), nr))
+            pool.copy_to_folio(offset, dst.page(), nr)
                 .map_err(|_| FaultError::Sigbus)?;
             mig.set_dst(at, dst, src.write())
                 .map_err(|_| FaultError::Sigbus)?;

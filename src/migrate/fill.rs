@@ -266,7 +266,7 @@ pub(super) fn fill_to_system(
             };
             d
         };
-        owner.bar()?.copy_to_folio(offset, dst.page(), nr)?;
+        owner.copy_to_folio(offset, dst.page(), nr)?;
         mig.set_dst(at, dst, src.write())?;
         // CAST: at most `MAX_PAGES` (512), which fits in `u16`.
         filled[at] = nr as u16;

@@ -193,16 +193,6 @@ impl WcBar {
         Ok(())
     }
 
-    /// Copies `nr` pages of the BAR from `offset` into the pages of the
-    /// folio that starts at `first` (see [`Self::copy_to_page`]).
-    pub(crate) fn copy_to_folio(&self, offset: usize, first: PageRef<'_>, nr: usize) -> Result {
-        for k in 0..nr {
-            let page = first.nth(k).ok_or(EINVAL)?;
-            self.copy_to_page(offset + k * PAGE_SIZE, page)?;
-        }
-        Ok(())
-    }
-
     /// Zeroes the page of the BAR at `offset`.
     pub(crate) fn clear_page(&self, offset: usize) -> Result {
         let dst = self.page_io(offset)?;

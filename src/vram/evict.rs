@@ -86,8 +86,10 @@ impl VramPool {
                     continue;
                 }
                 if let Some((dpage, off)) = batch.as_mut().and_then(Batch::take) {
-                    let bar = self.bar()?;
-                    bar.copy_from_bar(off, &bar, from, &mut stage)?;
+                    {
+                        let bar = self.bar()?;
+                        bar.copy_from_bar(off, &bar, from, &mut stage)?;
+                    }
                     mig.set_dst(i, dpage, src.write())?;
                     *f = Some((true, 1));
                     continue;
@@ -134,7 +136,7 @@ impl VramPool {
         let Some(dst) = crate::sysmem::large_home_evict() else {
             return Ok(false);
         };
-        self.bar()?.copy_to_folio(from, dst.page(), BLOCK_PAGES)?;
+        self.copy_to_folio(from, dst.page(), BLOCK_PAGES)?;
         let write = mig.src(i).write();
         mig.set_dst(i, dst, write)?;
         Ok(true)

@@ -37,8 +37,9 @@
 //! `memremap_pages` and `memunmap_pages` take the CPU and memory hotplug
 //! locks: under `grow_lock` (a chunk created before a migration step takes
 //! the mmap lock), `shrink_lock` (an idle chunk removed) or nothing (the
-//! pool's drop), never under `mmap_lock` or `VramPool::chunks` (see
-//! [`VramPool::grow`]).
+//! pool's shutdown), never under `mmap_lock` or `VramPool::chunks` (see
+//! [`VramPool::grow`]). A pagemap goes with its last `Arc`, which is always
+//! let go with none of these locks held.
 
 use kernel::{
     devres::Devres,
@@ -136,8 +137,8 @@ impl Slot {
 
 /// The memory of one GPU, shared by its device, the peers that work on it
 /// (`crate::registry::PoolRef`) and its chunks (each holds the pool its
-/// pagemap's callbacks need): an [`Arc`]. The device calls
-/// [`VramPool::shutdown`] before it lets go of its handle.
+/// pagemap's callbacks need): an [`Arc`]. It shuts down when its device's
+/// handle ([`OwnedPool`]) is dropped.
 #[pin_data]
 pub(crate) struct VramPool {
     /// The BAR, while the device is bound.
@@ -168,23 +169,24 @@ pub(crate) struct VramPool {
     /// The layer above, for what the pool cannot do itself.
     ops: &'static dyn PoolOps,
     /// The pool's own handle, for the chunks it creates: set by
-    /// [`VramPool::new`], taken away by [`VramPool::shutdown`] (no chunk is
+    /// [`VramPool::create`], taken away by [`VramPool::shutdown`] (no chunk is
     /// created after it, and the cycle pool -> chunk -> pool is broken).
     #[pin]
     me: Mutex<Option<Arc<VramPool>>>,
 }
 
 impl VramPool {
-    /// A pool over `bar`, in chunks of `chunk_size` bytes (a multiple of the
+    /// A pool over `bar`, owned by the caller (the pool shuts down when the
+    /// returned owner is dropped), in chunks of `chunk_size` bytes (a multiple of the
     /// page size; the BAR's tail that does not fill a chunk is not used),
     /// of a device in owner group `group`.
-    pub(crate) fn new(
+    pub(crate) fn create(
         bar: Devres<WcBar>,
         chunk_size: usize,
         group: usize,
         index: usize,
         ops: &'static dyn PoolOps,
-    ) -> Result<Arc<Self>> {
+    ) -> Result<OwnedPool> {
         if chunk_size == 0 || chunk_size % PAGE_SIZE != 0 {
             return Err(EINVAL);
         }
@@ -216,7 +218,7 @@ impl VramPool {
             GFP_KERNEL,
         )?;
         *pool.me.lock() = Some(pool.clone());
-        Ok(pool)
+        Ok(OwnedPool(pool))
     }
 
     /// msvm index of the device.
@@ -229,10 +231,22 @@ impl VramPool {
         self.key.owner()
     }
 
-    /// The BAR window: `ENODEV` once the device is unbound. A read-side
-    /// critical section: nothing may sleep while it is held.
+    /// The BAR window: `ENODEV` once the device is unbound. An RCU
+    /// read-side critical section: hold it for one page's copy, nothing may
+    /// sleep while it is held.
     pub(crate) fn bar(&self) -> Result<RevocableGuard<'_, WcBar>> {
         self.bar.try_access().ok_or(ENODEV)
+    }
+
+    /// Copies `nr` pages of the BAR from `offset` into the pages of the
+    /// folio that starts at `first` (a 2 MiB folio coming home), taking the
+    /// BAR ([`VramPool::bar`]) for one page at a time.
+    pub(crate) fn copy_to_folio(&self, offset: usize, first: PageRef<'_>, nr: usize) -> Result {
+        for k in 0..nr {
+            let page = first.nth(k).ok_or(EINVAL)?;
+            self.bar()?.copy_to_page(offset + k * PAGE_SIZE, page)?;
+        }
+        Ok(())
     }
 
     /// Pages in use (allocated and not yet freed), in transit included.
@@ -312,11 +326,30 @@ pub(crate) fn locate<'p>(
     Some((chunk.pool(), chunk.base + map.index_of(page)? * PAGE_SIZE))
 }
 
+/// A device's own handle on its pool: the pool shuts down
+/// ([`VramPool::shutdown`]) when it is dropped.
+pub(crate) struct OwnedPool(Arc<VramPool>);
+
+impl core::ops::Deref for OwnedPool {
+    type Target = Arc<VramPool>;
+
+    fn deref(&self) -> &Arc<VramPool> {
+        &self.0
+    }
+}
+
+impl Drop for OwnedPool {
+    fn drop(&mut self) {
+        self.0.shutdown();
+    }
+}
+
 impl VramPool {
     /// Sends every page of the pool home and removes every pagemap: the
-    /// device's last act with its memory, after no peer uses it any more.
-    /// No chunk is created after it.
-    pub(crate) fn shutdown(&self) {
+    /// device's last act with its memory, once no other device uses it (its
+    /// publication withdrawn: no shrink pass or peer holds it then). No
+    /// chunk is created after it.
+    fn shutdown(&self) {
         // No chunk from now on: a growth under way finishes first. The
         // cycle through the chunks goes with their pagemaps, below.
         let me = {
@@ -324,6 +357,8 @@ impl VramPool {
             self.me.lock().take()
         };
         drop(me);
+        // A shrink pass of a user that has just left is over.
+        drop(self.shrink_lock.lock());
         // 2 MiB folios first, through the mms that map them, where a
         // migration can exclude zaps (see `home_large_folios`).
         self.home_large_folios();
