@@ -12,6 +12,12 @@
 //!   2 MiB system folio for a device folio coming home fail (fault
 //!   injection: tests reach the 4 KiB fallbacks and eviction's retries);
 //!   reading gives how many are left.
+//! - `copy_floor`: writing `DEV MIB` times the driver's copy primitives
+//!   over `MIB` MiB on device `DEV` (see `crate::vram::FloorPath`): system
+//!   RAM to its VRAM, back, and a peer's VRAM (the first other device of
+//!   its owner group) to its VRAM, in 4 KiB pages and in 2 MiB blocks;
+//!   reading gives `<path>_<4k|2m> <bytes> <ns>` lines (`-` for a path not
+//!   run: no peer).
 
 use kernel::{
     debugfs, fmt,
@@ -23,8 +29,9 @@ use kernel::{
 use crate::reclaim::{shrink_all, CONSOLIDATE, IDLE};
 use crate::sysmem::FAIL_LARGE_HOME;
 
-use crate::registry;
+use crate::registry::{self, PoolRef};
 use crate::topology::MAX_DEVICES;
+use crate::vram::FloorPath;
 
 /// The directory and its files; removed when dropped (module exit). A file
 /// keeps its directory's entry alive, so the drop order does not matter.
@@ -37,7 +44,26 @@ pub(crate) struct Debugfs {
     shrink: debugfs::File<Atomic<u64>>,
     #[pin]
     fail_large_home: debugfs::File<()>,
+    #[pin]
+    copy_floor: debugfs::File<Floor>,
 }
+
+/// The last `copy_floor` run: bytes per path, and nanoseconds per path and
+/// size (0: not run).
+struct Floor {
+    bytes: Atomic<u64>,
+    ns: [Atomic<u64>; FLOOR_RUNS.len()],
+}
+
+/// The runs of `copy_floor`, in order: name, path, 2 MiB blocks.
+const FLOOR_RUNS: [(&str, FloorPath, bool); 6] = [
+    ("to_dev_4k", FloorPath::ToDevice, false),
+    ("to_dev_2m", FloorPath::ToDevice, true),
+    ("to_sys_4k", FloorPath::ToSystem, false),
+    ("to_sys_2m", FloorPath::ToSystem, true),
+    ("p2p_4k", FloorPath::FromPeer, false),
+    ("p2p_2m", FloorPath::FromPeer, true),
+];
 
 impl Debugfs {
     pub(crate) fn new() -> impl PinInit<Self> {
@@ -57,6 +83,15 @@ impl Debugfs {
                     writeln!(f, "{}", FAIL_LARGE_HOME.load(Relaxed))
                 },
                 &write_fail_large_home,
+            ),
+            copy_floor <- dir.read_write_callback_file(
+                c"copy_floor",
+                Floor {
+                    bytes: Atomic::new(0),
+                    ns: [const { Atomic::new(0) }; FLOOR_RUNS.len()],
+                },
+                &show_floor,
+                &write_floor,
             ),
         })
     }
@@ -139,6 +174,55 @@ fn show_topology(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
             write!(f, " gpu{i}")?;
         }
         writeln!(f)?;
+    }
+    Ok(())
+}
+
+/// `copy_floor`: the last run.
+fn show_floor(floor: &Floor, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    let bytes = floor.bytes.load(Relaxed);
+    for ((name, _, _), ns) in FLOOR_RUNS.iter().zip(floor.ns.iter()) {
+        match ns.load(Relaxed) {
+            0 => writeln!(f, "{name} - -")?,
+            ns => writeln!(f, "{name} {bytes} {ns}")?,
+        }
+    }
+    Ok(())
+}
+
+/// `copy_floor`: times every path over `MIB` MiB of device `DEV`.
+fn write_floor(floor: &Floor, r: &mut UserSliceReader) -> Result {
+    let mut buf = [0u8; 32];
+    let n = r.len().min(buf.len());
+    r.read_slice(&mut buf[..n])?;
+    let text = core::str::from_utf8(buf[..n].trim_ascii()).map_err(|_| EINVAL)?;
+    let mut words = text.split_ascii_whitespace();
+    let mut next = || -> Result<usize> { words.next().ok_or(EINVAL)?.parse().map_err(|_| EINVAL) };
+    let (dev, mib) = (next()?, next()?);
+    if mib == 0 || mib % 2 != 0 || mib > 4096 {
+        return Err(EINVAL);
+    }
+    let npages = (mib << 20) / crate::mm::pagemap::PAGE_SIZE;
+    let (pool, peer) = {
+        let topo = registry::devices();
+        let pool = PoolRef::get_locked(&topo, dev)?;
+        let peer = (0..MAX_DEVICES)
+            .filter(|&j| j != dev && topo.same_group(dev, j))
+            .find_map(|j| PoolRef::get_locked(&topo, j).ok());
+        (pool, peer)
+    };
+    for ns in &floor.ns {
+        ns.store(0, Relaxed);
+    }
+    floor.bytes.store(u64::try_from(mib << 20)?, Relaxed);
+    for ((_, path, large), ns) in FLOOR_RUNS.iter().zip(floor.ns.iter()) {
+        if *path == FloorPath::FromPeer && peer.is_none() {
+            continue;
+        }
+        ns.store(
+            pool.copy_floor(*path, peer.as_deref(), npages, *large)?,
+            Relaxed,
+        );
     }
     Ok(())
 }

@@ -66,11 +66,13 @@ use crate::topology::MAX_DEVICES;
 mod alloc;
 mod chunk;
 mod evict;
+mod floor;
 mod shrink;
 mod stats;
 
 pub(crate) use alloc::Batch;
 use chunk::{no_homes, Chunk, LargeHome};
+pub(crate) use floor::FloorPath;
 pub(crate) use shrink::{choose_victim, ChunkInfo};
 pub(crate) use stats::Stats;
 
