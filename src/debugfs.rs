@@ -21,6 +21,7 @@
 
 use kernel::{
     debugfs, fmt,
+    num::casts::FromSafeCast,
     prelude::*,
     sync::atomic::{Atomic, Relaxed},
     uaccess::UserSliceReader,
@@ -107,8 +108,7 @@ fn write_shrink(removed: &Atomic<u64>, r: &mut UserSliceReader) -> Result {
         b"all" => CONSOLIDATE,
         _ => return Err(EINVAL),
     };
-    // CAST: `usize` fits in `u64` on 64-bit kernels.
-    removed.store(shrink_all(level) as u64, Relaxed);
+    removed.store(u64::from_safe_cast(shrink_all(level)), Relaxed);
     Ok(())
 }
 

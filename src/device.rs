@@ -2,7 +2,7 @@
 
 //! One msvm GPU: a bound PCI device, its VRAM and its place in the topology.
 
-use kernel::{device::Bound, pci, prelude::*, sync::aref::ARef};
+use kernel::{device::Bound, num::casts::FromSafeCast, pci, prelude::*, sync::aref::ARef};
 
 use crate::mm::{iomem::WcBar, pci as mmpci};
 use crate::registry::{self, GpuNode, Membership, PciAddr, Publication};
@@ -35,8 +35,7 @@ pub(crate) struct Gpu<'a> {
 /// Bytes per chunk of device memory (module parameter `chunk_mib`).
 fn chunk_size() -> usize {
     let mib = crate::module_parameters::chunk_mib.value().clamp(2, 1024);
-    // CAST: `u32` fits in `usize` on 32- and 64-bit kernels.
-    mib as usize * 1024 * 1024
+    usize::from_safe_cast(mib) * 1024 * 1024
 }
 
 impl<'a> Gpu<'a> {
@@ -65,8 +64,7 @@ impl<'a> Gpu<'a> {
             bar.len()
         };
         let pci = PciAddr::of(pdev);
-        // CAST: `usize` fits in `u64` on 64-bit kernels.
-        let node = GpuNode::new(ARef::from(&**pdev), pci, len as u64);
+        let node = GpuNode::new(ARef::from(&**pdev), pci, u64::from_safe_cast(len));
         let member = registry::join(node, |provider, client| {
             mmpci::p2pdma_distance(&provider.pdev, &client.pdev)
         })

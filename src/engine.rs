@@ -29,7 +29,7 @@
 //! it touches pages, and takes nothing inside it but the VRAM pool's
 //! `atomics` mutex.
 
-use kernel::{mm::MmWithUser, prelude::*, sync::atomic::Relaxed};
+use kernel::{mm::MmWithUser, num::casts::FromSafeCast, prelude::*, sync::atomic::Relaxed};
 
 use crate::migrate::check_job_vmas;
 use crate::mm::{
@@ -384,13 +384,13 @@ fn dev_read(pool: &VramPool, pt: &PageTable<'_>, a: DevAddr, off: usize, buf: &m
     match a {
         DevAddr::Vram(base) => {
             pool.bar()?.read(base + off, buf)?;
-            // CAST: `usize` fits in `u64` on 64-bit kernels.
-            s.engine_vram_read.add(buf.len() as u64, Relaxed);
+            s.engine_vram_read
+                .add(u64::from_safe_cast(buf.len()), Relaxed);
         }
         DevAddr::Dma(d) => {
             decode_dma(pt, d)?.read(off, buf);
-            // CAST: `usize` fits in `u64` on 64-bit kernels.
-            s.engine_sys_read.add(buf.len() as u64, Relaxed);
+            s.engine_sys_read
+                .add(u64::from_safe_cast(buf.len()), Relaxed);
         }
         DevAddr::Peer(d) => {
             let (peer, base) = decode_peer(pt, d)?;
@@ -407,13 +407,13 @@ fn dev_write(pool: &VramPool, pt: &PageTable<'_>, a: DevAddr, off: usize, buf: &
     match a {
         DevAddr::Vram(base) => {
             pool.bar()?.write(base + off, buf)?;
-            // CAST: `usize` fits in `u64` on 64-bit kernels.
-            s.engine_vram_written.add(buf.len() as u64, Relaxed);
+            s.engine_vram_written
+                .add(u64::from_safe_cast(buf.len()), Relaxed);
         }
         DevAddr::Dma(d) => {
             decode_dma(pt, d)?.write(off, buf);
-            // CAST: `usize` fits in `u64` on 64-bit kernels.
-            s.engine_sys_written.add(buf.len() as u64, Relaxed);
+            s.engine_sys_written
+                .add(u64::from_safe_cast(buf.len()), Relaxed);
         }
         DevAddr::Peer(d) => {
             let (peer, base) = decode_peer(pt, d)?;
@@ -437,8 +437,7 @@ fn dev_add(
     match a {
         DevAddr::Vram(base) => {
             vram_add(pool, base + off, len, v)?;
-            // CAST: `usize` fits in `u64` on 64-bit kernels.
-            let len = len as u64;
+            let len = u64::from_safe_cast(len);
             s.engine_vram_read.add(len, Relaxed);
             s.engine_vram_written.add(len, Relaxed);
         }
@@ -452,8 +451,7 @@ fn dev_add(
             for w in (off..off + len).step_by(8) {
                 page.add_u64(w, v);
             }
-            // CAST: `usize` fits in `u64` on 64-bit kernels.
-            let len = len as u64;
+            let len = u64::from_safe_cast(len);
             s.engine_sys_read.add(len, Relaxed);
             s.engine_sys_written.add(len, Relaxed);
         }

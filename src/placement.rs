@@ -14,11 +14,11 @@
 //! The attributes are part of the VM, under the file's VM lock
 //! ([`crate::drm::file::File::vm`]); nothing else is locked for them.
 
+use kernel::num::casts::u32_as_usize;
 use kernel::prelude::*;
 
 /// At most this many ranges per VM (`MSVM_MAX_ATTR_RANGES`).
-// CAST: `u32` fits in `usize` on 32- and 64-bit kernels.
-pub(crate) const MAX_RANGES: usize = crate::mm::abi::MSVM_MAX_ATTR_RANGES as usize;
+pub(crate) const MAX_RANGES: usize = u32_as_usize(crate::mm::abi::MSVM_MAX_ATTR_RANGES);
 
 /// A place for pages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -23,6 +23,7 @@
 //! briefly), then the pool's own locks (`src/vram/mod.rs`).
 
 use kernel::{
+    num::casts::FromSafeCast,
     prelude::*,
     sync::{
         atomic::{Acquire, Atomic, Full, Relaxed, Release},
@@ -42,8 +43,7 @@ static FREED: Atomic<u64> = Atomic::new(0);
 
 /// A shrink pass removed a pagemap whose struct pages took `bytes`.
 fn note_freed(bytes: usize) {
-    // CAST: `usize` fits in `u64` on 64-bit kernels.
-    FREED.add(bytes as u64, Relaxed);
+    FREED.add(u64::from_safe_cast(bytes), Relaxed);
 }
 
 /// The task running the shrink work, while it runs (0 otherwise).

@@ -13,6 +13,7 @@
 //! As the engine (`src/engine.rs`): the mirror lock is taken after each
 //! walk, with nothing held.
 
+use kernel::num::casts::FromSafeCast;
 use kernel::prelude::*;
 
 use crate::mm::{
@@ -108,8 +109,7 @@ pub(crate) fn residency(
             }
             first = false;
         }
-        // CAST: `usize` fits in `u64` on 64-bit kernels.
-        let page = PAGE_SIZE as u64;
+        let page = u64::from_safe_cast(PAGE_SIZE);
         for p in &places[..n] {
             match *p {
                 Place::Nowhere => r.none += page,

@@ -6,11 +6,11 @@
 //! The registry of the bound devices, `crate::registry::TOPOLOGY`, is one
 //! [`Topology`]; this module is pure (KUnit-tested).
 
+use kernel::num::casts::u32_as_usize;
 use kernel::prelude::*;
 
 /// At most this many devices are bound at once (`MSVM_MAX_DEVICES`).
-// CAST: `u32` fits in `usize` on 32- and 64-bit kernels.
-pub(crate) const MAX_DEVICES: usize = crate::mm::abi::MSVM_MAX_DEVICES as usize;
+pub(crate) const MAX_DEVICES: usize = u32_as_usize(crate::mm::abi::MSVM_MAX_DEVICES);
 
 /// How one device sees another.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,6 +3,7 @@
 //! Decoding and checking the ioctl arguments, and encoding what goes back:
 //! pure functions of the uAPI structs, KUnit-tested.
 
+use kernel::num::casts::FromSafeCast;
 use kernel::prelude::*;
 
 use crate::engine::{Job, Op};
@@ -46,11 +47,11 @@ impl QueryRequest {
         )?;
         let device = match arg.device {
             MSVM_QUERY_SELF => None,
-            d if (d as usize) < MAX_DEVICES => Some(d as usize),
+            d if usize::from_safe_cast(d) < MAX_DEVICES => Some(usize::from_safe_cast(d)),
             _ => return Err(EINVAL),
         };
-        let capacity = arg.num_peers as usize;
-        if capacity != 0 && arg.peer_size as usize != PEER_SIZE {
+        let capacity = usize::from_safe_cast(arg.num_peers);
+        if capacity != 0 && usize::from_safe_cast(arg.peer_size) != PEER_SIZE {
             return Err(EINVAL);
         }
         Ok(Self {
@@ -67,8 +68,10 @@ pub(super) fn encode_peer(p: &Peer) -> [u8; PEER_SIZE] {
         Some(d) => (i32::try_from(d).unwrap_or(i32::MAX), MSVM_PEER_P2P),
         None => (-1, 0),
     };
+    // CAST: a topology index, below `MAX_DEVICES` (a `u32`).
+    let index = p.index as u32;
     let mut out = [0u8; PEER_SIZE];
-    out[0..4].copy_from_slice(&(p.index as u32).to_ne_bytes());
+    out[0..4].copy_from_slice(&index.to_ne_bytes());
     out[4..8].copy_from_slice(&distance.to_ne_bytes());
     out[8..12].copy_from_slice(&flags.to_ne_bytes());
     out
@@ -108,7 +111,7 @@ impl MigrateRequest {
 /// misalignment, zero length or wrap-around, `EFAULT` beyond user space.
 /// Returns `(start, len)`.
 pub(super) fn page_range(addr: u64, length: u64) -> Result<(usize, usize)> {
-    let page = PAGE_SIZE as u64;
+    let page = u64::from_safe_cast(PAGE_SIZE);
     if addr % page != 0 || length % page != 0 || length == 0 {
         return Err(EINVAL);
     }
@@ -116,7 +119,14 @@ pub(super) fn page_range(addr: u64, length: u64) -> Result<(usize, usize)> {
     if end > USER_END {
         return Err(EFAULT);
     }
-    Ok((addr as usize, length as usize))
+    Ok((user_usize(addr)?, user_usize(length)?))
+}
+
+/// An address or length already checked to be within user space, as a
+/// `usize`: `EFAULT`, as for one beyond user space, should it not fit
+/// (never on a 64-bit kernel, where user space ends at `USER_END`, 2^47).
+fn user_usize(v: u64) -> Result<usize> {
+    usize::try_from(v).map_err(|_| EFAULT)
 }
 
 /// Decodes a uAPI location: `EINVAL` for an unknown kind, or a device
@@ -128,8 +138,8 @@ pub(super) fn decode_location(location: u32, device: u32, here: usize) -> Result
         MSVM_LOC_DEFAULT => Ok(Location::Default),
         MSVM_LOC_SYSTEM => Ok(Location::System),
         MSVM_LOC_DEVICE if device == MSVM_QUERY_SELF => Ok(Location::Device(here)),
-        MSVM_LOC_DEVICE if device as usize >= MAX_DEVICES => Err(ENOENT),
-        MSVM_LOC_DEVICE => Ok(Location::Device(device as usize)),
+        MSVM_LOC_DEVICE if usize::from_safe_cast(device) >= MAX_DEVICES => Err(ENOENT),
+        MSVM_LOC_DEVICE => Ok(Location::Device(usize::from_safe_cast(device))),
         _ => Err(EINVAL),
     }
 }
@@ -139,6 +149,7 @@ pub(super) fn encode_location(loc: Location) -> (u32, u32) {
     match loc {
         Location::Default => (MSVM_LOC_DEFAULT, 0),
         Location::System => (MSVM_LOC_SYSTEM, 0),
+        // CAST: a device index, below `MAX_DEVICES` (a `u32`; see `decode_location`).
         Location::Device(i) => (MSVM_LOC_DEVICE, i as u32),
     }
 }
@@ -194,7 +205,7 @@ pub(super) fn decode_exec(arg: &drm_msvm_exec) -> Result<Job> {
                 return Err(EINVAL);
             }
             Op::Copy {
-                src: arg.src as usize,
+                src: user_usize(arg.src)?,
             }
         }
         _ => return Err(EINVAL),
@@ -207,8 +218,8 @@ pub(super) fn decode_exec(arg: &drm_msvm_exec) -> Result<Job> {
     }
     Ok(Job {
         op,
-        addr: arg.addr as usize,
-        len: arg.length as usize,
+        addr: user_usize(arg.addr)?,
+        len: user_usize(arg.length)?,
         in_place: arg.flags & MSVM_EXEC_IN_PLACE != 0,
     })
 }

@@ -17,6 +17,7 @@
 
 use kernel::{
     drm,
+    num::casts::FromSafeCast,
     prelude::*,
     sync::atomic::Relaxed,
     uaccess::{UserPtr, UserSlice},
@@ -112,12 +113,16 @@ impl File {
         }
 
         arg.version = MSVM_UAPI_VERSION;
+        // CAST: a present device's index, below `MAX_DEVICES` (a `u32`).
         arg.index = index as u32;
+        // CAST: at most `MAX_DEVICES` (a `u32`) devices are present.
         arg.num_devices = num_devices as u32;
         arg.pci_domain = pci.domain;
         arg.pci_bdf = pci.bdf.into();
         arg.vram_size = vram_size;
+        // CAST: fewer than `MAX_DEVICES` (a `u32`) peers.
         arg.num_peers = num_peers as u32;
+        // CAST: a device index (the group's), below `MAX_DEVICES` (a `u32`).
         arg.owner_group = group as u32;
         Ok(0)
     }
@@ -235,7 +240,7 @@ impl File {
     ) -> Result<u32> {
         all_zero(&[arg.flags.into(), arg.pad.into()], &arg.reserved)?;
         let (start, len) = page_range(arg.addr, arg.length)?;
-        if len as u64 > crate::residency::MAX_LEN {
+        if u64::from_safe_cast(len) > crate::residency::MAX_LEN {
             return Err(EINVAL);
         }
         let cancel = Cancel::ioctl(dev);
@@ -280,10 +285,10 @@ impl File {
             evicted: s.evicted.load(Relaxed),
             resident: pool.resident(),
             no_vram: s.no_vram.load(Relaxed),
-            chunks_live: live as u64,
+            chunks_live: u64::from_safe_cast(live),
             chunks_created: s.chunks_created.load(Relaxed),
-            vram_size: pool.size() as u64,
-            chunk_size: pool.chunk_size() as u64,
+            vram_size: u64::from_safe_cast(pool.size()),
+            chunk_size: u64::from_safe_cast(pool.chunk_size()),
             engine_vram_read: s.engine_vram_read.load(Relaxed),
             engine_vram_written: s.engine_vram_written.load(Relaxed),
             engine_sys_read: s.engine_sys_read.load(Relaxed),
@@ -291,8 +296,8 @@ impl File {
             engine_p2p_read: s.engine_p2p_read.load(Relaxed),
             engine_p2p_written: s.engine_p2p_written.load(Relaxed),
             from_peer: s.from_peer.load(Relaxed),
-            chunks_cached: cached as u64,
-            memmap_bytes: (live * pool.chunk_memmap_bytes()) as u64,
+            chunks_cached: u64::from_safe_cast(cached),
+            memmap_bytes: u64::from_safe_cast(live * pool.chunk_memmap_bytes()),
             chunks_destroyed: s.chunks_destroyed.load(Relaxed),
             shrink_scans: s.shrink_scans.load(Relaxed),
             shrink_freed: s.shrink_freed.load(Relaxed),

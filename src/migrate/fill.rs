@@ -4,6 +4,7 @@
 //! device or towards system RAM), whole 2 MiB folios where the step may.
 
 use kernel::mm::virt::VmaRef;
+use kernel::num::casts::FromSafeCast;
 use kernel::prelude::*;
 use kernel::sync::atomic::Relaxed;
 
@@ -144,13 +145,11 @@ pub(super) fn fill_to_device(
         if !src.migrate() || mig.src_page(i).is_some_and(|p| !movable(pool, p)) {
             // Not collected, or not memory a device takes: the core has
             // not agreed to move it, so nothing of it is read.
-            // CAST: `usize` fits in `u64` on 64-bit kernels.
-            out.busy += nr as u64;
+            out.busy += u64::from_safe_cast(nr);
             skip[i] = true;
         } else if mig.src_page(i).is_some_and(|p| pool.offset_of(p).is_some()) {
             skip[i] = true;
-            // CAST: `usize` fits in `u64` on 64-bit kernels.
-            out.already += nr as u64;
+            out.already += u64::from_safe_cast(nr);
         } else if src.compound() {
             match pool.alloc_large()? {
                 Some(b) => block = Some(b),
@@ -182,8 +181,7 @@ pub(super) fn fill_to_device(
             Some(&mut batch)
         };
         let Some((dpage, offset)) = dst.and_then(Batch::take) else {
-            // CAST: `usize` fits in `u64` on 64-bit kernels.
-            out.no_vram += nr as u64;
+            out.no_vram += u64::from_safe_cast(nr);
             continue;
         };
         from_peer[at] = copy_in(pool, mig.src_page(at), nr, offset)?;
@@ -206,8 +204,7 @@ pub(super) fn fill_to_device(
         .filter(|&i| from_peer[i] && moved(i))
         .map(|i| u64::from(filled[i]))
         .sum();
-    // CAST: `usize` fits in `u64` on 64-bit kernels.
-    let large_moved = (0..n).filter(|&i| filled[i] > 1 && moved(i)).count() as u64;
+    let large_moved = u64::from_safe_cast((0..n).filter(|&i| filled[i] > 1 && moved(i)).count());
     pool.stats.from_peer.add(peers, Relaxed);
     pool.stats.large_to_device.add(large_moved, Relaxed);
     pool.stats.to_device.add(out.moved, Relaxed);
@@ -248,8 +245,7 @@ pub(super) fn fill_to_system(
             .filter(|_| src.migrate())
             .and_then(|p| pool.locate(p))
         else {
-            // CAST: `usize` fits in `u64` on 64-bit kernels.
-            out.already += nr as u64;
+            out.already += u64::from_safe_cast(nr);
             continue;
         };
         let addr = start + at * PAGE_SIZE;

@@ -29,6 +29,7 @@ use kernel::{
         virt::{flags, VmaRef},
         MmWithUser,
     },
+    num::casts::FromSafeCast,
     prelude::*,
     sync::atomic::Relaxed,
 };
@@ -263,8 +264,7 @@ fn one_step(
     may_grow: bool,
 ) -> Result<(Option<Outcome>, usize)> {
     let step_end = end.min(vma.end()).min((addr / LARGE_SIZE + 1) * LARGE_SIZE);
-    // CAST: `usize` fits in `u64` on 64-bit kernels.
-    let n = ((step_end - addr) / PAGE_SIZE) as u64;
+    let n = u64::from_safe_cast((step_end - addr) / PAGE_SIZE);
     if vma.flags() & UNMIGRATABLE != 0 || vma_is_secretmem(vma) {
         // hugetlb and special (I/O, PFN, mixed) mappings: the core
         // migrates none of their pages; none of them is on a device.

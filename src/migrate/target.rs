@@ -5,6 +5,7 @@
 //! first), and the placement pass of a job.
 
 use kernel::mm::MmWithUser;
+use kernel::num::casts::FromSafeCast;
 use kernel::prelude::*;
 
 use crate::mm::cancel::Cancel;
@@ -196,8 +197,7 @@ pub(crate) fn home(
             }
         }
     }
-    // CAST: `usize` fits in `u64` on 64-bit kernels.
-    let total = (len / PAGE_SIZE) as u64;
+    let total = u64::from_safe_cast(len / PAGE_SIZE);
     let (mut moved, mut busy) = (0, 0);
     let mut any = false;
     for pool in pools.iter().flatten() {

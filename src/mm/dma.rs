@@ -3,7 +3,7 @@
 //! Streaming DMA mappings of system pages for a device: what a device uses
 //! to reach system RAM.
 
-use kernel::{bindings, device, device::Bound};
+use kernel::{bindings, device, device::Bound, num::casts::FromSafeCast};
 
 use super::bindings as b;
 use super::page::{PageRef, PAGE_SIZE};
@@ -58,9 +58,7 @@ impl Drop for DmaPage<'_> {
                 PAGE_SIZE,
                 bindings::dma_data_direction::DMA_BIDIRECTIONAL,
                 // As mapped (`msvm_dma_map_page`).
-                // CAST: a `u32` bit mask into an `unsigned long` (`usize`),
-                // which holds every `u32`.
-                bindings::DMA_ATTR_SKIP_CPU_SYNC as usize,
+                usize::from_safe_cast(bindings::DMA_ATTR_SKIP_CPU_SYNC),
             )
         };
     }
@@ -129,43 +127,31 @@ impl DmaPage<'_> {
     /// Copies `buf.len()` bytes at `off` of the page into `buf`.
     pub(crate) fn read(&self, off: usize, buf: &mut [u8]) {
         assert!(off + buf.len() <= PAGE_SIZE);
-        // CAST: `off` and `buf.len()` are at most `PAGE_SIZE` (asserted),
-        // which fits in `u32`.
+        // CAST: both at most `PAGE_SIZE` (asserted), which fits in `u32`.
+        let (off, len) = (off as u32, buf.len() as u32);
         // SAFETY: in bounds (asserted); the page is a valid system page
         // (mapped for DMA, so not device-private) that the mapping's owner
         // keeps alive, and it is in the direct map (`map` refuses
         // secretmem pages).
-        unsafe {
-            b::msvm_page_read(
-                self.page.as_ptr(),
-                off as u32,
-                buf.as_mut_ptr().cast(),
-                buf.len() as u32,
-            )
-        };
+        unsafe { b::msvm_page_read(self.page.as_ptr(), off, buf.as_mut_ptr().cast(), len) };
     }
 
     /// Copies `buf` to `off` of the page.
     pub(crate) fn write(&self, off: usize, buf: &[u8]) {
         assert!(off + buf.len() <= PAGE_SIZE);
         // CAST: as in `read`.
+        let (off, len) = (off as u32, buf.len() as u32);
         // SAFETY: as in `read`.
-        unsafe {
-            b::msvm_page_write(
-                self.page.as_ptr(),
-                off as u32,
-                buf.as_ptr().cast(),
-                buf.len() as u32,
-            )
-        };
+        unsafe { b::msvm_page_write(self.page.as_ptr(), off, buf.as_ptr().cast(), len) };
     }
 
     /// Atomically adds `value` to the `u64` at `off` (8-byte aligned).
     pub(crate) fn add_u64(&self, off: usize, value: u64) {
         assert!(off % 8 == 0 && off + 8 <= PAGE_SIZE);
         // CAST: below `PAGE_SIZE` (asserted), which fits in `u32`.
+        let off = off as u32;
         // SAFETY: aligned and in bounds (asserted); the page is valid and
         // in the direct map, as in `read`.
-        unsafe { b::msvm_page_add_u64(self.page.as_ptr(), off as u32, value) };
+        unsafe { b::msvm_page_add_u64(self.page.as_ptr(), off, value) };
     }
 }

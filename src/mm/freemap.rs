@@ -8,13 +8,13 @@
 //! Allocates only when it is created: freeing (from `folio_free`, in any
 //! context) and allocating never allocate memory.
 
+use kernel::num::casts::{u32_as_usize, FromSafeCast};
 use kernel::prelude::*;
 
 /// Pages per block: one large (PMD-sized, 2 MiB) folio.
 pub(crate) const BLOCK_PAGES: usize = 512;
 
-// CAST: 64 fits in `usize`.
-const WORD: usize = u64::BITS as usize;
+const WORD: usize = u32_as_usize(u64::BITS);
 
 /// The free pages of a chunk.
 ///
@@ -111,10 +111,8 @@ impl FreeMap {
                         if taken == want {
                             return taken;
                         }
-                        // CAST: below 64, which fits in `usize`.
-                        let bit = self.bits[w].trailing_zeros() as usize;
-                        // CAST: a page index, below `npages`, which fits
-                        // in `u32` (`new`).
+                        let bit = usize::from_safe_cast(self.bits[w].trailing_zeros());
+                        // CAST: a page index, below `npages`, which fits in `u32` (`new`).
                         if out.push_within_capacity((w * WORD + bit) as u32).is_err() {
                             return taken;
                         }

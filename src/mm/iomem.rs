@@ -13,6 +13,7 @@ use core::ptr::NonNull;
 use kernel::{
     device::{self, Bound},
     devres::Devres,
+    num::casts::FromSafeCast,
     pci,
     prelude::*,
     sync::aref::ARef,
@@ -101,8 +102,7 @@ impl WcBar {
     /// CPU physical address of byte `offset` of the BAR: what a peer maps
     /// for P2P access (see `super::dma::PeerMap`).
     pub(crate) fn phys(&self, offset: usize) -> u64 {
-        // CAST: `usize` fits in `u64` on 64-bit kernels.
-        self.phys + offset as u64
+        self.phys + u64::from_safe_cast(offset)
     }
 
     /// Copies the page at `src_off` of `src` (another device's BAR) to

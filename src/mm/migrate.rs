@@ -9,7 +9,7 @@
 //! then install the destinations (`pages`) and release everything
 //! (`finalize`). [`Entry`] wraps one element of the `src`/`dst` arrays.
 
-use kernel::{mm::virt::VmaRef, prelude::*};
+use kernel::{mm::virt::VmaRef, num::casts::FromSafeCast, prelude::*};
 
 use super::bindings as b;
 use super::fault::FaultPage;
@@ -46,9 +46,11 @@ impl Entry {
     /// The page frame the entry names, if any (`None` for holes and the
     /// zero page).
     fn pfn(self) -> Option<usize> {
+        if self.0 & u64::from(b::MIGRATE_PFN_VALID) == 0 {
+            return None;
+        }
         // CAST: `u64` fits in `usize` on 64-bit kernels.
-        (self.0 & u64::from(b::MIGRATE_PFN_VALID) != 0)
-            .then_some((self.0 >> b::MIGRATE_PFN_SHIFT) as usize)
+        Some((self.0 >> b::MIGRATE_PFN_SHIFT) as usize)
     }
 
     /// The core will migrate this page (collected and isolated).
@@ -76,9 +78,8 @@ fn dst_entry(src: Entry, dst: &NewPage, write: bool) -> Result<u64> {
     if !large && src.compound() && src.pfn().is_none() {
         return Err(EINVAL);
     }
-    // CAST: `usize` fits in `u64` on 64-bit kernels.
-    let mut v =
-        ((dst.page().pfn() as u64) << b::MIGRATE_PFN_SHIFT) | u64::from(b::MIGRATE_PFN_VALID);
+    let mut v = (u64::from_safe_cast(dst.page().pfn()) << b::MIGRATE_PFN_SHIFT)
+        | u64::from(b::MIGRATE_PFN_VALID);
     if write {
         v |= u64::from(b::MIGRATE_PFN_WRITE);
     }
@@ -217,8 +218,7 @@ impl<'a> VmaMigration<'a> {
             start,
             end,
             pgmap_owner: owner.as_ptr(),
-            // CAST: `u32` fits in `usize` on 32- and 64-bit kernels.
-            flags: flags as usize,
+            flags: usize::from_safe_cast(flags),
             fault_page: fault_page.map_or(core::ptr::null_mut(), |p| p.page().as_ptr()),
         };
         // SAFETY: `args` describes a range inside `vma`, which is locked for

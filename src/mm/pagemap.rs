@@ -24,6 +24,7 @@ use core::ptr::NonNull;
 
 use kernel::{
     bindings, new_spinlock,
+    num::casts::FromSafeCast,
     prelude::*,
     sync::{Arc, SpinLock, UniqueArc},
     types::Opaque,
@@ -223,9 +224,10 @@ impl<T: PagemapOps> Pagemap<T> {
         // SAFETY: `name` is a static NUL-terminated string.
         let res = unsafe { b::msvm_request_devmem(len, name.as_char_ptr()) };
         let res = NonNull::new(res).ok_or(ENOSPC)?;
-        // CAST: a physical address (`u64`) fits in `usize` on 64-bit kernels.
         // SAFETY: `res` is the region just reserved.
-        let start = unsafe { (*res.as_ptr()).start } as usize;
+        let start = unsafe { (*res.as_ptr()).start };
+        // CAST: a physical address (`u64`) fits in `usize` on 64-bit kernels.
+        let start = start as usize;
         let first_pfn = start / PAGE_SIZE;
         let release = || {
             // SAFETY: the region is ours and not used by a pagemap.
@@ -241,10 +243,8 @@ impl<T: PagemapOps> Pagemap<T> {
                         (*p).type_ = bindings::memory_type_MEMORY_DEVICE_PRIVATE;
                         (*p).nr_range = 1;
                         let range = (*p).__bindgen_anon_1.range.as_mut();
-                        // CAST: `usize` fits in `u64` on 64-bit kernels.
-                        range.start = start as u64;
-                        // CAST: as above.
-                        range.end = (start + len - 1) as u64;
+                        range.start = u64::from_safe_cast(start);
+                        range.end = u64::from_safe_cast(start + len - 1);
                         (*p).ops = &OpsTable::<T>::OPS;
                         // INVARIANT: `key`'s owner, for this `Pagemap<T>`
                         // made with `key` (`OwnerKey`'s invariant).
@@ -326,8 +326,7 @@ impl<T: PagemapOps> Pagemap<T> {
         self.free.lock().take(want, scratch);
         // Off the spinlock: `init_folio` locks the page, which may sleep.
         for &i in scratch.iter() {
-            // CAST: `u32` fits in `usize` on 32- and 64-bit kernels.
-            let i = i as usize;
+            let i = usize::from_safe_cast(i);
             // The page came off the free map.
             out(i, self.init_folio(i, 0));
         }

@@ -35,8 +35,7 @@ pub(crate) fn domain_nr<Ctx: device::DeviceContext>(pdev: &pci::Device<Ctx>) -> 
     // SAFETY: `raw(pdev)` is a valid `struct pci_dev` for the duration of the
     // call (see `raw_pci_dev`), and a device always has a bus.
     let nr = unsafe { b::msvm_pci_domain_nr(raw_pci_dev(pdev)) };
-    // CAST: domain numbers are never negative on the architectures msvm
-    // supports.
+    // CAST: domain numbers are never negative on the architectures msvm supports.
     nr as u32
 }
 

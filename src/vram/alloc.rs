@@ -4,6 +4,7 @@
 //! pool's growth (chunks created before a step needs them).
 
 use kernel::new_mutex;
+use kernel::num::casts::FromSafeCast;
 use kernel::prelude::*;
 use kernel::sync::atomic::{Atomic, Relaxed};
 use kernel::sync::Arc;
@@ -170,8 +171,9 @@ impl VramPool {
                     let _ = batch
                         .pages
                         .push_within_capacity(Some((page, chunk.base + i * PAGE_SIZE)));
-                    // CAST: `usize` fits in `u64` on 64-bit kernels.
-                    self.stats.allocated.add(BLOCK_PAGES as u64, Relaxed);
+                    self.stats
+                        .allocated
+                        .add(u64::from_safe_cast(BLOCK_PAGES), Relaxed);
                 }
                 continue;
             }
@@ -183,8 +185,7 @@ impl VramPool {
                     .pages
                     .push_within_capacity(Some((page, chunk.base + i * PAGE_SIZE)));
             });
-            // CAST: `usize` fits in `u64` on 64-bit kernels.
-            self.stats.allocated.add(got as u64, Relaxed);
+            self.stats.allocated.add(u64::from_safe_cast(got), Relaxed);
         }
         Ok(batch)
     }

@@ -4,6 +4,7 @@
 //! pagemap's) and the records of the 2 MiB folios migrated into it.
 
 use kernel::mm::Mm;
+use kernel::num::casts::FromSafeCast;
 use kernel::prelude::*;
 use kernel::sync::aref::ARef;
 use kernel::sync::atomic::{Atomic, Relaxed};
@@ -71,8 +72,10 @@ impl Chunk {
 
 impl PagemapOps for Chunk {
     fn folio_freed(&self, freed: usize) {
-        // CAST: `usize` fits in `u64` on 64-bit kernels.
-        self.pool().stats.freed.add(freed as u64, Relaxed);
+        self.pool()
+            .stats
+            .freed
+            .add(u64::from_safe_cast(freed), Relaxed);
     }
 
     fn migrate_to_ram(&self, fault: Fault<'_>) -> Result<(), FaultError> {

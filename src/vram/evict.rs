@@ -4,6 +4,7 @@
 //! consolidation), 2 MiB folios first through the mms that map them.
 
 use kernel::mm::Mm;
+use kernel::num::casts::FromSafeCast;
 use kernel::prelude::*;
 use kernel::sync::aref::ARef;
 use kernel::sync::atomic::Relaxed;
@@ -34,8 +35,7 @@ impl VramPool {
     /// a word, or a 2 MiB folio without a 2 MiB system folio to go to).
     fn evict(&self, map: &Pagemap<Chunk>) -> Result<usize> {
         let d = self.drain(map, None)?;
-        // CAST: `usize` fits in `u64` on 64-bit kernels.
-        self.stats.evicted.add(d.home as u64, Relaxed);
+        self.stats.evicted.add(u64::from_safe_cast(d.home), Relaxed);
         Ok(map.used())
     }
 
@@ -124,8 +124,9 @@ impl VramPool {
             drop(mig);
             first += n;
         }
-        // CAST: `usize` fits in `u64` on 64-bit kernels.
-        self.stats.to_system.add(d.home as u64, Relaxed);
+        self.stats
+            .to_system
+            .add(u64::from_safe_cast(d.home), Relaxed);
         Ok(d)
     }
 

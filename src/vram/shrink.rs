@@ -3,6 +3,7 @@
 //! Shrinking: idle chunks removed, light ones emptied into fuller ones
 //! (the shrinker's work and debugfs), and the choice of the chunk to empty.
 
+use kernel::num::casts::FromSafeCast;
 use kernel::prelude::*;
 use kernel::sync::atomic::Relaxed;
 
@@ -84,10 +85,9 @@ impl VramPool {
         drop(map);
         self.chunks.lock()[c] = Slot::Absent;
         self.stats.chunks_destroyed.add(1, Relaxed);
-        // CAST: `usize` fits in `u64` on 64-bit kernels.
         self.stats
             .shrink_freed
-            .add(self.chunk_memmap_bytes() as u64, Relaxed);
+            .add(u64::from_safe_cast(self.chunk_memmap_bytes()), Relaxed);
         freed(self.chunk_memmap_bytes());
         true
     }
@@ -148,10 +148,12 @@ impl VramPool {
                     return Err(e);
                 }
             };
-            // CAST: `usize` fits in `u64` on 64-bit kernels.
-            self.stats.shrink_moved.add(drained.moved as u64, Relaxed);
-            // CAST: `usize` fits in `u64` on 64-bit kernels.
-            self.stats.shrink_home.add(drained.home as u64, Relaxed);
+            self.stats
+                .shrink_moved
+                .add(u64::from_safe_cast(drained.moved), Relaxed);
+            self.stats
+                .shrink_home
+                .add(u64::from_safe_cast(drained.home), Relaxed);
             if !self.teardown_if_idle(victim, freed) {
                 // Pages in use that would not move: leave it for later.
                 break;

@@ -2,6 +2,7 @@
 
 //! The counters of one device's memory.
 
+use kernel::num::casts::FromSafeCast;
 use kernel::sync::atomic::{Atomic, Relaxed};
 
 use crate::topology::MAX_DEVICES;
@@ -53,8 +54,7 @@ impl Stats {
     /// Engine bytes read from and written to peer `peer`'s memory over P2P.
     pub(crate) fn count_p2p(&self, peer: usize, read: usize, written: usize) {
         let i = peer % MAX_DEVICES;
-        // CAST: `usize` fits in `u64` on 64-bit kernels.
-        let (read, written) = (read as u64, written as u64);
+        let (read, written) = (u64::from_safe_cast(read), u64::from_safe_cast(written));
         self.engine_p2p_read.add(read, Relaxed);
         self.engine_p2p_written.add(written, Relaxed);
         self.peer_read[i].add(read, Relaxed);
