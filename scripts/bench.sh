@@ -28,7 +28,7 @@ for line in open(sys.argv[1], errors="replace"):
         vals[m.group(1)] = float(m.group(2))
         units[m.group(1)] = m.group(3)
 print()
-print(f"{'GiB/s':<22}{'msvm':>9}{'test_hmm':>10}{'msvm/hmm':>10}{'msvm/memcpy':>13}")
+print(f"{'GiB/s':<22}{'msvm':>9}{'test_hmm':>10}{'msvm/hmm':>10}{'floor':>9}{'effic.':>8}{'msvm/memcpy':>13}")
 for size in ("64M", "256M"):
     for op in ("to_dev", "to_dev_4k", "to_sys", "to_sys_4k", "fault_back", "fault_back_4k"):
         name = f"{op}_{size}"
@@ -36,7 +36,8 @@ for size in ("64M", "256M"):
         mc = vals.get(f"memcpy{'_4k' if '_4k' in op else ''}_{size}")
         if a is None or b is None:
             continue
-        print(f"{name:<22}{a:>9.3f}{b:>10.3f}{a / b:>9.2f}x{(a / mc if mc else 0):>12.0%}")
+        fl, ef = vals.get(name + ".floor", 0), vals.get(name + ".efficiency", 0)
+        print(f"{name:<22}{a:>9.3f}{b:>10.3f}{a / b:>9.2f}x{fl:>9.3f}{ef:>8.2f}{(a / mc if mc else 0):>12.0%}")
     mc = vals.get(f"memcpy_{size}")
     if mc:
         print(f"{'memcpy_' + size:<22}{mc:>9.3f}")
@@ -50,6 +51,9 @@ if all(v for v in mp.values()):
     print(f"{'peer in place / local':<32}{mp['peer_inplace_checksum'] / mp['local_checksum']:>8.2f}x")
     print(f"{'peer in place / migrate+run':<32}{mp['peer_inplace_checksum'] / mp['migrate_then_checksum']:>8.2f}x")
     print(f"{'d2d p2p / via RAM':<32}{mp['d2d_migrate_p2p'] / mp['d2d_migrate_via_ram']:>8.2f}x")
+    ef = vals.get("d2d_migrate_p2p_64M.efficiency")
+    if ef:
+        print(f"{'d2d p2p efficiency (floor/op)':<32}{ef:>8.2f}")
     print()
 lc = [k for k in ("pagemap_create_16M", "pagemap_teardown_16M", "pagemap_create_64M",
       "pagemap_teardown_64M", "pagemap_create_256M", "pagemap_teardown_256M",

@@ -49,6 +49,46 @@ fn gibps(len: usize, secs: f64) -> f64 {
     len as f64 / secs / f64::from(1u32 << 30)
 }
 
+const COPY_FLOOR: &str = "/sys/kernel/debug/msvm/copy_floor";
+
+/// The copy floor of device `dev` over `mib` MiB (debugfs `copy_floor`, the
+/// driver's copy primitives with no mm work): the best of [`ROUNDS`] runs,
+/// in seconds, by path (`to_dev_4k`, `to_sys_2m`, `p2p_2m`, ...).
+fn copy_floor(dev: u32, mib: usize) -> Result<Vec<(String, f64)>, String> {
+    let mut best: Vec<(String, f64)> = Vec::new();
+    for _ in 0..ROUNDS {
+        std::fs::write(COPY_FLOOR, format!("{dev} {mib}"))
+            .map_err(|e| format!("write {COPY_FLOOR}: {e}"))?;
+        let text =
+            std::fs::read_to_string(COPY_FLOOR).map_err(|e| format!("read {COPY_FLOOR}: {e}"))?;
+        for line in text.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let [name, _bytes, ns] = f[..] else {
+                return Err(format!("{COPY_FLOOR}: {line:?}"));
+            };
+            let Ok(ns) = ns.parse::<u64>() else {
+                continue;
+            };
+            let secs = ns as f64 / 1e9;
+            match best.iter_mut().find(|(n, _)| n == name) {
+                Some((_, b)) => *b = b.min(secs),
+                None => best.push((name.to_string(), secs)),
+            }
+        }
+    }
+    Ok(best)
+}
+
+/// Prints the floor and the efficiency (floor time / operation time) of
+/// movement `name` (`len` bytes in `secs`) against floor path `path`.
+fn report_floor(name: &str, len: usize, secs: f64, floor: &[(String, f64)], path: &str) {
+    let Some(&(_, f)) = floor.iter().find(|(n, _)| n == path) else {
+        return;
+    };
+    println!("BENCH {name}.floor {:.3} GiB/s", gibps(len, f));
+    println!("BENCH {name}.efficiency {:.3} x", f / secs);
+}
+
 pub fn run(mib: usize, tag: &str) -> Result<(), String> {
     let len = mib << 20;
     let dev = gpu0()?;
@@ -104,6 +144,22 @@ pub fn run(mib: usize, tag: &str) -> Result<(), String> {
     }
     for (op, secs) in ["to_dev", "to_sys", "fault_back"].iter().zip(best) {
         report(op, secs);
+    }
+    // The same bytes through the same copies, with no mm work.
+    let floor = copy_floor(dev.index().map_err(|e| e.to_string())?, mib)?;
+    let size = if tag.is_empty() { "2m" } else { "4k" };
+    for (op, secs, path) in [
+        ("to_dev", best[0], "to_dev"),
+        ("to_sys", best[1], "to_sys"),
+        ("fault_back", best[2], "to_sys"),
+    ] {
+        report_floor(
+            &format!("{op}{tag}_{mib}M"),
+            len,
+            secs,
+            &floor,
+            &format!("{path}_{size}"),
+        );
     }
     for (op, before, now) in &counts {
         large(op, before, now);
@@ -165,7 +221,8 @@ pub fn run_p2p(mib: usize) -> Result<(), String> {
     // Still on B: the default policy migrates it to A, then runs.
     report("migrate_then_checksum", timed(&|| sum(&a, false))?);
     mv(&b, Location::Device)?;
-    report("d2d_migrate_p2p", timed(&|| mv(&a, Location::Device))?);
+    let secs = timed(&|| mv(&a, Location::Device))?;
+    report("d2d_migrate_p2p", secs);
     // C is out of A's P2P reach: one MIGRATE to A takes the data C -> RAM
     // -> A.
     mv(&a, Location::System)?;
@@ -176,6 +233,16 @@ pub fn run_p2p(mib: usize) -> Result<(), String> {
             return Err(format!("data lost at word {i}"));
         }
     }
+    // The floor of the P2P move: B's VRAM to A's, page by page.
+    mv(&a, Location::System)?;
+    let floor = copy_floor(a.index().map_err(|e| e.to_string())?, mib)?;
+    report_floor(
+        &format!("d2d_migrate_p2p_{mib}M"),
+        len,
+        secs,
+        &floor,
+        "p2p_2m",
+    );
     Ok(())
 }
 

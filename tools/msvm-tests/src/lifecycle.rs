@@ -21,6 +21,10 @@ pub fn tests() -> Vec<Test> {
             name: "lifecycle_consolidation_keeps_data",
             run: consolidation,
         },
+        Test {
+            name: "lifecycle_copy_floor_copies_through_real_pages",
+            run: copy_floor,
+        },
     ]
 }
 
@@ -309,5 +313,42 @@ pub fn hog(mib: usize) -> Result<(), String> {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     println!("hog: took {mib} MiB, {} chunks still cached", cached());
+    Ok(())
+}
+
+const COPY_FLOOR: &str = "/sys/kernel/debug/msvm/copy_floor";
+
+/// The copy floor (`make bench`'s yardstick) times copies through pages it
+/// allocates on the device (and, for P2P, on its peer), all free again
+/// afterwards; every path of gpu0 runs (its peer gpu1 is in its owner
+/// group) and reports the bytes it was asked for; bad requests are refused.
+fn copy_floor() -> Outcome {
+    let dev = gpu0()?;
+    let index = dev.index().map_err(|e| e.to_string())?;
+    let s0 = st(&dev)?;
+    std::fs::write(COPY_FLOOR, format!("{index} 4")).map_err(|e| e.to_string())?;
+    let text = std::fs::read_to_string(COPY_FLOOR).map_err(|e| e.to_string())?;
+    let s1 = st(&dev)?;
+    let mut paths = 0;
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        check!(f.len() == 3, "line {line:?}");
+        check!(f[1] == (4u64 << 20).to_string(), "bytes in {line:?}");
+        let ns: u64 = f[2].parse().map_err(|_| format!("no time in {line:?}"))?;
+        check!(ns > 0, "zero time in {line:?}");
+        paths += 1;
+    }
+    check!(paths == 6, "{paths} paths: {text}");
+    // Every page it took is free again.
+    check!(
+        s1.resident == s0.resident,
+        "resident {} -> {}",
+        s0.resident,
+        s1.resident
+    );
+    // Nonsense is refused.
+    for bad in ["", "0", "0 3", "99 4", "0 0"] {
+        check!(std::fs::write(COPY_FLOOR, bad).is_err(), "{bad:?} accepted");
+    }
     Ok(())
 }
