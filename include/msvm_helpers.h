@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * C helpers of msvm: src/helpers.c (wrappers for static-inline kernel
+ * C helpers of msvm: src/helpers.c (forwards of static-inline kernel
  * functions and macros that bindgen cannot turn into callable symbols, and
- * a few short pieces that need C: kmap_local, raw I/O accesses, folio
- * fields) and src/zap_huge_pmd.c (the workaround for Linux 7.3's
- * zap_huge_pmd() bug, at the end). Only src/mm/ calls them.
+ * the few pieces that need C, each listed there with why) and
+ * src/zap_huge_pmd.c (the workaround for Linux 7.3's zap_huge_pmd() bug,
+ * at the end). Only src/mm/ calls them.
  */
 #ifndef _MSVM_HELPERS_H_
 #define _MSVM_HELPERS_H_
@@ -15,7 +15,6 @@
 #include <linux/mmu_notifier.h>
 #include <linux/mm.h>
 #include <linux/pci.h>
-#include <linux/shrinker.h>
 #include <linux/workqueue.h>
 
 int msvm_pci_domain_nr(struct pci_dev *pdev);
@@ -28,8 +27,6 @@ enum msvm_migrate_select {
 };
 
 /* Device-private memory. */
-struct resource *msvm_request_devmem(unsigned long size, const char *name);
-void msvm_release_devmem(struct resource *res);
 int msvm_numa_node_id(void);
 struct dev_pagemap *msvm_page_pgmap(struct page *page);
 unsigned long msvm_page_to_pfn(struct page *page);
@@ -65,16 +62,13 @@ void msvm_mmap_write_unlock(struct mm_struct *mm);
 
 
 /* DMA mappings of system pages for a device. */
-u64 msvm_dma_map_page(struct device *dev, struct page *page);
-u64 msvm_dma_map_resource(struct device *dev, u64 phys);
+int msvm_dma_mapping_error(struct device *dev, dma_addr_t addr);
 
 /* CPU access to system pages (the engine's address decoder). */
 void msvm_page_read(struct page *page, unsigned int off, void *buf, unsigned int len);
 void msvm_page_write(struct page *page, unsigned int off, const void *buf, unsigned int len);
-void msvm_page_add_u64(struct page *page, unsigned int off, u64 value);
 
-/* Reclaim: a shrinker and a workqueue that may run during reclaim. */
-struct shrinker *msvm_shrinker_alloc(const char *name);
+/* Reclaim: a workqueue that may run during reclaim. */
 struct workqueue_struct *msvm_alloc_reclaim_wq(const char *name);
 
 /* What the kernel must not touch, and what msvm moves. */

@@ -1,10 +1,41 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * C helpers of msvm: wrappers for static-inline kernel functions and macros.
- * Declared in include/msvm_helpers.h and reached from Rust through
- * src/mm/bindings.rs. Most are one-line forwards with the same contract as
- * what they wrap; the others are short pieces that need C (kmap_local,
- * raw 64-bit I/O accesses, folio fields, IS_ERR, variadic calls). The workaround for Linux 7.3's zap_huge_pmd() bug is in
+ * C helpers of msvm: forwards of static-inline kernel functions and macros,
+ * which bindgen cannot turn into callable symbols, each with the contract
+ * of what it wraps. Declared in include/msvm_helpers.h and reached from
+ * Rust through src/mm/bindings.rs (only src/mm/ calls them). Exported
+ * functions are called from Rust directly (dma_map_page_attrs,
+ * request_free_mem_region, shrinker_alloc, ...), and so are the static
+ * inlines the kernel's own Rust helpers cover (kmap_local_page,
+ * atomic64_add, release_mem_region, resource_size).
+ *
+ * The few functions that are more than a forward stay in C for these
+ * reasons:
+ *  - msvm_large_order, msvm_alloc_large_vma, msvm_alloc_large_evict: the
+ *    THP macros (thp_migration_supported(), HPAGE_PMD_*), GFP flag macros,
+ *    and allocation macros that tag their call site for memory allocation
+ *    profiling (alloc_hooks()), which only a C call site gets.
+ *  - msvm_folio_split_tail: it sets folio fields (pgmap, mapping) that sit
+ *    in unions of struct folio and struct page, which Rust would write
+ *    through bindgen's anonymous unions.
+ *  - msvm_copy_page_to_io, msvm_copy_io_to_page: loops of raw 64-bit I/O
+ *    accessors, which are inline asm (from Rust, one out-of-line call per
+ *    word), then wmb() or the KMSAN unpoisoning of what the device gave.
+ *  - msvm_page_read, msvm_page_write (and the system-page side of the two
+ *    copies above): copies in and out of pages that user space and other
+ *    devices' engines may access at the same time. Under the kernel's
+ *    memory model such a racing memcpy is what every copy of a user page
+ *    is; in Rust a plain copy racing with a write is undefined behaviour,
+ *    and Rust has no racy memcpy (kernel::page's read_raw()/write_raw()
+ *    make their callers rule races out, which msvm cannot). The atomic add
+ *    to such a page is race-free, so it is Rust (src/mm/dma.rs).
+ *  - msvm_vma_is_secretmem, msvm_page_is_secretmem: vma_is_secretmem() is
+ *    not exported, and the test is a chain of raw field reads (vm_file,
+ *    f_inode, i_sb, s_magic; for a page, the folio's mapping, in a union,
+ *    read once under RCU and tested for the FOLIO_MAPPING_FLAGS tag bits
+ *    before it is followed to its host inode), shorter and clearer in C.
+ *
+ * The workaround for Linux 7.3's zap_huge_pmd() bug is in
  * src/zap_huge_pmd.c.
  */
 #include <linux/dma-mapping.h>
@@ -15,13 +46,11 @@
 #include <linux/io.h>
 #include <linux/leafops.h>
 #include <linux/kmsan-checks.h>
-#include <linux/ioport.h>
 #include <linux/memremap.h>
 #include <linux/migrate.h>
 #include <linux/mm.h>
 #include <linux/pagemap.h>
 #include <linux/pci.h>
-#include <linux/shrinker.h>
 #include <linux/workqueue.h>
 #include <linux/topology.h>
 #include <linux/sched/mm.h>
@@ -36,18 +65,6 @@
 int msvm_pci_domain_nr(struct pci_dev *pdev)
 {
 	return pci_domain_nr(pdev->bus);
-}
-
-struct resource *msvm_request_devmem(unsigned long size, const char *name)
-{
-	struct resource *res = request_free_mem_region(&iomem_resource, size, name);
-
-	return IS_ERR(res) ? NULL : res;
-}
-
-void msvm_release_devmem(struct resource *res)
-{
-	release_mem_region(res->start, resource_size(res));
 }
 
 int msvm_numa_node_id(void)
@@ -228,29 +245,9 @@ bool msvm_mmu_notifier_range_blockable(const struct mmu_notifier_range *range)
 	return mmu_notifier_range_blockable(range);
 }
 
-/*
- * A DMA mapping of @page for @dev, for the emulated device: it reaches the
- * page itself through the kernel's mapping (its address decoder resolves a
- * DMA address to the page it maps, as an IOMMU walk would), never a bounce
- * buffer behind the address. So no CPU sync is due at unmap: there, with
- * bounce buffers (swiotlb=force, SEV/TDX guests), the copy back would write
- * the stale bounce buffer over what the device wrote into the page.
- * (swiotlb still copies the page into the bounce buffer at map, whatever
- * the attribute says; nothing reads that copy.)
- */
-u64 msvm_dma_map_page(struct device *dev, struct page *page)
+int msvm_dma_mapping_error(struct device *dev, dma_addr_t addr)
 {
-	dma_addr_t addr = dma_map_page_attrs(dev, page, 0, PAGE_SIZE, DMA_BIDIRECTIONAL,
-					     DMA_ATTR_SKIP_CPU_SYNC);
-
-	return dma_mapping_error(dev, addr) ? 0 : addr;
-}
-
-u64 msvm_dma_map_resource(struct device *dev, u64 phys)
-{
-	dma_addr_t addr = dma_map_resource(dev, phys, PAGE_SIZE, DMA_BIDIRECTIONAL, 0);
-
-	return dma_mapping_error(dev, addr) ? 0 : addr;
+	return dma_mapping_error(dev, addr);
 }
 
 void msvm_page_read(struct page *page, unsigned int off, void *buf, unsigned int len)
@@ -267,19 +264,6 @@ void msvm_page_write(struct page *page, unsigned int off, const void *buf, unsig
 
 	memcpy(p + off, buf, len);
 	kunmap_local(p);
-}
-
-void msvm_page_add_u64(struct page *page, unsigned int off, u64 value)
-{
-	void *p = kmap_local_page(page);
-
-	atomic64_add(value, (atomic64_t *)(p + off));
-	kunmap_local(p);
-}
-
-struct shrinker *msvm_shrinker_alloc(const char *name)
-{
-	return shrinker_alloc(0, "%s", name);
 }
 
 struct workqueue_struct *msvm_alloc_reclaim_wq(const char *name)

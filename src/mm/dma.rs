@@ -3,13 +3,18 @@
 //! Streaming DMA mappings of system pages for a device: what a device uses
 //! to reach system RAM.
 
-use kernel::{bindings, device, device::Bound, num::casts::FromSafeCast};
+use kernel::{
+    bindings, device,
+    device::Bound,
+    num::casts::FromSafeCast,
+    sync::atomic::{Atomic, Relaxed},
+};
 
 use super::bindings as b;
 use super::page::{PageRef, PAGE_SIZE};
 
 /// A page mapped for DMA by one device (bidirectional, one page, no CPU
-/// sync at either end: see `msvm_dma_map_page`), unmapped on drop.
+/// sync at either end: see [`DmaPage::map`]), unmapped on drop.
 ///
 /// # Invariants
 ///
@@ -25,16 +30,37 @@ impl<'a> DmaPage<'a> {
     /// mapped, or if the kernel must not touch it (a secretmem page, which
     /// is not in the direct map: a bounce buffer, or the CPU side of the
     /// emulated device, would fault on it).
+    ///
+    /// The mapping is for the emulated device: it reaches the page itself
+    /// through the kernel's mapping (its address decoder resolves a DMA
+    /// address to the page it maps, as an IOMMU walk would), never a bounce
+    /// buffer behind the address. So no CPU sync is due at unmap
+    /// (`DMA_ATTR_SKIP_CPU_SYNC`): there, with bounce buffers
+    /// (`swiotlb=force`, SEV/TDX guests), the copy back would write the
+    /// stale bounce buffer over what the device wrote into the page.
+    /// (swiotlb still copies the page into the bounce buffer at map,
+    /// whatever the attribute says; nothing reads that copy.)
     pub(crate) fn map(dev: &'a device::Device<Bound>, page: PageRef<'a>) -> Option<Self> {
         if page.is_device_private() || page.is_secretmem() {
             return None;
         }
         // SAFETY: `dev` is a live device (the borrow) and `page` a valid page
-        // for `'a`, which the mapping cannot outlive.
-        let addr = unsafe { b::msvm_dma_map_page(raw(dev), page.as_ptr()) };
-        // INVARIANT: unless 0 (it failed), `addr` is the mapping of `page`
+        // for `'a`, which the mapping cannot outlive; one page from offset 0
+        // is inside it.
+        let addr = unsafe {
+            bindings::dma_map_page_attrs(
+                raw(dev),
+                page.as_ptr(),
+                0,
+                PAGE_SIZE,
+                bindings::dma_data_direction::DMA_BIDIRECTIONAL,
+                // No CPU sync, at map or unmap: see above.
+                usize::from_safe_cast(bindings::DMA_ATTR_SKIP_CPU_SYNC),
+            )
+        };
+        // INVARIANT: unless it is an error, `addr` is the mapping of `page`
         // for `dev` just made.
-        (addr != 0).then_some(Self { dev, page, addr })
+        mapped(dev, addr).then_some(Self { dev, page, addr })
     }
 
     /// The device-visible address of the page.
@@ -57,7 +83,7 @@ impl Drop for DmaPage<'_> {
                 self.addr,
                 PAGE_SIZE,
                 bindings::dma_data_direction::DMA_BIDIRECTIONAL,
-                // As mapped (`msvm_dma_map_page`).
+                // As mapped (`DmaPage::map`).
                 usize::from_safe_cast(bindings::DMA_ATTR_SKIP_CPU_SYNC),
             )
         };
@@ -85,10 +111,18 @@ impl<'a> PeerMap<'a> {
     pub(crate) fn map(dev: &'a device::Device<Bound>, phys: u64) -> Option<Self> {
         // SAFETY: `dev` is live (the borrow); `phys` is a page of a peer's
         // BAR that the caller keeps mapped while this mapping lives.
-        let addr = unsafe { b::msvm_dma_map_resource(raw(dev), phys) };
-        // INVARIANT: unless 0 (it failed), `addr` is the mapping of the page
-        // at `phys` for `dev` just made.
-        (addr != 0).then_some(Self { dev, addr })
+        let addr = unsafe {
+            bindings::dma_map_resource(
+                raw(dev),
+                phys,
+                PAGE_SIZE,
+                bindings::dma_data_direction::DMA_BIDIRECTIONAL,
+                0,
+            )
+        };
+        // INVARIANT: unless it is an error, `addr` is the mapping of the
+        // page at `phys` for `dev` just made.
+        mapped(dev, addr).then_some(Self { dev, addr })
     }
 
     /// The device-visible (bus) address of the peer page.
@@ -112,6 +146,15 @@ impl Drop for PeerMap<'_> {
     }
 }
 
+/// Whether `addr`, just returned by a `dma_map_*` call for `dev`, is a
+/// mapping rather than the error value (`dma_mapping_error`, which also
+/// tells `CONFIG_DMA_API_DEBUG` that the result was checked).
+fn mapped(dev: &device::Device<Bound>, addr: u64) -> bool {
+    // SAFETY: `dev` is a live device (the borrow); the call only compares
+    // `addr` (and records the check for DMA API debugging).
+    unsafe { b::msvm_dma_mapping_error(raw(dev), addr) == 0 }
+}
+
 /// `device::Device` is `#[repr(transparent)]` over `Opaque<bindings::device>`.
 fn raw(dev: &device::Device<Bound>) -> *mut bindings::device {
     core::ptr::from_ref(dev)
@@ -121,8 +164,17 @@ fn raw(dev: &device::Device<Bound>) -> *mut bindings::device {
 
 /// CPU access to the mapped page: the emulated device's accesses to system
 /// RAM, which reach the page itself (the decoder resolves the DMA address
-/// to the page it maps, as an IOMMU walk would; see `msvm_dma_map_page`:
+/// to the page it maps, as an IOMMU walk would; see [`DmaPage::map`]:
 /// no bounce buffer is ever synced over it).
+///
+/// The page is shared, by design, with user space and with the engines of
+/// other devices, which may read and write it at the same time. So the
+/// copies are C's `memcpy` (`msvm_page_read`, `msvm_page_write`), whose
+/// races with those accesses the kernel's memory model tolerates, as for
+/// any user page the kernel copies; in Rust a plain copy racing with a
+/// write is undefined behaviour (which is why `kernel::page`'s
+/// `read_raw`/`write_raw` make their callers rule out races, as these
+/// methods cannot). The add is an atomic access, race-free, so it is Rust.
 impl DmaPage<'_> {
     /// Copies `buf.len()` bytes at `off` of the page into `buf`.
     pub(crate) fn read(&self, off: usize, buf: &mut [u8]) {
@@ -145,13 +197,24 @@ impl DmaPage<'_> {
         unsafe { b::msvm_page_write(self.page.as_ptr(), off, buf.as_ptr().cast(), len) };
     }
 
-    /// Atomically adds `value` to the `u64` at `off` (8-byte aligned).
+    /// Atomically adds `value` to the `u64` at `off` (8-byte aligned), as
+    /// `atomic64_add` (relaxed, wrapping).
     pub(crate) fn add_u64(&self, off: usize, value: u64) {
         assert!(off % 8 == 0 && off + 8 <= PAGE_SIZE);
-        // CAST: below `PAGE_SIZE` (asserted), which fits in `u32`.
-        let off = off as u32;
-        // SAFETY: aligned and in bounds (asserted); the page is valid and
-        // in the direct map, as in `read`.
-        unsafe { b::msvm_page_add_u64(self.page.as_ptr(), off, value) };
+        // SAFETY: the page is a valid system page (mapped for DMA, so not
+        // device-private) that the mapping's owner keeps alive, and it is
+        // in the direct map (`map` refuses secretmem pages).
+        let base = unsafe { bindings::kmap_local_page(self.page.as_ptr()) };
+        // SAFETY: `base` maps the whole page and is page aligned, so `off`
+        // (8-byte aligned and the word in bounds, asserted) gives an aligned
+        // `u64` that stays mapped until `kunmap_local` below, after the
+        // last use of the reference. The kernel's other accesses to the
+        // word are atomics too, or copies in C (`msvm_page_read`,
+        // `msvm_page_write`, the BAR copies), and user space's are outside
+        // this program: no data race on the Rust side.
+        unsafe { Atomic::from_ptr(base.cast::<u8>().add(off).cast::<u64>()) }.add(value, Relaxed);
+        // SAFETY: `base` is the local mapping made above, the last one this
+        // task made that is still live (local mappings nest).
+        unsafe { bindings::kunmap_local(base) };
     }
 }

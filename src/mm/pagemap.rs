@@ -23,7 +23,9 @@ use core::marker::PhantomPinned;
 use core::ptr::NonNull;
 
 use kernel::{
-    bindings, new_spinlock,
+    bindings,
+    error::from_err_ptr,
+    new_spinlock,
     num::casts::FromSafeCast,
     prelude::*,
     sync::{Arc, SpinLock, UniqueArc},
@@ -221,17 +223,30 @@ impl<T: PagemapOps> Pagemap<T> {
             return Err(EINVAL);
         }
         let free = FreeMap::new(len / PAGE_SIZE)?;
-        // SAFETY: `name` is a static NUL-terminated string.
-        let res = unsafe { b::msvm_request_devmem(len, name.as_char_ptr()) };
-        let res = NonNull::new(res).ok_or(ENOSPC)?;
+        // SAFETY: `iomem_resource`, the root of the physical address space,
+        // lives for good; `name` is a static NUL-terminated string (the
+        // region keeps pointing to it).
+        let res = unsafe {
+            bindings::request_free_mem_region(
+                &raw mut bindings::iomem_resource,
+                len,
+                name.as_char_ptr(),
+            )
+        };
+        // Whatever the error (no free range, no memory): `ENOSPC`.
+        let res = from_err_ptr(res)
+            .ok()
+            .and_then(NonNull::new)
+            .ok_or(ENOSPC)?;
         // SAFETY: `res` is the region just reserved.
         let start = unsafe { (*res.as_ptr()).start };
         // CAST: a physical address (`u64`) fits in `usize` on 64-bit kernels.
         let start = start as usize;
         let first_pfn = start / PAGE_SIZE;
         let release = || {
-            // SAFETY: the region is ours and not used by a pagemap.
-            unsafe { b::msvm_release_devmem(res.as_ptr()) }
+            // SAFETY: the region is ours, just reserved, and not used by a
+            // pagemap.
+            unsafe { release_devmem(res) }
         };
         let mut map = UniqueArc::pin_init(
             try_pin_init!(Self {
@@ -270,7 +285,7 @@ impl<T: PagemapOps> Pagemap<T> {
         // SAFETY: `pgmap` is initialised above and pinned in the box; the
         // node id is a valid one.
         let ret = unsafe { bindings::memremap_pages(map.pgmap.get(), b::msvm_numa_node_id()) };
-        kernel::error::from_err_ptr(ret)?;
+        from_err_ptr(ret)?;
         // SAFETY: setting a flag moves nothing out of the pinned box.
         // INVARIANT: `memremap_pages` just succeeded; `drop` undoes it.
         unsafe { map.as_mut().get_unchecked_mut() }.mapped = true;
@@ -409,6 +424,20 @@ pub(crate) fn map_of<'a, T: PagemapOps>(
     Some(unsafe { owner_of::<T>(page.as_ptr()) })
 }
 
+/// Gives back `res`, a region of the physical address space reserved by
+/// `request_free_mem_region`, and frees it.
+///
+/// # Safety
+///
+/// `res` was returned by `request_free_mem_region`, is not released yet, and
+/// nothing uses its range any more (no pagemap covers it).
+unsafe fn release_devmem(res: NonNull<bindings::resource>) {
+    let res = res.as_ptr();
+    // SAFETY: `res` is a live region of `iomem_resource` (the caller's
+    // contract), read before the call, which releases and frees it.
+    unsafe { bindings::release_mem_region((*res).start, bindings::resource_size(res)) };
+}
+
 #[pinned_drop]
 impl<T: PagemapOps> PinnedDrop for Pagemap<T> {
     fn drop(self: Pin<&mut Self>) {
@@ -417,7 +446,8 @@ impl<T: PagemapOps> PinnedDrop for Pagemap<T> {
             // this waits until every page of it is free, then removes them.
             unsafe { bindings::memunmap_pages(self.pgmap.get()) };
         }
-        // SAFETY: the region is ours and no longer used by the map.
-        unsafe { b::msvm_release_devmem(self.res.as_ptr()) };
+        // SAFETY: the region is ours (type invariant), released only here,
+        // and no longer used by the map.
+        unsafe { release_devmem(self.res) };
     }
 }

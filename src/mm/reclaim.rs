@@ -60,8 +60,10 @@ unsafe impl<T: ShrinkerOps> Sync for Shrinker<T> {}
 impl<T: ShrinkerOps> Shrinker<T> {
     /// Registers a shrinker named `name` that calls `owner`.
     pub(crate) fn register(name: &CStr, owner: KBox<T>) -> Result<Self> {
-        // SAFETY: `name` is a valid C string for the call.
-        let raw = unsafe { b::msvm_shrinker_alloc(name.as_char_ptr()) };
+        // SAFETY: the format takes one argument, `name`, a valid C string
+        // for the call (`shrinker_alloc` keeps no pointer to it: it formats
+        // its own copy).
+        let raw = unsafe { bindings::shrinker_alloc(0, c"%s".as_char_ptr(), name.as_char_ptr()) };
         if raw.is_null() {
             return Err(ENOMEM);
         }
