@@ -42,6 +42,16 @@ for size in ("64M", "256M"):
     if mc:
         print(f"{'memcpy_' + size:<22}{mc:>9.3f}")
 print()
+print(f"{'phase split, ms':<22}{'total':>9}{'steps':>7}{'collect':>9}{'alloc':>8}{'copy':>9}{'install':>9}{'other':>8}")
+for size in ("64M", "256M"):
+    for op in ("to_dev", "to_dev_4k", "to_sys", "to_sys_4k", "fault_back", "fault_back_4k"):
+        name = f"{op}_{size}"
+        if name + ".total_ms" not in vals:
+            continue
+        t = vals[name + ".total_ms"]
+        ph = [vals.get(f"{name}.{p}_ms", 0) for p in ("collect", "alloc", "copy", "install")]
+        print(f"{name:<22}{t:>9.1f}{vals.get(name + '.steps', 0):>7.0f}" + "".join(f"{x:>9.1f}" if i != 1 else f"{x:>8.1f}" for i, x in enumerate(ph)) + f"{t - sum(ph):>8.1f}")
+print()
 mp = {k: vals.get(k + "_64M") for k in ("local_checksum", "peer_inplace_checksum",
       "migrate_then_checksum", "d2d_migrate_p2p", "d2d_migrate_via_ram")}
 if all(v for v in mp.values()):

@@ -18,6 +18,9 @@
 //!   its owner group) to its VRAM, in 4 KiB pages and in 2 MiB blocks;
 //!   reading gives `<path>_<4k|2m> <bytes> <ns>` lines (`-` for a path not
 //!   run: no peer).
+//! - `phases`: where each device's migration steps (by size class) and
+//!   engine jobs spend their time: counts and microseconds per phase (the
+//!   same figures as STATS).
 
 use kernel::{
     debugfs, fmt,
@@ -47,6 +50,8 @@ pub(crate) struct Debugfs {
     fail_large_home: debugfs::File<()>,
     #[pin]
     copy_floor: debugfs::File<Floor>,
+    #[pin]
+    phases: debugfs::File<()>,
 }
 
 /// The last `copy_floor` run: bytes per path, and nanoseconds per path and
@@ -94,6 +99,7 @@ impl Debugfs {
                 &show_floor,
                 &write_floor,
             ),
+            phases <- dir.read_callback_file(c"phases", (), &show_phases),
         })
     }
 }
@@ -223,6 +229,37 @@ fn write_floor(floor: &Floor, r: &mut UserSliceReader) -> Result {
             pool.copy_floor(*path, peer.as_deref(), npages, *large)?,
             Relaxed,
         );
+    }
+    Ok(())
+}
+
+/// `phases`: per device, the phase split of its steps and jobs.
+fn show_phases(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    let pools: [Option<PoolRef>; MAX_DEVICES] = {
+        let topo = registry::devices();
+        core::array::from_fn(|i| PoolRef::get_locked(&topo, i).ok())
+    };
+    writeln!(f, "gpu size steps collect_us alloc_us copy_us install_us")?;
+    for (i, pool) in pools.iter().enumerate() {
+        let Some(pool) = pool else { continue };
+        let p = pool.stats.phases.read();
+        for (c, name) in ["4k", "64k", "2m"].iter().enumerate() {
+            writeln!(
+                f,
+                "{i} {name} {} {} {} {} {}",
+                p.steps[c], p.collect_us[c], p.alloc_us[c], p.copy_us[c], p.install_us[c]
+            )?;
+        }
+    }
+    writeln!(f, "gpu jobs place_us walk_us bind_us exec_us")?;
+    for (i, pool) in pools.iter().enumerate() {
+        let Some(pool) = pool else { continue };
+        let p = pool.stats.phases.read();
+        writeln!(
+            f,
+            "{i} {} {} {} {} {}",
+            p.jobs, p.place_us, p.walk_us, p.bind_us, p.exec_us
+        )?;
     }
     Ok(())
 }

@@ -38,7 +38,7 @@ use crate::mm::{
     hmm::{HmmPfn, Mirror, Pages},
     pagemap::PAGE_SIZE,
 };
-use crate::vram::VramPool;
+use crate::vram::{Clock, JobPhase, VramPool};
 
 /// Pages per engine window: one page table.
 const WINDOW: usize = 512;
@@ -164,6 +164,7 @@ impl<'p> Engine<'p> {
         mm: &MmWithUser,
         mirror: &Mirror,
         job: &Job,
+        clock: &mut Clock,
         cancel: &Cancel<'_>,
     ) -> Result<Done> {
         let write = !matches!(job.op, Op::Checksum);
@@ -177,7 +178,7 @@ impl<'p> Engine<'p> {
             let a = job.addr + off;
             let wend = ((a / (WINDOW * PAGE_SIZE)) + 1) * WINDOW * PAGE_SIZE;
             let n = (wend - a).min(job.len - off);
-            self.window(mm, mirror, job, off, n, write, &mut done, cancel)?;
+            self.window(mm, mirror, job, (off, n), write, &mut done, clock, cancel)?;
             off += n;
         }
         Ok(done)
@@ -192,10 +193,10 @@ impl<'p> Engine<'p> {
         mm: &MmWithUser,
         mirror: &Mirror,
         job: &Job,
-        off: usize,
-        n: usize,
+        (off, n): (usize, usize),
         write: bool,
         done: &mut Done,
+        clock: &mut Clock,
         cancel: &Cancel<'_>,
     ) -> Result {
         let dst = job.addr + off;
@@ -227,6 +228,7 @@ impl<'p> Engine<'p> {
             } else {
                 None
             };
+            clock.lap_job(JobPhase::Walk);
             // The tables' room, made before the lock (nothing below
             // allocates under it: see `page_table`); declared after the
             // guard, they go (unmapping their pages) before it does.
@@ -259,6 +261,7 @@ impl<'p> Engine<'p> {
                     return Err(EAGAIN);
                 }
                 crate::migrate::home(mm, dst_first, dst_pages * PAGE_SIZE, cancel)?;
+                clock.lap_job(JobPhase::Place);
                 continue;
             }
             // The pages stay as found while `guard` is held.
@@ -266,6 +269,7 @@ impl<'p> Engine<'p> {
                 .page_table(&dst_found, &mut dst_pt)
                 .and_then(|()| self.page_table(&src_found, &mut src_pt))
                 .and_then(|()| {
+                    clock.lap_job(JobPhase::Bind);
                     self.execute(
                         job.op,
                         &dst_pt,
@@ -276,9 +280,11 @@ impl<'p> Engine<'p> {
                         done,
                     )
                 });
+            clock.lap_job(JobPhase::Exec);
             // Unmap the DMA and P2P mappings while the pages are still valid.
             drop((dst_pt, src_pt));
             drop(guard);
+            clock.lap_job(JobPhase::Bind);
             return res;
         }
     }

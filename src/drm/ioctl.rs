@@ -39,6 +39,7 @@ use crate::placement::{Access, Location, Placement, MAX_RANGES};
 use crate::registry;
 use crate::svm::Vm;
 use crate::topology::MAX_DEVICES;
+use crate::vram::{Clock, JobPhase};
 
 use super::decode::{
     all_zero, decode_exec, decode_location, encode_location, encode_peer, page_range, AttrRequest,
@@ -278,6 +279,7 @@ impl File {
         let pool = gpu.vram();
         let s = &pool.stats;
         let (live, cached) = pool.chunk_counts();
+        let ph = s.phases.read();
         *arg = drm_msvm_stats {
             to_device: s.to_device.load(Relaxed),
             to_system: s.to_system.load(Relaxed),
@@ -308,6 +310,16 @@ impl File {
             large_to_device: s.large_to_device.load(Relaxed),
             large_to_system: s.large_to_system.load(Relaxed),
             large_fallback: s.large_fallback.load(Relaxed),
+            phase_steps: ph.steps,
+            phase_collect_us: ph.collect_us,
+            phase_alloc_us: ph.alloc_us,
+            phase_copy_us: ph.copy_us,
+            phase_install_us: ph.install_us,
+            job_count: ph.jobs,
+            job_place_us: ph.place_us,
+            job_walk_us: ph.walk_us,
+            job_bind_us: ph.bind_us,
+            job_exec_us: ph.exec_us,
             reserved: [0; 1],
         };
         Ok(0)
@@ -325,6 +337,7 @@ impl File {
         let done = with_vm(file, |vm, mm| {
             let pool = gpu.vram();
             crate::engine::check(mm, &job)?;
+            let mut clock = Clock::start();
             // The placement pass, over the destination and COPY's source.
             let mut migrated = 0;
             let mut ranges = [(job.addr, job.len), (0, 0)];
@@ -337,8 +350,10 @@ impl File {
                 let pieces = vm.attrs().pieces(first, end)?;
                 migrated += place(pool, mm, vm.mirror(), &pieces, job.in_place, &cancel)?;
             }
+            clock.lap_job(JobPhase::Place);
             let mut engine = Engine::new(pool, gpu.device())?;
-            let mut done = engine.run(mm, vm.mirror(), &job, &cancel)?;
+            let mut done = engine.run(mm, vm.mirror(), &job, &mut clock, &cancel)?;
+            pool.stats.phases.job(&clock);
             done.migrated = migrated;
             Ok(done)
         })?;

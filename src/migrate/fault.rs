@@ -13,7 +13,7 @@ use crate::mm::mmap::ExclusiveVma;
 use crate::mm::page::NewPage;
 use crate::mm::pagemap::PAGE_SIZE;
 use crate::sysmem::large_home;
-use crate::vram::VramPool;
+use crate::vram::{Clock, Phase, SizeClass, VramPool};
 
 use super::LARGE_SIZE;
 
@@ -122,6 +122,7 @@ fn fault_range(
     end: usize,
     large: Option<&ExclusiveVma<'_>>,
 ) -> Result<bool, FaultError> {
+    let mut clock = Clock::start();
     let mut mig = VmaMigration::setup(
         vma,
         start,
@@ -132,6 +133,7 @@ fn fault_range(
         Some(fault_page),
     )
     .map_err(|_| FaultError::Sigbus)?;
+    clock.lap(Phase::Collect);
     let fault_at = (address - start) / PAGE_SIZE;
     let n = mig.npages();
     let mut filled = [0u16; MAX_PAGES];
@@ -156,8 +158,10 @@ fn fault_range(
             None
         };
         if let Some(dst) = large_dst {
+            clock.lap(Phase::Alloc);
             pool.copy_to_folio(offset, dst.page(), nr)
                 .map_err(|_| FaultError::Sigbus)?;
+            clock.lap(Phase::Copy);
             mig.set_dst(at, dst, src.write())
                 .map_err(|_| FaultError::Sigbus)?;
             // CAST: at most `MAX_PAGES` (512), which fits in `u16`.
@@ -175,9 +179,11 @@ fn fault_range(
             }
             continue;
         };
+        clock.lap(Phase::Alloc);
         pool.bar()
             .and_then(|bar| bar.copy_to_page(offset, dst.page()))
             .map_err(|_| FaultError::Sigbus)?;
+        clock.lap(Phase::Copy);
         mig.set_dst(at, dst, src.write())
             .map_err(|_| FaultError::Sigbus)?;
         filled[at] = 1;
@@ -190,6 +196,13 @@ fn fault_range(
         home |= (j..j + usize::from(filled[j])).contains(&fault_at);
     }
     drop(mig);
+    clock.lap(Phase::Install);
+    let class = if folios > 0 {
+        SizeClass::Large
+    } else {
+        SizeClass::Fault
+    };
+    pool.stats.phases.step(class, &clock);
     if large.is_some() && !home {
         // The window will count the fault.
         pool.stats.to_system.add(moved, Relaxed);

@@ -13,7 +13,7 @@ use crate::mm::mmap::ExclusiveVma;
 use crate::mm::page::{NewPage, PageRef};
 use crate::mm::pagemap::PAGE_SIZE;
 use crate::sysmem::large_home;
-use crate::vram::{Batch, VramPool};
+use crate::vram::{Batch, Clock, Phase, SizeClass, VramPool};
 
 use super::{whole_block, Outcome};
 
@@ -28,6 +28,15 @@ fn install(mig: &mut VmaMigration<'_>, filled: &[u16], out: &mut Outcome) {
         } else {
             out.busy += u64::from(nr);
         }
+    }
+}
+
+/// The size class of a step that moved `large` 2 MiB folios whole.
+fn step_class(large: u64) -> SizeClass {
+    if large > 0 {
+        SizeClass::Large
+    } else {
+        SizeClass::Small
     }
 }
 
@@ -129,7 +138,9 @@ pub(super) fn fill_to_device(
     end: usize,
     large: Option<&ExclusiveVma<'_>>,
 ) -> Result<Option<Outcome>> {
+    let mut clock = Clock::start();
     let mut mig = VmaMigration::setup(vma, start, end, Select::System, large, pool.owner(), None)?;
+    clock.lap(Phase::Collect);
     let mut out = Outcome::default();
     let n = mig.npages();
     // Collected pages are in RAM (or unpopulated), or ours already; the
@@ -163,6 +174,7 @@ pub(super) fn fill_to_device(
     }
     // Pages of the batch not handed to the migration go back on drop.
     let mut batch = pool.alloc(want)?;
+    clock.lap(Phase::Alloc);
     let mut filled = [0u16; MAX_PAGES];
     let mut from_peer = [false; MAX_PAGES];
     // The destination of the whole folio, if any (the step's first entry).
@@ -192,6 +204,7 @@ pub(super) fn fill_to_device(
             large_dst = Some(at);
         }
     }
+    clock.lap(Phase::Copy);
     install(&mut mig, &filled[..n], &mut out);
     let moved = |i: usize| filled[i] > 0 && mig.src(i).migrate();
     if let Some(at) = large_dst.filter(|&at| moved(at)) {
@@ -205,6 +218,11 @@ pub(super) fn fill_to_device(
         .map(|i| u64::from(filled[i]))
         .sum();
     let large_moved = u64::from_safe_cast((0..n).filter(|&i| filled[i] > 1 && moved(i)).count());
+    // The batch's unused pages go back, then the migration finalizes.
+    drop(batch);
+    drop(mig);
+    clock.lap(Phase::Install);
+    pool.stats.phases.step(step_class(large_moved), &clock);
     pool.stats.from_peer.add(peers, Relaxed);
     pool.stats.large_to_device.add(large_moved, Relaxed);
     pool.stats.to_device.add(out.moved, Relaxed);
@@ -221,6 +239,7 @@ pub(super) fn fill_to_system(
     end: usize,
     large: Option<&ExclusiveVma<'_>>,
 ) -> Result<Option<Outcome>> {
+    let mut clock = Clock::start();
     let mut mig = VmaMigration::setup(
         vma,
         start,
@@ -230,6 +249,7 @@ pub(super) fn fill_to_system(
         pool.owner(),
         None,
     )?;
+    clock.lap(Phase::Collect);
     let mut out = Outcome::default();
     let n = mig.npages();
     let mut filled = [0u16; MAX_PAGES];
@@ -262,20 +282,27 @@ pub(super) fn fill_to_system(
             };
             d
         };
+        clock.lap(Phase::Alloc);
         owner.copy_to_folio(offset, dst.page(), nr)?;
+        clock.lap(Phase::Copy);
         mig.set_dst(at, dst, src.write())?;
         // CAST: at most `MAX_PAGES` (512), which fits in `u16`.
         filled[at] = nr as u16;
     }
     install(&mut mig, &filled[..n], &mut out);
     // Credit each page to the device it left (this one or a group peer).
+    let mut large_moved = 0;
     for i in (0..n).filter(|&i| filled[i] > 0 && mig.src(i).migrate()) {
         if let Some((owner, _)) = mig.src_page(i).and_then(|p| pool.locate(p)) {
             owner.stats.to_system.add(u64::from(filled[i]), Relaxed);
             if filled[i] > 1 {
                 owner.stats.large_to_system.add(1, Relaxed);
+                large_moved += 1;
             }
         }
     }
+    drop(mig);
+    clock.lap(Phase::Install);
+    pool.stats.phases.step(step_class(large_moved), &clock);
     Ok(Some(out))
 }

@@ -67,12 +67,14 @@ mod alloc;
 mod chunk;
 mod evict;
 mod floor;
+mod phases;
 mod shrink;
 mod stats;
 
 pub(crate) use alloc::Batch;
 use chunk::{no_homes, Chunk, LargeHome};
 pub(crate) use floor::FloorPath;
+pub(crate) use phases::{Clock, JobPhase, Phase, SizeClass};
 pub(crate) use shrink::{choose_victim, ChunkInfo};
 pub(crate) use stats::Stats;
 

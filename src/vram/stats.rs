@@ -7,6 +7,8 @@ use kernel::sync::atomic::{Atomic, Relaxed};
 
 use crate::topology::MAX_DEVICES;
 
+use super::phases::Phases;
+
 /// Counters of one device (all in pages unless named otherwise).
 pub(crate) struct Stats {
     pub(crate) to_device: Atomic<u64>,
@@ -48,6 +50,8 @@ pub(crate) struct Stats {
     pub(crate) peer_read: [Atomic<u64>; MAX_DEVICES],
     /// Engine bytes written to each peer's VRAM over P2P, by peer index.
     pub(crate) peer_written: [Atomic<u64>; MAX_DEVICES],
+    /// Where migration steps and engine jobs spend their time.
+    pub(crate) phases: Phases,
 }
 
 impl Stats {
@@ -88,6 +92,7 @@ impl Stats {
             large_fallback: Atomic::new(0),
             peer_read: [const { Atomic::new(0) }; MAX_DEVICES],
             peer_written: [const { Atomic::new(0) }; MAX_DEVICES],
+            phases: Phases::new(),
         }
     }
 }

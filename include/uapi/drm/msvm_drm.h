@@ -25,10 +25,16 @@ extern "C" {
 #endif
 
 /* Bumped on every ABI addition. */
-#define MSVM_UAPI_VERSION 7
+#define MSVM_UAPI_VERSION 8
 
 /* At most this many msvm devices are bound at once. */
 #define MSVM_MAX_DEVICES 16
+
+/* Size classes of migration steps (drm_msvm_stats.phase_*). */
+#define MSVM_SIZE_4K 0
+#define MSVM_SIZE_64K 1
+#define MSVM_SIZE_2M 2
+#define MSVM_SIZE_CLASSES 3
 
 /* drm_msvm_query.device: describe the device the ioctl is issued on. */
 #define MSVM_QUERY_SELF 0xffffffffu
@@ -229,6 +235,25 @@ struct drm_msvm_migrate {
  * @large_fallback: 2 MiB ranges that could have moved whole but went in
  *                  4 KiB pages: no free 2 MiB block of device memory, or
  *                  no free 2 MiB folio of system RAM, at the time
+ * @phase_steps: migration steps this device ran, by size class
+ *               (&MSVM_SIZE_4K: a step of up to 2 MiB in 4 KiB pages;
+ *               &MSVM_SIZE_64K: a CPU fault's 64 KiB window;
+ *               &MSVM_SIZE_2M: a 2 MiB folio moved whole), both ways
+ * @phase_collect_us: microseconds those steps spent collecting their pages
+ *                    (migrate_vma_setup: page-table walk, isolation,
+ *                    unmapping), by size class
+ * @phase_alloc_us: microseconds they spent allocating destinations
+ * @phase_copy_us: microseconds they spent copying data
+ * @phase_install_us: microseconds they spent installing the destinations
+ *                    and finishing (migrate_vma_pages, _finalize)
+ * @job_count: engine jobs (EXEC) run on this device
+ * @job_place_us: microseconds the jobs spent moving pages where their
+ *                placement wants them, before running
+ * @job_walk_us: microseconds spent walking the process's page tables
+ *               (hmm_range_fault, with the faults it takes)
+ * @job_bind_us: microseconds spent building device page tables (DMA and
+ *               P2P mappings)
+ * @job_exec_us: microseconds spent running the operations themselves
  * @reserved: zero
  */
 struct drm_msvm_stats {
@@ -261,6 +286,16 @@ struct drm_msvm_stats {
 	__u64 large_to_device;
 	__u64 large_to_system;
 	__u64 large_fallback;
+	__u64 phase_steps[MSVM_SIZE_CLASSES];
+	__u64 phase_collect_us[MSVM_SIZE_CLASSES];
+	__u64 phase_alloc_us[MSVM_SIZE_CLASSES];
+	__u64 phase_copy_us[MSVM_SIZE_CLASSES];
+	__u64 phase_install_us[MSVM_SIZE_CLASSES];
+	__u64 job_count;
+	__u64 job_place_us;
+	__u64 job_walk_us;
+	__u64 job_bind_us;
+	__u64 job_exec_us;
 	__u64 reserved[1];
 };
 

@@ -18,7 +18,12 @@ enum Command {
     /// List the msvm devices and the P2P matrix between them.
     Info,
     /// Show the counters of every device (migrations, faults, residency).
-    Stats,
+    Stats {
+        /// Show where migration steps and engine jobs spend their time
+        /// instead: count and microseconds of each phase, by size class.
+        #[arg(long)]
+        phases: bool,
+    },
     /// Walk through shared virtual memory on the first device: a buffer of
     /// this process moves to the device, the device works on it, the CPU
     /// reads it back; the counters show each step.
@@ -51,7 +56,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let res = match cli.command {
         Command::Info => info(),
-        Command::Stats => stats(),
+        Command::Stats { phases: false } => stats(),
+        Command::Stats { phases: true } => phases(),
         Command::Demo { mib } => demo(mib),
         Command::Query { node, device } => query(node, device),
     };
@@ -129,6 +135,66 @@ fn info() -> msvm_rt::Result<()> {
         }
         println!();
     }
+    Ok(())
+}
+
+/// `msvm stats --phases`: per device, the phase split of migration steps
+/// by size class, then of engine jobs.
+fn phases() -> msvm_rt::Result<()> {
+    use msvm_rt::abi::{MSVM_SIZE_2M, MSVM_SIZE_4K, MSVM_SIZE_64K};
+    let devices = Device::all()?;
+    if devices.is_empty() {
+        println!("msvm: no devices (is msvm.ko loaded?)");
+        return Ok(());
+    }
+    println!(
+        "{:<5} {:<6} {:>9} {:>12} {:>12} {:>12} {:>12} {:>9}",
+        "gpu", "size", "steps", "collect_us", "alloc_us", "copy_us", "install_us", "us/step"
+    );
+    for d in &devices {
+        let i = d.query()?;
+        let s = d.stats()?;
+        for (c, name) in [
+            (MSVM_SIZE_4K, "4k"),
+            (MSVM_SIZE_64K, "64k"),
+            (MSVM_SIZE_2M, "2m"),
+        ] {
+            let total = s.phase_collect_us[c]
+                + s.phase_alloc_us[c]
+                + s.phase_copy_us[c]
+                + s.phase_install_us[c];
+            println!(
+                "{:<5} {:<6} {:>9} {:>12} {:>12} {:>12} {:>12} {:>9.1}",
+                i.index,
+                name,
+                s.phase_steps[c],
+                s.phase_collect_us[c],
+                s.phase_alloc_us[c],
+                s.phase_copy_us[c],
+                s.phase_install_us[c],
+                total as f64 / s.phase_steps[c].max(1) as f64
+            );
+        }
+    }
+    println!();
+    println!(
+        "{:<5} {:>9} {:>12} {:>12} {:>12} {:>12}",
+        "gpu", "jobs", "place_us", "walk_us", "bind_us", "exec_us"
+    );
+    for d in &devices {
+        let i = d.query()?;
+        let s = d.stats()?;
+        println!(
+            "{:<5} {:>9} {:>12} {:>12} {:>12} {:>12}",
+            i.index, s.job_count, s.job_place_us, s.job_walk_us, s.job_bind_us, s.job_exec_us
+        );
+    }
+    println!(
+        "(steps: migration steps both ways: 4k in 4 KiB pages, 64k CPU fault windows, 2m whole \
+         2 MiB folios; collect: migrate_vma_setup; install: migrate_vma_pages and _finalize; \
+         jobs: place = migrations before the run, walk = hmm_range_fault, bind = DMA/P2P \
+         mappings, exec = the operation)"
+    );
     Ok(())
 }
 

@@ -4,9 +4,17 @@
 //! which compiles a small C program against the real header.
 
 /// `MSVM_UAPI_VERSION`.
-pub const MSVM_UAPI_VERSION: u32 = 7;
+pub const MSVM_UAPI_VERSION: u32 = 8;
 /// `MSVM_MAX_DEVICES`.
 pub const MSVM_MAX_DEVICES: u32 = 16;
+/// `MSVM_SIZE_4K`: a migration step in 4 KiB pages.
+pub const MSVM_SIZE_4K: usize = 0;
+/// `MSVM_SIZE_64K`: a CPU fault's 64 KiB window.
+pub const MSVM_SIZE_64K: usize = 1;
+/// `MSVM_SIZE_2M`: a 2 MiB folio moved whole.
+pub const MSVM_SIZE_2M: usize = 2;
+/// `MSVM_SIZE_CLASSES`.
+pub const MSVM_SIZE_CLASSES: usize = 3;
 /// `MSVM_QUERY_SELF`.
 pub const MSVM_QUERY_SELF: u32 = 0xffff_ffff;
 /// `MSVM_PEER_P2P`.
@@ -157,6 +165,16 @@ pub struct DrmMsvmStats {
     pub large_to_device: u64,
     pub large_to_system: u64,
     pub large_fallback: u64,
+    pub phase_steps: [u64; MSVM_SIZE_CLASSES],
+    pub phase_collect_us: [u64; MSVM_SIZE_CLASSES],
+    pub phase_alloc_us: [u64; MSVM_SIZE_CLASSES],
+    pub phase_copy_us: [u64; MSVM_SIZE_CLASSES],
+    pub phase_install_us: [u64; MSVM_SIZE_CLASSES],
+    pub job_count: u64,
+    pub job_place_us: u64,
+    pub job_walk_us: u64,
+    pub job_bind_us: u64,
+    pub job_exec_us: u64,
     pub reserved: [u64; 1],
 }
 

@@ -60,6 +60,16 @@ fn c_layout() -> Vec<(String, u64)> {
                 "large_to_device",
                 "large_to_system",
                 "large_fallback",
+                "phase_steps",
+                "phase_collect_us",
+                "phase_alloc_us",
+                "phase_copy_us",
+                "phase_install_us",
+                "job_count",
+                "job_place_us",
+                "job_walk_us",
+                "job_bind_us",
+                "job_exec_us",
                 "reserved",
             ],
         )
@@ -149,6 +159,10 @@ fn c_layout() -> Vec<(String, u64)> {
          P(\"MSVM_MIGRATE_TO_DEVICE\", MSVM_MIGRATE_TO_DEVICE);\n\
          P(\"MSVM_UAPI_VERSION\", MSVM_UAPI_VERSION);\n\
          P(\"MSVM_MAX_DEVICES\", MSVM_MAX_DEVICES);\n\
+         P(\"MSVM_SIZE_4K\", MSVM_SIZE_4K);\n\
+         P(\"MSVM_SIZE_64K\", MSVM_SIZE_64K);\n\
+         P(\"MSVM_SIZE_2M\", MSVM_SIZE_2M);\n\
+         P(\"MSVM_SIZE_CLASSES\", MSVM_SIZE_CLASSES);\n\
          P(\"MSVM_QUERY_SELF\", MSVM_QUERY_SELF);\n\
          P(\"MSVM_PEER_P2P\", MSVM_PEER_P2P);\n\
          return 0; }}\n"
@@ -266,6 +280,16 @@ fn layouts_match_the_c_header() {
             large_to_device,
             large_to_system,
             large_fallback,
+            phase_steps,
+            phase_collect_us,
+            phase_alloc_us,
+            phase_copy_us,
+            phase_install_us,
+            job_count,
+            job_place_us,
+            job_walk_us,
+            job_bind_us,
+            job_exec_us,
             reserved
         ]
     );
@@ -322,6 +346,14 @@ fn layouts_match_the_c_header() {
     );
     assert_eq!(u64::from(MSVM_UAPI_VERSION), get("MSVM_UAPI_VERSION"));
     assert_eq!(u64::from(MSVM_MAX_DEVICES), get("MSVM_MAX_DEVICES"));
+    for (name, v) in [
+        ("MSVM_SIZE_4K", MSVM_SIZE_4K),
+        ("MSVM_SIZE_64K", MSVM_SIZE_64K),
+        ("MSVM_SIZE_2M", MSVM_SIZE_2M),
+        ("MSVM_SIZE_CLASSES", MSVM_SIZE_CLASSES),
+    ] {
+        assert_eq!(v as u64, get(name), "{name}");
+    }
     assert_eq!(u64::from(MSVM_QUERY_SELF), get("MSVM_QUERY_SELF"));
     assert_eq!(u64::from(MSVM_PEER_P2P), get("MSVM_PEER_P2P"));
 }

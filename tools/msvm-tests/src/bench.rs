@@ -109,7 +109,8 @@ pub fn run(mib: usize, tag: &str) -> Result<(), String> {
         Ok(secs)
     };
     // How many 2 MiB folios each move took whole (the rest went in 4 KiB
-    // pages), from the device's counters around it.
+    // pages), and where its steps spent their time (all size classes), from
+    // the device's counters around it.
     let large = |op: &str, before: &msvm_rt::Stats, now: &msvm_rt::Stats| {
         let n = if op == "to_dev" {
             now.large_to_device - before.large_to_device
@@ -117,20 +118,42 @@ pub fn run(mib: usize, tag: &str) -> Result<(), String> {
             now.large_to_system - before.large_to_system
         };
         println!("BENCH {op}{tag}_{mib}M.msvm_2m_folios {n} folios");
+        let diff = |a: &[u64; 3], b: &[u64; 3]| -> f64 {
+            a.iter().zip(b).map(|(x, y)| x - y).sum::<u64>() as f64 / 1e3
+        };
+        let steps: u64 = now
+            .phase_steps
+            .iter()
+            .zip(&before.phase_steps)
+            .map(|(x, y)| x - y)
+            .sum();
+        println!("BENCH {op}{tag}_{mib}M.steps {steps} steps");
+        for (phase, a, b) in [
+            ("collect", &now.phase_collect_us, &before.phase_collect_us),
+            ("alloc", &now.phase_alloc_us, &before.phase_alloc_us),
+            ("copy", &now.phase_copy_us, &before.phase_copy_us),
+            ("install", &now.phase_install_us, &before.phase_install_us),
+        ] {
+            println!("BENCH {op}{tag}_{mib}M.{phase}_ms {:.3} ms", diff(a, b));
+        }
     };
     let stats = || dev.stats().map_err(|e| e.to_string());
     // Best of ROUNDS round trips, as hmm-bench does: under TCG single runs
     // move by 2x. The folio counts are those of the last round.
     let mut best = [f64::MAX; 3];
+    // The last round's times: its phase split is what the counters show.
+    let mut last = [0.0; 3];
     let mut sum = 0u64;
     let mut counts = Vec::new();
     for _ in 0..ROUNDS {
         counts.clear();
         let s = stats()?;
-        best[0] = best[0].min(mv(Location::Device)?);
+        last[0] = mv(Location::Device)?;
+        best[0] = best[0].min(last[0]);
         counts.push(("to_dev", s, stats()?));
         let s = stats()?;
-        best[1] = best[1].min(mv(Location::System)?);
+        last[1] = mv(Location::System)?;
+        best[1] = best[1].min(last[1]);
         counts.push(("to_sys", s, stats()?));
         mv(Location::Device)?;
         let s = stats()?;
@@ -139,11 +162,17 @@ pub fn run(mib: usize, tag: &str) -> Result<(), String> {
             // SAFETY: reading our own buffer; volatile so the loop is kept.
             sum = sum.wrapping_add(unsafe { std::ptr::read_volatile(&p[i]) });
         }
-        best[2] = best[2].min(t.elapsed().as_secs_f64());
+        last[2] = t.elapsed().as_secs_f64();
+        best[2] = best[2].min(last[2]);
         counts.push(("fault_back", s, stats()?));
     }
-    for (op, secs) in ["to_dev", "to_sys", "fault_back"].iter().zip(best) {
+    for ((op, secs), last) in ["to_dev", "to_sys", "fault_back"]
+        .iter()
+        .zip(best)
+        .zip(last)
+    {
         report(op, secs);
+        println!("BENCH {op}{tag}_{mib}M.total_ms {:.3} ms", last * 1e3);
     }
     // The same bytes through the same copies, with no mm work.
     let floor = copy_floor(dev.index().map_err(|e| e.to_string())?, mib)?;

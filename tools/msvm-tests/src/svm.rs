@@ -28,6 +28,10 @@ pub fn tests() -> Vec<Test> {
             run: round_trip_explicit_sizes,
         },
         Test {
+            name: "svm_phase_counters_by_size_class",
+            run: phase_counters,
+        },
+        Test {
             name: "svm_untouched_pages_read_as_zero",
             run: untouched_pages_read_as_zero,
         },
@@ -880,4 +884,67 @@ fn gup_on_device_pages() -> Outcome {
         .map_err(|e| e.to_string())?;
     verify(&copy, 121)?;
     verify(m.bytes(), 121)
+}
+
+/// STATS' phase split counts each step in its size class: a migration of
+/// 4 KiB pages, a CPU fault's window, a 2 MiB block moved whole; and an
+/// engine job. Each counted step took time in some phase.
+fn phase_counters() -> Outcome {
+    use msvm_rt::abi::{MSVM_SIZE_2M, MSVM_SIZE_4K, MSVM_SIZE_64K};
+    let dev = gpu0()?;
+    let e = |x: msvm_rt::Error| x.to_string();
+    let steps = |s: &Stats, c: usize| s.phase_steps[c];
+    let spent = |s: &Stats, c: usize| {
+        s.phase_collect_us[c] + s.phase_alloc_us[c] + s.phase_copy_us[c] + s.phase_install_us[c]
+    };
+    let mut m = Map::small(64 << 10)?;
+    fill(m.bytes_mut(), 77);
+    let s0 = stats(&dev)?;
+    dev.migrate(m.addr(), m.len(), Location::Device)
+        .map_err(e)?;
+    let s1 = stats(&dev)?;
+    check!(
+        steps(&s1, MSVM_SIZE_4K) > steps(&s0, MSVM_SIZE_4K),
+        "4k: {s1:?}"
+    );
+    check!(
+        spent(&s1, MSVM_SIZE_4K) >= spent(&s0, MSVM_SIZE_4K),
+        "4k time went back"
+    );
+    // The CPU reads it back: a fault per 64 KiB window it spans (two at
+    // most), its data intact.
+    verify(m.bytes(), 77)?;
+    let s2 = stats(&dev)?;
+    let faults = s2.cpu_faults - s1.cpu_faults;
+    check!(
+        (1..=2).contains(&faults)
+            && steps(&s2, MSVM_SIZE_64K) == steps(&s1, MSVM_SIZE_64K) + faults,
+        "64k: {} -> {}",
+        steps(&s1, MSVM_SIZE_64K),
+        steps(&s2, MSVM_SIZE_64K)
+    );
+    // A job.
+    dev.exec(msvm_rt::Exec::Checksum, m.addr(), m.len(), true)
+        .map_err(e)?;
+    let s3 = stats(&dev)?;
+    check!(
+        s3.job_count == s2.job_count + 1,
+        "jobs {} -> {}",
+        s2.job_count,
+        s3.job_count
+    );
+    // 2 MiB never touched, 2 MiB aligned: a whole 2 MiB device folio.
+    let big = Map::new(4 << 20)?;
+    let a = big.addr().next_multiple_of(2 << 20);
+    dev.migrate(a, 2 << 20, Location::Device).map_err(e)?;
+    let s4 = stats(&dev)?;
+    if s4.large_to_device > s3.large_to_device {
+        check!(
+            steps(&s4, MSVM_SIZE_2M) > steps(&s3, MSVM_SIZE_2M),
+            "2m: {} -> {}",
+            steps(&s3, MSVM_SIZE_2M),
+            steps(&s4, MSVM_SIZE_2M)
+        );
+    }
+    Ok(())
 }
