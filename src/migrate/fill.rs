@@ -8,11 +8,11 @@ use kernel::num::casts::FromSafeCast;
 use kernel::prelude::*;
 use kernel::sync::atomic::Relaxed;
 
-use crate::mm::migrate::{device_folio_mapcount, Select, VmaMigration, MAX_PAGES};
+use crate::mm::migrate::{device_folio_mapcount, Select, VmaMigration};
 use crate::mm::mmap::ExclusiveVma;
-use crate::mm::page::{NewPage, PageRef};
+use crate::mm::page::{NewPage, PageRef, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::PAGE_SIZE;
-use crate::sysmem::large_home;
+use crate::sysmem::large_system_folio;
 use crate::vram::{Batch, VramPool};
 
 use super::{whole_block, Outcome};
@@ -31,9 +31,6 @@ fn install(mig: &mut VmaMigration<'_>, filled: &[u16], out: &mut Outcome) {
     }
 }
 
-/// Bytes of a large folio (2 MiB: one PMD).
-pub(super) const LARGE_SIZE: usize = MAX_PAGES * PAGE_SIZE;
-
 /// Whether `[start, end)` of `vma` is one whole 2 MiB block whose folio (or
 /// hole) a migration may move whole: not in a VMA the process asked to keep
 /// free of huge pages (`MADV_NOHUGEPAGE`), and not a device folio that a
@@ -42,7 +39,7 @@ pub(super) const LARGE_SIZE: usize = MAX_PAGES * PAGE_SIZE;
 /// mmap lock for writing: a folio collected whole may be device-private
 /// (see [`super::migrate_range`]).
 pub(super) fn large_step(vma: &VmaRef, start: usize, end: usize) -> bool {
-    end - start == LARGE_SIZE
+    end - start == BLOCK_SIZE
         && whole_block(vma, start, end)
         && device_folio_mapcount(vma, start) <= 1
 }
@@ -133,10 +130,10 @@ pub(super) fn fill_to_device(
     let mut out = Outcome::default();
     let n = mig.npages();
     // Collected pages are in RAM (or unpopulated), or ours already; the
-    // rest could not be isolated. A large entry stands for `MAX_PAGES`
+    // rest could not be isolated. A large entry stands for `BLOCK_PAGES`
     // pages, and the entries after it are empty.
     // Entries that get no destination: already ours, or busy.
-    let mut skip = [false; MAX_PAGES];
+    let mut skip = [false; BLOCK_PAGES];
     let (mut want, mut block) = (0, None);
     let mut i = 0;
     while i < n {
@@ -163,8 +160,8 @@ pub(super) fn fill_to_device(
     }
     // Pages of the batch not handed to the migration go back on drop.
     let mut batch = pool.alloc(want)?;
-    let mut filled = [0u16; MAX_PAGES];
-    let mut from_peer = [false; MAX_PAGES];
+    let mut filled = [0u16; BLOCK_PAGES];
+    let mut from_peer = [false; BLOCK_PAGES];
     // The destination of the whole folio, if any (the step's first entry).
     let mut large_dst = None;
     let mut i = 0;
@@ -186,7 +183,7 @@ pub(super) fn fill_to_device(
         };
         from_peer[at] = copy_in(pool, mig.src_page(at), nr, offset)?;
         mig.set_dst(at, dpage, src.write())?;
-        // CAST: at most `MAX_PAGES` (512), which fits in `u16`.
+        // CAST: at most `BLOCK_PAGES` (512), which fits in `u16`.
         filled[at] = nr as u16;
         if src.compound() {
             large_dst = Some(at);
@@ -196,8 +193,8 @@ pub(super) fn fill_to_device(
     let moved = |i: usize| filled[i] > 0 && mig.src(i).migrate();
     if let Some(at) = large_dst.filter(|&at| moved(at)) {
         if let Some(page) = mig.dst_page(at) {
-            // Where eviction will find it (see `VramPool::home_large_folios`).
-            pool.note_large_home(page, vma.mm(), start + at * PAGE_SIZE);
+            // Where eviction finds it (`VramPool::evict_large_folios`).
+            pool.note_large_mapping(page, vma.mm(), start + at * PAGE_SIZE);
         }
     }
     let peers: u64 = (0..n)
@@ -232,7 +229,7 @@ pub(super) fn fill_to_system(
     )?;
     let mut out = Outcome::default();
     let n = mig.npages();
-    let mut filled = [0u16; MAX_PAGES];
+    let mut filled = [0u16; BLOCK_PAGES];
     let mut i = 0;
     while i < n {
         let (at, src) = (i, mig.src(i));
@@ -250,7 +247,7 @@ pub(super) fn fill_to_system(
         };
         let addr = start + at * PAGE_SIZE;
         let dst = if src.compound() {
-            match large_home(vma, addr) {
+            match large_system_folio(vma, addr) {
                 Some(d) => d,
                 // Dropping `mig` restores the sources.
                 None => return Ok(None),
@@ -264,7 +261,7 @@ pub(super) fn fill_to_system(
         };
         owner.copy_to_folio(offset, dst.page(), nr)?;
         mig.set_dst(at, dst, src.write())?;
-        // CAST: at most `MAX_PAGES` (512), which fits in `u16`.
+        // CAST: at most `BLOCK_PAGES` (512), which fits in `u16`.
         filled[at] = nr as u16;
     }
     install(&mut mig, &filled[..n], &mut out);
