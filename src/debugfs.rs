@@ -8,8 +8,8 @@
 //!   chunks, `all` also empties lightly used chunks into fuller ones and
 //!   removes theirs, synchronously (what the shrinker's work does under
 //!   memory pressure); reading gives the pagemaps the last write removed.
-//! - `fail_large_home`: writing `N` makes the next `N` allocations of a
-//!   2 MiB system folio for a device folio coming home fail (fault
+//! - `fail_large_system`: writing `N` makes the next `N` allocations of a
+//!   2 MiB system folio for a device folio going to system RAM fail (fault
 //!   injection: tests reach the 4 KiB fallbacks and eviction's retries);
 //!   reading gives how many are left.
 //! - `copy_floor`: writing `DEV MIB` times the driver's copy primitives
@@ -31,7 +31,7 @@ use kernel::{
 };
 
 use crate::reclaim::{shrink_all, CONSOLIDATE, IDLE};
-use crate::sysmem::FAIL_LARGE_HOME;
+use crate::sysmem::FAIL_LARGE_SYSTEM;
 
 use crate::registry::{self, PoolRef};
 use crate::topology::MAX_DEVICES;
@@ -47,7 +47,7 @@ pub(crate) struct Debugfs {
     #[pin]
     shrink: debugfs::File<Atomic<u64>>,
     #[pin]
-    fail_large_home: debugfs::File<()>,
+    fail_large_system: debugfs::File<()>,
     #[pin]
     copy_floor: debugfs::File<Floor>,
     #[pin]
@@ -82,13 +82,13 @@ impl Debugfs {
                 &|n: &Atomic<u64>, f: &mut fmt::Formatter<'_>| writeln!(f, "{}", n.load(Relaxed)),
                 &write_shrink,
             ),
-            fail_large_home <- dir.read_write_callback_file(
-                c"fail_large_home",
+            fail_large_system <- dir.read_write_callback_file(
+                c"fail_large_system",
                 (),
                 &|(): &(), f: &mut fmt::Formatter<'_>| {
-                    writeln!(f, "{}", FAIL_LARGE_HOME.load(Relaxed))
+                    writeln!(f, "{}", FAIL_LARGE_SYSTEM.load(Relaxed))
                 },
-                &write_fail_large_home,
+                &write_fail_large_system,
             ),
             copy_floor <- dir.read_write_callback_file(
                 c"copy_floor",
@@ -118,15 +118,15 @@ fn write_shrink(removed: &Atomic<u64>, r: &mut UserSliceReader) -> Result {
     Ok(())
 }
 
-/// `fail_large_home`: sets the number of 2 MiB system folio allocations
+/// `fail_large_system`: sets the number of 2 MiB system folio allocations
 /// to fail.
-fn write_fail_large_home(_: &(), r: &mut UserSliceReader) -> Result {
+fn write_fail_large_system(_: &(), r: &mut UserSliceReader) -> Result {
     let mut buf = [0u8; 20];
     let n = r.len().min(buf.len());
     r.read_slice(&mut buf[..n])?;
     let text = core::str::from_utf8(buf[..n].trim_ascii()).map_err(|_| EINVAL)?;
     let count: u64 = text.parse().map_err(|_| EINVAL)?;
-    FAIL_LARGE_HOME.store(count, Relaxed);
+    FAIL_LARGE_SYSTEM.store(count, Relaxed);
     Ok(())
 }
 

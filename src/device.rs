@@ -25,7 +25,7 @@ pub(crate) struct Gpu<'a> {
     pdev: &'a pci::Device<Bound>,
     /// The device memory: its BAR window and its chunks. Shut down before
     /// the topology membership goes, after the DRM device is unplugged:
-    /// every page goes home first.
+    /// every page goes to system RAM first.
     vram: OwnedPool,
     /// The pool, published for peers; withdrawn first when the device goes.
     publication: Option<Publication>,
@@ -120,7 +120,7 @@ impl Drop for Gpu<'_> {
     fn drop(&mut self) {
         // No new users from other devices; then wait for the current ones
         // (their work is bounded: a prefetch or a job) before the pool's
-        // shutdown sends every page home.
+        // shutdown sends every page to system RAM.
         drop(self.publication.take());
         // Then `vram`, dropped after this, shuts the pool down.
     }

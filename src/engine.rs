@@ -19,15 +19,15 @@
 //! are used in place. With [`Job::in_place`] or the range's "in place"
 //! access policy, pages are used where they are: system RAM by DMA, a peer
 //! of the owner group over P2P; pages of a device out of reach are faulted
-//! home by `hmm_range_fault`.
+//! to system RAM by `hmm_range_fault`.
 //!
 //! # Lock order
 //!
 //! `mmap_lock` (read, only around `hmm_range_fault` and migration) is never
 //! held together with the mirror's lock ([`Mirror::lock`]); invalidations
 //! take it from under the mm core's locks, so the job holds it only while
-//! it touches pages, and takes nothing inside it but the VRAM pool's
-//! `atomics` mutex.
+//! it touches pages, and takes nothing inside it but the pool's `atomics`
+//! mutex.
 
 use kernel::{mm::MmWithUser, num::casts::FromSafeCast, prelude::*, sync::atomic::Relaxed};
 
@@ -36,12 +36,10 @@ use crate::mm::{
     cancel::Cancel,
     dma::{DmaPage, PeerMap},
     hmm::{HmmPfn, Mirror, Pages},
+    page::BLOCK_SIZE,
     pagemap::PAGE_SIZE,
 };
 use crate::vram::{Clock, JobPhase, VramPool};
-
-/// Pages per engine window: one page table.
-const WINDOW: usize = 512;
 
 /// Checks that the job's ranges are mapped (`EFAULT`) with the access it
 /// needs (`EACCES`), in VMAs a device may reach (`EFAULT` otherwise: I/O,
@@ -174,9 +172,9 @@ impl<'p> Engine<'p> {
         }
         let mut off = 0;
         while off < job.len {
-            // The window ends at a page-table boundary of the destination.
+            // A window ends at a 2 MiB block boundary of the destination.
             let a = job.addr + off;
-            let wend = ((a / (WINDOW * PAGE_SIZE)) + 1) * WINDOW * PAGE_SIZE;
+            let wend = (a / BLOCK_SIZE + 1) * BLOCK_SIZE;
             let n = (wend - a).min(job.len - off);
             self.window(mm, mirror, job, (off, n), write, &mut done, clock, cancel)?;
             off += n;
@@ -247,11 +245,11 @@ impl<'p> Engine<'p> {
             };
             // A device page mapped read-only (shared copy-on-write after a
             // fork) comes back as it is even when writing: `hmm_range_fault`
-            // reports its owner's device pages without faulting them. Bring
-            // the window's pages home, where the write fault copies them
-            // (only the job's own range: next to it may be anything). The
-            // pages are looked at under the lock, while the sequence holds
-            // them: unlocked, a page could go home and its chunk's memmap
+            // reports its owner's device pages without faulting them. Move
+            // the window's pages to system RAM, where the write fault copies
+            // them (only the job's own range: next to it may be anything).
+            // The pages are looked at under the lock, while the sequence
+            // holds them: unlocked, a page could move and its chunk's memmap
             // be removed meanwhile.
             if write && dst_found.any_device_read_only() {
                 drop((dst_pt, src_pt));
@@ -260,7 +258,7 @@ impl<'p> Engine<'p> {
                 if cow_breaks > 8 {
                     return Err(EAGAIN);
                 }
-                crate::migrate::home(mm, dst_first, dst_pages * PAGE_SIZE, cancel)?;
+                crate::migrate::to_system(mm, dst_first, dst_pages * PAGE_SIZE, cancel)?;
                 clock.lap_job(JobPhase::Place);
                 continue;
             }

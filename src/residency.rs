@@ -20,14 +20,12 @@ use crate::mm::{
     cancel::Cancel,
     hmm::{HmmPfn, Mirror},
     owner::Owner,
+    page::BLOCK_PAGES,
     pagemap::PAGE_SIZE,
 };
 use crate::registry;
 use crate::topology::MAX_DEVICES;
 use crate::vram::{group_key, GroupKey};
-
-/// Pages per walk.
-const WINDOW: usize = 512;
 
 /// Longest range a query may cover: it walks page tables page by page.
 pub(crate) const MAX_LEN: u64 = 1 << 32;
@@ -71,13 +69,14 @@ pub(crate) fn residency(
         }
     }
     let mut r = Residency::default();
-    let mut pfns = KVec::from_elem(HmmPfn::NONE, WINDOW, GFP_KERNEL)?;
-    let mut places = KVec::from_elem(Place::Nowhere, WINDOW, GFP_KERNEL)?;
+    // One walk covers a 2 MiB block's worth of pages at most.
+    let mut pfns = KVec::from_elem(HmmPfn::NONE, BLOCK_PAGES, GFP_KERNEL)?;
+    let mut places = KVec::from_elem(Place::Nowhere, BLOCK_PAGES, GFP_KERNEL)?;
     let end = start + len;
     let mut addr = start;
     while addr < end {
         cancel.check()?;
-        let n = ((end - addr) / PAGE_SIZE).min(WINDOW);
+        let n = ((end - addr) / PAGE_SIZE).min(BLOCK_PAGES);
         places[..n].fill(Place::Nowhere);
         let mut first = true;
         for &key in &keys[..groups] {

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! System RAM for pages coming home: the 2 MiB system folios a device
+//! System RAM for pages leaving a device: the 2 MiB system folios a device
 //! folio moves into whole, with the fault injection tests use to reach the
-//! 4 KiB fallbacks (debugfs `fail_large_home`). Below both the migrations
+//! 4 KiB fallbacks (debugfs `fail_large_system`). Below both the migrations
 //! (`crate::migrate`) and the pool's eviction (`crate::vram`).
 
 use kernel::{
@@ -13,16 +13,16 @@ use kernel::{
 use crate::mm::page::NewPage;
 
 /// 2 MiB system folio allocations still to fail on purpose (debugfs
-/// `fail_large_home`): tests reach the 4 KiB fallbacks and eviction's
+/// `fail_large_system`): tests reach the 4 KiB fallbacks and eviction's
 /// retries through it.
-pub(crate) static FAIL_LARGE_HOME: Atomic<u64> = Atomic::new(0);
+pub(crate) static FAIL_LARGE_SYSTEM: Atomic<u64> = Atomic::new(0);
 
 /// Whether this 2 MiB system folio allocation is to fail on purpose (one
-/// of [`FAIL_LARGE_HOME`]'s, which it uses up).
-fn fail_large_home() -> bool {
-    let mut v = FAIL_LARGE_HOME.load(Relaxed);
+/// of [`FAIL_LARGE_SYSTEM`]'s, which it uses up).
+fn fail_large_system() -> bool {
+    let mut v = FAIL_LARGE_SYSTEM.load(Relaxed);
     while v > 0 {
-        match FAIL_LARGE_HOME.cmpxchg(v, v - 1, Relaxed) {
+        match FAIL_LARGE_SYSTEM.cmpxchg(v, v - 1, Relaxed) {
             Ok(_) => return true,
             Err(now) => v = now,
         }
@@ -32,8 +32,8 @@ fn fail_large_home() -> bool {
 
 /// A 2 MiB system folio for the block of `addr` in `vma`, if one is free
 /// (and no test asked for a failure).
-pub(crate) fn large_home(vma: &VmaRef, addr: usize) -> Option<NewPage> {
-    if fail_large_home() {
+pub(crate) fn large_system_folio(vma: &VmaRef, addr: usize) -> Option<NewPage> {
+    if fail_large_system() {
         return None;
     }
     NewPage::large_for_vma(vma, addr)
@@ -41,8 +41,8 @@ pub(crate) fn large_home(vma: &VmaRef, addr: usize) -> Option<NewPage> {
 
 /// A 2 MiB system folio for an evicted device folio (see
 /// [`NewPage::large_evict`]), unless a test asked for a failure.
-pub(crate) fn large_home_evict() -> Option<NewPage> {
-    if fail_large_home() {
+pub(crate) fn large_system_folio_evict() -> Option<NewPage> {
+    if fail_large_system() {
         return None;
     }
     NewPage::large_evict()

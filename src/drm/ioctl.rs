@@ -304,7 +304,7 @@ impl File {
             shrink_scans: s.shrink_scans.load(Relaxed),
             shrink_freed: s.shrink_freed.load(Relaxed),
             shrink_moved: s.shrink_moved.load(Relaxed),
-            shrink_home: s.shrink_home.load(Relaxed),
+            shrink_home: s.shrink_to_system.load(Relaxed),
             peer_read: core::array::from_fn(|i| s.peer_read[i].load(Relaxed)),
             peer_written: core::array::from_fn(|i| s.peer_written[i].load(Relaxed)),
             large_to_device: s.large_to_device.load(Relaxed),

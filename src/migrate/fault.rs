@@ -1,38 +1,37 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The CPU fault path: a device page the CPU touched comes home, with the
-//! 64 KiB around it; a 2 MiB folio comes home whole, or is split.
+//! The CPU fault path: a device page the CPU touched comes back to system
+//! RAM, with the 64 KiB around it; a 2 MiB folio comes back whole, or is
+//! split.
 
 use kernel::mm::virt::VmaRef;
 use kernel::prelude::*;
 use kernel::sync::atomic::Relaxed;
 
 use crate::mm::fault::{Fault, FaultError, FaultPage, FaultRelock, Relock};
-use crate::mm::migrate::{device_folio_mapcount, Select, VmaMigration, MAX_PAGES};
+use crate::mm::migrate::{device_folio_mapcount, Select, VmaMigration};
 use crate::mm::mmap::ExclusiveVma;
-use crate::mm::page::NewPage;
+use crate::mm::page::{NewPage, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::PAGE_SIZE;
-use crate::sysmem::large_home;
+use crate::sysmem::large_system_folio;
 use crate::vram::{Clock, Phase, SizeClass, VramPool};
 
-use super::LARGE_SIZE;
-
-/// Bytes the CPU fault path brings home at once: the 64 KiB block around
-/// the faulting address (within its VMA); a 2 MiB device folio mapped
-/// whole comes home whole.
+/// Bytes the CPU fault path brings back to system RAM at once: the 64 KiB
+/// around the faulting address (within its VMA); a 2 MiB device folio
+/// mapped whole comes back whole.
 const FAULT_WINDOW: usize = 64 * 1024;
 
-/// `migrate_to_ram` of a device page of `pool`: brings home this device's
-/// pages in the [`FAULT_WINDOW`] around the fault.
+/// `migrate_to_ram` of a device page of `pool`: moves this device's pages
+/// in the [`FAULT_WINDOW`] around the fault to system RAM.
 ///
 /// A fault on a 2 MiB folio mapped whole (a PMD fault) must exclude every
 /// zap of the mm while the folio is collected whole or split (see
 /// [`device_folio_mapcount`]), so it trades the fault's lock for the mmap
-/// lock held for writing, brings the folio home whole into a 2 MiB system
+/// lock held for writing, moves the folio whole into a 2 MiB system
 /// folio, and makes the CPU fault again. If no 2 MiB folio is free, or if
 /// a fork relative maps the folio too, it splits the folio and its
 /// mappings instead, moving nothing: the CPU's retry of the access then
-/// faults on a small page, whose window comes home in 4 KiB pages. A fault
+/// faults on a small page, whose window moves in 4 KiB pages. A fault
 /// that may not let go of its lock (no `FAULT_FLAG_ALLOW_RETRY`: some
 /// kernel callers of `hmm_range_fault` or GUP) gets `SIGBUS` on such a
 /// folio.
@@ -51,7 +50,7 @@ fn pmd_fault_to_ram(pool: &VramPool, fault: Fault<'_>) -> Result<(), FaultError>
     let address = fault.address();
     // The core maps a large folio whole only where its 2 MiB block lies
     // inside the VMA.
-    let large_start = address & !(LARGE_SIZE - 1);
+    let large_start = address & !(BLOCK_SIZE - 1);
     let excl = match fault.relock_exclusive() {
         Relock::Exclusive(x) => x,
         Relock::Retry => return Err(FaultError::Retry),
@@ -69,8 +68,8 @@ fn pmd_fault_to_ram(pool: &VramPool, fault: Fault<'_>) -> Result<(), FaultError>
     }
 }
 
-/// The work of [`pmd_fault_to_ram`] under `excl`: brings the 2 MiB folio at
-/// `large_start` home whole, or splits it.
+/// The work of [`pmd_fault_to_ram`] under `excl`: moves the 2 MiB folio at
+/// `large_start` to system RAM whole, or splits it.
 fn pmd_fault_exclusive(
     pool: &VramPool,
     excl: &FaultRelock<'_>,
@@ -82,14 +81,14 @@ fn pmd_fault_exclusive(
     let Some(vma) = excl.vma_lookup(large_start) else {
         return Err(FaultError::Retry);
     };
-    if large_start < vma.start() || large_start + LARGE_SIZE > vma.end() {
+    if large_start < vma.start() || large_start + BLOCK_SIZE > vma.end() {
         return Err(FaultError::Retry);
     }
     match device_folio_mapcount(&vma, large_start) {
         // No device folio mapped whole there any more.
         0 => return Err(FaultError::Retry),
         1 => {
-            let end = large_start + LARGE_SIZE;
+            let end = large_start + BLOCK_SIZE;
             if fault_range(
                 pool,
                 &vma,
@@ -109,10 +108,10 @@ fn pmd_fault_exclusive(
     Ok(())
 }
 
-/// Brings this device's pages of `[start, end)` of `vma` home for the
-/// fault on `fault_page` at `address`; with `large`, a 2 MiB device folio
-/// comes home whole in a 2 MiB folio if one is free (else nothing moves).
-/// Returns whether the faulting page came home.
+/// Moves this device's pages of `[start, end)` of `vma` to system RAM for
+/// the fault on `fault_page` at `address`; with `large`, a 2 MiB device
+/// folio moves whole into a 2 MiB system folio if one is free (else nothing
+/// moves). Returns whether the faulting page moved.
 fn fault_range(
     pool: &VramPool,
     vma: &VmaRef,
@@ -136,7 +135,7 @@ fn fault_range(
     clock.lap(Phase::Collect);
     let fault_at = (address - start) / PAGE_SIZE;
     let n = mig.npages();
-    let mut filled = [0u16; MAX_PAGES];
+    let mut filled = [0u16; BLOCK_PAGES];
     let mut i = 0;
     while i < n {
         let (at, src) = (i, mig.src(i));
@@ -153,7 +152,7 @@ fn fault_range(
         };
         let addr = start + at * PAGE_SIZE;
         let large_dst = if src.compound() {
-            large_home(vma, addr)
+            large_system_folio(vma, addr)
         } else {
             None
         };
@@ -164,7 +163,7 @@ fn fault_range(
             clock.lap(Phase::Copy);
             mig.set_dst(at, dst, src.write())
                 .map_err(|_| FaultError::Sigbus)?;
-            // CAST: at most `MAX_PAGES` (512), which fits in `u16`.
+            // CAST: at most `BLOCK_PAGES` (512), which fits in `u16`.
             filled[at] = nr as u16;
             continue;
         }
@@ -173,7 +172,7 @@ fn fault_range(
             continue;
         }
         let Some(dst) = NewPage::for_vma(vma, addr) else {
-            // The faulting page must come home; its neighbours may stay.
+            // The faulting page must move; its neighbours may stay.
             if at == fault_at {
                 return Err(FaultError::Oom);
             }
@@ -189,11 +188,11 @@ fn fault_range(
         filled[at] = 1;
     }
     mig.pages();
-    let (mut moved, mut folios, mut home) = (0, 0, false);
+    let (mut moved, mut folios, mut fault_moved) = (0, 0, false);
     for j in (0..n).filter(|&j| filled[j] > 0 && mig.src(j).migrate()) {
         moved += u64::from(filled[j]);
         folios += u64::from(filled[j] > 1);
-        home |= (j..j + usize::from(filled[j])).contains(&fault_at);
+        fault_moved |= (j..j + usize::from(filled[j])).contains(&fault_at);
     }
     drop(mig);
     clock.lap(Phase::Install);
@@ -203,7 +202,7 @@ fn fault_range(
         SizeClass::Fault
     };
     pool.stats.phases.step(class, &clock);
-    if large.is_some() && !home {
+    if large.is_some() && !fault_moved {
         // The window will count the fault.
         pool.stats.to_system.add(moved, Relaxed);
         return Ok(false);

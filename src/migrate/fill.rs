@@ -8,11 +8,11 @@ use kernel::num::casts::FromSafeCast;
 use kernel::prelude::*;
 use kernel::sync::atomic::Relaxed;
 
-use crate::mm::migrate::{device_folio_mapcount, Select, VmaMigration, MAX_PAGES};
+use crate::mm::migrate::{device_folio_mapcount, Select, VmaMigration};
 use crate::mm::mmap::ExclusiveVma;
-use crate::mm::page::{NewPage, PageRef};
+use crate::mm::page::{NewPage, PageRef, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::PAGE_SIZE;
-use crate::sysmem::large_home;
+use crate::sysmem::large_system_folio;
 use crate::vram::{Batch, Clock, Phase, SizeClass, VramPool};
 
 use super::{whole_block, Outcome};
@@ -40,9 +40,6 @@ fn step_class(large: u64) -> SizeClass {
     }
 }
 
-/// Bytes of a large folio (2 MiB: one PMD).
-pub(super) const LARGE_SIZE: usize = MAX_PAGES * PAGE_SIZE;
-
 /// Whether `[start, end)` of `vma` is one whole 2 MiB block whose folio (or
 /// hole) a migration may move whole: not in a VMA the process asked to keep
 /// free of huge pages (`MADV_NOHUGEPAGE`), and not a device folio that a
@@ -51,7 +48,7 @@ pub(super) const LARGE_SIZE: usize = MAX_PAGES * PAGE_SIZE;
 /// mmap lock for writing: a folio collected whole may be device-private
 /// (see [`super::migrate_range`]).
 pub(super) fn large_step(vma: &VmaRef, start: usize, end: usize) -> bool {
-    end - start == LARGE_SIZE
+    end - start == BLOCK_SIZE
         && whole_block(vma, start, end)
         && device_folio_mapcount(vma, start) <= 1
 }
@@ -144,10 +141,10 @@ pub(super) fn fill_to_device(
     let mut out = Outcome::default();
     let n = mig.npages();
     // Collected pages are in RAM (or unpopulated), or ours already; the
-    // rest could not be isolated. A large entry stands for `MAX_PAGES`
+    // rest could not be isolated. A large entry stands for `BLOCK_PAGES`
     // pages, and the entries after it are empty.
     // Entries that get no destination: already ours, or busy.
-    let mut skip = [false; MAX_PAGES];
+    let mut skip = [false; BLOCK_PAGES];
     let (mut want, mut block) = (0, None);
     let mut i = 0;
     while i < n {
@@ -175,8 +172,8 @@ pub(super) fn fill_to_device(
     // Pages of the batch not handed to the migration go back on drop.
     let mut batch = pool.alloc(want)?;
     clock.lap(Phase::Alloc);
-    let mut filled = [0u16; MAX_PAGES];
-    let mut from_peer = [false; MAX_PAGES];
+    let mut filled = [0u16; BLOCK_PAGES];
+    let mut from_peer = [false; BLOCK_PAGES];
     // The destination of the whole folio, if any (the step's first entry).
     let mut large_dst = None;
     let mut i = 0;
@@ -198,7 +195,7 @@ pub(super) fn fill_to_device(
         };
         from_peer[at] = copy_in(pool, mig.src_page(at), nr, offset)?;
         mig.set_dst(at, dpage, src.write())?;
-        // CAST: at most `MAX_PAGES` (512), which fits in `u16`.
+        // CAST: at most `BLOCK_PAGES` (512), which fits in `u16`.
         filled[at] = nr as u16;
         if src.compound() {
             large_dst = Some(at);
@@ -209,8 +206,8 @@ pub(super) fn fill_to_device(
     let moved = |i: usize| filled[i] > 0 && mig.src(i).migrate();
     if let Some(at) = large_dst.filter(|&at| moved(at)) {
         if let Some(page) = mig.dst_page(at) {
-            // Where eviction will find it (see `VramPool::home_large_folios`).
-            pool.note_large_home(page, vma.mm(), start + at * PAGE_SIZE);
+            // Where eviction finds it (`VramPool::evict_large_folios`).
+            pool.note_large_mapping(page, vma.mm(), start + at * PAGE_SIZE);
         }
     }
     let peers: u64 = (0..n)
@@ -252,7 +249,7 @@ pub(super) fn fill_to_system(
     clock.lap(Phase::Collect);
     let mut out = Outcome::default();
     let n = mig.npages();
-    let mut filled = [0u16; MAX_PAGES];
+    let mut filled = [0u16; BLOCK_PAGES];
     let mut i = 0;
     while i < n {
         let (at, src) = (i, mig.src(i));
@@ -270,7 +267,7 @@ pub(super) fn fill_to_system(
         };
         let addr = start + at * PAGE_SIZE;
         let dst = if src.compound() {
-            match large_home(vma, addr) {
+            match large_system_folio(vma, addr) {
                 Some(d) => d,
                 // Dropping `mig` restores the sources.
                 None => return Ok(None),
@@ -286,7 +283,7 @@ pub(super) fn fill_to_system(
         owner.copy_to_folio(offset, dst.page(), nr)?;
         clock.lap(Phase::Copy);
         mig.set_dst(at, dst, src.write())?;
-        // CAST: at most `MAX_PAGES` (512), which fits in `u16`.
+        // CAST: at most `BLOCK_PAGES` (512), which fits in `u16`.
         filled[at] = nr as u16;
     }
     install(&mut mig, &filled[..n], &mut out);

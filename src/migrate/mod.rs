@@ -1,16 +1,17 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The migration planner: moves a range of a process's address space to a
-//! device's VRAM or back, one page table (2 MiB, [`MAX_PAGES`]) at a time,
-//! with one VRAM allocation and one copy pass per step; and brings a page
-//! home when the CPU touches it (`migrate_to_ram`).
+//! device's memory or back to system RAM, one 2 MiB block
+//! ([`BLOCK_PAGES`]) at a time, with one allocation of device memory and one
+//! copy pass per step; and moves a page back to system RAM when the CPU
+//! touches it (`migrate_to_ram`).
 //!
-//! Fault-back window: the 64 KiB block around the faulting address (within
-//! its VMA), 16 pages per fault: a CPU walking device data sequentially
-//! takes one fault per block instead of one per page, and a stray access
-//! moves at most 64 KiB. The explicit MIGRATE remains the fast path.
+//! Fault-back window: the 64 KiB around the faulting address (aligned, within
+//! its VMA), 16 pages per fault: a CPU walking device data sequentially takes
+//! one fault per window instead of one per page, and a stray access moves at
+//! most 64 KiB. The explicit MIGRATE remains the fast path.
 //!
-//! A request works in steps of at most one page table: each step takes the
+//! A request works in steps of at most one 2 MiB block: each step takes the
 //! mmap read lock and lets it go, so the process's mmap writers (and
 //! `/proc` readers) wait one step at most; between steps a fatal signal or
 //! the device going away stops the request ([`Cancel`]).
@@ -21,7 +22,7 @@
 //! # Lock order
 //!
 //! Each step holds the mmap read lock (the write lock for a whole 2 MiB
-//! block); the VRAM pool's table and free maps nest inside, its growth
+//! block); the pool's chunk table and free maps nest inside, its growth
 //! never does (see `src/vram/mod.rs`).
 
 use kernel::{
@@ -39,7 +40,7 @@ use crate::mm::{
     fault::{Fault, FaultError},
     migrate::vma_is_secretmem,
     mmap::{ExclusiveVma, MmapWriteGuard},
-    page::large_order,
+    page::{large_order, BLOCK_PAGES, BLOCK_SIZE},
     pagemap::PAGE_SIZE,
 };
 use crate::vram::{PoolOps, VramPool};
@@ -50,8 +51,8 @@ mod target;
 mod vmas;
 
 use fault::fault_to_ram;
-use fill::{fill_to_device, fill_to_system, large_step, step, LARGE_SIZE};
-pub(crate) use target::{home, place, prefetch, Target};
+use fill::{fill_to_device, fill_to_system, large_step, step};
+pub(crate) use target::{place, prefetch, to_system, Target};
 use vmas::UNMIGRATABLE;
 pub(crate) use vmas::{check_job_vmas, check_vmas};
 
@@ -65,7 +66,7 @@ pub(crate) struct Outcome {
     /// Pages that could not move: the core would not isolate them (pinned,
     /// shared, file-backed, under writeback, ...).
     pub(crate) busy: u64,
-    /// Pages that could not move for lack of VRAM.
+    /// Pages that could not move for lack of device memory.
     pub(crate) no_vram: u64,
 }
 
@@ -84,7 +85,7 @@ impl Outcome {
     }
 
     /// `n` pages of a VMA the core does not migrate: busy towards a device,
-    /// already home towards system RAM (none of them can be on a device).
+    /// already there towards system RAM (none of them can be on a device).
     fn stayed(dir: Direction, n: u64) -> Self {
         match dir {
             Direction::ToDevice => Self {
@@ -107,8 +108,8 @@ pub(crate) enum Direction {
 }
 
 /// Moves `[start, start + len)` of `mm` (page aligned, checked by the caller)
-/// to `pool`'s VRAM or back to system RAM, one step at a time, until done or
-/// `cancel` says stop.
+/// to `pool`'s device memory or back to system RAM, one step at a time, until
+/// done or `cancel` says stop.
 pub(crate) fn migrate_range(
     pool: &VramPool,
     mm: &MmWithUser,
@@ -145,10 +146,10 @@ impl PoolOps for Migrations {
     }
 }
 
-/// Brings the pages of `pool`'s owner group in `[start, start + len)` of
-/// `mm` home as [`migrate_range`] does, without checking access first (a
-/// device going away takes back even what `PROT_NONE` hides), stopping at
-/// the first hole.
+/// Moves the pages of `pool`'s owner group in `[start, start + len)` of
+/// `mm` to system RAM as [`migrate_range`] does, without checking access
+/// first (a device going away takes back even what `PROT_NONE` hides),
+/// stopping at the first hole.
 fn evict_range(
     pool: &VramPool,
     mm: &MmWithUser,
@@ -188,13 +189,12 @@ fn steps(
     Ok(out)
 }
 
-/// A step towards the device ([`locked_step`]), with the chunks it needs:
-/// the pool grows ([`VramPool::grow`]) only between two tries of the step,
-/// with no mmap lock held. Before the first try, if the pool has no free
-/// page at all; after it, if it found no free 2 MiB block for a whole folio
-/// (it moved nothing then) or no VRAM for some pages: the step runs once
-/// more, over the same range, if the pool has room now (grown, or freed
-/// meanwhile).
+/// A step towards the device ([`locked_step`]), with the chunks it needs: the
+/// pool grows ([`VramPool::grow`]) only between two tries of the step, with
+/// no mmap lock held. Before the first try, if the pool has no free page at
+/// all; after it, if it found no free 2 MiB block for a whole folio (it moved
+/// nothing then) or too few free device pages: the step runs once more, over
+/// the same range, if the pool has room now (grown, or freed meanwhile).
 fn device_step(
     pool: &VramPool,
     mm: &MmWithUser,
@@ -205,7 +205,7 @@ fn device_step(
     pool.grow(1, false);
     let (step, step_end) = match locked_step(pool, mm, addr, end, dir, true)? {
         (None, _) => {
-            pool.grow(LARGE_SIZE / PAGE_SIZE, true);
+            pool.grow(BLOCK_PAGES, true);
             let (again, again_end) = locked_step(pool, mm, addr, end, dir, false)?;
             (again.ok_or(EAGAIN)?, again_end)
         }
@@ -263,7 +263,7 @@ fn one_step(
     excl: Option<&ExclusiveVma<'_>>,
     may_grow: bool,
 ) -> Result<(Option<Outcome>, usize)> {
-    let step_end = end.min(vma.end()).min((addr / LARGE_SIZE + 1) * LARGE_SIZE);
+    let step_end = end.min(vma.end()).min((addr / BLOCK_SIZE + 1) * BLOCK_SIZE);
     let n = u64::from_safe_cast((step_end - addr) / PAGE_SIZE);
     if vma.flags() & UNMIGRATABLE != 0 || vma_is_secretmem(vma) {
         // hugetlb and special (I/O, PFN, mixed) mappings: the core
@@ -292,7 +292,7 @@ fn one_step(
 /// lock held for writing.
 fn whole_block(vma: &VmaRef, addr: usize, end: usize) -> bool {
     large_order() != 0
-        && addr % LARGE_SIZE == 0
-        && end.min(vma.end()) >= addr + LARGE_SIZE
+        && addr % BLOCK_SIZE == 0
+        && end.min(vma.end()) >= addr + BLOCK_SIZE
         && vma.flags() & flags::NOHUGEPAGE == 0
 }

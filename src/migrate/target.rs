@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Where a request moves pages: to system RAM (every owner group's pages),
-//! to this device or a peer (pages of devices out of reach faulted home
-//! first), and the placement pass of a job.
+//! to this device or a peer (pages of devices out of reach faulted to
+//! system RAM first), and the placement pass of a job.
 
 use kernel::mm::MmWithUser;
 use kernel::num::casts::FromSafeCast;
@@ -10,8 +10,8 @@ use kernel::prelude::*;
 
 use crate::mm::cancel::Cancel;
 use crate::mm::hmm::{HmmPfn, Mirror};
-use crate::mm::migrate::MAX_PAGES;
 use crate::mm::owner::Owner;
+use crate::mm::page::BLOCK_PAGES;
 use crate::mm::pagemap::PAGE_SIZE;
 use crate::placement::{Access, Location, Span};
 use crate::registry;
@@ -81,10 +81,10 @@ impl core::ops::Deref for Held<'_> {
 /// `mirror`.
 ///
 /// To a device: pages in RAM, pages of the device's owner group (straight
-/// over P2P) and, once faulted home through the mirror, pages of devices out
-/// of its reach. To system RAM: the pages of every device, group by group.
-/// A peer's memory is held only while pages move into it, never while
-/// pages are faulted (a fault may wait on user space: userfaultfd).
+/// over P2P) and, once faulted to system RAM through the mirror, pages of
+/// devices out of its reach. To system RAM: the pages of every device, group
+/// by group. A peer's memory is held only while pages move into it, never
+/// while pages are faulted (a fault may wait on user space: userfaultfd).
 pub(crate) fn prefetch(
     here: &VramPool,
     mm: &MmWithUser,
@@ -95,7 +95,7 @@ pub(crate) fn prefetch(
     cancel: &Cancel<'_>,
 ) -> Result<Outcome> {
     match *target {
-        Target::System => home(mm, start, len, cancel),
+        Target::System => to_system(mm, start, len, cancel),
         Target::Here => to_device(|| Ok(Held::Here(here)), mm, mirror, start, len, cancel),
         Target::Peer(i) => to_device(
             || PoolRef::get_in_group(i, here.index()).map(Held::Peer),
@@ -126,20 +126,20 @@ fn to_device<'p>(
     if out.busy == 0 {
         return Ok(out);
     }
-    // Pages on a device out of this one's P2P reach are not collected:
-    // fault them home through the VM's mirror (their device migrates them
-    // to RAM), then move what is now movable. The owner is a static group
-    // token: it outlives the pool.
+    // Pages on a device out of this one's P2P reach are not collected: fault
+    // them through the VM's mirror (their device migrates them to system
+    // RAM), then move what is now movable. The owner is a static group token:
+    // it outlives the pool.
     fault_in(mm, mirror, owner, start, len, cancel)?;
     let again = migrate_range(&*hold()?, mm, start, len, Direction::ToDevice, cancel)?;
     Ok(again.after(&out))
 }
 
-/// Faults `[start, start + len)` of `mm` in for reading through `mirror`
-/// with device-private owner `owner`: pages on devices outside the owner's
-/// group are migrated home by their device. Best effort: an error (the
-/// mapping changed meanwhile) leaves the rest to the caller's next step;
-/// only `cancel` stops it. `mm` is the mirrored mm.
+/// Faults `[start, start + len)` of `mm` in for reading through `mirror` with
+/// device-private owner `owner`: pages on devices outside the owner's group
+/// are migrated to system RAM by their device. Best effort: an error (the
+/// mapping changed meanwhile) leaves the rest to the caller's next step; only
+/// `cancel` stops it. `mm` is the mirrored mm.
 fn fault_in(
     mm: &MmWithUser,
     mirror: &Mirror,
@@ -148,23 +148,23 @@ fn fault_in(
     len: usize,
     cancel: &Cancel<'_>,
 ) -> Result {
-    let mut pfns = KVec::from_elem(HmmPfn::NONE, MAX_PAGES, GFP_KERNEL)?;
+    let mut pfns = KVec::from_elem(HmmPfn::NONE, BLOCK_PAGES, GFP_KERNEL)?;
     let end = start + len;
     let mut addr = start;
     while addr < end {
         cancel.check()?;
-        let n = ((end - addr) / PAGE_SIZE).min(MAX_PAGES);
+        let n = ((end - addr) / PAGE_SIZE).min(BLOCK_PAGES);
         let _ = mirror.fault(mm, addr, &mut pfns[..n], false, owner);
         addr += n * PAGE_SIZE;
     }
     Ok(())
 }
 
-/// Brings the pages of every device home, one owner group at a time (a
-/// migration collects only the device pages of one owner), through the
-/// first member of each group that is not going away; groups holding no
-/// page are skipped.
-pub(crate) fn home(
+/// Moves the pages of every device to system RAM, one owner group at a time
+/// (a migration collects only the device pages of one owner), through the
+/// first member of each group that is not going away; groups holding no page
+/// are skipped.
+pub(crate) fn to_system(
     mm: &MmWithUser,
     start: usize,
     len: usize,
@@ -174,10 +174,10 @@ pub(crate) fn home(
     {
         let topo = registry::devices();
         // The first member of each group that is not going away (a device
-        // going away sends its pages home itself) goes through the range,
-        // unless no member of its group holds a page: that pass would
-        // collect nothing, at the cost of a walk and an invalidation per
-        // step.
+        // going away sends its pages to system RAM itself) goes through the
+        // range, unless no member of its group holds a page: that pass
+        // would collect nothing, at the cost of a walk and an invalidation
+        // per step.
         let mut first = [false; MAX_DEVICES];
         let mut holds = [false; MAX_DEVICES];
         for (i, slot) in pools.iter_mut().enumerate() {

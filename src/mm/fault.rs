@@ -15,7 +15,7 @@ use kernel::error::code::{EAGAIN, EOPNOTSUPP};
 use super::bindings as b;
 use super::mmap::{vma_exclusive, ExclusiveVma};
 use super::owner::Owner;
-use super::page::{PageRef, MAX_PAGES, PAGE_SIZE};
+use super::page::{PageRef, BLOCK_SIZE};
 
 /// Why a `migrate_to_ram` failed, as the fault handler reports it.
 pub(crate) enum FaultError {
@@ -221,10 +221,7 @@ impl<'a> FaultRelock<'a> {
         let Some(vma) = self.vma_lookup(start) else {
             return;
         };
-        if start % (MAX_PAGES * PAGE_SIZE) != 0
-            || start < vma.start()
-            || start + MAX_PAGES * PAGE_SIZE > vma.end()
-        {
+        if start % BLOCK_SIZE != 0 || start < vma.start() || start + BLOCK_SIZE > vma.end() {
             return;
         }
         let head = self.page.head();

@@ -11,8 +11,7 @@
 use kernel::num::casts::{u32_as_usize, FromSafeCast};
 use kernel::prelude::*;
 
-/// Pages per block: one large (PMD-sized, 2 MiB) folio.
-pub(crate) const BLOCK_PAGES: usize = 512;
+use super::page::BLOCK_PAGES;
 
 const WORD: usize = u32_as_usize(u64::BITS);
 

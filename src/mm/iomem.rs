@@ -171,7 +171,7 @@ impl WcBar {
     }
 
     /// Copies system page `page` into the BAR at `offset`, the way the
-    /// device's copy engine reaches system memory: through a DMA mapping of
+    /// device's copy engine reaches system RAM: through a DMA mapping of
     /// the page for the device, made for the copy and unmapped after it
     /// (`ENOMEM` if the page cannot be mapped).
     pub(crate) fn copy_from_page(&self, offset: usize, page: PageRef<'_>) -> Result {

@@ -15,9 +15,7 @@ use super::bindings as b;
 use super::fault::FaultPage;
 use super::mmap::ExclusiveVma;
 use super::owner::Owner;
-use super::page::{NewPage, PageRef, PAGE_SIZE};
-
-pub(crate) use super::page::MAX_PAGES;
+use super::page::{NewPage, PageRef, BLOCK_PAGES, PAGE_SIZE};
 
 /// One source entry of a migration: a page frame number and
 /// `MIGRATE_PFN_*` flags. Its page, if any, is had from the migration
@@ -27,7 +25,7 @@ pub(crate) struct Entry(u64);
 
 impl Entry {
     /// The entry stands for a whole 2 MiB folio (or a 2 MiB hole) and the
-    /// [`MAX_PAGES`]` - 1` entries after it are empty. Only sources of a
+    /// [`BLOCK_PAGES`]` - 1` entries after it are empty. Only sources of a
     /// migration set up with `large` (and device-range migrations) have such
     /// entries.
     pub(crate) fn compound(self) -> bool {
@@ -37,7 +35,7 @@ impl Entry {
     /// Pages the entry stands for.
     pub(crate) fn nr_pages(self) -> usize {
         if self.compound() {
-            MAX_PAGES
+            BLOCK_PAGES
         } else {
             1
         }
@@ -151,8 +149,8 @@ pub(crate) enum Select {
 /// (boxed, so they do not move); it is finalized exactly once, in `drop`.
 pub(crate) struct VmaMigration<'a> {
     args: b::migrate_vma,
-    src: KBox<[u64; MAX_PAGES]>,
-    dst: KBox<[u64; MAX_PAGES]>,
+    src: KBox<[u64; BLOCK_PAGES]>,
+    dst: KBox<[u64; BLOCK_PAGES]>,
     npages: usize,
     pages_done: bool,
     _vma: &'a VmaRef,
@@ -160,7 +158,7 @@ pub(crate) struct VmaMigration<'a> {
 
 impl<'a> VmaMigration<'a> {
     /// Collects and unmaps the pages of `[start, end)` in `vma` (page aligned,
-    /// at most [`MAX_PAGES`] pages, inside the VMA). `owner` is the
+    /// at most [`BLOCK_PAGES`] pages, inside the VMA). `owner` is the
     /// device-private owner: the pages to collect for
     /// [`Select::DevicePrivate`], and the owner whose device mappings the
     /// invalidation may skip. `fault_page` is the faulting page when called
@@ -190,14 +188,14 @@ impl<'a> VmaMigration<'a> {
         let large = large.is_some() && device_folio_mapcount(vma, start) <= 1;
         if start % PAGE_SIZE != 0
             || end <= start
-            || npages > MAX_PAGES
+            || npages > BLOCK_PAGES
             || start < vma.start()
             || end > vma.end()
         {
             return Err(EINVAL);
         }
-        let mut src = KBox::new([0u64; MAX_PAGES], GFP_KERNEL)?;
-        let mut dst = KBox::new([0u64; MAX_PAGES], GFP_KERNEL)?;
+        let mut src = KBox::new([0u64; BLOCK_PAGES], GFP_KERNEL)?;
+        let mut dst = KBox::new([0u64; BLOCK_PAGES], GFP_KERNEL)?;
         let flags = match select {
             Select::System => {
                 b::msvm_migrate_select_MSVM_SELECT_SYSTEM

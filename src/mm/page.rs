@@ -17,9 +17,14 @@ use super::bindings as b;
 /// The page size (`PAGE_SIZE`).
 pub(crate) const PAGE_SIZE: usize = kernel::page::PAGE_SIZE;
 
-/// Most pages one migration step covers: one page table (2 MiB), which is
-/// also the size of a large folio.
-pub(crate) const MAX_PAGES: usize = 512;
+/// Pages of a 2 MiB block: what one PMD maps (one page table of PTEs),
+/// the size of a large folio, and the most one migration step covers.
+/// Blocks are aligned: in a process's address space, in a pagemap's page
+/// frames and in the BAR.
+pub(crate) const BLOCK_PAGES: usize = 512;
+
+/// Bytes of a 2 MiB block ([`BLOCK_PAGES`] pages).
+pub(crate) const BLOCK_SIZE: usize = BLOCK_PAGES * PAGE_SIZE;
 
 /// A `struct page` that someone else keeps alive for `'a`.
 ///

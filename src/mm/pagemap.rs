@@ -34,9 +34,9 @@ use kernel::{
 
 use super::bindings as b;
 use super::fault::{Fault, FaultError, FaultLock};
-use super::freemap::{FreeMap, BLOCK_PAGES};
+use super::freemap::FreeMap;
 use super::migrate::DeviceMigration;
-use super::page::{large_order, NewPage, PageRef};
+use super::page::{large_order, NewPage, PageRef, BLOCK_PAGES};
 
 pub(crate) use super::owner::OwnerKey;
 pub(crate) use super::page::PAGE_SIZE;

@@ -10,11 +10,10 @@ use kernel::sync::atomic::{Atomic, Relaxed};
 use kernel::sync::Arc;
 
 use crate::mm::cancel::Cancel;
-use crate::mm::freemap::BLOCK_PAGES;
-use crate::mm::page::{large_order, NewPage};
+use crate::mm::page::{large_order, NewPage, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::{Pagemap, PAGE_SIZE};
 
-use super::{no_homes, Chunk, Slot, VramPool};
+use super::{no_mappings, Chunk, Slot, VramPool};
 
 /// Device pages (or large folios) allocated for one migration step, with
 /// their BAR offsets, handed out in order; those not taken are freed on
@@ -45,8 +44,7 @@ impl VramPool {
     /// Whether this pool's chunks hold 2 MiB folios: whole 2 MiB blocks,
     /// on a kernel that migrates large folios.
     fn holds_large(&self) -> bool {
-        self.chunk_size % (BLOCK_PAGES * PAGE_SIZE) == 0
-            && large_order() == BLOCK_PAGES.trailing_zeros()
+        self.chunk_size % BLOCK_SIZE == 0 && large_order() == BLOCK_PAGES.trailing_zeros()
     }
 
     /// Allocates one large folio (2 MiB, a whole free block of a chunk),
@@ -114,7 +112,7 @@ impl VramPool {
                     }
                 }
                 // No pagemap now (no memory, no free physical range): as if
-                // the VRAM were full.
+                // the device memory were full.
                 Err(e) => {
                     chunks[c] = Slot::Absent;
                     drop(chunks);
@@ -201,14 +199,14 @@ impl VramPool {
             // when it hands one out).
             let large = large_order() == BLOCK_PAGES.trailing_zeros()
                 && pfn_first % BLOCK_PAGES == 0
-                && base % (BLOCK_PAGES * PAGE_SIZE) == 0;
-            let homes = no_homes(if large { npages / BLOCK_PAGES } else { 0 });
+                && base % BLOCK_SIZE == 0;
+            let mappings = no_mappings(if large { npages / BLOCK_PAGES } else { 0 });
             try_pin_init!(Chunk {
                 pool,
                 base,
                 large,
                 last_alloc: Atomic::new(0),
-                homes <- new_mutex!(homes?),
+                mappings <- new_mutex!(mappings?),
             }? Error)
         })
     }

@@ -30,22 +30,22 @@ pub(crate) struct Chunk {
     /// pages: lower is colder.
     pub(super) last_alloc: Atomic<u64>,
     /// For each 2 MiB block, where the last large folio migrated into it
-    /// was mapped: eviction brings such folios home through that mm first
-    /// ([`VramPool::home_large_folios`]). Stale once the folio moves, is
-    /// unmapped or remapped: checked when used.
+    /// was mapped: eviction moves such folios to system RAM through that
+    /// mapping first ([`VramPool::evict_large_folios`]). Stale once the
+    /// folio moves, is unmapped or remapped: checked when used.
     #[pin]
-    pub(super) homes: Mutex<KVec<Option<LargeHome>>>,
+    pub(super) mappings: Mutex<KVec<Option<LargeMapping>>>,
 }
 
 /// An mm and an address that mapped a 2 MiB device folio whole when it was
 /// migrated in.
-pub(super) struct LargeHome {
+pub(super) struct LargeMapping {
     pub(super) mm: ARef<Mm>,
     pub(super) addr: usize,
 }
 
-/// `n` empty [`Chunk::homes`] records.
-pub(super) fn no_homes(n: usize) -> Result<KVec<Option<LargeHome>>> {
+/// `n` empty [`Chunk::mappings`] records.
+pub(super) fn no_mappings(n: usize) -> Result<KVec<Option<LargeMapping>>> {
     let mut v = KVec::with_capacity(n, GFP_KERNEL)?;
     for _ in 0..n {
         v.push(None, GFP_KERNEL)?;

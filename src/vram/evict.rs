@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Eviction: every page of a chunk home (or into other chunks, for a
-//! consolidation), 2 MiB folios first through the mms that map them.
+//! Eviction: every page of a chunk to system RAM (or into other chunks, for
+//! a consolidation), 2 MiB folios first through the mms that map them.
 
 use kernel::mm::Mm;
 use kernel::num::casts::FromSafeCast;
@@ -10,20 +10,19 @@ use kernel::sync::aref::ARef;
 use kernel::sync::atomic::Relaxed;
 
 use crate::mm::cancel::Cancel;
-use crate::mm::freemap::BLOCK_PAGES;
-use crate::mm::migrate::{DeviceMigration, MAX_PAGES};
-use crate::mm::page::{NewPage, PageRef};
+use crate::mm::migrate::DeviceMigration;
+use crate::mm::page::{NewPage, PageRef, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::{self, Pagemap, PAGE_SIZE};
 
-use super::{Batch, Chunk, LargeHome, Slot, VramPool};
+use super::{Batch, Chunk, LargeMapping, Slot, VramPool};
 
 /// What draining a chunk did, in pages.
 #[derive(Default, Debug)]
 pub(super) struct Drained {
     /// Moved to other chunks of the pool.
     pub(super) moved: usize,
-    /// Sent home to system RAM.
-    pub(super) home: usize,
+    /// Sent to system RAM.
+    pub(super) to_system: usize,
     /// In use, but would not move.
     pub(super) stuck: usize,
 }
@@ -35,7 +34,9 @@ impl VramPool {
     /// a word, or a 2 MiB folio without a 2 MiB system folio to go to).
     fn evict(&self, map: &Pagemap<Chunk>) -> Result<usize> {
         let d = self.drain(map, None)?;
-        self.stats.evicted.add(u64::from_safe_cast(d.home), Relaxed);
+        self.stats
+            .evicted
+            .add(u64::from_safe_cast(d.to_system), Relaxed);
         Ok(map.used())
     }
 
@@ -45,9 +46,10 @@ impl VramPool {
     /// system RAM.
     pub(super) fn drain(&self, map: &Pagemap<Chunk>, mut batch: Option<Batch>) -> Result<Drained> {
         // Consolidation (a batch) only packs pages into other chunks: under
-        // the memory pressure that asked for it, sending pages home would
-        // take RAM. Eviction (no batch) sends them home, whatever it costs.
-        let home_ok = batch.is_none();
+        // the memory pressure that asked for it, sending pages to system RAM
+        // would take RAM. Eviction (no batch) sends them there, whatever it
+        // costs.
+        let to_system_ok = batch.is_none();
         let base = map.data().base;
         let mut d = Drained::default();
         let mut stage = KBox::new([0u8; PAGE_SIZE], GFP_KERNEL)?;
@@ -55,11 +57,12 @@ impl VramPool {
         // pages locked for a short while.
         let mut first = 0;
         while first < map.npages() {
-            let n = (map.npages() - first).min(MAX_PAGES);
+            let n = (map.npages() - first).min(BLOCK_PAGES);
             let mut mig = map.device_migration(first, n)?;
-            // What each filled entry became (moved: true, or sent home),
+            // What each filled entry became (moved: true, or sent to system
+            // RAM),
             // and how many pages it stands for.
-            let mut filled = [None; MAX_PAGES];
+            let mut filled = [None; BLOCK_PAGES];
             for (i, f) in filled.iter_mut().enumerate().take(n) {
                 let src = mig.src(i);
                 if mig.src_page(i).is_none() {
@@ -74,8 +77,8 @@ impl VramPool {
                 if src.compound() {
                     // A large folio: the core moves it whole here or not at
                     // all (it cannot split it without its mapping); only
-                    // eviction moves it, home.
-                    *f = if home_ok {
+                    // eviction moves it, to system RAM.
+                    *f = if to_system_ok {
                         self.evict_large(&mut mig, i, from)?.then_some((false, nr))
                     } else {
                         None
@@ -96,7 +99,7 @@ impl VramPool {
                 }
                 // `must` waits for memory rather than fail: the data has
                 // nowhere else to go.
-                let dst = if home_ok { NewPage::must() } else { None };
+                let dst = if to_system_ok { NewPage::must() } else { None };
                 let Some(dst) = dst else {
                     d.stuck += 1;
                     continue;
@@ -113,7 +116,7 @@ impl VramPool {
                     (Some((_, nr)), false) => d.stuck += nr,
                     (Some((true, nr)), true) => d.moved += nr,
                     (Some((false, nr)), true) => {
-                        d.home += nr;
+                        d.to_system += nr;
                         if nr > 1 {
                             self.stats.large_to_system.add(1, Relaxed);
                         }
@@ -126,7 +129,7 @@ impl VramPool {
         }
         self.stats
             .to_system
-            .add(u64::from_safe_cast(d.home), Relaxed);
+            .add(u64::from_safe_cast(d.to_system), Relaxed);
         Ok(d)
     }
 
@@ -134,7 +137,7 @@ impl VramPool {
     /// `from`) a 2 MiB system folio and copies it there. Returns whether it
     /// found one (eviction retries otherwise).
     fn evict_large(&self, mig: &mut DeviceMigration<'_>, i: usize, from: usize) -> Result<bool> {
-        let Some(dst) = crate::sysmem::large_home_evict() else {
+        let Some(dst) = crate::sysmem::large_system_folio_evict() else {
             return Ok(false);
         };
         self.copy_to_folio(from, dst.page(), BLOCK_PAGES)?;
@@ -143,11 +146,11 @@ impl VramPool {
         Ok(true)
     }
 
-    /// Brings this pool's 2 MiB folios home before eviction, through the
-    /// mm and address each was migrated in at (a move to system RAM of
-    /// that 2 MiB, access unchecked: under that mm's mmap write lock a
-    /// folio mapped once moves
-    /// home whole, and one that fork relatives map too is split, every
+    /// Moves this pool's 2 MiB folios to system RAM before eviction,
+    /// through the mapping each was migrated in at (the mm and address in
+    /// [`super::Chunk::mappings`]: a move to system RAM of that 2 MiB block,
+    /// access unchecked; under that mm's mmap write lock a folio mapped once
+    /// moves whole, and one that fork relatives map too is split, every
     /// mm's PMD of it turned into page-table entries). Eviction
     /// (`migrate_device_range`) would collect them whole with PMD migration
     /// entries in every mm that maps them, which nothing excludes zaps from
@@ -156,19 +159,19 @@ impl VramPool {
     /// whose record is stale (remapped elsewhere, or mapped only by a fork
     /// child of an mm that has gone) is left to the eviction; so is
     /// everything once the task is killed.
-    pub(super) fn home_large_folios(&self) {
+    pub(super) fn evict_large_folios(&self) {
         let mut todo = KVec::new();
         {
             let chunks = self.chunks.lock();
             let maps = || chunks.iter().filter_map(Slot::map);
-            let n = maps().map(|m| m.data().homes.lock().len()).sum();
+            let n = maps().map(|m| m.data().mappings.lock().len()).sum();
             if todo.reserve(n, GFP_KERNEL).is_err() {
                 return;
             }
             for m in maps() {
-                for h in m.data().homes.lock().iter().flatten() {
+                for r in m.data().mappings.lock().iter().flatten() {
                     // Room for every block was reserved above.
-                    let _ = todo.push_within_capacity((h.mm.clone(), h.addr));
+                    let _ = todo.push_within_capacity((r.mm.clone(), r.addr));
                 }
             }
         }
@@ -180,41 +183,40 @@ impl VramPool {
             let Some(mm) = mm.mmget_not_zero() else {
                 continue;
             };
-            let len = BLOCK_PAGES * PAGE_SIZE;
             // Whatever it finds there now: a hole, another mapping, or
             // pages of this group that are not that folio any more all
-            // just come home (or stay, if they cannot move).
-            let _ = self.ops.evict_range(self, &mm, addr, len, &cancel);
+            // just go to system RAM (or stay, if they cannot move).
+            let _ = self.ops.evict_range(self, &mm, addr, BLOCK_SIZE, &cancel);
         }
     }
 
     /// Notes that `page`, the head of a 2 MiB folio of this pool, was just
-    /// migrated in at `addr` of `mm` (see [`super::Chunk::homes`]).
-    pub(crate) fn note_large_home(&self, page: PageRef<'_>, mm: &Mm, addr: usize) {
+    /// migrated in at `addr` of `mm` (see [`super::Chunk::mappings`]).
+    pub(crate) fn note_large_mapping(&self, page: PageRef<'_>, mm: &Mm, addr: usize) {
         let Some(map) = pagemap::map_of(page, self.key) else {
             return;
         };
         let Some(i) = map.index_of(page) else {
             return;
         };
-        let home = LargeHome {
+        let mapping = LargeMapping {
             mm: ARef::from(mm),
             addr,
         };
         // The old record goes with the lock let go (it may drop an mm).
         let _old = map
             .data()
-            .homes
+            .mappings
             .lock()
             .get_mut(i / BLOCK_PAGES)
-            .and_then(|h| h.replace(home));
+            .and_then(|m| m.replace(mapping));
     }
 
     /// Evicts chunk `c` until no page of it is in use, retrying with
     /// backoff (1 ms doubling to 100 ms) while pages are busy or a 2 MiB
     /// folio finds no 2 MiB of RAM, and saying so every 100 passes. It
     /// does not give up: the pagemap's teardown would wait for those pages
-    /// anyway, and a retry may yet bring them home.
+    /// anyway, and a retry may yet move them.
     pub(super) fn evict_all(&self, c: usize, map: &Pagemap<Chunk>) {
         let mut wait_ms = 1;
         let mut pass = 0u64;

@@ -17,8 +17,7 @@ use kernel::prelude::*;
 use kernel::time::{Instant, Monotonic};
 
 use crate::mm::cancel::Cancel;
-use crate::mm::freemap::BLOCK_PAGES;
-use crate::mm::page::NewPage;
+use crate::mm::page::{NewPage, BLOCK_PAGES};
 use crate::mm::pagemap::PAGE_SIZE;
 
 use super::VramPool;

@@ -72,7 +72,7 @@ mod shrink;
 mod stats;
 
 pub(crate) use alloc::Batch;
-use chunk::{no_homes, Chunk, LargeHome};
+use chunk::{no_mappings, Chunk, LargeMapping};
 pub(crate) use floor::FloorPath;
 pub(crate) use phases::{Clock, JobPhase, Phase, SizeClass};
 pub(crate) use shrink::{choose_victim, ChunkInfo};
@@ -85,9 +85,10 @@ pub(crate) trait PoolOps: Sync {
     /// `migrate_to_ram` of a device page of `pool` that the CPU touched.
     fn fault_to_ram(&self, pool: &VramPool, fault: Fault<'_>) -> Result<(), FaultError>;
 
-    /// Brings the pages of `pool` (and of its owner group) in
-    /// `[start, start + len)` of `mm` home, access unchecked (the pool's
-    /// teardown, through the mm a 2 MiB folio was migrated in).
+    /// Moves the pages of `pool` (and of its owner group) in
+    /// `[start, start + len)` of `mm` to system RAM, access unchecked (the
+    /// pool's teardown, through the mapping a 2 MiB folio was migrated in
+    /// at).
     fn evict_range(
         &self,
         pool: &VramPool,
@@ -243,8 +244,8 @@ impl VramPool {
     }
 
     /// Copies `nr` pages of the BAR from `offset` into the pages of the
-    /// folio that starts at `first` (a 2 MiB folio coming home), taking the
-    /// BAR ([`VramPool::bar`]) for one page at a time.
+    /// folio that starts at `first` (a 2 MiB folio going to system RAM),
+    /// taking the BAR ([`VramPool::bar`]) for one page at a time.
     pub(crate) fn copy_to_folio(&self, offset: usize, first: PageRef<'_>, nr: usize) -> Result {
         for k in 0..nr {
             let page = first.nth(k).ok_or(EINVAL)?;
@@ -349,10 +350,10 @@ impl Drop for OwnedPool {
 }
 
 impl VramPool {
-    /// Sends every page of the pool home and removes every pagemap: the
-    /// device's last act with its memory, once no other device uses it (its
-    /// publication withdrawn: no shrink pass or peer holds it then). No
-    /// chunk is created after it.
+    /// Sends every page of the pool to system RAM and removes every
+    /// pagemap: the device's last act with its memory, once no other device
+    /// uses it (its publication withdrawn: no shrink pass or peer holds it
+    /// then). No chunk is created after it.
     fn shutdown(&self) {
         // No chunk from now on: a growth under way finishes first. The
         // cycle through the chunks goes with their pagemaps, below.
@@ -363,13 +364,13 @@ impl VramPool {
         drop(me);
         // A shrink pass of a user that has just left is over.
         drop(self.shrink_lock.lock());
-        // 2 MiB folios first, through the mms that map them, where a
-        // migration can exclude zaps (see `home_large_folios`).
-        self.home_large_folios();
-        // Every page goes home before its pagemap goes: `memunmap_pages`
-        // waits for the last page of a map to be freed. Both with the table
-        // unlocked (`memunmap_pages` takes the CPU hotplug lock: see
-        // `grow`), the slot `Dying` meanwhile.
+        // 2 MiB folios first, through the mappings they were migrated in
+        // at, where a migration can exclude zaps (see `evict_large_folios`).
+        self.evict_large_folios();
+        // Every page goes to system RAM before its pagemap goes:
+        // `memunmap_pages` waits for the last page of a map to be freed.
+        // Both with the table unlocked (`memunmap_pages` takes the CPU
+        // hotplug lock: see `grow`), the slot `Dying` meanwhile.
         for c in 0..self.nchunks {
             let slot = core::mem::replace(&mut self.chunks.lock()[c], Slot::Dying);
             if let Some(map) = slot.map() {

@@ -7,7 +7,7 @@ use kernel::num::casts::FromSafeCast;
 use kernel::prelude::*;
 use kernel::sync::atomic::Relaxed;
 
-use crate::mm::freemap::BLOCK_PAGES;
+use crate::mm::page::BLOCK_PAGES;
 use crate::mm::pagemap::PAGE_SIZE;
 
 use super::{Chunk, Slot, VramPool};
@@ -152,8 +152,8 @@ impl VramPool {
                 .shrink_moved
                 .add(u64::from_safe_cast(drained.moved), Relaxed);
             self.stats
-                .shrink_home
-                .add(u64::from_safe_cast(drained.home), Relaxed);
+                .shrink_to_system
+                .add(u64::from_safe_cast(drained.to_system), Relaxed);
             if !self.teardown_if_idle(victim, freed) {
                 // Pages in use that would not move: leave it for later.
                 break;

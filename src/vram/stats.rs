@@ -37,8 +37,8 @@ pub(crate) struct Stats {
     pub(crate) shrink_freed: Atomic<u64>,
     /// Pages the shrink passes moved into fuller chunks of this device.
     pub(crate) shrink_moved: Atomic<u64>,
-    /// Pages the shrink passes sent home to system RAM.
-    pub(crate) shrink_home: Atomic<u64>,
+    /// Pages the shrink passes sent to system RAM (uAPI `shrink_home`).
+    pub(crate) shrink_to_system: Atomic<u64>,
     /// Large (2 MiB) folios migrated into this device whole.
     pub(crate) large_to_device: Atomic<u64>,
     /// Large folios of this device migrated to system RAM whole.
@@ -86,7 +86,7 @@ impl Stats {
             shrink_scans: Atomic::new(0),
             shrink_freed: Atomic::new(0),
             shrink_moved: Atomic::new(0),
-            shrink_home: Atomic::new(0),
+            shrink_to_system: Atomic::new(0),
             large_to_device: Atomic::new(0),
             large_to_system: Atomic::new(0),
             large_fallback: Atomic::new(0),

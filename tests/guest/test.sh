@@ -25,7 +25,7 @@ msvm-tests rebind || rc=1
 
 echo "== rmmod msvm with data on a device"
 # A process parks data on a device and closes its file; the module goes
-# away under it; its data must have come home.
+# away under it; its data must have come back to system RAM.
 rm -f /tmp/ready /tmp/go
 msvm-tests hold /tmp/ready /tmp/go &
 holder=$!

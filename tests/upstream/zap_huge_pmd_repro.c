@@ -47,7 +47,7 @@
 static int fd;
 static char *region;
 static void *bounce;
-static atomic_int stop, home;
+static atomic_int stop, to_sys;
 static atomic_long moves, zaps, bad;
 
 static void die(const char *what)
@@ -85,9 +85,9 @@ static void *mover(void *arg)
 			}
 		/* Errors (a range being zapped) are part of the race. */
 		migrate(HMM_DMIRROR_MIGRATE_TO_DEV);
-		atomic_store(&home, 1);
+		atomic_store(&to_sys, 1);
 		migrate(HMM_DMIRROR_MIGRATE_TO_SYS);
-		atomic_store(&home, 0);
+		atomic_store(&to_sys, 0);
 		atomic_fetch_add(&moves, 1);
 	}
 	return NULL;
@@ -97,7 +97,7 @@ static void *zapper(void *arg)
 {
 	(void)arg;
 	while (!atomic_load(&stop)) {
-		if (!atomic_load(&home))
+		if (!atomic_load(&to_sys))
 			continue;
 		if (madvise(region, LEN, MADV_DONTNEED))
 			die("madvise");

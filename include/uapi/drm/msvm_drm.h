@@ -125,7 +125,8 @@ struct drm_msvm_vm_create {
  *
  * Destroys the VM of this open file (-ENOENT if there is none). Pages the
  * VM moved to the device stay there until the process touches them (they
- * come home on CPU access), migrates them back, or the device goes away.
+ * come back to system RAM on CPU access), migrates them back, or the
+ * device goes away.
  * Closing the file destroys the VM too.
  *
  * @flags: must be zero
@@ -198,8 +199,10 @@ struct drm_msvm_migrate {
  * @to_system: pages migrated out of it to system RAM (explicitly, by CPU
  *             faults and by eviction)
  * @cpu_faults: CPU faults on device pages (migrate_to_ram); each brings
- *              home this device's pages of the 64 KiB block around it
- * @evicted: pages sent home because the device memory went away
+ *              this device's pages of the 64 KiB around it back to system
+ *              RAM (a 2 MiB device folio mapped whole: the whole folio)
+ * @evicted: pages sent to system RAM because the device memory went away
+ *           (unbind, unplug, module unload)
  * @resident: pages of device memory in use now
  * @no_vram: pages a migration could not move for lack of device memory
  * @chunks_live: chunks of device memory with a pagemap now
@@ -221,8 +224,9 @@ struct drm_msvm_migrate {
  * @shrink_scans: shrink passes over this device
  * @shrink_freed: bytes of struct-page memory the shrink passes freed
  * @shrink_moved: pages the shrink passes moved into fuller chunks
- * @shrink_home: pages the shrink passes sent home to system RAM (none
- *               today: consolidation only packs pages into fuller chunks)
+ * @shrink_home: pages the shrink passes sent to system RAM (none today:
+ *               consolidation only packs pages into fuller chunks; the
+ *               name is historical, "home" meaning system RAM)
  * @peer_read: bytes the engine read from each peer's memory over P2P, by
  *             the peer's device index
  * @peer_written: bytes the engine wrote to each peer's memory over P2P
@@ -306,7 +310,8 @@ struct drm_msvm_stats {
 #define MSVM_EXEC_CHECKSUM 4
 
 /* drm_msvm_exec.flags */
-/* Access system memory in place (DMA) instead of migrating it first. */
+/* Use pages where they are (in place: system RAM by DMA, a peer of the
+ * owner group over P2P) instead of migrating them here first. */
 #define MSVM_EXEC_IN_PLACE (1u << 0)
 
 /**
@@ -314,9 +319,11 @@ struct drm_msvm_stats {
  *
  * Runs one job of the device's engine over [@addr, @addr + @length) of the
  * VM's process, synchronously. The engine reaches memory as a device does:
- * its own memory directly, system RAM by DMA. By default the range (and
- * the source of a COPY) is first migrated to this device, like a GPU page
- * fault would; with MSVM_EXEC_IN_PLACE, system memory is used where it is.
+ * its own memory directly, system RAM by DMA, a peer's memory over P2P. By
+ * default the range (and the source of a COPY) is first migrated to this
+ * device, like a GPU page fault would (or as the range's attributes say:
+ * DRM_IOCTL_MSVM_SET_ATTR); with MSVM_EXEC_IN_PLACE, pages are used where
+ * they are.
  *
  * MSVM_EXEC_FILL writes the 64-bit @value over the range;
  * MSVM_EXEC_COPY copies [@src, @src + @length) over it (the two must not
@@ -370,7 +377,8 @@ struct drm_msvm_exec {
 /* Move the pages to the preferred location first (like a GPU fault). */
 #define MSVM_ACCESS_MIGRATE 1
 /* Use pages where they are when this device reaches them (system RAM by
- * DMA, a peer of its owner group over P2P); others are faulted home. */
+ * DMA, a peer of its owner group over P2P); others are faulted to system
+ * RAM. */
 #define MSVM_ACCESS_IN_PLACE 2
 
 /* At most this many attribute ranges per VM (-ENOSPC beyond). */

@@ -247,7 +247,7 @@ fn stats() -> msvm_rt::Result<()> {
     }
     println!(
         "(sizes in MiB; from_peer: migrated in straight from a peer's memory; cpu_fault: CPU faults \
-         on device pages, each bringing home up to 64 KiB or one 2 MiB folio; 2m_in/out: 2 MiB \
+         on device pages, each bringing back up to 64 KiB or one 2 MiB folio; 2m_in/out: 2 MiB \
          folios moved whole in and out; p2p_rw: engine bytes read and written \
          in peers' memory; chunks: live(of which idle)/total, {} MiB each; memmap: RAM their \
          struct pages take; shrunk: pagemaps the shrinker removed)",
@@ -357,7 +357,7 @@ fn demo(mib: usize) -> msvm_rt::Result<()> {
         let sum = fd.exec(Exec::Checksum, addr, len, false)?;
         let f1 = fd.stats()?;
         println!(
-            "4. gpu{} has no P2P path to gpu0: the data came home, then EXEC on gpu{} migrated {} pages to it: {}",
+            "4. gpu{} has no P2P path to gpu0: the data went through system RAM, then EXEC on gpu{} migrated {} pages to it: {}",
             fi.index,
             fi.index,
             f1.to_device - f0.to_device,

@@ -404,8 +404,9 @@ impl Device {
     }
 
     /// Runs `job` on the device's engine over `[addr, addr + len)` (8-byte
-    /// aligned). With `in_place`, system memory is accessed where it is;
-    /// otherwise the range is migrated to the device first.
+    /// aligned). With `in_place`, pages are used where they are (system RAM
+    /// by DMA, a peer of the owner group over P2P); otherwise the range is
+    /// migrated first (to the device, or where its placement attributes say).
     pub fn exec(&self, job: Exec, addr: usize, len: usize, in_place: bool) -> Result<ExecOutcome> {
         let (op, src, value) = match job {
             Exec::Fill(v) => (abi::MSVM_EXEC_FILL, 0, v),

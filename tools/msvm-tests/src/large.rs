@@ -43,8 +43,8 @@ pub fn tests() -> Vec<Test> {
             run: fallback_without_block,
         },
         Test {
-            name: "large_folio_home_in_small_pages_without_free_folio",
-            run: home_without_free_folio,
+            name: "large_folio_to_system_in_small_pages_without_free_folio",
+            run: to_system_without_free_folio,
         },
         Test {
             name: "engine_write_keeps_fork_child_copy",
@@ -119,8 +119,8 @@ fn delta(a: &Stats, b: &Stats) -> (u64, u64, u64) {
 }
 
 /// 8 MiB of THPs: to the device as four 2 MiB device folios, changed by
-/// the engine, home explicitly as four THPs, to the device again, and home
-/// by one CPU fault per folio.
+/// the engine, back to system RAM explicitly as four THPs, to the device
+/// again, and back by one CPU fault per folio.
 fn round_trip_whole() -> Outcome {
     let dev = gpu0()?;
     let len = 8 << 20;
@@ -132,18 +132,18 @@ fn round_trip_whole() -> Outcome {
     let s1 = stats(&dev)?;
     check!(
         delta(&s0, &s1) == (n, 0, 0),
-        "to device: large/home/fallback {:?}",
+        "to device: large to_device/to_system/fallback {:?}",
         delta(&s0, &s1)
     );
     dev.exec(Exec::AtomicAdd(5), start, len, false).map_err(e)?;
     let out = dev.migrate(start, len, Location::System).map_err(e)?;
     check!(out.moved == (len / PAGE) as u64, "to system: {out:?}");
     let s2 = stats(&dev)?;
-    let (_, home, fallback) = delta(&s1, &s2);
-    check!(home + fallback == n, "home {home} + fallback {fallback}");
+    let (_, whole, fallback) = delta(&s1, &s2);
+    check!(whole + fallback == n, "whole {whole} + fallback {fallback}");
     check!(
-        thps_at(start)? == home,
-        "THPs after coming home: {home} expected"
+        thps_at(start)? == whole,
+        "THPs back in system RAM: {whole} expected"
     );
     let mut want = vec![0u8; len];
     fill(&mut want, 81);
@@ -151,8 +151,11 @@ fn round_trip_whole() -> Outcome {
         let x = u64::from_ne_bytes(w.try_into().unwrap()).wrapping_add(5);
         w.copy_from_slice(&x.to_ne_bytes());
     }
-    check!(bytes(start, len) == &want[..], "data after explicit home");
-    // Again to the device, home by CPU faults: one per folio.
+    check!(
+        bytes(start, len) == &want[..],
+        "data after explicit migration to system"
+    );
+    // Again to the device, back by CPU faults: one per folio.
     dev.migrate(start, len, Location::Device).map_err(e)?;
     let s3 = stats(&dev)?;
     let mut sum = 0u64;
@@ -162,10 +165,10 @@ fn round_trip_whole() -> Outcome {
     }
     let s4 = stats(&dev)?;
     let faults = s4.cpu_faults - s3.cpu_faults;
-    let (_, home, fallback) = delta(&s3, &s4);
+    let (_, whole, fallback) = delta(&s3, &s4);
     check!(
-        home + fallback == n && faults == n,
-        "fault-back: {faults} faults, {home} whole, {fallback} split (sum {sum})"
+        whole + fallback == n && faults == n,
+        "fault-back: {faults} faults, {whole} whole, {fallback} split (sum {sum})"
     );
     check!(bytes(start, len) == &want[..], "data after fault-back");
     check!(
@@ -178,7 +181,7 @@ fn round_trip_whole() -> Outcome {
 }
 
 /// A device folio partly unmapped and partly write-protected is split by
-/// the core: every byte left comes home right, and no device page is left
+/// the core: every byte left comes back right, and no device page is left
 /// behind.
 fn split_by_munmap_and_mprotect_inner(dev: &Device, start: usize) -> Outcome {
     let len = 2 * HUGE;
@@ -315,7 +318,7 @@ fn fallback_without_block() -> Outcome {
     let s1 = stats(&dev)?;
     check!(
         delta(&s0, &s1) == (0, 0, 1),
-        "large/home/fallback {:?}",
+        "large to_device/to_system/fallback {:?}",
         delta(&s0, &s1)
     );
     check!(
@@ -327,17 +330,17 @@ fn fallback_without_block() -> Outcome {
 }
 
 /// debugfs fault injection: the next `n` 2 MiB system folio allocations
-/// for device folios coming home fail.
-pub fn fail_large_home(n: u64) -> Result<(), String> {
-    const F: &str = "/sys/kernel/debug/msvm/fail_large_home";
+/// for device folios going to system RAM fail.
+pub fn fail_large_system(n: u64) -> Result<(), String> {
+    const F: &str = "/sys/kernel/debug/msvm/fail_large_system";
     std::fs::write(F, n.to_string()).map_err(|x| format!("write {F}: {x}"))
 }
 
 /// No 2 MiB system folio to be had (injected failures): a CPU fault on a
 /// device folio splits it, and the access's retry brings the 64 KiB around
-/// it home in 4 KiB pages (one counted fault per folio); an explicit
-/// migration brings all of it; every byte arrives.
-fn home_without_free_folio() -> Outcome {
+/// it to system RAM in 4 KiB pages (one counted fault per folio); an
+/// explicit migration brings all of it; every byte arrives.
+fn to_system_without_free_folio() -> Outcome {
     let dev = gpu0()?;
     let len = 4 * HUGE;
     let n = (len / HUGE) as u64;
@@ -345,7 +348,7 @@ fn home_without_free_folio() -> Outcome {
     dev.migrate(start, len, Location::Device).map_err(e)?;
     let s0 = stats(&dev)?;
     check!(s0.resident >= (len / PAGE) as u64, "not on the device");
-    fail_large_home(n)?;
+    fail_large_system(n)?;
     let mut sum = 0u64;
     for i in 0..len / HUGE {
         // SAFETY: inside the region.
@@ -354,31 +357,31 @@ fn home_without_free_folio() -> Outcome {
         });
     }
     let s1 = stats(&dev)?;
-    fail_large_home(0)?;
+    fail_large_system(0)?;
     // One counted fault per folio (the split moves nothing and is counted
-    // as a fallback), bringing home at least the 64 KiB window.
+    // as a fallback), bringing at least the 64 KiB window to system RAM.
     check!(
         s1.cpu_faults - s0.cpu_faults == n
             && delta(&s0, &s1) == (0, 0, n)
             && s1.to_system - s0.to_system >= 16 * n,
-        "fault-back: {} faults, large/home/fallback {:?}, {} pages (sum {sum})",
+        "fault-back: {} faults, large to_device/to_system/fallback {:?}, {} pages (sum {sum})",
         s1.cpu_faults - s0.cpu_faults,
         delta(&s0, &s1),
         s1.to_system - s0.to_system
     );
     verify(bytes(start, len), 87)?;
-    // Explicitly (fresh THPs: those pages came home as 4 KiB pages).
+    // Explicitly (fresh THPs: those pages came back as 4 KiB pages).
     let (_big, start) = thp_region(len, 87)?;
     dev.migrate(start, len, Location::Device).map_err(e)?;
     let s2 = stats(&dev)?;
-    fail_large_home(n)?;
+    fail_large_system(n)?;
     let out = dev.migrate(start, len, Location::System).map_err(e);
-    fail_large_home(0)?;
+    fail_large_system(0)?;
     let out = out?;
     let s3 = stats(&dev)?;
     check!(
         out.moved == (len / PAGE) as u64 && delta(&s2, &s3) == (0, 0, n),
-        "explicit: {out:?}, large/home/fallback {:?}",
+        "explicit: {out:?}, large to_device/to_system/fallback {:?}",
         delta(&s2, &s3)
     );
     verify(bytes(start, len), 87)
@@ -448,9 +451,9 @@ impl WaitingChild {
 /// Device folios a fork child maps too never move whole (Linux 7.3 frees
 /// such a folio under the migration if the child exits meanwhile, see
 /// `device_folio_shared` in the module): an explicit migration brings one
-/// home in 4 KiB pages, and a CPU fault on the other splits it (one
-/// fallback) and then brings its window home. Both processes keep their
-/// bytes.
+/// to system RAM in 4 KiB pages, and a CPU fault on the other splits it
+/// (one fallback) and then brings its window back. Both processes keep
+/// their bytes.
 fn shared_with_child_moves_split() -> Outcome {
     let dev = gpu0()?;
     let (_big, start) = thp_region(2 * HUGE, 90)?;
@@ -468,7 +471,7 @@ fn shared_with_child_moves_split() -> Outcome {
         let s2 = stats(&dev)?;
         check!(
             out.moved == (HUGE / PAGE) as u64 && delta(&s1, &s2) == (0, 0, 0),
-            "explicit: {out:?}, large/home/fallback {:?}",
+            "explicit: {out:?}, large to_device/to_system/fallback {:?}",
             delta(&s1, &s2)
         );
         // SAFETY: inside the region.
@@ -478,7 +481,7 @@ fn shared_with_child_moves_split() -> Outcome {
             delta(&s2, &s3) == (0, 0, 1)
                 && s3.cpu_faults - s2.cpu_faults == 1
                 && s3.to_system - s2.to_system >= 16,
-            "fault (read {v}): large/home/fallback {:?}, {} faults, {} pages",
+            "fault (read {v}): large to_device/to_system/fallback {:?}, {} faults, {} pages",
             delta(&s2, &s3),
             s3.cpu_faults - s2.cpu_faults,
             s3.to_system - s2.to_system

@@ -44,9 +44,9 @@ fn st(d: &Device) -> Result<Stats, String> {
     d.stats().map_err(|e| e.to_string())
 }
 
-/// Data through three chunks of gpu0, then home: the chunks stay, cached
-/// (idle); a shrink pass removes them and their struct pages; the next
-/// migration creates pagemaps again and the data is right.
+/// Data through three chunks of gpu0, then back to system RAM: the chunks
+/// stay, cached (idle); a shrink pass removes them and their struct pages;
+/// the next migration creates pagemaps again and the data is right.
 fn idle_chunks() -> Outcome {
     let dev = gpu0()?;
     shrink("idle")?;
@@ -72,7 +72,7 @@ fn idle_chunks() -> Outcome {
     let s2 = st(&dev)?;
     check!(
         s2.chunks_live == s1.chunks_live && s2.chunks_cached >= 3,
-        "after going home: live {} cached {}",
+        "after going back: live {} cached {}",
         s2.chunks_live,
         s2.chunks_cached
     );
@@ -163,7 +163,7 @@ fn consolidation() -> Outcome {
         s3.shrink_moved - s2.shrink_moved == (2 * chunk / 4 / PAGE) as u64
             && s3.shrink_home == s2.shrink_home
             && s3.resident == s2.resident,
-        "moved {} home {} resident {}",
+        "moved {} to system {} resident {}",
         s3.shrink_moved - s2.shrink_moved,
         s3.shrink_home - s2.shrink_home,
         s3.resident

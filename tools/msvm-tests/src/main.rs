@@ -85,7 +85,7 @@ const INTEGRITY: &[&str] = &[
     "large_folio_round_trip_whole",
     "p2p_device_to_device_migration",
     "migrate_from_unreachable_peer_goes_through_ram",
-    "large_folio_home_in_small_pages_without_free_folio",
+    "large_folio_to_system_in_small_pages_without_free_folio",
 ];
 
 fn main() -> ExitCode {

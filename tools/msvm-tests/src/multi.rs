@@ -19,7 +19,7 @@ pub fn tests() -> Vec<Test> {
             run: device_to_device_migration,
         },
         Test {
-            name: "unreachable_peer_memory_comes_home_for_exec",
+            name: "unreachable_peer_memory_goes_through_ram_for_exec",
             run: unreachable_peer,
         },
         Test {
@@ -86,7 +86,7 @@ fn park(d: &Device, m: &Map) -> Outcome {
 }
 
 /// Data on B; A runs jobs on it in place: over P2P, with no migration and
-/// no system memory traffic, and the results are right.
+/// no system RAM traffic, and the results are right.
 fn exec_on_peer_memory() -> Outcome {
     let r = roles()?;
     let len = 64 * PAGE;
@@ -144,7 +144,7 @@ fn exec_on_peer_memory() -> Outcome {
         "B local writes"
     );
     check!(b2.resident == b0.resident, "B's pages moved");
-    // The CPU sees it all (its reads bring the pages home from B).
+    // The CPU sees it all (its reads bring the pages back from B).
     // SAFETY: reading our own mapping as words.
     let words = unsafe { std::slice::from_raw_parts(m.addr() as *const u64, len / 8) };
     check!(
@@ -191,7 +191,7 @@ fn device_to_device_migration() -> Outcome {
 }
 
 /// Data on C, which A cannot reach: A's job still sees the right bytes, the
-/// pages having come home to RAM first (never silent P2P).
+/// pages having come back to system RAM first (never silent P2P).
 fn unreachable_peer() -> Outcome {
     let r = roles()?;
     let len = 32 * PAGE;
@@ -216,14 +216,14 @@ fn unreachable_peer() -> Outcome {
     );
     check!(
         c1.to_system - c0.to_system == 32,
-        "C sent {} pages home",
+        "C sent {} pages to system RAM",
         c1.to_system - c0.to_system
     );
     verify(m.bytes(), 203)
 }
 
 /// Data on C, out of A's reach; MIGRATE to A moves it anyway, through RAM:
-/// C sends it home, A takes it from there.
+/// C sends it to system RAM, A takes it from there.
 fn migrate_from_unreachable() -> Outcome {
     let r = roles()?;
     let len = 64 * PAGE;
@@ -238,7 +238,7 @@ fn migrate_from_unreachable() -> Outcome {
     let (a1, c1) = (st(&r.a)?, st(&r.c)?);
     check!(
         c1.to_system - c0.to_system == 64,
-        "C sent {} pages home",
+        "C sent {} pages to system RAM",
         c1.to_system - c0.to_system
     );
     check!(a1.from_peer == a0.from_peer, "counted as a P2P copy");

@@ -149,7 +149,8 @@ fn residency_per_location() -> Outcome {
 }
 
 /// PREFETCH from A to B moves A's pages straight over P2P; to C (no P2P
-/// path) is ENOLINK; unknown devices ENOENT; system brings everyone's home.
+/// path) is ENOLINK; unknown devices ENOENT; system brings everyone's
+/// pages to system RAM.
 fn prefetch_to_peer_and_errors() -> Outcome {
     let t = trio()?;
     let n = 32;
@@ -197,21 +198,21 @@ fn prefetch_to_peer_and_errors() -> Outcome {
             );
         }
     }
-    // C (another owner group) brings B's pages home: system is reachable
-    // by all.
+    // C (another owner group) brings B's pages to system RAM: system RAM
+    // is reachable by all.
     let mut half =
         t.c.prefetch(m.addr(), m.len() / 2, Place::Here)
             .map_err(e)?;
     check!(half.total() == (n / 2) as u64, "C: {half:?}");
     half = t.a.prefetch(m.addr(), m.len(), Place::System).map_err(e)?;
     // C's pages and those B still had (fetching through RAM may have
-    // brought some of B's neighbours home already: a CPU-fault window).
+    // brought some of B's neighbours back already: a CPU-fault window).
     check!(
         half.moved >= (n / 2) as u64 && half.moved + half.already == n as u64,
-        "home from B and C: {half:?}"
+        "to system from B and C: {half:?}"
     );
     let r = res(&t.a, &m)?;
-    check!(r.system == m.len() as u64, "home: {r:?}");
+    check!(r.system == m.len() as u64, "in system RAM: {r:?}");
     check!(m.bytes() == &want[..], "data changed on its way");
     Ok(())
 }

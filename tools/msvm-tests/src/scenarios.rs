@@ -293,7 +293,7 @@ fn migrate_mixed() -> Outcome {
         .migrate(m.addr() + 5 * PAGE, PAGE, Location::Device)
         .map_err(e)?;
     check!(out.moved == 1, "page 5 to device 0: {out:?}");
-    // SAFETY: reading our own (readable) pages: faults them home.
+    // SAFETY: reading our own (readable) pages: faults them back.
     unsafe {
         check!(*(m.addr() as *const u8).add(2 * PAGE) == 0, "page 2");
         for i in 3..6 {

@@ -195,7 +195,7 @@ pub fn gpu0() -> Result<Device, String> {
 }
 
 /// CPU faults a sequential walk of `[addr, addr + len)` on the device takes:
-/// one per 64 KiB block touched.
+/// one per 64 KiB window touched.
 pub fn fault_blocks(addr: usize, len: usize) -> u64 {
     const W: usize = 64 * 1024;
     ((addr + len).div_ceil(W) - addr / W) as u64
@@ -245,8 +245,8 @@ fn round_trip_by_cpu_fault() -> Outcome {
         "resident +{}",
         s1.resident - s0.resident
     );
-    // The CPU reads every byte: the pages fault home with their contents,
-    // one fault per 64 KiB block.
+    // The CPU reads every byte: the pages fault back with their contents,
+    // one fault per 64 KiB window.
     verify(m.bytes(), 1)?;
     let s2 = stats(&dev)?;
     let blocks = fault_blocks(m.addr(), m.len());
@@ -327,7 +327,7 @@ fn write_after_fault_back() -> Outcome {
     let mut m = Map::new(8 * PAGE)?;
     fill(m.bytes_mut(), 9);
     migrate(&dev, &m, Location::Device)?;
-    // A write faults the page home, then lands.
+    // A write faults the page back to system RAM, then lands.
     m.bytes_mut()[5 * PAGE + 17] ^= 0xff;
     m.bytes_mut()[5 * PAGE + 17] ^= 0xff;
     verify(m.bytes(), 9)?;
@@ -650,7 +650,7 @@ fn madvise_dontneed() -> Outcome {
 }
 
 /// Making pages read-only while they are on the device: the CPU still reads
-/// them (they come home), and MIGRATE still moves them.
+/// them (they come back to system RAM), and MIGRATE still moves them.
 fn mprotect_read_only() -> Outcome {
     let dev = gpu0()?;
     let mut m = Map::new(8 * PAGE)?;
@@ -760,7 +760,7 @@ fn shared_and_file_backed() -> Outcome {
 }
 
 /// Two threads read the same range, page by page, over and over (faulting
-/// it home whenever it is on the device), while a third migrates it back
+/// it back whenever it is on the device), while a third migrates it back
 /// and forth: every read sees the right bytes.
 fn cpu_faults_race_migration() -> Outcome {
     let mut m = Map::new(256 * PAGE)?;
@@ -814,7 +814,7 @@ fn cpu_faults_race_migration() -> Outcome {
 }
 
 /// Pages on the device move with their mapping (mremap to a new address):
-/// the CPU faults them home at the new address with their contents, and the
+/// the CPU faults them back at the new address with their contents, and the
 /// device works on them there.
 fn mremap_on_device() -> Outcome {
     let dev = gpu0()?;
@@ -853,9 +853,9 @@ fn mremap_on_device() -> Outcome {
     Ok(())
 }
 
-/// get_user_pages on pages that live on the device (vmsplice pins the
-/// pages it splices into a pipe): they come home and the pipe carries the
-/// right bytes.
+/// get_user_pages on pages that live on the device (vmsplice pins the pages
+/// it splices into a pipe): they come back to system RAM and the pipe carries
+/// the right bytes.
 fn gup_on_device_pages() -> Outcome {
     use std::io::Read;
     let dev = gpu0()?;

@@ -53,12 +53,12 @@ pub fn tests() -> Vec<Test> {
 
 /// A migration that needs a new chunk (a pagemap: `memremap_pages`, which
 /// takes the CPU hotplug lock), then a read of a sysfs directory whose
-/// entries land in a 2 MiB device folio: the fault that brings the folio
-/// home takes `mmap_lock` for writing under kernfs's lock, and CPU hotplug
-/// creates sysfs directories under the CPU hotplug lock. msvm must never
-/// create a pagemap under `mmap_lock`, or under a lock it takes with
-/// `mmap_lock` held: that closes a lock cycle, which lockdep reports (the
-/// run fails on the report; it did, found by `make soak`).
+/// entries land in a 2 MiB device folio: the fault that brings the folio to
+/// system RAM takes `mmap_lock` for writing under kernfs's lock, and CPU
+/// hotplug creates sysfs directories under the CPU hotplug lock. msvm must
+/// never create a pagemap under `mmap_lock`, or under a lock it takes with
+/// `mmap_lock` held: that closes a lock cycle, which lockdep reports (the run
+/// fails on the report; it did, found by `make soak`).
 fn chunk_creation_and_sysfs_readdir() -> Outcome {
     use std::os::fd::AsRawFd;
     let dev = gpu0()?;
@@ -101,7 +101,7 @@ fn chunk_creation_and_sysfs_readdir() -> Outcome {
     let s3 = dev.stats().map_err(e)?;
     check!(
         s3.cpu_faults > s2.cpu_faults,
-        "the read did not fault the folio home"
+        "the read did not fault the folio to system RAM"
     );
     let mut want = vec![0u8; 2 * huge];
     fill(&mut want, 70);
@@ -259,7 +259,7 @@ fn round_trip_and_in_place_writes() -> Outcome {
     let h = msvm_rt::checksum(m.bytes());
     let sum = dev.exec(Exec::Checksum, m.addr(), len, true).map_err(e)?;
     check!(sum.result == h, "in-place CHECKSUM differs from the CPU's");
-    // On the device, then home by CPU faults.
+    // On the device, then back to system RAM by CPU faults.
     dev.exec(Exec::AtomicAdd(4), m.addr(), len, false)
         .map_err(e)?;
     let want: Vec<u8> = std::iter::repeat_n(0x5a5a_5a5a_0000_0007u64.to_ne_bytes(), len / 8)
@@ -506,7 +506,7 @@ fn fault_split_races_own_zap() -> Outcome {
             let seed = 72 + rounds % 5;
             zap_and_rewrite(a, len, seed)?;
             dev.migrate(a, len, Location::Device).map_err(e)?;
-            crate::large::fail_large_home(1 << 20)?;
+            crate::large::fail_large_system(1 << 20)?;
             std::thread::scope(|s| -> Outcome {
                 // A CPU read of each folio: PMD faults that split.
                 let reader = s.spawn(|| {
@@ -528,9 +528,9 @@ fn fault_split_races_own_zap() -> Outcome {
                 reader.join().map_err(|_| "reader panicked")?;
                 Ok(())
             })?;
-            crate::large::fail_large_home(0)?;
+            crate::large::fail_large_system(0)?;
             // The zap covered the whole range: whatever the reader brought
-            // home before it is gone, whatever it faulted after is zero.
+            // back before it is gone, whatever it faulted after is zero.
             let b = crate::large::bytes(a, len);
             let nonzero = b.iter().filter(|&&x| x != 0).count();
             check!(
@@ -541,7 +541,7 @@ fn fault_split_races_own_zap() -> Outcome {
         }
         Ok(())
     })();
-    crate::large::fail_large_home(0)?;
+    crate::large::fail_large_system(0)?;
     println!("# {rounds} rounds");
     res
 }

@@ -245,7 +245,7 @@ fn hot_unplug_and_replug() -> Outcome {
     }
 
     // Data on every device, each through its own VM: the unplugged
-    // device's pages must come home intact.
+    // device's pages must reach system RAM intact.
     let mut parked = Vec::new();
     let mut parked_thp = Vec::new();
     for (k, (addr, dev, _)) in open.iter().enumerate() {
@@ -271,7 +271,7 @@ fn hot_unplug_and_replug() -> Outcome {
     }
     // The unplugged device's first 2 MiB system folios fail: its eviction
     // retries until they come.
-    crate::large::fail_large_home(3)?;
+    crate::large::fail_large_system(3)?;
 
     host_wait("device_del", "GPU unbound", 40, || {
         Ok(addrs()?.len() == before.len() - 1)
@@ -296,9 +296,9 @@ fn hot_unplug_and_replug() -> Outcome {
         svm::verify(b, *seed).map_err(|e| format!("2 MiB folios parked on {addr}: {e}"))?;
     }
     drop(parked_thp);
-    let left = std::fs::read_to_string("/sys/kernel/debug/msvm/fail_large_home")
+    let left = std::fs::read_to_string("/sys/kernel/debug/msvm/fail_large_system")
         .map_err(|e| e.to_string())?;
-    crate::large::fail_large_home(0)?;
+    crate::large::fail_large_system(0)?;
     check!(
         left.trim() == "0",
         "eviction did not retry its 2 MiB folios: {} injected failures left",
@@ -311,7 +311,7 @@ fn hot_unplug_and_replug() -> Outcome {
     // The others no longer see it.
     for (addr, dev, _) in open.iter().filter(|(a, _, _)| a != gone[0]) {
         // The sysfs link goes before the driver's remove runs: the device
-        // leaves the topology once its memory is home.
+        // leaves the topology once its memory is in system RAM.
         wait_for("topology updated", 30, &mut || {
             Ok(
                 dev.query().map_err(|e| format!("{addr}: {e}"))?.num_devices as usize
@@ -369,8 +369,8 @@ fn hot_unplug_and_replug() -> Outcome {
 
 /// `msvm-tests hold READY GO`: parks data on the first device through a VM
 /// whose file is then closed, creates READY, waits for GO to exist (the
-/// module is unloaded meanwhile: every page must come home), then checks the
-/// data. Exit status 0 when every byte is intact.
+/// module is unloaded meanwhile: every page must reach system RAM), then
+/// checks the data. Exit status 0 when every byte is intact.
 pub fn hold(ready: &str, go: &str) -> Outcome {
     let dev = svm::gpu0()?;
     let mut m = svm::Map::new(256 * svm::PAGE)?;
