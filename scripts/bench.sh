@@ -65,6 +65,17 @@ if all(v for v in mp.values()):
     if ef:
         print(f"{'d2d p2p efficiency (floor/op)':<32}{ef:>8.2f}")
     print()
+paths = ("vram", "p2p", "dma", "move_4k", "move_64k", "move_2m", "cpu_fault_4k", "cpu_fault_2m")
+if any(f"latency_{p}_p50_us" in vals for p in paths):
+    print(f"{'latency, us (gpu0)':<24}{'p50':>9}{'p99':>9}{'max':>9}")
+    for p in paths:
+        for name in (p, p + "_checksum"):
+            if f"latency_{name}_p50_us" in vals:
+                print(f"{name:<24}" + "".join(f"{vals[f'latency_{name}_{q}_us']:>9.1f}" for q in ("p50", "p99", "max")))
+    v, q = vals.get("latency_vram_p50_us"), vals.get("latency_p2p_p50_us")
+    if v and q:
+        print(f"{'p2p / vram p50':<24}{q / v:>8.2f}x")
+    print()
 lc = [k for k in ("pagemap_create_16M", "pagemap_teardown_16M", "pagemap_create_64M",
       "pagemap_teardown_64M", "pagemap_create_256M", "pagemap_teardown_256M",
       "shrink_idle_chunks", "shrink_consolidate", "memmap_pct_before_shrink",

@@ -24,6 +24,8 @@ done
 echo always >$thp
 echo "== multi-device, 64 MiB"
 msvm-tests bench-p2p 64 || rc=1
+echo "== latency"
+msvm-tests bench-latency || rc=1
 echo "== pagemap lifecycle"
 msvm-tests bench-lifecycle || rc=1
 for mib in 16 256; do

@@ -262,8 +262,10 @@ pub fn run_p2p(mib: usize) -> Result<(), String> {
             return Err(format!("data lost at word {i}"));
         }
     }
-    // The floor of the P2P move: B's VRAM to A's, page by page.
-    mv(&a, Location::System)?;
+    // The floor of the P2P move: B's VRAM to A's, page by page (the check
+    // above brought the data back to system RAM).
+    a.migrate(addr, len, Location::System)
+        .map_err(|e| e.to_string())?;
     let floor = copy_floor(a.index().map_err(|e| e.to_string())?, mib)?;
     report_floor(
         &format!("d2d_migrate_p2p_{mib}M"),
@@ -391,4 +393,127 @@ fn fill_device(dev: &msvm_rt::Device, quarter: usize) -> Result<Vec<crate::svm::
         held.push(m);
     }
     Ok(held)
+}
+
+/// Samples per latency distribution.
+const SAMPLES: usize = 1000;
+
+/// `p50`, `p99` and `max` of `samples` (seconds), printed as
+/// `BENCH latency_<name>_{p50,p99,max}_us` lines.
+fn report_latency(name: &str, samples: &mut [f64]) {
+    samples.sort_by(f64::total_cmp);
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize] * 1e6;
+    println!("BENCH latency_{name}_p50_us {:.1} us", at(0.5));
+    println!("BENCH latency_{name}_p99_us {:.1} us", at(0.99));
+    println!("BENCH latency_{name}_max_us {:.1} us", at(1.0));
+}
+
+/// `SAMPLES` timings of `op`, each after an untimed `reset`.
+fn sample(
+    mut reset: impl FnMut() -> Result<(), String>,
+    mut op: impl FnMut() -> Result<(), String>,
+) -> Result<Vec<f64>, String> {
+    let mut v = Vec::with_capacity(SAMPLES);
+    for _ in 0..SAMPLES {
+        reset()?;
+        let t = Instant::now();
+        op()?;
+        v.push(t.elapsed().as_secs_f64());
+    }
+    Ok(v)
+}
+
+/// `msvm-tests bench-latency`: latency distributions of the smallest engine
+/// jobs on gpu0 by where their page is (its own VRAM, its peer gpu1's over
+/// P2P, system RAM by DMA), of a job whose pages must first move to gpu0
+/// (4 KiB, 64 KiB, a 2 MiB folio), and of CPU faults on a 4 KiB page and on
+/// a 2 MiB folio of gpu0. `BENCH latency_<path>[_checksum]_{p50,p99,max}_us`.
+pub fn run_latency() -> Result<(), String> {
+    use crate::svm::Map;
+    use msvm_rt::Exec;
+    let e = |x: msvm_rt::Error| x.to_string();
+    let (a, b, _) = crate::multi::devices()?;
+    let mv = |d: &msvm_rt::Device, m: usize, len: usize, to| -> Result<(), String> {
+        let out = d.migrate(m, len, to).map_err(e)?;
+        if out.moved + out.already != (len / PAGE) as u64 {
+            return Err(format!("moved {out:?} of {} pages", len / PAGE));
+        }
+        Ok(())
+    };
+    let job = |d: &msvm_rt::Device, op: Exec, m: usize, len: usize, in_place: bool| {
+        d.exec(op, m, len, in_place).map(drop).map_err(e)
+    };
+    let none = || Ok(());
+    // In place: the page stays where it is; an 8-byte ATOMIC_ADD and a
+    // 4 KiB CHECKSUM.
+    let m = Map::small(PAGE)?;
+    let p = m.addr();
+    for (path, home) in [("vram", Some(&a)), ("p2p", Some(&b)), ("dma", None)] {
+        match home {
+            Some(d) => mv(d, p, PAGE, Location::Device)?,
+            None => mv(&a, p, PAGE, Location::System)?,
+        }
+        // In place wherever it is: no placement pass, the same path for all.
+        let mut s = sample(none, || job(&a, Exec::AtomicAdd(1), p, 8, true))?;
+        report_latency(path, &mut s);
+        let mut s = sample(none, || job(&a, Exec::Checksum, p, PAGE, true))?;
+        report_latency(&format!("{path}_checksum"), &mut s);
+    }
+    mv(&a, p, PAGE, Location::System)?;
+    drop(m);
+    // A job whose pages must first move to gpu0: CHECKSUM over 4 KiB,
+    // 64 KiB (4 KiB pages) and a 2 MiB THP, sent back untimed each time.
+    for (path, len, large) in [
+        ("move_4k", PAGE, false),
+        ("move_64k", 64 << 10, false),
+        ("move_2m", HUGE, true),
+    ] {
+        let m = if large {
+            Map::new(2 * HUGE)?
+        } else {
+            Map::small(len)?
+        };
+        let p = if large {
+            m.addr().next_multiple_of(HUGE)
+        } else {
+            m.addr()
+        };
+        // SAFETY: writing our own mapping (a THP if `large`).
+        unsafe { std::ptr::write_bytes(p as *mut u8, 7, len) };
+        let mut s = sample(
+            || mv(&a, p, len, Location::System),
+            || job(&a, Exec::Checksum, p, len, false),
+        )?;
+        report_latency(path, &mut s);
+    }
+    // CPU faults on gpu0's pages: one read of a 4 KiB page (its window
+    // comes back), of a 2 MiB folio (it comes back whole).
+    for (path, len, large) in [("cpu_fault_4k", PAGE, false), ("cpu_fault_2m", HUGE, true)] {
+        let m = if large {
+            Map::new(2 * HUGE)?
+        } else {
+            Map::small(len)?
+        };
+        let p = if large {
+            m.addr().next_multiple_of(HUGE)
+        } else {
+            m.addr()
+        };
+        // SAFETY: writing our own mapping.
+        unsafe { std::ptr::write_bytes(p as *mut u8, 9, len) };
+        let mut sum = 0u64;
+        let mut s = sample(
+            || mv(&a, p, len, Location::Device),
+            || {
+                // SAFETY: reading our own mapping; volatile so it is kept.
+                sum += u64::from(unsafe { std::ptr::read_volatile(p as *const u8) });
+                Ok(())
+            },
+        )?;
+        if sum != 9 * SAMPLES as u64 {
+            return Err(format!("{path}: read {sum}"));
+        }
+        report_latency(path, &mut s);
+    }
+    Ok(())
 }

@@ -106,6 +106,7 @@ fn main() -> ExitCode {
         }
         Some("soak") => return finish("soak", soak::run(arg(1, 600)), Some("soak")),
         Some("bench-p2p") => return finish("bench-p2p", bench::run_p2p(arg(1, 64)), None),
+        Some("bench-latency") => return finish("bench-latency", bench::run_latency(), None),
         Some("bench-lifecycle") => {
             let quick = arg(1, String::new()) == "quick";
             return finish("bench-lifecycle", bench::run_lifecycle(quick), None);
