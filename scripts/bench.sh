@@ -88,4 +88,6 @@ if lc:
 for k in sorted(vals):
     print(f"BENCH {k} {vals[k]:.3f} {units[k]}")
 PY
+# Debian's python3 has python3-matplotlib (a python3 earlier in PATH may not).
+/usr/bin/python3 "$MSVM_TOP/scripts/bench-plot.py" "$B/bench-console.log" "$B/bench.svg" || rc=1
 exit $rc

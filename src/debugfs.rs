@@ -17,7 +17,8 @@
 //!   RAM to its VRAM, back, and a peer's VRAM (the first other device of
 //!   its owner group) to its VRAM, in 4 KiB pages and in 2 MiB blocks;
 //!   reading gives `<path>_<4k|2m> <bytes> <ns>` lines (`-` for a path not
-//!   run: no peer).
+//!   run: no peer, or no 2 MiB folios). At most 1 GiB; it stops on a fatal
+//!   signal or when either device goes away.
 //! - `phases`: where each device's migration steps (by size class) and
 //!   engine jobs spend their time: counts and microseconds per phase (the
 //!   same figures as STATS).
@@ -33,9 +34,11 @@ use kernel::{
 use crate::reclaim::{shrink_all, CONSOLIDATE, IDLE};
 use crate::sysmem::FAIL_LARGE_SYSTEM;
 
+use crate::mm::cancel::Cancel;
+use crate::mm::pagemap::PAGE_SIZE;
 use crate::registry::{self, PoolRef};
 use crate::topology::MAX_DEVICES;
-use crate::vram::FloorPath;
+use crate::vram::{FloorPath, FLOOR_MAX_PAGES};
 
 /// The directory and its files; removed when dropped (module exit). A file
 /// keeps its directory's entry alive, so the drop order does not matter.
@@ -205,10 +208,13 @@ fn write_floor(floor: &Floor, r: &mut UserSliceReader) -> Result {
     let mut words = text.split_ascii_whitespace();
     let mut next = || -> Result<usize> { words.next().ok_or(EINVAL)?.parse().map_err(|_| EINVAL) };
     let (dev, mib) = (next()?, next()?);
-    if mib == 0 || mib % 2 != 0 || mib > 4096 {
+    if next().is_ok() {
         return Err(EINVAL);
     }
-    let npages = (mib << 20) / crate::mm::pagemap::PAGE_SIZE;
+    let npages = mib.checked_mul(1 << 20).ok_or(EINVAL)? / PAGE_SIZE;
+    if mib == 0 || mib % 2 != 0 || npages > FLOOR_MAX_PAGES {
+        return Err(EINVAL);
+    }
     let (pool, peer) = {
         let topo = registry::devices();
         let pool = PoolRef::get_locked(&topo, dev)?;
@@ -217,22 +223,29 @@ fn write_floor(floor: &Floor, r: &mut UserSliceReader) -> Result {
             .find_map(|j| PoolRef::get_locked(&topo, j).ok());
         (pool, peer)
     };
+    // Between 2 MiB blocks: a fatal signal, or either device going away
+    // (its unbind waits for this run: it must not wait long).
+    let cancel = Cancel::task();
+    let stop = || -> Result {
+        cancel.check()?;
+        if pool.withdrawn() || peer.as_ref().is_some_and(|p| p.withdrawn()) {
+            return Err(ENODEV);
+        }
+        Ok(())
+    };
     for ns in &floor.ns {
         ns.store(0, Relaxed);
     }
-    floor.bytes.store(u64::try_from(mib << 20)?, Relaxed);
+    floor.bytes.store(u64::from_safe_cast(mib << 20), Relaxed);
     for ((_, path, large), ns) in FLOOR_RUNS.iter().zip(floor.ns.iter()) {
         if *path == FloorPath::FromPeer && peer.is_none() {
             continue;
         }
-        ns.store(
-            pool.copy_floor(*path, peer.as_deref(), npages, *large)?,
-            Relaxed,
-        );
+        let t = pool.copy_floor(*path, peer.as_deref(), npages, *large, &stop)?;
+        ns.store(t.unwrap_or(0), Relaxed);
     }
     Ok(())
 }
-
 /// `phases`: per device, the phase split of its steps and jobs.
 fn show_phases(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
     let pools: [Option<PoolRef>; MAX_DEVICES] = {

@@ -263,21 +263,21 @@ impl<'p> Engine<'p> {
                 continue;
             }
             // The pages stay as found while `guard` is held.
-            let res = self
+            let bound = self
                 .page_table(&dst_found, &mut dst_pt)
-                .and_then(|()| self.page_table(&src_found, &mut src_pt))
-                .and_then(|()| {
-                    clock.lap_job(JobPhase::Bind);
-                    self.execute(
-                        job.op,
-                        &dst_pt,
-                        dst - dst_first,
-                        &src_pt,
-                        src.map_or(0, |s| s - src_first),
-                        n,
-                        done,
-                    )
-                });
+                .and_then(|()| self.page_table(&src_found, &mut src_pt));
+            clock.lap_job(JobPhase::Bind);
+            let res = bound.and_then(|()| {
+                self.execute(
+                    job.op,
+                    &dst_pt,
+                    dst - dst_first,
+                    &src_pt,
+                    src.map_or(0, |s| s - src_first),
+                    n,
+                    done,
+                )
+            });
             clock.lap_job(JobPhase::Exec);
             // Unmap the DMA and P2P mappings while the pages are still valid.
             drop((dst_pt, src_pt));

@@ -11,7 +11,8 @@
  *
  * The few functions that are more than a forward stay in C for these
  * reasons:
- *  - msvm_large_order, msvm_alloc_large_vma, msvm_alloc_large_evict: the
+ *  - msvm_large_order, msvm_alloc_large_vma, msvm_alloc_large_evict,
+ *    msvm_alloc_zeroed_try: the
  *    THP macros (thp_migration_supported(), HPAGE_PMD_*), GFP flag macros,
  *    and allocation macros that tag their call site for memory allocation
  *    profiling (alloc_hooks()), which only a C call site gets.
@@ -186,6 +187,22 @@ struct page *msvm_alloc_large_evict(void)
 		return NULL;
 	folio = folio_alloc(GFP_HIGHUSER_MOVABLE | __GFP_RETRY_MAYFAIL | __GFP_NOWARN,
 			    HPAGE_PMD_ORDER);
+	return folio ? &folio->page : NULL;
+}
+
+/*
+ * A zeroed folio of @order (0, or the PMD order if the kernel migrates THPs
+ * whole), or NULL, without retrying or warning: for the copy floor, which
+ * fails with -ENOMEM rather than push other memory out.
+ */
+struct page *msvm_alloc_zeroed_try(unsigned int order)
+{
+	struct folio *folio;
+
+	if (order && (!thp_migration_supported() || order != HPAGE_PMD_ORDER))
+		return NULL;
+	folio = folio_alloc(GFP_HIGHUSER_MOVABLE | __GFP_ZERO | __GFP_NORETRY | __GFP_NOWARN,
+			    order);
 	return folio ? &folio->page : NULL;
 }
 

@@ -171,11 +171,11 @@ impl Drop for Counted {
 /// a peer, a job whose preferred location is a peer). The device waits for
 /// its users to let go before it shuts its pool down.
 pub(crate) struct PoolRef {
-    /// Dropped before `_counted` (fields drop in order): once the device
+    /// Dropped before `counted` (fields drop in order): once the device
     /// sees its last user leave, no user holds the pool, and the device's
     /// handle is the last one.
     pool: Arc<VramPool>,
-    _counted: Counted,
+    counted: Counted,
 }
 
 impl PoolRef {
@@ -202,8 +202,16 @@ impl PoolRef {
         published.lease.users.add(1, Relaxed);
         Ok(Self {
             pool: published.pool.clone(),
-            _counted: Counted(published.lease.clone()),
+            counted: Counted(published.lease.clone()),
         })
+    }
+}
+
+impl PoolRef {
+    /// Whether the device has withdrawn its pool (it is going away and
+    /// waits for this user): long work on it should stop.
+    pub(crate) fn withdrawn(&self) -> bool {
+        self.counted.0.users.load(Relaxed) & CLOSING != 0
     }
 }
 

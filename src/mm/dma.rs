@@ -208,10 +208,11 @@ impl DmaPage<'_> {
         // SAFETY: `base` maps the whole page and is page aligned, so `off`
         // (8-byte aligned and the word in bounds, asserted) gives an aligned
         // `u64` that stays mapped until `kunmap_local` below, after the
-        // last use of the reference. The kernel's other accesses to the
-        // word are atomics too, or copies in C (`msvm_page_read`,
-        // `msvm_page_write`, the BAR copies), and user space's are outside
-        // this program: no data race on the Rust side.
+        // last use of the reference. The word is shared memory: other
+        // accesses may race with this one, but none from Rust code: the
+        // kernel's are atomics too or copies in C (`msvm_page_read`,
+        // `msvm_page_write`, the BAR copies, as every kernel copy of a user
+        // page), and user space's are outside this program.
         unsafe { Atomic::from_ptr(base.cast::<u8>().add(off).cast::<u64>()) }.add(value, Relaxed);
         // SAFETY: `base` is the local mapping made above, the last one this
         // task made that is still live (local mappings nest).

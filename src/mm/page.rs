@@ -200,6 +200,20 @@ impl NewPage {
         Self::lock_new(p)
     }
 
+    /// Allocates a zeroed movable page, or a zeroed 2 MiB folio if `large`
+    /// (and the kernel migrates such folios whole), without retrying or
+    /// warning, and locks it; `None` if there is none to spare right now.
+    pub(crate) fn zeroed_try(large: bool) -> Option<Self> {
+        let order = if large { large_order() } else { 0 };
+        if large && order == 0 {
+            return None;
+        }
+        // SAFETY: plain folio allocation; any order is accepted (others
+        // than 0 and the PMD order give NULL).
+        let p = unsafe { b::msvm_alloc_zeroed_try(order) };
+        Self::lock_new(p)
+    }
+
     fn lock_new(p: *mut bindings::page) -> Option<Self> {
         let p = NonNull::new(p)?;
         // SAFETY: the page was just allocated: ours, unlocked, so locking

@@ -43,7 +43,7 @@ impl VramPool {
 
     /// Whether this pool's chunks hold 2 MiB folios: whole 2 MiB blocks,
     /// on a kernel that migrates large folios.
-    fn holds_large(&self) -> bool {
+    pub(crate) fn holds_large(&self) -> bool {
         self.chunk_size % BLOCK_SIZE == 0 && large_order() == BLOCK_PAGES.trailing_zeros()
     }
 

@@ -16,7 +16,6 @@
 use kernel::prelude::*;
 use kernel::time::{Instant, Monotonic};
 
-use crate::mm::cancel::Cancel;
 use crate::mm::page::{NewPage, BLOCK_PAGES};
 use crate::mm::pagemap::PAGE_SIZE;
 
@@ -33,29 +32,43 @@ pub(crate) enum FloorPath {
     FromPeer,
 }
 
+/// The largest floor run: the bench's sizes, and a bound on what a run
+/// holds (its device pages, as many system pages) and how long it holds its
+/// devices.
+pub(crate) const FLOOR_MAX_PAGES: usize = (1 << 30) / PAGE_SIZE;
+
 /// Device pages of a pool (4 KiB pages or whole 2 MiB blocks), held for
 /// a floor run and freed when dropped, with the BAR offset of each page.
 struct DevicePages {
-    _held: KVec<NewPage>,
-    offsets: KVec<usize>,
+    _held: KVVec<NewPage>,
+    offsets: KVVec<usize>,
 }
 
 impl DevicePages {
     /// `npages` pages of `pool`, in whole 2 MiB blocks if `large`: `ENOSPC`
     /// if the pool has not that much free memory.
-    fn take(pool: &VramPool, npages: usize, large: bool, cancel: &Cancel<'_>) -> Result<Self> {
+    fn take(
+        pool: &VramPool,
+        npages: usize,
+        large: bool,
+        stop: &dyn Fn() -> Result,
+    ) -> Result<Self> {
         let step = if large { BLOCK_PAGES } else { 1 };
-        let mut held = KVec::with_capacity(npages / step, GFP_KERNEL)?;
-        let mut offsets = KVec::with_capacity(npages, GFP_KERNEL)?;
-        if !pool.grow(npages, large) {
-            return Err(ENOSPC);
-        }
+        let mut held = KVVec::with_capacity(npages / step, GFP_KERNEL)?;
+        let mut offsets = KVVec::with_capacity(npages, GFP_KERNEL)?;
         while offsets.len() < npages {
-            cancel.check()?;
+            stop()?;
+            // A 2 MiB block at a time: bounded batches, and room made as
+            // the run goes (`grow` stops on a fatal signal: `stop` says so).
+            let want = (npages - offsets.len()).min(BLOCK_PAGES);
+            if !pool.grow(want, large) {
+                stop()?;
+                return Err(ENOSPC);
+            }
             let mut batch = if large {
                 pool.alloc_large()?.ok_or(ENOSPC)?
             } else {
-                pool.alloc(npages - offsets.len())?
+                pool.alloc(want)?
             };
             let before = offsets.len();
             while let Some((page, off)) = batch.take() {
@@ -75,50 +88,55 @@ impl DevicePages {
     }
 }
 
-/// `npages` system pages, in 2 MiB folios if `large`, freed when dropped.
-fn system_pages(npages: usize, large: bool, cancel: &Cancel<'_>) -> Result<KVec<NewPage>> {
+/// `npages` zeroed system pages, in 2 MiB folios if `large`, freed when
+/// dropped: `ENOMEM` if there are not that many to spare (nothing is
+/// pushed out for them).
+fn system_pages(npages: usize, large: bool, stop: &dyn Fn() -> Result) -> Result<KVVec<NewPage>> {
     let step = if large { BLOCK_PAGES } else { 1 };
-    let mut v = KVec::with_capacity(npages / step, GFP_KERNEL)?;
-    for _ in 0..npages / step {
-        cancel.check()?;
-        let page = if large {
-            NewPage::large_evict()
-        } else {
-            NewPage::must()
-        };
-        v.push(page.ok_or(ENOMEM)?, GFP_KERNEL)?;
+    let mut v = KVVec::with_capacity(npages / step, GFP_KERNEL)?;
+    for i in 0..npages / step {
+        if (i * step) % BLOCK_PAGES == 0 {
+            stop()?;
+        }
+        v.push(NewPage::zeroed_try(large).ok_or(ENOMEM)?, GFP_KERNEL)?;
     }
     Ok(v)
 }
 
 impl VramPool {
     /// Times `path` over `npages` pages (4 KiB pages, or 2 MiB blocks if
-    /// `large`; `npages` a multiple of 512 then), `peer` the source of
-    /// [`FloorPath::FromPeer`] (a device of this one's owner group).
-    /// Returns the nanoseconds the copies took. `ENOSPC` if either pool has
+    /// `large`; `npages` a multiple of 512 then, at most
+    /// [`FLOOR_MAX_PAGES`]), `peer` the source of [`FloorPath::FromPeer`]
+    /// (a device of this one's owner group). `stop` is asked between 2 MiB
+    /// blocks whether to go on (a fatal signal, a device going away).
+    /// Returns the nanoseconds the copies took, or `None` for a 2 MiB run
+    /// on a pool that holds no 2 MiB folios. `ENOSPC` if either pool has
     /// not that much free memory, `ENOMEM` without the system pages,
-    /// `EINVAL` for a peer path without a peer.
+    /// `EINVAL` for a bad size or a peer path without a peer.
     pub(crate) fn copy_floor(
         &self,
         path: FloorPath,
         peer: Option<&VramPool>,
         npages: usize,
         large: bool,
-    ) -> Result<u64> {
-        if npages == 0 || (large && npages % BLOCK_PAGES != 0) {
+        stop: &dyn Fn() -> Result,
+    ) -> Result<Option<u64>> {
+        if npages == 0 || npages > FLOOR_MAX_PAGES || (large && npages % BLOCK_PAGES != 0) {
             return Err(EINVAL);
         }
-        let cancel = Cancel::task();
-        let here = DevicePages::take(self, npages, large, &cancel)?;
+        if large && !(self.holds_large() && peer.is_none_or(|p| p.holds_large())) {
+            return Ok(None);
+        }
+        let here = DevicePages::take(self, npages, large, stop)?;
         let start;
         match path {
             FloorPath::ToDevice | FloorPath::ToSystem => {
-                let sys = system_pages(npages, large, &cancel)?;
+                let sys = system_pages(npages, large, stop)?;
                 let per = if large { BLOCK_PAGES } else { 1 };
                 start = Instant::<Monotonic>::now();
                 for (b, folio) in sys.iter().enumerate() {
                     if (b * per) % BLOCK_PAGES == 0 {
-                        cancel.check()?;
+                        stop()?;
                     }
                     for k in 0..per {
                         let page = folio.page().nth(k).ok_or(EINVAL)?;
@@ -133,13 +151,13 @@ impl VramPool {
             }
             FloorPath::FromPeer => {
                 let peer = peer.ok_or(EINVAL)?;
-                let there = DevicePages::take(peer, npages, large, &cancel)?;
+                let there = DevicePages::take(peer, npages, large, stop)?;
                 let mut stage = KBox::new([0u8; PAGE_SIZE], GFP_KERNEL)?;
                 start = Instant::<Monotonic>::now();
                 for (i, (&off, &from)) in here.offsets.iter().zip(there.offsets.iter()).enumerate()
                 {
                     if i % BLOCK_PAGES == 0 {
-                        cancel.check()?;
+                        stop()?;
                     }
                     let src = peer.bar()?;
                     self.bar()?.copy_from_bar(off, &src, from, &mut stage)?;
@@ -149,6 +167,6 @@ impl VramPool {
         }
         let ns = start.elapsed().as_nanos();
         drop(here);
-        u64::try_from(ns).map_err(|_| ERANGE)
+        u64::try_from(ns).map(Some).map_err(|_| ERANGE)
     }
 }

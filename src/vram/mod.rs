@@ -73,7 +73,7 @@ mod stats;
 
 pub(crate) use alloc::Batch;
 use chunk::{no_mappings, Chunk, LargeMapping};
-pub(crate) use floor::FloorPath;
+pub(crate) use floor::{FloorPath, FLOOR_MAX_PAGES};
 pub(crate) use phases::{Clock, JobPhase, Phase, SizeClass};
 pub(crate) use shrink::{choose_victim, ChunkInfo};
 pub(crate) use stats::Stats;

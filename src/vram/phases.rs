@@ -5,9 +5,12 @@
 //! faults. A [`Clock`] runs through one step or job, and its laps are
 //! added to the device's counters at the end (STATS, debugfs).
 
+use kernel::num::casts::u32_as_usize;
 use kernel::prelude::*;
 use kernel::sync::atomic::{Atomic, Relaxed};
 use kernel::time::{Instant, Monotonic};
+
+use crate::mm::abi;
 
 /// The size class of a migration step (`MSVM_SIZE_*`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -33,6 +36,14 @@ impl SizeClass {
 
 /// Size classes.
 pub(crate) const SIZE_CLASSES: usize = 3;
+
+// The uAPI's numbering (`MSVM_SIZE_*`), which STATS' arrays follow.
+const _: () = {
+    assert!(SizeClass::Small.index() == u32_as_usize(abi::MSVM_SIZE_4K));
+    assert!(SizeClass::Fault.index() == u32_as_usize(abi::MSVM_SIZE_64K));
+    assert!(SizeClass::Large.index() == u32_as_usize(abi::MSVM_SIZE_2M));
+    assert!(SIZE_CLASSES == u32_as_usize(abi::MSVM_SIZE_CLASSES));
+};
 
 /// A phase of a migration step.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
