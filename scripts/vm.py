@@ -204,11 +204,17 @@ class Qmp:
                 self.cond.wait(left)
 
 
-def accel_args(want_kvm):
+def accel_args(want_kvm, icount=False):
     if want_kvm:
         if not os.access("/dev/kvm", os.R_OK | os.W_OK):
             raise SystemExit("vm.py: MSVM_KVM=1 but /dev/kvm is not usable")
         return ["-accel", "kvm", "-cpu", "host"], "kvm"
+    if icount:
+        # Deterministic: one host thread runs every vCPU, and guest time
+        # follows the instructions executed (8 ns each), not the host's
+        # clock, so timings repeat from boot to boot.
+        return ["-accel", "tcg,thread=single", "-cpu", "max",
+                "-icount", "shift=3,sleep=off"], "tcg-icount"
     return ["-accel", "tcg,thread=multi", "-cpu", "max"], "tcg"
 
 
@@ -228,12 +234,15 @@ def main():
     ap.add_argument("--prealloc", action="store_true",
                     help="back guest RAM and VRAM with host memory up front (benchmarks: under TCG "
                          "the host's first touch of guest memory otherwise dominates some timings)")
+    ap.add_argument("--icount", action="store_true",
+                    help="deterministic TCG (-icount shift=3,sleep=off): guest time counts "
+                         "instructions, so figures repeat between boots (benchmarks)")
     ap.add_argument("--quiet-boot", action="store_true",
                     help="echo the console only once the guest's /init starts (the log has everything)")
     args = ap.parse_args()
 
     want_kvm = os.environ.get("MSVM_KVM", "") not in ("", "0")
-    accel, accel_name = accel_args(want_kvm)
+    accel, accel_name = accel_args(want_kvm and not args.icount, args.icount)
     topo = Topology([g for g in args.gpus.split(",") if g], args.vram, args.prealloc)
     tmp = tempfile.mkdtemp(prefix="msvm-vm-")
     qmp_path = os.path.join(tmp, "qmp.sock")

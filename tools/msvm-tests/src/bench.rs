@@ -407,7 +407,9 @@ fn report_latency(name: &str, samples: &mut [f64]) {
     println!("BENCH latency_{name}_p99_us {:.1} us", at(0.99));
     println!("BENCH latency_{name}_max_us {:.1} us", at(1.0));
     // The distribution, for the picture: every 5th percentile.
-    let cdf: Vec<String> = (0..=20).map(|k| format!("{:.1}", at(f64::from(k) / 20.0))).collect();
+    let cdf: Vec<String> = (0..=20)
+        .map(|k| format!("{:.1}", at(f64::from(k) / 20.0)))
+        .collect();
     println!("LATENCY {name} {}", cdf.join(","));
 }
 
