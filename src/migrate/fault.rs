@@ -158,7 +158,7 @@ fn fault_range(
         };
         if let Some(dst) = large_dst {
             clock.lap(Phase::Alloc);
-            pool.copy_to_folio(offset, dst.page(), nr)
+            pool.copy_to_folio(offset, &dst, nr)
                 .map_err(|_| FaultError::Sigbus)?;
             clock.lap(Phase::Copy);
             mig.set_dst(at, dst, src.write())
@@ -180,7 +180,7 @@ fn fault_range(
         };
         clock.lap(Phase::Alloc);
         pool.bar()
-            .and_then(|bar| bar.copy_to_page(offset, dst.page()))
+            .and_then(|bar| bar.copy_to_page(offset, &dst, 0))
             .map_err(|_| FaultError::Sigbus)?;
         clock.lap(Phase::Copy);
         mig.set_dst(at, dst, src.write())

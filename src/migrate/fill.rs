@@ -280,7 +280,7 @@ pub(super) fn fill_to_system(
             d
         };
         clock.lap(Phase::Alloc);
-        owner.copy_to_folio(offset, dst.page(), nr)?;
+        owner.copy_to_folio(offset, &dst, nr)?;
         clock.lap(Phase::Copy);
         mig.set_dst(at, dst, src.write())?;
         // CAST: at most `BLOCK_PAGES` (512), which fits in `u16`.

@@ -21,7 +21,7 @@ use kernel::{
 
 use super::bindings as b;
 use super::dma::DmaPage;
-use super::page::{PageRef, PAGE_SIZE};
+use super::page::{NewPage, PageRef, PAGE_SIZE};
 use super::pci::raw_pci_dev;
 
 /// A BAR of a bound PCI device, requested for exclusive use and mapped
@@ -183,10 +183,13 @@ impl WcBar {
         Ok(())
     }
 
-    /// Copies the page of the BAR at `offset` into system page `page`,
-    /// through a DMA mapping of it (see [`Self::copy_from_page`]).
-    pub(crate) fn copy_to_page(&self, offset: usize, page: PageRef<'_>) -> Result {
+    /// Copies the page of the BAR at `offset` into page `k` of `dst`, a
+    /// system folio of ours (a migration destination: nobody else reads or
+    /// writes it), through a DMA mapping of it (see
+    /// [`Self::copy_from_page`]); `EINVAL` if the folio has no page `k`.
+    pub(crate) fn copy_to_page(&self, offset: usize, dst: &NewPage, k: usize) -> Result {
         let src = self.page_io(offset)?;
+        let page = dst.page().nth(k).ok_or(EINVAL)?;
         let map = DmaPage::map(self.bound(), page).ok_or(ENOMEM)?;
         // SAFETY: as in `copy_from_page`.
         unsafe { b::msvm_copy_io_to_page(map.page().as_ptr(), src) };

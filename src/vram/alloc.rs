@@ -9,7 +9,7 @@ use kernel::prelude::*;
 use kernel::sync::atomic::{Atomic, Relaxed};
 use kernel::sync::Arc;
 
-use crate::mm::cancel::Cancel;
+use crate::mm::cancel::{lock_killable, Cancel};
 use crate::mm::page::{large_order, NewPage, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::{Pagemap, PAGE_SIZE};
 
@@ -73,9 +73,16 @@ impl VramPool {
     /// first fault on the buffer) under kernfs's lock: a lock cycle.
     pub(crate) fn grow(&self, n: usize, large: bool) -> bool {
         let large = large && self.holds_large();
+        // Room already (every step of a migration asks): no need to wait for
+        // a grower.
+        if Self::has_room(&self.chunks.lock(), n, large) {
+            return true;
+        }
         // One grower at a time: another one's chunk may be all this one
-        // needs.
-        let _grower = self.grow_lock.lock();
+        // needs. A killed task does not wait for it.
+        let Ok(_grower) = lock_killable(&self.grow_lock) else {
+            return false;
+        };
         let cancel = Cancel::task();
         loop {
             // Bounded by the chunks, but each creation takes a while: a
@@ -85,10 +92,7 @@ impl VramPool {
             }
             let c = {
                 let mut chunks = self.chunks.lock();
-                let live = || chunks.iter().filter_map(Slot::live);
-                let free: usize = live().map(|m| m.counts().free).sum();
-                let block = !large || live().any(|m| m.data().large && m.counts().free_blocks > 0);
-                if free >= n && block {
+                if Self::has_room(&chunks, n, large) {
                     return true;
                 }
                 let Some(c) = chunks.iter().position(|s| matches!(s, Slot::Absent)) else {
@@ -121,6 +125,14 @@ impl VramPool {
                 }
             }
         }
+    }
+
+    /// Whether the live chunks of `chunks` have `n` free pages (and, with
+    /// `large`, a free 2 MiB block).
+    fn has_room(chunks: &[Slot], n: usize, large: bool) -> bool {
+        let live = || chunks.iter().filter_map(Slot::live);
+        let free: usize = live().map(|m| m.counts().free).sum();
+        free >= n && (!large || live().any(|m| m.data().large && m.counts().free_blocks > 0))
     }
 
     /// Whether [`VramPool::grow`] could create a chunk now (some chunk has

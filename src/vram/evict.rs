@@ -104,7 +104,7 @@ impl VramPool {
                     d.stuck += 1;
                     continue;
                 };
-                self.bar()?.copy_to_page(from, dst.page())?;
+                self.bar()?.copy_to_page(from, &dst, 0)?;
                 mig.set_dst(i, dst, src.write())?;
                 *f = Some((false, 1));
             }
@@ -140,7 +140,7 @@ impl VramPool {
         let Some(dst) = crate::sysmem::large_system_folio_evict() else {
             return Ok(false);
         };
-        self.copy_to_folio(from, dst.page(), BLOCK_PAGES)?;
+        self.copy_to_folio(from, &dst, BLOCK_PAGES)?;
         let write = mig.src(i).write();
         mig.set_dst(i, dst, write)?;
         Ok(true)

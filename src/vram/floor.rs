@@ -139,12 +139,12 @@ impl VramPool {
                         stop()?;
                     }
                     for k in 0..per {
-                        let page = folio.page().nth(k).ok_or(EINVAL)?;
                         let off = here.offsets[b * per + k];
                         if path == FloorPath::ToDevice {
+                            let page = folio.page().nth(k).ok_or(EINVAL)?;
                             self.bar()?.copy_from_page(off, page)?;
                         } else {
-                            self.bar()?.copy_to_page(off, page)?;
+                            self.bar()?.copy_to_page(off, folio, k)?;
                         }
                     }
                 }

@@ -58,7 +58,7 @@ use crate::mm::{
     fault::{Fault, FaultError},
     iomem::WcBar,
     owner::{Owner, OwnerKey},
-    page::PageRef,
+    page::{NewPage, PageRef},
     pagemap::{self, Pagemap, PAGE_SIZE},
 };
 use crate::topology::MAX_DEVICES;
@@ -243,13 +243,12 @@ impl VramPool {
         self.bar.try_access().ok_or(ENODEV)
     }
 
-    /// Copies `nr` pages of the BAR from `offset` into the pages of the
-    /// folio that starts at `first` (a 2 MiB folio going to system RAM),
-    /// taking the BAR ([`VramPool::bar`]) for one page at a time.
-    pub(crate) fn copy_to_folio(&self, offset: usize, first: PageRef<'_>, nr: usize) -> Result {
+    /// Copies `nr` pages of the BAR from `offset` into the first `nr` pages
+    /// of `dst` (a 2 MiB folio going to system RAM), taking the BAR
+    /// ([`VramPool::bar`]) for one page at a time.
+    pub(crate) fn copy_to_folio(&self, offset: usize, dst: &NewPage, nr: usize) -> Result {
         for k in 0..nr {
-            let page = first.nth(k).ok_or(EINVAL)?;
-            self.bar()?.copy_to_page(offset + k * PAGE_SIZE, page)?;
+            self.bar()?.copy_to_page(offset + k * PAGE_SIZE, dst, k)?;
         }
         Ok(())
     }
