@@ -428,6 +428,24 @@ fn sample(
     Ok(v)
 }
 
+/// `len` bytes of `byte` at the returned address: a 2 MiB aligned THP if
+/// `large`, else 4 KiB pages; the mapping goes with the returned `Map`.
+fn filled(len: usize, large: bool, byte: u8) -> Result<(crate::svm::Map, usize), String> {
+    use crate::svm::Map;
+    let (m, p) = if large {
+        let m = Map::new(2 * HUGE)?;
+        let p = m.addr().next_multiple_of(HUGE);
+        (m, p)
+    } else {
+        let m = Map::small(len)?;
+        let p = m.addr();
+        (m, p)
+    };
+    // SAFETY: `[p, p + len)` lies in our own fresh mapping.
+    unsafe { std::ptr::write_bytes(p as *mut u8, byte, len) };
+    Ok((m, p))
+}
+
 /// `msvm-tests bench-latency`: latency distributions of the smallest engine
 /// jobs on gpu0 by where their page is (its own VRAM, its peer gpu1's over
 /// P2P, system RAM by DMA), of a job whose pages must first move to gpu0
@@ -473,18 +491,7 @@ pub fn run_latency() -> Result<(), String> {
         ("move_64k", 64 << 10, false),
         ("move_2m", HUGE, true),
     ] {
-        let m = if large {
-            Map::new(2 * HUGE)?
-        } else {
-            Map::small(len)?
-        };
-        let p = if large {
-            m.addr().next_multiple_of(HUGE)
-        } else {
-            m.addr()
-        };
-        // SAFETY: writing our own mapping (a THP if `large`).
-        unsafe { std::ptr::write_bytes(p as *mut u8, 7, len) };
+        let (_m, p) = filled(len, large, 7)?;
         let mut s = sample(
             || mv(&a, p, len, Location::System),
             || job(&a, Exec::Checksum, p, len, false),
@@ -494,18 +501,7 @@ pub fn run_latency() -> Result<(), String> {
     // CPU faults on gpu0's pages: one read of a 4 KiB page (its window
     // comes back), of a 2 MiB folio (it comes back whole).
     for (path, len, large) in [("cpu_fault_4k", PAGE, false), ("cpu_fault_2m", HUGE, true)] {
-        let m = if large {
-            Map::new(2 * HUGE)?
-        } else {
-            Map::small(len)?
-        };
-        let p = if large {
-            m.addr().next_multiple_of(HUGE)
-        } else {
-            m.addr()
-        };
-        // SAFETY: writing our own mapping.
-        unsafe { std::ptr::write_bytes(p as *mut u8, 9, len) };
+        let (_m, p) = filled(len, large, 9)?;
         let mut sum = 0u64;
         let mut s = sample(
             || mv(&a, p, len, Location::Device),
