@@ -27,7 +27,7 @@ use kernel::{
     debugfs, fmt,
     num::casts::FromSafeCast,
     prelude::*,
-    sync::atomic::{Atomic, Relaxed},
+    sync::atomic::{Acquire, Atomic, Relaxed, Release},
     uaccess::UserSliceReader,
 };
 
@@ -60,6 +60,8 @@ pub(crate) struct Debugfs {
 /// The last `copy_floor` run: bytes per path, and nanoseconds per path and
 /// size (0: not run).
 struct Floor {
+    /// A run is going on (one at a time: `EBUSY`).
+    busy: Atomic<bool>,
     bytes: Atomic<u64>,
     ns: [Atomic<u64>; FLOOR_RUNS.len()],
 }
@@ -96,6 +98,7 @@ impl Debugfs {
             copy_floor <- dir.read_write_callback_file(
                 c"copy_floor",
                 Floor {
+                    busy: Atomic::new(false),
                     bytes: Atomic::new(0),
                     ns: [const { Atomic::new(0) }; FLOOR_RUNS.len()],
                 },
@@ -202,7 +205,10 @@ fn show_floor(floor: &Floor, f: &mut fmt::Formatter<'_>) -> fmt::Result {
 /// `copy_floor`: times every path over `MIB` MiB of device `DEV`.
 fn write_floor(floor: &Floor, r: &mut UserSliceReader) -> Result {
     let mut buf = [0u8; 32];
-    let n = r.len().min(buf.len());
+    let n = r.len();
+    if n > buf.len() {
+        return Err(EINVAL);
+    }
     r.read_slice(&mut buf[..n])?;
     let text = core::str::from_utf8(buf[..n].trim_ascii()).map_err(|_| EINVAL)?;
     let mut words = text.split_ascii_whitespace();
@@ -233,6 +239,24 @@ fn write_floor(floor: &Floor, r: &mut UserSliceReader) -> Result {
         }
         Ok(())
     };
+    if floor.busy.cmpxchg(false, true, Acquire).is_err() {
+        return Err(EBUSY);
+    }
+    let r = run_floor(floor, &pool, peer.as_ref(), npages, mib, &stop);
+    floor.busy.store(false, Release);
+    r
+}
+
+/// The runs of one `copy_floor` write: a path that does not fit (`ENOSPC`)
+/// or has no 2 MiB folios reads `-`; other errors end the write.
+fn run_floor(
+    floor: &Floor,
+    pool: &PoolRef,
+    peer: Option<&PoolRef>,
+    npages: usize,
+    mib: usize,
+    stop: &dyn Fn() -> Result,
+) -> Result {
     for ns in &floor.ns {
         ns.store(0, Relaxed);
     }
@@ -241,7 +265,10 @@ fn write_floor(floor: &Floor, r: &mut UserSliceReader) -> Result {
         if *path == FloorPath::FromPeer && peer.is_none() {
             continue;
         }
-        let t = pool.copy_floor(*path, peer.as_deref(), npages, *large, &stop)?;
+        let t = match pool.copy_floor(*path, peer.map(|p| &**p), npages, *large, stop) {
+            Err(e) if e == ENOSPC => None,
+            r => r?,
+        };
         ns.store(t.unwrap_or(0), Relaxed);
     }
     Ok(())

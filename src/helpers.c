@@ -193,7 +193,8 @@ struct page *msvm_alloc_large_evict(void)
 /*
  * A zeroed folio of @order (0, or the PMD order if the kernel migrates THPs
  * whole), or NULL, without retrying or warning: for the copy floor, which
- * fails with -ENOMEM rather than push other memory out.
+ * fails with -ENOMEM rather than push other memory out hard. Not movable:
+ * it is held (locked) for the whole run.
  */
 struct page *msvm_alloc_zeroed_try(unsigned int order)
 {
@@ -201,8 +202,7 @@ struct page *msvm_alloc_zeroed_try(unsigned int order)
 
 	if (order && (!thp_migration_supported() || order != HPAGE_PMD_ORDER))
 		return NULL;
-	folio = folio_alloc(GFP_HIGHUSER_MOVABLE | __GFP_ZERO | __GFP_NORETRY | __GFP_NOWARN,
-			    order);
+	folio = folio_alloc(GFP_HIGHUSER | __GFP_ZERO | __GFP_NORETRY | __GFP_NOWARN, order);
 	return folio ? &folio->page : NULL;
 }
 

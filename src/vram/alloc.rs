@@ -135,6 +135,19 @@ impl VramPool {
         free >= n && (!large || live().any(|m| m.data().large && m.counts().free_blocks > 0))
     }
 
+    /// Whether the pool could hold `n` more pages now: free pages of its live
+    /// chunks plus the chunks it could still create.
+    pub(crate) fn could_hold(&self, n: usize) -> bool {
+        let chunks = self.chunks.lock();
+        let free: usize = chunks
+            .iter()
+            .filter_map(Slot::live)
+            .map(|m| m.counts().free)
+            .sum();
+        let absent = chunks.iter().filter(|s| matches!(s, Slot::Absent)).count();
+        free + absent * (self.chunk_size / PAGE_SIZE) >= n
+    }
+
     /// Whether [`VramPool::grow`] could create a chunk now (some chunk has
     /// no pagemap).
     pub(crate) fn can_grow(&self) -> bool {

@@ -89,8 +89,8 @@ impl DevicePages {
 }
 
 /// `npages` zeroed system pages, in 2 MiB folios if `large`, freed when
-/// dropped: `ENOMEM` if there are not that many to spare (nothing is
-/// pushed out for them).
+/// dropped: `ENOMEM` if they do not come easily (no retrying, no OOM
+/// killer for them).
 fn system_pages(npages: usize, large: bool, stop: &dyn Fn() -> Result) -> Result<KVVec<NewPage>> {
     let step = if large { BLOCK_PAGES } else { 1 };
     let mut v = KVVec::with_capacity(npages / step, GFP_KERNEL)?;
@@ -124,16 +124,23 @@ impl VramPool {
         if npages == 0 || npages > FLOOR_MAX_PAGES || (large && npages % BLOCK_PAGES != 0) {
             return Err(EINVAL);
         }
-        if large && !(self.holds_large() && peer.is_none_or(|p| p.holds_large())) {
+        let peer_large = path != FloorPath::FromPeer || peer.is_some_and(|p| p.holds_large());
+        if large && !(self.holds_large() && peer_large) {
             return Ok(None);
         }
+        // Refused up front if it cannot fit, rather than after taking every
+        // free page.
+        if !self.could_hold(npages)
+            || (path == FloorPath::FromPeer && !peer.is_some_and(|p| p.could_hold(npages)))
+        {
+            return Err(ENOSPC);
+        }
         let here = DevicePages::take(self, npages, large, stop)?;
-        let start;
-        match path {
+        let ns = match path {
             FloorPath::ToDevice | FloorPath::ToSystem => {
                 let sys = system_pages(npages, large, stop)?;
                 let per = if large { BLOCK_PAGES } else { 1 };
-                start = Instant::<Monotonic>::now();
+                let start = Instant::<Monotonic>::now();
                 for (b, folio) in sys.iter().enumerate() {
                     if (b * per) % BLOCK_PAGES == 0 {
                         stop()?;
@@ -148,12 +155,14 @@ impl VramPool {
                         }
                     }
                 }
+                // Timed before the pages are freed.
+                start.elapsed().as_nanos()
             }
             FloorPath::FromPeer => {
                 let peer = peer.ok_or(EINVAL)?;
                 let there = DevicePages::take(peer, npages, large, stop)?;
                 let mut stage = KBox::new([0u8; PAGE_SIZE], GFP_KERNEL)?;
-                start = Instant::<Monotonic>::now();
+                let start = Instant::<Monotonic>::now();
                 for (i, (&off, &from)) in here.offsets.iter().zip(there.offsets.iter()).enumerate()
                 {
                     if i % BLOCK_PAGES == 0 {
@@ -162,11 +171,9 @@ impl VramPool {
                     let src = peer.bar()?;
                     self.bar()?.copy_from_bar(off, &src, from, &mut stage)?;
                 }
-                drop(there);
+                start.elapsed().as_nanos()
             }
-        }
-        let ns = start.elapsed().as_nanos();
-        drop(here);
+        };
         u64::try_from(ns).map(Some).map_err(|_| ERANGE)
     }
 }
