@@ -70,7 +70,7 @@ void msvm_page_read(struct page *page, unsigned int off, void *buf, unsigned int
 void msvm_page_write(struct page *page, unsigned int off, const void *buf, unsigned int len);
 
 /* Reclaim: a workqueue that may run during reclaim. */
-struct workqueue_struct *msvm_alloc_reclaim_wq(const char *name);
+struct workqueue_struct *msvm_alloc_reclaim_wq(const char *name, int max_active);
 
 /* What the kernel must not touch, and what msvm moves. */
 bool msvm_vma_is_secretmem(struct vm_area_struct *vma);

@@ -283,9 +283,9 @@ void msvm_page_write(struct page *page, unsigned int off, const void *buf, unsig
 	kunmap_local(p);
 }
 
-struct workqueue_struct *msvm_alloc_reclaim_wq(const char *name)
+struct workqueue_struct *msvm_alloc_reclaim_wq(const char *name, int max_active)
 {
-	return alloc_workqueue("%s", WQ_MEM_RECLAIM | WQ_UNBOUND, 1, name);
+	return alloc_workqueue("%s", WQ_MEM_RECLAIM | WQ_UNBOUND, max_active, name);
 }
 
 /*

@@ -149,10 +149,20 @@ unsafe impl Send for ReclaimQueue {}
 unsafe impl Sync for ReclaimQueue {}
 
 impl ReclaimQueue {
-    /// A `WQ_MEM_RECLAIM` workqueue named `name`.
+    /// A `WQ_MEM_RECLAIM` workqueue named `name` that runs one work item
+    /// at a time.
     pub(crate) fn new(name: &CStr) -> Result<Self> {
-        // SAFETY: `name` is a valid C string for the call.
-        let raw = unsafe { b::msvm_alloc_reclaim_wq(name.as_char_ptr()) };
+        Self::with_max_active(name, 1)
+    }
+
+    /// A `WQ_MEM_RECLAIM` workqueue named `name` that runs up to
+    /// `max_active` work items at once (its rescuer runs them one at a time
+    /// when no worker can be created).
+    pub(crate) fn with_max_active(name: &CStr, max_active: u16) -> Result<Self> {
+        // SAFETY: `name` is a valid C string for the call; any positive
+        // `max_active` is accepted (the core clamps it).
+        let raw =
+            unsafe { b::msvm_alloc_reclaim_wq(name.as_char_ptr(), i32::from(max_active.max(1))) };
         if raw.is_null() {
             return Err(ENOMEM);
         }

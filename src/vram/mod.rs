@@ -60,6 +60,7 @@ use crate::mm::{
     owner::{Owner, OwnerKey},
     page::{NewPage, PageRef},
     pagemap::{self, Pagemap, PAGE_SIZE},
+    reclaim::ReclaimQueue,
 };
 use crate::topology::MAX_DEVICES;
 
@@ -70,6 +71,7 @@ mod floor;
 mod phases;
 mod shrink;
 mod stats;
+mod teardown;
 
 pub(crate) use alloc::Batch;
 use chunk::{no_mappings, Chunk, LargeMapping};
@@ -173,6 +175,9 @@ pub(crate) struct VramPool {
     index: usize,
     /// The layer above, for what the pool cannot do itself.
     ops: &'static dyn PoolOps,
+    /// Where idle chunks' pagemaps are removed side by side (see
+    /// `teardown.rs`); drained when the pool goes.
+    teardown_queue: ReclaimQueue,
     /// The pool's own handle, for the chunks it creates: set by
     /// [`VramPool::create`], taken away by [`VramPool::shutdown`] (no chunk is
     /// created after it, and the cycle pool -> chunk -> pool is broken).
@@ -218,6 +223,7 @@ impl VramPool {
                 stats: Stats::new(),
                 index,
                 ops,
+                teardown_queue: ReclaimQueue::with_max_active(c"msvm-teardown", 16)?,
                 me <- new_mutex!(None),
             }? Error),
             GFP_KERNEL,

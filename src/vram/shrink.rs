@@ -5,12 +5,12 @@
 
 use kernel::num::casts::FromSafeCast;
 use kernel::prelude::*;
-use kernel::sync::atomic::Relaxed;
+use kernel::sync::{atomic::Relaxed, Arc};
 
 use crate::mm::page::BLOCK_PAGES;
-use crate::mm::pagemap::PAGE_SIZE;
+use crate::mm::pagemap::{Pagemap, PAGE_SIZE};
 
-use super::{Chunk, Slot, VramPool};
+use super::{teardown, Chunk, Slot, VramPool};
 
 /// A live chunk, as the shrinker's planning sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,46 +60,78 @@ pub(crate) fn choose_victim(
 }
 
 impl VramPool {
-    /// Removes the pagemap of chunk `c` if it is idle (no page in use) and
-    /// in state `Live` or `Draining`; `Draining` chunks that are not idle go
-    /// back to `Live`. The pagemap is removed with the table unlocked, the
-    /// slot `Dying` meanwhile; `freed` is told the struct-page bytes it
-    /// gave back. Returns whether it was removed.
-    fn teardown_if_idle(&self, c: usize, freed: &dyn Fn(usize)) -> bool {
-        let map = {
-            let mut chunks = self.chunks.lock();
-            let idle = chunks[c].map().is_some_and(|m| m.used() == 0);
-            match core::mem::replace(&mut chunks[c], Slot::Dying) {
-                Slot::Live(m) | Slot::Draining(m) if idle => m,
-                Slot::Live(m) | Slot::Draining(m) => {
-                    chunks[c] = Slot::Live(m);
-                    return false;
-                }
-                other => {
-                    chunks[c] = other;
-                    return false;
-                }
+    /// The pagemap of chunk `c`, taken out of the table with the slot
+    /// `Dying`, if it is idle (no page in use) and `Live` or `Draining`;
+    /// `Draining` chunks that are not idle go back to `Live`.
+    fn take_if_idle(&self, c: usize) -> Option<Arc<Pagemap<Chunk>>> {
+        let mut chunks = self.chunks.lock();
+        let idle = chunks[c].map().is_some_and(|m| m.used() == 0);
+        match core::mem::replace(&mut chunks[c], Slot::Dying) {
+            Slot::Live(m) | Slot::Draining(m) if idle => Some(m),
+            Slot::Live(m) | Slot::Draining(m) => {
+                chunks[c] = Slot::Live(m);
+                None
             }
-        };
-        // Every page is free: this returns at once.
-        drop(map);
+            other => {
+                chunks[c] = other;
+                None
+            }
+        }
+    }
+
+    /// Chunk `c`'s pagemap is gone (taken by [`VramPool::take_if_idle`]):
+    /// its slot is free again; `freed` is told the struct-page bytes it
+    /// gave back.
+    fn torn_down(&self, c: usize, freed: &dyn Fn(usize)) {
         self.chunks.lock()[c] = Slot::Absent;
         self.stats.chunks_destroyed.add(1, Relaxed);
         self.stats
             .shrink_freed
             .add(u64::from_safe_cast(self.chunk_memmap_bytes()), Relaxed);
         freed(self.chunk_memmap_bytes());
+    }
+
+    /// Removes the pagemap of chunk `c` if it is idle (see
+    /// [`VramPool::take_if_idle`]), with the table unlocked, the slot
+    /// `Dying` meanwhile. Returns whether it was removed.
+    fn teardown_if_idle(&self, c: usize, freed: &dyn Fn(usize)) -> bool {
+        let Some(map) = self.take_if_idle(c) else {
+            return false;
+        };
+        // Every page is free: this returns after `memunmap_pages`.
+        drop(map);
+        self.torn_down(c, freed);
         true
     }
 
     /// Removes the pagemaps of idle chunks, telling `freed` the struct-page
-    /// bytes of each. Returns how many.
+    /// bytes of each, side by side ([`super::teardown`]: their grace
+    /// periods overlap). Returns how many.
     pub(crate) fn trim_idle(&self, freed: &dyn Fn(usize)) -> usize {
         let _pass = self.shrink_lock.lock();
         self.stats.shrink_scans.add(1, Relaxed);
-        (0..self.nchunks)
-            .filter(|&c| self.teardown_if_idle(c, freed))
-            .count()
+        let (Ok(mut maps), Ok(mut which)) = (
+            KVec::with_capacity(self.nchunks, GFP_KERNEL),
+            KVec::with_capacity(self.nchunks, GFP_KERNEL),
+        ) else {
+            // No memory for the lists: one after another.
+            return (0..self.nchunks)
+                .filter(|&c| self.teardown_if_idle(c, freed))
+                .count();
+        };
+        for c in 0..self.nchunks {
+            if let Some(map) = self.take_if_idle(c) {
+                // Both have room for every chunk.
+                let _ = maps.push_within_capacity(Some(map));
+                let _ = which.push_within_capacity(c);
+            }
+        }
+        let n = which.len();
+        teardown::drop_all(self.teardown_queue.queue(), maps, n.saturating_sub(1));
+        for &c in which.iter() {
+            self.torn_down(c, freed);
+        }
+        n
     }
 
     /// Empties lightly used chunks into fuller ones ([`choose_victim`]) and
