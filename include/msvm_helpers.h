@@ -71,6 +71,8 @@ void msvm_page_write(struct page *page, unsigned int off, const void *buf, unsig
 
 /* Reclaim: a workqueue that may run during reclaim. */
 struct workqueue_struct *msvm_alloc_reclaim_wq(const char *name, int max_active);
+unsigned int msvm_memalloc_noreclaim_save(void);
+void msvm_memalloc_noreclaim_restore(unsigned int flags);
 
 /* What the kernel must not touch, and what msvm moves. */
 bool msvm_vma_is_secretmem(struct vm_area_struct *vma);

@@ -329,6 +329,16 @@ bool msvm_page_is_anon(struct page *page)
 	return folio_test_anon(page_folio(page));
 }
 
+unsigned int msvm_memalloc_noreclaim_save(void)
+{
+	return memalloc_noreclaim_save();
+}
+
+void msvm_memalloc_noreclaim_restore(unsigned int flags)
+{
+	memalloc_noreclaim_restore(flags);
+}
+
 bool msvm_fatal_signal_pending(void)
 {
 	return fatal_signal_pending(current);

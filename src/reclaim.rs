@@ -148,10 +148,10 @@ pub(crate) fn shrink_all(level: u64) -> usize {
         return 0;
     };
     for p in pools.iter().flatten() {
-        let n = p.trim_idle(&note_freed);
+        let n = p.trim_idle(note_freed);
         removed += n;
         if level >= CONSOLIDATE && n == 0 {
-            match p.consolidate(&note_freed) {
+            match p.consolidate(note_freed) {
                 Ok(k) => removed += k,
                 Err(e) => pr_warn!("msvm: gpu{}: consolidation failed: {e:?}\n", p.index()),
             }

@@ -159,8 +159,8 @@ impl ReclaimQueue {
     /// `max_active` work items at once (its rescuer runs them one at a time
     /// when no worker can be created).
     pub(crate) fn with_max_active(name: &CStr, max_active: u16) -> Result<Self> {
-        // SAFETY: `name` is a valid C string for the call; any positive
-        // `max_active` is accepted (the core clamps it).
+        // SAFETY: `name` is a valid C string for the call (the queue keeps
+        // a copy); `max_active` is at least 1 (the core clamps it to 512).
         let raw =
             unsafe { b::msvm_alloc_reclaim_wq(name.as_char_ptr(), i32::from(max_active.max(1))) };
         if raw.is_null() {
@@ -182,5 +182,35 @@ impl Drop for ReclaimQueue {
     fn drop(&mut self) {
         // SAFETY: live (invariant); this drains the queue, then frees it.
         unsafe { bindings::destroy_workqueue(self.raw) };
+    }
+}
+
+/// The current task's allocations may not enter reclaim while this lives
+/// (`memalloc_noreclaim_save`, `PF_MEMALLOC`): work that frees memory for
+/// reclaim must not wait on reclaim (nor on msvm's own shrinker). Scopes
+/// nest; each must end in the task that began it, in reverse order, which
+/// the guard's lifetime in one function gives.
+pub(crate) struct NoReclaim {
+    flags: core::ffi::c_uint,
+    /// Not `Send`: the scope belongs to the task that began it.
+    _task: core::marker::PhantomData<*mut ()>,
+}
+
+impl NoReclaim {
+    /// Begins the scope in the current task.
+    pub(crate) fn begin() -> Self {
+        // SAFETY: plain call about the current task.
+        let flags = unsafe { b::msvm_memalloc_noreclaim_save() };
+        Self {
+            flags,
+            _task: core::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for NoReclaim {
+    fn drop(&mut self) {
+        // SAFETY: restores what `begin` saved, in the same task (not `Send`).
+        unsafe { b::msvm_memalloc_noreclaim_restore(self.flags) };
     }
 }

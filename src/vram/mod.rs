@@ -32,12 +32,16 @@
 //! *tries* `VramPool::chunks` (an allocation under it may enter reclaim);
 //! teardown and consolidation run on msvm's reclaim workqueue or from
 //! debugfs, never from reclaim itself, and drop the lock around
-//! `memunmap_pages` and page migration.
+//! `memunmap_pages` and page migration. Idle chunks are removed side by
+//! side, on the pool's own teardown queue and in the pass's task (see
+//! `teardown.rs`), each slot `Absent` again as soon as its pagemap is gone.
 //!
 //! `memremap_pages` and `memunmap_pages` take the CPU and memory hotplug
 //! locks: under `grow_lock` (a chunk created before a migration step takes
-//! the mmap lock), `shrink_lock` (an idle chunk removed) or nothing (the
-//! pool's shutdown), never under `mmap_lock` or `VramPool::chunks` (see
+//! the mmap lock), `shrink_lock` (an emptied chunk removed by a
+//! consolidation) or nothing (idle chunks removed by the teardown queue's
+//! workers while their pass waits under `shrink_lock`; the pool's
+//! shutdown), never under `mmap_lock` or `VramPool::chunks` (see
 //! [`VramPool::grow`]). A pagemap goes with its last `Arc`, which is always
 //! let go with none of these locks held.
 
@@ -47,6 +51,7 @@ use kernel::{
     new_mutex,
     prelude::*,
     revocable::RevocableGuard,
+    str::CString,
     sync::{
         atomic::{Atomic, Relaxed},
         Arc, Mutex,
@@ -209,6 +214,7 @@ impl VramPool {
         for _ in 0..nchunks {
             slots.push(Slot::Absent, GFP_KERNEL)?;
         }
+        let queue_name = CString::try_from_fmt(fmt!("msvm-teardown/{index}"))?;
         let pool = Arc::pin_init(
             try_pin_init!(Self {
                 bar,
@@ -223,7 +229,7 @@ impl VramPool {
                 stats: Stats::new(),
                 index,
                 ops,
-                teardown_queue: ReclaimQueue::with_max_active(c"msvm-teardown", 16)?,
+                teardown_queue: ReclaimQueue::with_max_active(&queue_name, teardown::WORKERS)?,
                 me <- new_mutex!(None),
             }? Error),
             GFP_KERNEL,

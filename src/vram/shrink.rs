@@ -12,6 +12,23 @@ use crate::mm::pagemap::{Pagemap, PAGE_SIZE};
 
 use super::{teardown, Chunk, Slot, VramPool};
 
+/// The removal of an idle chunk's pagemap (taken out of the table, the
+/// slot `Dying`): dropping it removes the pagemap, then frees the slot.
+struct ChunkTeardown {
+    pool: Arc<VramPool>,
+    c: usize,
+    map: Option<Arc<Pagemap<Chunk>>>,
+    freed: fn(usize),
+}
+
+impl Drop for ChunkTeardown {
+    fn drop(&mut self) {
+        // The last hold on the pagemap: `memunmap_pages`.
+        drop(self.map.take());
+        self.pool.torn_down(self.c, self.freed);
+    }
+}
+
 /// A live chunk, as the shrinker's planning sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ChunkInfo {
@@ -82,7 +99,7 @@ impl VramPool {
     /// Chunk `c`'s pagemap is gone (taken by [`VramPool::take_if_idle`]):
     /// its slot is free again; `freed` is told the struct-page bytes it
     /// gave back.
-    fn torn_down(&self, c: usize, freed: &dyn Fn(usize)) {
+    fn torn_down(&self, c: usize, freed: fn(usize)) {
         self.chunks.lock()[c] = Slot::Absent;
         self.stats.chunks_destroyed.add(1, Relaxed);
         self.stats
@@ -94,7 +111,7 @@ impl VramPool {
     /// Removes the pagemap of chunk `c` if it is idle (see
     /// [`VramPool::take_if_idle`]), with the table unlocked, the slot
     /// `Dying` meanwhile. Returns whether it was removed.
-    fn teardown_if_idle(&self, c: usize, freed: &dyn Fn(usize)) -> bool {
+    fn teardown_if_idle(&self, c: usize, freed: fn(usize)) -> bool {
         let Some(map) = self.take_if_idle(c) else {
             return false;
         };
@@ -106,38 +123,56 @@ impl VramPool {
 
     /// Removes the pagemaps of idle chunks, telling `freed` the struct-page
     /// bytes of each, side by side ([`super::teardown`]: their grace
-    /// periods overlap). Returns how many.
-    pub(crate) fn trim_idle(&self, freed: &dyn Fn(usize)) -> usize {
+    /// periods overlap); each slot is free again as soon as its pagemap is
+    /// gone. Returns how many.
+    ///
+    /// The caller holds the pool by a handle of its own (a `PoolRef`), not
+    /// only through a chunk: a worker may drop a chunk's hold on it last.
+    pub(crate) fn trim_idle(&self, freed: fn(usize)) -> usize {
         let _pass = self.shrink_lock.lock();
         self.stats.shrink_scans.add(1, Relaxed);
-        let (Ok(mut maps), Ok(mut which)) = (
-            KVec::with_capacity(self.nchunks, GFP_KERNEL),
-            KVec::with_capacity(self.nchunks, GFP_KERNEL),
-        ) else {
-            // No memory for the lists: one after another.
+        let idle = {
+            let chunks = self.chunks.lock();
+            let idle = chunks
+                .iter()
+                .filter(|s| s.map().is_some_and(|m| m.used() == 0));
+            idle.count()
+        };
+        if idle == 0 {
+            return 0;
+        }
+        // Memory for reclaim must not wait on reclaim: without the list,
+        // one after another.
+        let Ok(mut items) = KVec::with_capacity(idle, GFP_NOWAIT) else {
             return (0..self.nchunks)
                 .filter(|&c| self.teardown_if_idle(c, freed))
                 .count();
         };
         for c in 0..self.nchunks {
+            if items.len() == idle {
+                break;
+            }
             if let Some(map) = self.take_if_idle(c) {
-                // Both have room for every chunk.
-                let _ = maps.push_within_capacity(Some(map));
-                let _ = which.push_within_capacity(c);
+                let item = ChunkTeardown {
+                    pool: map.data().pool.clone(),
+                    c,
+                    map: Some(map),
+                    freed,
+                };
+                // Room for `idle` items.
+                let _ = items.push_within_capacity(Some(item));
             }
         }
-        let n = which.len();
-        teardown::drop_all(self.teardown_queue.queue(), maps, n.saturating_sub(1));
-        for &c in which.iter() {
-            self.torn_down(c, freed);
-        }
+        let n = items.len();
+        let workers = n.saturating_sub(1).min(usize::from(teardown::WORKERS));
+        teardown::drop_all(self.teardown_queue.queue(), items, workers);
         n
     }
 
     /// Empties lightly used chunks into fuller ones ([`choose_victim`]) and
     /// removes their pagemaps, as long as that frees pagemaps, telling
     /// `freed` as [`VramPool::trim_idle`] does. Returns how many it removed.
-    pub(crate) fn consolidate(&self, freed: &dyn Fn(usize)) -> Result<usize> {
+    pub(crate) fn consolidate(&self, freed: fn(usize)) -> Result<usize> {
         let _pass = self.shrink_lock.lock();
         self.stats.shrink_scans.add(1, Relaxed);
         let npages = self.chunk_size / PAGE_SIZE;

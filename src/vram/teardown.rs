@@ -21,6 +21,12 @@ use kernel::prelude::*;
 use kernel::sync::{new_condvar, new_mutex, Arc, CondVar, Mutex};
 use kernel::workqueue::Queue;
 
+use crate::mm::reclaim::NoReclaim;
+
+/// Workers of one teardown at most (the pool's queue runs as many at
+/// once).
+pub(super) const WORKERS: u16 = 16;
+
 /// The items left to drop, and the drops under way.
 struct State<T> {
     items: KVec<Option<T>>,
@@ -54,13 +60,17 @@ struct Teardowns<T> {
 }
 
 impl<T> Teardowns<T> {
-    /// Takes items and drops them until none is left.
+    /// Takes items and drops them until none is left. Their removal frees
+    /// memory for reclaim: it does not enter reclaim itself (it would wait
+    /// on msvm's own shrinker, whose work waits for it).
     fn work(&self) {
         loop {
             let Some(item) = self.state.lock().take() else {
                 return;
             };
+            let scope = NoReclaim::begin();
             drop(item);
+            drop(scope);
             let mut state = self.state.lock();
             state.running -= 1;
             if state.running == 0 {
@@ -75,6 +85,11 @@ impl<T> Teardowns<T> {
 /// once every item is dropped. If the workers cannot be had (no memory for
 /// a work item, no worker thread), the calling task drops what is left
 /// itself.
+///
+/// What an item's drop needs must outlive the call by other means than the
+/// items (a worker may drop the last item after the caller's last look): the
+/// pool's teardown items hold the pool, which the caller holds too (a
+/// `PoolRef`), so that no worker drops the pool and, with it, `queue`.
 pub(super) fn drop_all<T: Send + 'static>(queue: &Queue, items: KVec<Option<T>>, workers: usize) {
     let shared = Arc::pin_init(
         pin_init!(Teardowns {
@@ -85,7 +100,7 @@ pub(super) fn drop_all<T: Send + 'static>(queue: &Queue, items: KVec<Option<T>>,
             }),
             done <- new_condvar!(),
         }),
-        GFP_KERNEL,
+        GFP_NOWAIT,
     );
     let shared = match shared {
         Ok(s) => s,
@@ -133,6 +148,8 @@ mod tests {
         // A queue of its own, drained (late workers done) when it goes.
         let queue = ReclaimQueue::with_max_active(c"msvm-kunit", 8)?;
         drop_all(queue.queue(), items, 8);
+        // Drained: no late worker outlives the test.
+        drop(queue);
         assert_eq!(DROPPED.load(Relaxed) - before, 16);
         Ok(())
     }
@@ -146,7 +163,32 @@ mod tests {
         }
         let queue = ReclaimQueue::new(c"msvm-kunit")?;
         drop_all(queue.queue(), items, 0);
+        drop(queue);
         assert_eq!(DROPPED.load(Relaxed) - before, 3);
+        Ok(())
+    }
+
+    #[test]
+    fn a_blocked_queue_does_not_block_it() -> Result {
+        use kernel::sync::Completion;
+        let before = DROPPED.load(Relaxed);
+        // The queue's one slot is busy until this test lets it go.
+        let queue = ReclaimQueue::new(c"msvm-kunit")?;
+        let gate = Arc::pin_init(Completion::new(), GFP_KERNEL)?;
+        let held = gate.clone();
+        queue
+            .queue()
+            .try_spawn(GFP_KERNEL, move || held.wait_for_completion())
+            .map_err(|_| ENOMEM)?;
+        let mut items = KVec::new();
+        for _ in 0..4 {
+            items.push(Some(Counted), GFP_KERNEL)?;
+        }
+        drop_all(queue.queue(), items, 4);
+        let dropped = DROPPED.load(Relaxed) - before;
+        gate.complete_all();
+        drop(queue);
+        assert_eq!(dropped, 4);
         Ok(())
     }
 }
