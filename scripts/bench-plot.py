@@ -74,8 +74,10 @@ def main():
 
     ax = axes[2]
     pct = [k * 5 for k in range(21)]
-    for name, qs in cdfs.items():
-        ax.plot(qs, pct, label=name, linestyle="--" if name.endswith("_checksum") else "-")
+    colors = plt.get_cmap("tab20").colors
+    for k, (name, qs) in enumerate(cdfs.items()):
+        ax.plot(qs, pct, label=name, color=colors[k % len(colors)],
+                linestyle="--" if name.endswith("_checksum") else "-")
     ax.set_xscale("log")
     ax.set_xlabel("latency, us (log)")
     ax.set_ylabel("percentile")
