@@ -19,7 +19,7 @@ msvm_stage hmm-bench "$MSVM_TOP/scripts/build.sh" hmm-bench
 rc=0
 boot() {
 	python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
-		--initrd "$B/bench-initramfs.cpio" --gpus sw,sw,rp --vram 1G --mem 2G --prealloc \
+		--initrd "$B/bench-initramfs.cpio" --gpus sw,sw,rp --vram 2G --mem 4G --prealloc \
 		--cmd bench --quiet-boot "$@"
 }
 # Wall clock (throughput), then the deterministic mode (ratios of the
@@ -46,7 +46,7 @@ for path, suffix in ((sys.argv[1], ""), (sys.argv[2], ".icount")):
             units[m.group(1) + suffix] = m.group(3)
 print()
 print(f"{'GiB/s':<22}{'msvm':>9}{'test_hmm':>10}{'msvm/hmm':>10}{'floor':>9}{'effic.':>8}{'msvm/memcpy':>13}")
-for size in ("64M", "256M"):
+for size in ("64M", "256M", "1024M"):
     for op in ("to_dev", "to_dev_4k", "to_sys", "to_sys_4k", "fault_back", "fault_back_4k"):
         name = f"{op}_{size}"
         a, b = vals.get(name + ".msvm"), vals.get(name + ".test_hmm")
@@ -61,7 +61,7 @@ for size in ("64M", "256M"):
 if any(k.endswith(".icount") for k in vals):
     print()
     print(f"{'deterministic (icount)':<22}{'msvm':>9}{'test_hmm':>10}{'msvm/hmm':>10}{'effic.':>8}")
-    for size in ("64M", "256M"):
+    for size in ("64M", "256M", "1024M"):
         for op in ("to_dev", "to_dev_4k", "to_sys", "to_sys_4k", "fault_back", "fault_back_4k"):
             name = f"{op}_{size}"
             a, b = vals.get(name + ".msvm.icount"), vals.get(name + ".test_hmm.icount")
@@ -71,7 +71,7 @@ if any(k.endswith(".icount") for k in vals):
             print(f"{name:<22}{a:>9.3f}{b:>10.3f}{a / b:>9.2f}x{ef:>8.2f}")
 print()
 print(f"{'phase split, ms':<22}{'total':>9}{'steps':>7}{'collect':>9}{'alloc':>8}{'copy':>9}{'install':>9}{'other':>8}")
-for size in ("64M", "256M"):
+for size in ("64M", "256M", "1024M"):
     for op in ("to_dev", "to_dev_4k", "to_sys", "to_sys_4k", "fault_back", "fault_back_4k"):
         name = f"{op}_{size}"
         if name + ".total_ms" not in vals:
@@ -79,6 +79,15 @@ for size in ("64M", "256M"):
         t = vals[name + ".total_ms"]
         ph = [vals.get(f"{name}.{p}_ms", 0) for p in ("collect", "alloc", "copy", "install")]
         print(f"{name:<22}{t:>9.1f}{vals.get(name + '.steps', 0):>7.0f}" + "".join(f"{x:>9.1f}" if i != 1 else f"{x:>8.1f}" for i, x in enumerate(ph)) + f"{t - sum(ph):>8.1f}")
+print()
+print(f"{'scaling, GiB/s':<18}{'64M':>8}{'256M':>8}{'1024M':>8}{'1G/64M':>8}{'icount 1G/64M':>15}")
+for op in ("to_dev", "to_dev_4k", "to_sys", "to_sys_4k", "fault_back", "fault_back_4k"):
+    row = [vals.get(f"{op}_{s}.msvm") for s in ("64M", "256M", "1024M")]
+    ic = [vals.get(f"{op}_{s}.msvm.icount") for s in ("64M", "1024M")]
+    if None in row:
+        continue
+    icr = f"{ic[1] / ic[0]:>14.2f}x" if None not in ic else f"{'-':>15}"
+    print(f"{op:<18}" + "".join(f"{x:>8.3f}" for x in row) + f"{row[2] / row[0]:>7.2f}x" + icr)
 print()
 mp = {k: vals.get(k + "_64M") for k in ("local_checksum", "peer_inplace_checksum",
       "migrate_then_checksum", "d2d_migrate_p2p", "d2d_migrate_via_ram")}

@@ -11,7 +11,7 @@ thp=/sys/kernel/mm/transparent_hugepage/enabled
 echo 0 >/proc/sys/vm/compaction_proactiveness
 echo 0 >/sys/kernel/mm/transparent_hugepage/khugepaged/defrag
 rc=0
-for size in 64 256; do
+for size in 64 256 1024; do
 	for mode in always never; do
 		echo $mode >$thp
 		tag=

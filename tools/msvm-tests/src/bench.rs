@@ -331,7 +331,9 @@ pub fn run_lifecycle(quick: bool) -> Result<(), String> {
     // Every chunk of the device, idle (never-touched memory moved there and
     // unmapped: no RAM needed), removed in one pass.
     let vram = s.vram_size as usize;
-    let quarter = vram / 4;
+    // 16 chunks of 64 MiB at most, whatever the device size: the figures
+    // compare from one set-up to another.
+    let quarter = (vram / 4).min(256 << 20);
     let held = fill_device(&dev, quarter)?;
     drop(held);
     let idle = dev.stats().map_err(e)?.chunks_cached;
