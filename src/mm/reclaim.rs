@@ -159,10 +159,11 @@ impl ReclaimQueue {
     /// `max_active` work items at once (its rescuer runs them one at a time
     /// when no worker can be created).
     pub(crate) fn with_max_active(name: &CStr, max_active: u16) -> Result<Self> {
+        // At least 1 (the core clamps it to 512).
+        let max = i32::from(max_active.max(1));
         // SAFETY: `name` is a valid C string for the call (the queue keeps
-        // a copy); `max_active` is at least 1 (the core clamps it to 512).
-        let raw =
-            unsafe { b::msvm_alloc_reclaim_wq(name.as_char_ptr(), i32::from(max_active.max(1))) };
+        // a copy); `max` is a valid `max_active`.
+        let raw = unsafe { b::msvm_alloc_reclaim_wq(name.as_char_ptr(), max) };
         if raw.is_null() {
             return Err(ENOMEM);
         }
