@@ -69,6 +69,13 @@ KNOWN_UPSTREAM = [
         [r"possible circular locking dependency", r"pci_rescan_remove_lock",
          r"ctrl->reset_lock", r"pciehp_unconfigure_device"],
     ),
+    (
+        "early boot under TCG: KASAN wild-memory-access taking an IRQ descriptor's lock "
+        "in an interrupt that arrives while start_kernel identifies the boot CPU "
+        "(before any module can be loaded; seen once in a small-RAM debug guest)",
+        [r"BUG: KASAN: wild-memory-access in do_raw_spin_lock", r"handle_edge_irq",
+         r"identify_boot_cpu", r"start_kernel", r"Not tainted"],
+    ),
 ]
 REPORT_END_RE = re.compile(r"</TASK>|---\[ end trace|^\[ *[0-9.]+\] *$")
 
