@@ -131,19 +131,24 @@ impl VramPool {
     /// `large`, a free 2 MiB block).
     fn has_room(chunks: &[Slot], n: usize, large: bool) -> bool {
         let live = || chunks.iter().filter_map(Slot::live);
-        let free: usize = live().map(|m| m.counts().free).sum();
-        free >= n && (!large || live().any(|m| m.data().large && m.counts().free_blocks > 0))
+        Self::free_pages(chunks) >= n
+            && (!large || live().any(|m| m.data().large && m.counts().free_blocks > 0))
+    }
+
+    /// Free pages of the live chunks of `chunks`.
+    fn free_pages(chunks: &[Slot]) -> usize {
+        chunks
+            .iter()
+            .filter_map(Slot::live)
+            .map(|m| m.counts().free)
+            .sum()
     }
 
     /// Whether the pool could hold `n` more pages now: free pages of its live
     /// chunks plus the chunks it could still create.
     pub(crate) fn could_hold(&self, n: usize) -> bool {
         let chunks = self.chunks.lock();
-        let free: usize = chunks
-            .iter()
-            .filter_map(Slot::live)
-            .map(|m| m.counts().free)
-            .sum();
+        let free = Self::free_pages(&chunks);
         let absent = chunks.iter().filter(|s| matches!(s, Slot::Absent)).count();
         free + absent * (self.chunk_size / PAGE_SIZE) >= n
     }
