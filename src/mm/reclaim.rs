@@ -186,32 +186,17 @@ impl Drop for ReclaimQueue {
     }
 }
 
-/// The current task's allocations may not enter reclaim while this lives
-/// (`memalloc_noreclaim_save`, `PF_MEMALLOC`): work that frees memory for
-/// reclaim must not wait on reclaim (nor on msvm's own shrinker). Scopes
-/// nest; each must end in the task that began it, in reverse order, which
-/// the guard's lifetime in one function gives.
-pub(crate) struct NoReclaim {
-    flags: core::ffi::c_uint,
-    /// Not `Send`: the scope belongs to the task that began it.
-    _task: core::marker::PhantomData<*mut ()>,
-}
-
-impl NoReclaim {
-    /// Begins the scope in the current task.
-    pub(crate) fn begin() -> Self {
-        // SAFETY: plain call about the current task.
-        let flags = unsafe { b::msvm_memalloc_noreclaim_save() };
-        Self {
-            flags,
-            _task: core::marker::PhantomData,
-        }
-    }
-}
-
-impl Drop for NoReclaim {
-    fn drop(&mut self) {
-        // SAFETY: restores what `begin` saved, in the same task (not `Send`).
-        unsafe { b::msvm_memalloc_noreclaim_restore(self.flags) };
-    }
+/// Runs `f` with the current task's allocations kept out of reclaim
+/// (`memalloc_noreclaim_save`/`_restore`, `PF_MEMALLOC`): work that frees
+/// memory for reclaim should not stall on reclaim (nor on msvm's own
+/// shrinker). The scope is a closure, so it always ends, in this task, in
+/// the order it began.
+pub(crate) fn without_reclaim<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: plain call about the current task.
+    let flags = unsafe { b::msvm_memalloc_noreclaim_save() };
+    let r = f();
+    // SAFETY: restores what was saved just above, in the same task, after
+    // the scopes `f` began have ended.
+    unsafe { b::msvm_memalloc_noreclaim_restore(flags) };
+    r
 }
