@@ -45,6 +45,16 @@ impl Rng {
 /// keeps remapping.
 const ARENA: usize = 4 << 20;
 
+/// The PROT_NONE guard on each side of the arena: more than the 64 pages a
+/// valid length reaches past an arena address.
+const GUARD: usize = 1 << 20;
+
+/// The data the fuzzer keeps on the side.
+const KEEP: usize = 64 * PAGE;
+
+/// A PMD: the arena's alignment.
+const HUGE: usize = 2 << 20;
+
 fn addr(r: &mut Rng, arena: usize) -> u64 {
     let a = arena as u64;
     match r.below(10) {
@@ -288,22 +298,40 @@ pub fn run(seed: u64, calls: u64, secs: u64) -> Result<(), String> {
         .iter()
         .map(|g| Device::open(&g.node).map_err(|e| e.to_string()))
         .collect::<Result<_, _>>()?;
-    // The arena: remapped under the fuzzer by the churn thread.
+    // One reservation holds the arena, remapped under the fuzzer by the churn
+    // thread, between two PROT_NONE guards, and right above them the data
+    // the fuzzer keeps on the side. A call may start anywhere in the arena
+    // and run past its ends (up to 64 pages, or unbounded); a guard stops
+    // any engine job there, so nothing the fuzzer does writes the kept data,
+    // however close to the arena it is. The arena is 2 MiB aligned, so THPs
+    // can form in it.
     // SAFETY: a fresh anonymous mapping, only touched through raw addresses.
-    let arena = unsafe {
+    let span = unsafe {
         mmap_anonymous(
             None,
-            NonZeroUsize::new(ARENA).unwrap(),
-            ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
-            MapFlags::MAP_PRIVATE,
+            NonZeroUsize::new(GUARD + ARENA + GUARD + KEEP + HUGE).unwrap(),
+            ProtFlags::PROT_NONE,
+            MapFlags::MAP_PRIVATE | MapFlags::MAP_NORESERVE,
         )
     }
     .map_err(|e| e.to_string())?
     .as_ptr() as usize;
+    let arena = (span + GUARD).next_multiple_of(HUGE);
+    // SAFETY: replaces the middle of our own reservation.
+    unsafe {
+        mmap_anonymous(
+            NonZeroUsize::new(arena),
+            NonZeroUsize::new(ARENA).unwrap(),
+            ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+            MapFlags::MAP_PRIVATE | MapFlags::MAP_FIXED,
+        )
+    }
+    .map_err(|e| e.to_string())?;
     // Data the fuzzer only ever moves, through files of its own (the fuzzed
     // ones lose their VM at random): it must survive everything.
     let keepers = svm::every_gpu_with_vm()?;
-    let mut keep = Map::new(64 * PAGE)?;
+    // SAFETY: the tail of our reservation, used by nothing else.
+    let mut keep = unsafe { Map::over(arena + ARENA + GUARD, KEEP) }?;
     fill(keep.bytes_mut(), seed ^ 0x5eed);
     let stop = AtomicBool::new(false);
     let done = AtomicU64::new(0);

@@ -122,6 +122,30 @@ impl Map {
         })
     }
 
+    /// A fresh read-write mapping over `[addr, addr + len)`, which becomes
+    /// the returned map's (it unmaps it when dropped).
+    ///
+    /// # Safety
+    ///
+    /// The range is a part of a mapping of the caller's that nothing else
+    /// uses or refers to: whatever was there is replaced.
+    pub unsafe fn over(addr: usize, len: usize) -> Result<Self, String> {
+        // SAFETY: the caller gives us the range; MAP_FIXED replaces it.
+        let ptr = unsafe {
+            mmap_anonymous(
+                NonZeroUsize::new(addr),
+                NonZeroUsize::new(len).ok_or("empty map")?,
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_PRIVATE | MapFlags::MAP_FIXED,
+            )
+        }
+        .map_err(|e| format!("mmap {len} at {addr:#x}: {e}"))?;
+        Ok(Self {
+            ptr: ptr.cast(),
+            len,
+        })
+    }
+
     /// A mapping the kernel backs with 4 KiB pages only (no THP): for
     /// tests of the 4 KiB paths (2 MiB folios have tests of their own).
     pub fn small(len: usize) -> Result<Self, String> {
