@@ -50,6 +50,8 @@ void msvm_put_page(struct page *page);
 /* Copies between a system page and I/O memory (a VRAM page through the BAR). */
 void msvm_copy_page_to_io(void __iomem *dst, struct page *src);
 void msvm_copy_io_to_page(struct page *dst, const void __iomem *src);
+/* A system page's copy to another, as the reference driver test_hmm copies. */
+int msvm_copy_highpage(struct page *dst, struct page *src);
 
 /* Page-table mirroring. */
 bool msvm_mmu_interval_read_retry(struct mmu_interval_notifier *sub, unsigned long seq);

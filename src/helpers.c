@@ -30,6 +30,9 @@
  *    and Rust has no racy memcpy (kernel::page's read_raw()/write_raw()
  *    make their callers rule races out, which msvm cannot). The atomic add
  *    to such a page is race-free, so it is Rust (src/mm/dma.rs).
+ *  - msvm_copy_highpage: copy_highpage() (test_hmm's copy, which the copy
+ *    floor times), refused for ZONE_DEVICE pages, whose struct page may
+ *    have no memory behind it; a racy copy, as above.
  *  - msvm_vma_is_secretmem, msvm_page_is_secretmem: vma_is_secretmem() is
  *    not exported, and the test is a chain of raw field reads (vm_file,
  *    f_inode, i_sb, s_magic; for a page, the folio's mapping, in a union,
@@ -245,6 +248,18 @@ void msvm_copy_io_to_page(struct page *dst, const void __iomem *src)
 	/* As memcpy_fromio(): values read from a device are initialised. */
 	kmsan_unpoison_memory(d, PAGE_SIZE);
 	kunmap_local(d);
+}
+
+/*
+ * copy_highpage() between two system RAM pages; -EINVAL for a ZONE_DEVICE
+ * page (a device-private page has no memory behind its struct page).
+ */
+int msvm_copy_highpage(struct page *dst, struct page *src)
+{
+	if (is_zone_device_page(dst) || is_zone_device_page(src))
+		return -EINVAL;
+	copy_highpage(dst, src);
+	return 0;
 }
 
 bool msvm_mmu_interval_read_retry(struct mmu_interval_notifier *sub, unsigned long seq)

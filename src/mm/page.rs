@@ -11,6 +11,7 @@ use core::marker::PhantomData;
 use core::ptr::NonNull;
 
 use kernel::bindings;
+use kernel::error::{code::EINVAL, to_result, Result};
 
 use super::bindings as b;
 
@@ -241,6 +242,20 @@ impl NewPage {
         // SAFETY: valid while we hold our reference (invariant), which the
         // borrow of `self` bounds.
         unsafe { PageRef::from_raw(self.0.as_ptr()) }.expect("non-null")
+    }
+
+    /// Copies `src` over page `k` of this folio with the kernel's
+    /// `copy_highpage()`, the copy of the reference driver `test_hmm` (the
+    /// copy floor times it as that driver's copy). `EINVAL` past the folio,
+    /// or if either page is not system RAM (a device page).
+    pub(crate) fn copy_page_from(&self, k: usize, src: PageRef<'_>) -> Result {
+        let dst = self.page().nth(k).ok_or(EINVAL)?;
+        // SAFETY: `dst` is a page of our folio, which nobody else uses
+        // (invariant) while we hold it (the borrow of `self`); `src` is a
+        // valid page for the borrow, only read (racing writers of it are
+        // what any copy of a user page meets: see src/helpers.c). The helper
+        // refuses device pages, which have no memory to copy.
+        to_result(unsafe { b::msvm_copy_highpage(dst.as_ptr(), src.as_ptr()) })
     }
 
     /// Hands the page over to a migration, which unlocks and releases it

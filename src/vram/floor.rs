@@ -11,7 +11,12 @@
 //! VRAM to RAM ([`WcBar::copy_to_page`], likewise) and a peer's VRAM to
 //! this device's ([`WcBar::copy_from_bar`] through a page-sized stage), in
 //! 4 KiB pages or in 2 MiB blocks (a 2 MiB system folio and a whole free
-//! block of device memory, page by page, as a 2 MiB folio moves).
+//! block of device memory, page by page, as a 2 MiB folio moves). One more
+//! path has no device in it: system RAM to system RAM with the kernel's
+//! `copy_highpage()`, the copy of the reference driver `test_hmm` (whose
+//! "device memory" is system pages), so that the bench can take that
+//! driver's copy time out of its total and compare what is left, its mm
+//! work, with msvm's.
 
 use kernel::prelude::*;
 use kernel::time::{Instant, Monotonic};
@@ -30,6 +35,8 @@ pub(crate) enum FloorPath {
     ToSystem,
     /// A peer's VRAM to this device's, over P2P.
     FromPeer,
+    /// System RAM to system RAM with `copy_highpage()`: `test_hmm`'s copy.
+    SystemCopy,
 }
 
 /// The largest floor run: the bench's sizes, and a bound on what a run
@@ -103,6 +110,25 @@ fn system_pages(npages: usize, large: bool, stop: &dyn Fn() -> Result) -> Result
     Ok(v)
 }
 
+/// Times `copy_highpage()` from `npages` system pages to as many others
+/// (in 2 MiB folios, page by page, if `large`).
+fn system_copy(npages: usize, large: bool, stop: &dyn Fn() -> Result) -> Result<u64> {
+    let from = system_pages(npages, large, stop)?;
+    let to = system_pages(npages, large, stop)?;
+    let per = if large { BLOCK_PAGES } else { 1 };
+    let start = Instant::<Monotonic>::now();
+    for (b, (src, dst)) in from.iter().zip(to.iter()).enumerate() {
+        if (b * per) % BLOCK_PAGES == 0 {
+            stop()?;
+        }
+        for k in 0..per {
+            dst.copy_page_from(k, src.page().nth(k).ok_or(EINVAL)?)?;
+        }
+    }
+    // Timed before the pages are freed.
+    u64::try_from(start.elapsed().as_nanos()).map_err(|_| ERANGE)
+}
+
 impl VramPool {
     /// Times `path` over `npages` pages (4 KiB pages, or 2 MiB blocks if
     /// `large`; `npages` a multiple of 512 then, at most
@@ -113,6 +139,8 @@ impl VramPool {
     /// on a pool that holds no 2 MiB folios. `ENOSPC` if either pool has
     /// not that much free memory, `ENOMEM` without the system pages,
     /// `EINVAL` for a bad size or a peer path without a peer.
+    /// [`FloorPath::SystemCopy`] takes no device memory (it is a device's
+    /// only to share the bounds and the knob).
     pub(crate) fn copy_floor(
         &self,
         path: FloorPath,
@@ -123,6 +151,9 @@ impl VramPool {
     ) -> Result<Option<u64>> {
         if npages == 0 || npages > FLOOR_MAX_PAGES || (large && npages % BLOCK_PAGES != 0) {
             return Err(EINVAL);
+        }
+        if path == FloorPath::SystemCopy {
+            return system_copy(npages, large, stop).map(Some);
         }
         let peer_large = path != FloorPath::FromPeer || peer.is_some_and(|p| p.holds_large());
         if large && !(self.holds_large() && peer_large) {
@@ -158,6 +189,7 @@ impl VramPool {
                 // Timed before the pages are freed.
                 start.elapsed().as_nanos()
             }
+            FloorPath::SystemCopy => return Err(EINVAL),
             FloorPath::FromPeer => {
                 let peer = peer.ok_or(EINVAL)?;
                 let there = DevicePages::take(peer, npages, large, stop)?;

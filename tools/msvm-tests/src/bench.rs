@@ -190,6 +190,12 @@ pub fn run(mib: usize, tag: &str) -> Result<(), String> {
             &format!("{path}_{size}"),
         );
     }
+    // test_hmm's copy of the same bytes (copy_highpage(), system RAM to
+    // system RAM): make bench takes it out of test_hmm's time to compare
+    // the two drivers' mm work.
+    if let Some(&(_, f)) = floor.iter().find(|(n, _)| *n == format!("ram_{size}")) {
+        println!("BENCH copy_highpage{tag}_{mib}M.ms {:.3} ms", f * 1e3);
+    }
     for (op, before, now) in &counts {
         large(op, before, now);
     }
@@ -301,7 +307,7 @@ pub fn run_lifecycle(quick: bool) -> Result<(), String> {
     };
     // Create: one page into an empty device (a new pagemap), minus one page
     // into a device that has it.
-    let (mut create, mut teardown) = (0.0, 0.0);
+    let (mut create, mut teardown, mut cold, mut warm) = (0.0, 0.0, 0.0, 0.0);
     const N: usize = 5;
     for _ in 0..N {
         let m = crate::svm::Map::new(2 * PAGE)?;
@@ -314,6 +320,8 @@ pub fn run_lifecycle(quick: bool) -> Result<(), String> {
         let first = time(&mut || one(0))?;
         let second = time(&mut || one(PAGE))?;
         create += first - second;
+        cold += first;
+        warm += second;
         drop(m);
         teardown += time(&mut || {
             let n = shrink("idle")?;
@@ -321,6 +329,11 @@ pub fn run_lifecycle(quick: bool) -> Result<(), String> {
         })?;
     }
     println!("BENCH pagemap_create_{mib}M {:.3} ms", create / N as f64);
+    // The whole latency a process sees for its first page on a device with
+    // no memory set up (the chunk's memremap_pages included), and for the
+    // next page.
+    println!("BENCH first_touch_{mib}M {:.3} ms", cold / N as f64);
+    println!("BENCH warm_touch_{mib}M {:.3} ms", warm / N as f64);
     println!(
         "BENCH pagemap_teardown_{mib}M {:.3} ms",
         teardown / N as f64
