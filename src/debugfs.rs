@@ -19,8 +19,9 @@
 //!   system RAM to system RAM with `copy_highpage()` (`ram`, the copy of
 //!   the reference driver `test_hmm`); reading gives
 //!   `<path>_<4k|2m> <bytes> <ns>` lines (`-` for a path not run: no peer,
-//!   no 2 MiB folios, no room). At most 1 GiB; it stops on a fatal signal
-//!   or when either device goes away.
+//!   no 2 MiB folios, no room). At most 1 GiB (twice that in system RAM
+//!   for `ram`, taken without retrying: `-` if it is not there); it stops
+//!   on a fatal signal or when either device goes away.
 //! - `phases`: where each device's migration steps (by size class) and
 //!   engine jobs spend their time: counts and microseconds per phase (the
 //!   same figures as STATS).

@@ -244,18 +244,22 @@ impl NewPage {
         unsafe { PageRef::from_raw(self.0.as_ptr()) }.expect("non-null")
     }
 
-    /// Copies `src` over page `k` of this folio with the kernel's
-    /// `copy_highpage()`, the copy of the reference driver `test_hmm` (the
-    /// copy floor times it as that driver's copy). `EINVAL` past the folio,
-    /// or if either page is not system RAM (a device page).
-    pub(crate) fn copy_page_from(&self, k: usize, src: PageRef<'_>) -> Result {
+    /// Copies page `j` of `src` over page `k` of this folio with the
+    /// kernel's `copy_highpage()`, the copy of the reference driver
+    /// `test_hmm` (the copy floor times it as that driver's copy). Both are
+    /// pages msvm allocated, never a user's (which may be secretmem, with
+    /// no kernel mapping). `EINVAL` past either folio, or if either is a
+    /// device page (no memory behind its `struct page`).
+    pub(crate) fn copy_page_from(&self, k: usize, src: &NewPage, j: usize) -> Result {
         let dst = self.page().nth(k).ok_or(EINVAL)?;
-        // SAFETY: `dst` is a page of our folio, which nobody else uses
-        // (invariant) while we hold it (the borrow of `self`); `src` is a
-        // valid page for the borrow, only read (racing writers of it are
-        // what any copy of a user page meets: see src/helpers.c). The helper
-        // refuses device pages, which have no memory to copy.
-        to_result(unsafe { b::msvm_copy_highpage(dst.as_ptr(), src.as_ptr()) })
+        let from = src.page().nth(j).ok_or(EINVAL)?;
+        // SAFETY: `dst` is a page of our folio and `from` one of `src`'s,
+        // two distinct `NewPage`s (one is borrowed shared, the other
+        // through `self`, but a `NewPage` is never duplicated): valid,
+        // locked and used by nobody else (invariant) for the borrows. Both
+        // were allocated by msvm: system pages with a kernel mapping, or
+        // device pages, which the helper refuses.
+        to_result(unsafe { b::msvm_copy_highpage(dst.as_ptr(), from.as_ptr()) })
     }
 
     /// Hands the page over to a migration, which unlocks and releases it

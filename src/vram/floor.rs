@@ -40,7 +40,8 @@ pub(crate) enum FloorPath {
 }
 
 /// The largest floor run: the bench's sizes, and a bound on what a run
-/// holds (its device pages, as many system pages) and how long it holds its
+/// holds (its device pages and as many system pages, or twice as many
+/// system pages for [`FloorPath::SystemCopy`]) and how long it holds its
 /// devices.
 pub(crate) const FLOOR_MAX_PAGES: usize = (1 << 30) / PAGE_SIZE;
 
@@ -122,7 +123,7 @@ fn system_copy(npages: usize, large: bool, stop: &dyn Fn() -> Result) -> Result<
             stop()?;
         }
         for k in 0..per {
-            dst.copy_page_from(k, src.page().nth(k).ok_or(EINVAL)?)?;
+            dst.copy_page_from(k, src, k)?;
         }
     }
     // Timed before the pages are freed.
