@@ -2,7 +2,8 @@
 # The README's bench command: msvm against the kernel's test_hmm, its own copy
 # floor and a guest memcpy, side by side in one boot of the release kernel,
 # then again in a second, deterministic boot (QEMU -icount: figures labelled
-# ".icount"); tables of GiB/s, ratios, phase splits and latencies, every
+# ".icount"), and the placement workloads in a third boot with 256 MiB GPUs;
+# tables of GiB/s, ratios, phase splits, latencies and placement, every
 # figure as a "BENCH <name> <value> <unit>" line, and build/bench.svg.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -33,10 +34,19 @@ if [ "${MSVM_BENCH_ICOUNT:-1}" != 0 ]; then
 	boot --icount --smp 1 --log "$B/bench-icount.log" --timeout 2400 || rc=$?
 fi
 
-python3 - "$B/bench-console.log" "$B/bench-icount.log" <<'PY'
+# The placement workloads, on 256 MiB GPUs, each policy in turn (wall
+# clock; MSVM_BENCH_PLACEMENT=0 skips it).
+rm -f "$B/bench-placement.log"
+if [ "${MSVM_BENCH_PLACEMENT:-1}" != 0 ]; then
+	python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
+		--initrd "$B/bench-initramfs.cpio" --gpus sw,sw,rp --vram 256M --mem 2G \
+		--cmd bench-placement --quiet-boot --log "$B/bench-placement.log" --timeout 900 || rc=$?
+fi
+
+python3 - "$B/bench-console.log" "$B/bench-icount.log" "$B/bench-placement.log" <<'PY'
 import os, re, sys
 vals, units = {}, {}
-for path, suffix in ((sys.argv[1], ""), (sys.argv[2], ".icount")):
+for path, suffix in ((sys.argv[1], ""), (sys.argv[2], ".icount"), (sys.argv[3], "")):
     if not os.path.exists(path):
         continue
     for line in open(path, errors="replace"):
@@ -153,6 +163,13 @@ if lc:
     print(f"{'pagemap lifecycle (1 GiB device)':<32}")
     for k in lc:
         print(f"{k:<32}{vals[k]:>9.3f} {units[k]}")
+    print()
+if "oversub_hot_hit_pct.on" in vals:
+    print(f"{'oversubscription (256 MiB GPU)':<32}{'hot hit %':>10}{'evicted':>9}{'no_vram MiB':>12}{'s':>8}")
+    for m in ("off", "lru", "on"):
+        if f"oversub_hot_hit_pct.{m}" in vals:
+            print(f"{'evict=' + m:<32}{vals[f'oversub_hot_hit_pct.{m}']:>10.1f}{vals[f'oversub_evict_blocks.{m}']:>9.0f}"
+                  f"{vals[f'oversub_no_vram_mib.{m}']:>12.0f}{vals[f'oversub_s.{m}']:>8.2f}")
     print()
 for k in sorted(vals):
     print(f"BENCH {k} {vals[k]:.3f} {units[k]}")

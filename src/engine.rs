@@ -39,7 +39,7 @@ use crate::mm::{
     page::BLOCK_SIZE,
     pagemap::PAGE_SIZE,
 };
-use crate::vram::{Clock, JobPhase, VramPool};
+use crate::vram::{Clock, Epoch, JobPhase, VramPool};
 
 /// Checks that the job's ranges are mapped (`EFAULT`) with the access it
 /// needs (`EACCES`), in VMAs a device may reach (`EFAULT` otherwise: I/O,
@@ -139,17 +139,22 @@ pub(crate) struct Engine<'p> {
     pool: &'p VramPool,
     dev: &'p kernel::device::Device<kernel::device::Bound>,
     buf: KBox<[u8; PAGE_SIZE]>,
+    /// The request the jobs run for: the uses of device memory they record
+    /// for the eviction policy.
+    epoch: Epoch,
 }
 
 impl<'p> Engine<'p> {
     pub(crate) fn new(
         pool: &'p VramPool,
         dev: &'p kernel::device::Device<kernel::device::Bound>,
+        epoch: Epoch,
     ) -> Result<Self> {
         Ok(Self {
             pool,
             dev,
             buf: KBox::new([0; PAGE_SIZE], GFP_KERNEL)?,
+            epoch,
         })
     }
 
@@ -300,7 +305,11 @@ impl<'p> Engine<'p> {
         pt.p2p.clear();
         for page in pages.iter() {
             let page = page.ok_or(EFAULT)?;
-            let addr = match self.pool.locate(page) {
+            let found = self.pool.locate(page);
+            if let Some((pool, off)) = found {
+                pool.note_used(off, self.epoch);
+            }
+            let addr = match found {
                 Some((pool, off)) if self.pool.is(pool) => DevAddr::Vram(off),
                 // A peer's page: `hmm_range_fault` left it where it is
                 // because the peer shares our owner group, i.e. we reach it

@@ -34,6 +34,10 @@ module! {
             default: 64,
             description: "Device memory chunk (one dev_pagemap each) in MiB, 2..1024",
         },
+        evict: u32 {
+            default: 2,
+            description: "How a full device makes room: 0 it does not, 1 plain LRU, 2 scan-resistant (two classes, default)",
+        },
     },
 }
 

@@ -39,7 +39,7 @@ use crate::placement::{Access, Location, Placement, MAX_RANGES};
 use crate::registry;
 use crate::svm::Vm;
 use crate::topology::MAX_DEVICES;
-use crate::vram::{Clock, JobPhase};
+use crate::vram::{Clock, Epoch, JobPhase, Use};
 
 use super::decode::{
     all_zero, decode_exec, decode_location, encode_location, encode_peer, page_range, AttrRequest,
@@ -180,6 +180,7 @@ impl File {
                 &target,
                 req.start,
                 req.len,
+                Use::explicit(),
                 &cancel,
             )
         })?;
@@ -226,7 +227,16 @@ impl File {
         let target = Target::resolve(gpu.vram(), loc)?;
         let cancel = Cancel::ioctl(dev);
         let out: Outcome = with_vm(file, |vm, mm| {
-            move_to(gpu.vram(), mm, vm.mirror(), &target, start, len, &cancel)
+            move_to(
+                gpu.vram(),
+                mm,
+                vm.mirror(),
+                &target,
+                start,
+                len,
+                Use::explicit(),
+                &cancel,
+            )
         })?;
         put_outcome!(arg, out);
         Ok(0)
@@ -320,6 +330,9 @@ impl File {
             job_walk_us: ph.walk_us,
             job_bind_us: ph.bind_us,
             job_exec_us: ph.exec_us,
+            evict_blocks: s.room_blocks.load(Relaxed),
+            evict_pages: s.room_pages.load(Relaxed),
+            evict_demoted: s.room_demoted.load(Relaxed),
             reserved: [0; 1],
         };
         Ok(0)
@@ -337,6 +350,7 @@ impl File {
         let done = with_vm(file, |vm, mm| {
             let pool = gpu.vram();
             crate::engine::check(mm, &job)?;
+            let epoch = Epoch::next();
             let mut clock = Clock::start();
             // The placement pass, over the destination and COPY's source.
             let mut migrated = 0;
@@ -348,10 +362,10 @@ impl File {
                 let first = a & !(PAGE_SIZE - 1);
                 let end = (a + n).next_multiple_of(PAGE_SIZE);
                 let pieces = vm.attrs().pieces(first, end)?;
-                migrated += place(pool, mm, vm.mirror(), &pieces, job.in_place, &cancel)?;
+                migrated += place(pool, mm, vm.mirror(), &pieces, job.in_place, epoch, &cancel)?;
             }
             clock.lap_job(JobPhase::Place);
-            let mut engine = Engine::new(pool, gpu.device())?;
+            let mut engine = Engine::new(pool, gpu.device(), epoch)?;
             let mut done = engine.run(mm, vm.mirror(), &job, &mut clock, &cancel)?;
             pool.stats.phases.job(&clock);
             done.migrated = migrated;

@@ -13,7 +13,7 @@ use crate::mm::mmap::ExclusiveVma;
 use crate::mm::page::{NewPage, PageRef, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::PAGE_SIZE;
 use crate::sysmem::large_system_folio;
-use crate::vram::{Batch, Clock, Phase, SizeClass, VramPool};
+use crate::vram::{Batch, Clock, Phase, SizeClass, Use, VramPool};
 
 use super::{whole_block, Outcome};
 
@@ -134,6 +134,7 @@ pub(super) fn fill_to_device(
     start: usize,
     end: usize,
     large: Option<&ExclusiveVma<'_>>,
+    u: Use,
 ) -> Result<Option<Outcome>> {
     let mut clock = Clock::start();
     let mut mig = VmaMigration::setup(vma, start, end, Select::System, large, pool.owner(), None)?;
@@ -155,7 +156,9 @@ pub(super) fn fill_to_device(
             // not agreed to move it, so nothing of it is read.
             out.busy += u64::from_safe_cast(nr);
             skip[i] = true;
-        } else if mig.src_page(i).is_some_and(|p| pool.offset_of(p).is_some()) {
+        } else if let Some(off) = mig.src_page(i).and_then(|p| pool.offset_of(p)) {
+            // Found here by this request: a use, for the eviction policy.
+            pool.note_used(off, u.epoch);
             skip[i] = true;
             out.already += u64::from_safe_cast(nr);
         } else if src.compound() {
@@ -193,6 +196,7 @@ pub(super) fn fill_to_device(
             out.no_vram += u64::from_safe_cast(nr);
             continue;
         };
+        pool.note_placed(offset, u);
         from_peer[at] = copy_in(pool, mig.src_page(at), nr, offset)?;
         mig.set_dst(at, dpage, src.write())?;
         // CAST: at most `BLOCK_PAGES` (512), which fits in `u16`.

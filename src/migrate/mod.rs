@@ -43,7 +43,7 @@ use crate::mm::{
     page::{large_order, BLOCK_PAGES, BLOCK_SIZE},
     pagemap::PAGE_SIZE,
 };
-use crate::vram::{PoolOps, VramPool};
+use crate::vram::{PoolOps, Use, VramPool};
 
 mod fault;
 mod fill;
@@ -107,6 +107,23 @@ pub(crate) enum Direction {
     ToSystem,
 }
 
+/// Where a migration moves pages and, to a device, for which request (the
+/// device's eviction policy records its uses, see `crate::vram::Lru`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Dest {
+    Device(Use),
+    System,
+}
+
+impl Dest {
+    fn dir(self) -> Direction {
+        match self {
+            Dest::Device(_) => Direction::ToDevice,
+            Dest::System => Direction::ToSystem,
+        }
+    }
+}
+
 /// Moves `[start, start + len)` of `mm` (page aligned, checked by the caller)
 /// to `pool`'s device memory or back to system RAM, one step at a time, until
 /// done or `cancel` says stop.
@@ -115,14 +132,14 @@ pub(crate) fn migrate_range(
     mm: &MmWithUser,
     start: usize,
     len: usize,
-    dir: Direction,
+    dest: Dest,
     cancel: &Cancel<'_>,
 ) -> Result<Outcome> {
     let end = start.checked_add(len).ok_or(EINVAL)?;
     // Check the whole range first: a range with a hole or without access
     // moves nothing. (A mapping changed between steps fails the step.)
     check_vmas(&mm.mmap_read_lock(), start, end, false)?;
-    steps(pool, mm, start, end, dir, cancel)
+    steps(pool, mm, start, end, dest, cancel)
 }
 
 /// The pools' way up to the migrations ([`PoolOps`]), installed by
@@ -158,7 +175,7 @@ fn evict_range(
     cancel: &Cancel<'_>,
 ) -> Result<Outcome> {
     let end = start.checked_add(len).ok_or(EINVAL)?;
-    steps(pool, mm, start, end, Direction::ToSystem, cancel)
+    steps(pool, mm, start, end, Dest::System, cancel)
 }
 
 /// The steps of [`migrate_range`].
@@ -167,17 +184,17 @@ fn steps(
     mm: &MmWithUser,
     start: usize,
     end: usize,
-    dir: Direction,
+    dest: Dest,
     cancel: &Cancel<'_>,
 ) -> Result<Outcome> {
     let mut out = Outcome::default();
     let mut addr = start;
     while addr < end {
         cancel.check()?;
-        let (step, step_end) = if dir == Direction::ToDevice {
-            device_step(pool, mm, addr, end)?
+        let (step, step_end) = if let Dest::Device(u) = dest {
+            device_step(pool, mm, addr, end, u, cancel)?
         } else {
-            let (step, step_end) = locked_step(pool, mm, addr, end, dir, false)?;
+            let (step, step_end) = locked_step(pool, mm, addr, end, dest, false)?;
             (step.ok_or(EAGAIN)?, step_end)
         };
         out.moved += step.moved;
@@ -189,31 +206,39 @@ fn steps(
     Ok(out)
 }
 
-/// A step towards the device ([`locked_step`]), with the chunks it needs: the
-/// pool grows ([`VramPool::grow`]) only between two tries of the step, with
-/// no mmap lock held. Before the first try, if the pool has no free page at
-/// all; after it, if it found no free 2 MiB block for a whole folio (it moved
-/// nothing then) or too few free device pages: the step runs once more, over
-/// the same range, if the pool has room now (grown, or freed meanwhile).
+/// A step towards the device ([`locked_step`]) for request `u`, with the
+/// room it needs: the pool grows ([`VramPool::grow`]) only between two tries
+/// of the step, with no mmap lock held, and a pool that cannot grow makes
+/// room by its eviction policy ([`VramPool::make_room`], also with no mmap
+/// lock held). Before the first try, if the pool has no free page at all;
+/// after it, if it found no free 2 MiB block for a whole folio (it moved
+/// nothing then) or too few free device pages: the step runs once more,
+/// over the same range, if the pool has room now (grown, freed meanwhile or
+/// made).
 fn device_step(
     pool: &VramPool,
     mm: &MmWithUser,
     addr: usize,
     end: usize,
+    u: Use,
+    cancel: &Cancel<'_>,
 ) -> Result<(Outcome, usize)> {
-    let dir = Direction::ToDevice;
+    let dest = Dest::Device(u);
     pool.grow(1, false);
-    let (step, step_end) = match locked_step(pool, mm, addr, end, dir, true)? {
+    let room = |pages: usize, large: bool| {
+        pool.grow(pages, large) || pool.make_room(pages, large, u, cancel)
+    };
+    let (step, step_end) = match locked_step(pool, mm, addr, end, dest, true)? {
         (None, _) => {
-            pool.grow(BLOCK_PAGES, true);
-            let (again, again_end) = locked_step(pool, mm, addr, end, dir, false)?;
+            room(BLOCK_PAGES, true);
+            let (again, again_end) = locked_step(pool, mm, addr, end, dest, false)?;
             (again.ok_or(EAGAIN)?, again_end)
         }
         (Some(first), first_end)
             // CAST: `u64` fits in `usize` on 64-bit kernels.
-            if first.no_vram > 0 && pool.grow(first.no_vram as usize, false) =>
+            if first.no_vram > 0 && room(first.no_vram as usize, false) =>
         {
-            let (again, again_end) = locked_step(pool, mm, addr, first_end, dir, false)?;
+            let (again, again_end) = locked_step(pool, mm, addr, first_end, dest, false)?;
             (again.ok_or(EAGAIN)?.after(&first), again_end)
         }
         (Some(first), first_end) => (first, first_end),
@@ -231,7 +256,7 @@ fn locked_step(
     mm: &MmWithUser,
     addr: usize,
     end: usize,
-    dir: Direction,
+    dest: Dest,
     may_grow: bool,
 ) -> Result<(Option<Outcome>, usize)> {
     let guard = mm.mmap_read_lock();
@@ -243,9 +268,9 @@ fn locked_step(
         drop(guard);
         let excl = MmapWriteGuard::lock_killable(mm)?;
         let vma = excl.vma_lookup(addr).ok_or(EFAULT)?;
-        one_step(pool, &vma, addr, end, dir, Some(&vma), may_grow)
+        one_step(pool, &vma, addr, end, dest, Some(&vma), may_grow)
     } else {
-        one_step(pool, vma, addr, end, dir, None, may_grow)
+        one_step(pool, vma, addr, end, dest, None, may_grow)
     }
 }
 
@@ -259,10 +284,11 @@ fn one_step(
     vma: &VmaRef,
     addr: usize,
     end: usize,
-    dir: Direction,
+    dest: Dest,
     excl: Option<&ExclusiveVma<'_>>,
     may_grow: bool,
 ) -> Result<(Option<Outcome>, usize)> {
+    let dir = dest.dir();
     let step_end = end.min(vma.end()).min((addr / BLOCK_SIZE + 1) * BLOCK_SIZE);
     let n = u64::from_safe_cast((step_end - addr) / PAGE_SIZE);
     if vma.flags() & UNMIGRATABLE != 0 || vma_is_secretmem(vma) {
@@ -274,9 +300,11 @@ fn one_step(
     let large = excl.filter(|_| large_step(vma, addr, step_end));
     // Only a move to a device waits for the pool to grow a block.
     let grow = may_grow && dir == Direction::ToDevice;
-    let r = match dir {
-        Direction::ToDevice => step(pool, vma, addr, step_end, large, grow, fill_to_device),
-        Direction::ToSystem => step(pool, vma, addr, step_end, large, grow, fill_to_system),
+    let r = match dest {
+        Dest::Device(u) => step(pool, vma, addr, step_end, large, grow, |p, v, s, e, l| {
+            fill_to_device(p, v, s, e, l, u)
+        }),
+        Dest::System => step(pool, vma, addr, step_end, large, grow, fill_to_system),
     };
     match r {
         // `migrate_vma_setup` refused the VMA for a reason of its own

@@ -17,9 +17,9 @@ use crate::placement::{Access, Location, Span};
 use crate::registry;
 use crate::registry::PoolRef;
 use crate::topology::MAX_DEVICES;
-use crate::vram::VramPool;
+use crate::vram::{Epoch, Intent, Use, VramPool};
 
-use super::{check_vmas, migrate_range, Direction, Outcome};
+use super::{check_vmas, migrate_range, Dest, Outcome};
 
 /// Where a prefetch or a job moves pages, resolved for the device that
 /// asks.
@@ -85,6 +85,8 @@ impl core::ops::Deref for Held<'_> {
 /// devices out of its reach. To system RAM: the pages of every device, group
 /// by group. A peer's memory is held only while pages move into it, never
 /// while pages are faulted (a fault may wait on user space: userfaultfd).
+/// `u` is the request the pages move for.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn prefetch(
     here: &VramPool,
     mm: &MmWithUser,
@@ -92,17 +94,19 @@ pub(crate) fn prefetch(
     target: &Target,
     start: usize,
     len: usize,
+    u: Use,
     cancel: &Cancel<'_>,
 ) -> Result<Outcome> {
     match *target {
         Target::System => to_system(mm, start, len, cancel),
-        Target::Here => to_device(|| Ok(Held::Here(here)), mm, mirror, start, len, cancel),
+        Target::Here => to_device(|| Ok(Held::Here(here)), mm, mirror, start, len, u, cancel),
         Target::Peer(i) => to_device(
             || PoolRef::get_in_group(i, here.index()).map(Held::Peer),
             mm,
             mirror,
             start,
             len,
+            u,
             cancel,
         ),
     }
@@ -114,12 +118,13 @@ fn to_device<'p>(
     mirror: &Mirror,
     start: usize,
     len: usize,
+    u: Use,
     cancel: &Cancel<'_>,
 ) -> Result<Outcome> {
     let (out, owner) = {
         let pool = hold()?;
         (
-            migrate_range(&pool, mm, start, len, Direction::ToDevice, cancel)?,
+            migrate_range(&pool, mm, start, len, Dest::Device(u), cancel)?,
             pool.owner(),
         )
     };
@@ -131,7 +136,7 @@ fn to_device<'p>(
     // RAM), then move what is now movable. The owner is a static group token:
     // it outlives the pool.
     fault_in(mm, mirror, owner, start, len, cancel)?;
-    let again = migrate_range(&*hold()?, mm, start, len, Direction::ToDevice, cancel)?;
+    let again = migrate_range(&*hold()?, mm, start, len, Dest::Device(u), cancel)?;
     Ok(again.after(&out))
 }
 
@@ -201,7 +206,7 @@ pub(crate) fn to_system(
     let (mut moved, mut busy) = (0, 0);
     let mut any = false;
     for pool in pools.iter().flatten() {
-        let o = migrate_range(pool, mm, start, len, Direction::ToSystem, cancel)?;
+        let o = migrate_range(pool, mm, start, len, Dest::System, cancel)?;
         moved += o.moved;
         busy += o.busy;
         any = true;
@@ -219,17 +224,23 @@ pub(crate) fn to_system(
     })
 }
 
-/// The placement pass of a job on device `here`: moves each piece of the
-/// job's ranges whose access policy is "migrate" to its preferred location
-/// (unless the job asked to run in place). Returns the pages moved.
+/// The placement pass of a job on device `here`, in request `epoch`: moves
+/// each piece of the job's ranges whose access policy is "migrate" to its
+/// preferred location (unless the job asked to run in place). Returns the
+/// pages moved.
 pub(crate) fn place(
     here: &VramPool,
     mm: &MmWithUser,
     mirror: &Mirror,
     pieces: &[Span],
     in_place: bool,
+    epoch: Epoch,
     cancel: &Cancel<'_>,
 ) -> Result<u64> {
+    let u = Use {
+        epoch,
+        intent: Intent::OnAccess,
+    };
     let mut moved = 0;
     for p in pieces {
         if in_place || p.placement.access == Access::InPlace {
@@ -238,7 +249,7 @@ pub(crate) fn place(
         let start = p.start & !(PAGE_SIZE - 1);
         let end = p.end.next_multiple_of(PAGE_SIZE);
         let target = Target::for_job(here, p.placement.preferred);
-        let out = match prefetch(here, mm, mirror, &target, start, end - start, cancel) {
+        let out = match prefetch(here, mm, mirror, &target, start, end - start, u, cancel) {
             // The preferred peer went away meanwhile: system RAM.
             Err(e) if target != Target::System && (e == ENOENT || e == ENOLINK) => prefetch(
                 here,
@@ -247,6 +258,7 @@ pub(crate) fn place(
                 &Target::System,
                 start,
                 end - start,
+                u,
                 cancel,
             ),
             r => r,

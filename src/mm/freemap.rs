@@ -91,6 +91,16 @@ impl FreeMap {
         self.nwhole
     }
 
+    /// Free pages of 2 MiB block `b` (0 past the map).
+    pub(crate) fn block_free(&self, b: usize) -> usize {
+        self.block_free.get(b).map_or(0, |&n| usize::from(n))
+    }
+
+    /// Whether block `b` is out whole, as one large folio.
+    pub(crate) fn is_whole(&self, b: usize) -> bool {
+        self.whole.get(b).is_some_and(|&w| w)
+    }
+
     /// Takes up to `want` free pages, pushing their indices to `out` (until
     /// it is full): partly used blocks first, whole free blocks last, lowest
     /// indices first within a block. Returns how many it took.

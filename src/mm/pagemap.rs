@@ -307,6 +307,19 @@ impl<T: PagemapOps> Pagemap<T> {
         self.npages - self.free.lock().nfree()
     }
 
+    /// 2 MiB blocks of the map (the last may be shorter).
+    pub(crate) fn nblocks(&self) -> usize {
+        self.npages.div_ceil(BLOCK_PAGES)
+    }
+
+    /// Pages in use in 2 MiB block `b` (pages `b * BLOCK_PAGES..`), and
+    /// whether the block is out whole as one large folio.
+    pub(crate) fn block_use(&self, b: usize) -> (usize, bool) {
+        let len = self.npages.saturating_sub(b * BLOCK_PAGES).min(BLOCK_PAGES);
+        let free = self.free.lock();
+        (len - free.block_free(b).min(len), free.is_whole(b))
+    }
+
     /// The free map's counts, read at once.
     pub(crate) fn counts(&self) -> FreeCounts {
         let free = self.free.lock();

@@ -44,7 +44,21 @@ impl VramPool {
     /// `batch` (other chunks of this pool: device to device, BAR to BAR;
     /// large folios stay, see [`super::choose_victim`]) or, without a batch, to
     /// system RAM.
-    pub(super) fn drain(&self, map: &Pagemap<Chunk>, mut batch: Option<Batch>) -> Result<Drained> {
+    pub(super) fn drain(&self, map: &Pagemap<Chunk>, batch: Option<Batch>) -> Result<Drained> {
+        self.drain_range(map, 0, map.npages(), batch, true)
+    }
+
+    /// [`VramPool::drain`] of pages `[start, end)` of chunk `map` only; 2 MiB
+    /// folios stay unless `large` (see [`VramPool::evict_large_folios`] for
+    /// why they had better move through their mm).
+    pub(super) fn drain_range(
+        &self,
+        map: &Pagemap<Chunk>,
+        start: usize,
+        end: usize,
+        mut batch: Option<Batch>,
+        large: bool,
+    ) -> Result<Drained> {
         // Consolidation (a batch) only packs pages into other chunks: under
         // the memory pressure that asked for it, sending pages to system RAM
         // would take RAM. Eviction (no batch) sends them there, whatever it
@@ -55,9 +69,10 @@ impl VramPool {
         let mut stage = KBox::new([0u8; PAGE_SIZE], GFP_KERNEL)?;
         // One page table's worth of frames at a time: small arrays, and
         // pages locked for a short while.
-        let mut first = 0;
-        while first < map.npages() {
-            let n = (map.npages() - first).min(BLOCK_PAGES);
+        let mut first = start;
+        let end = end.min(map.npages());
+        while first < end {
+            let n = (end - first).min(BLOCK_PAGES);
             let mut mig = map.device_migration(first, n)?;
             // What each filled entry became (moved: true, or sent to system
             // RAM),
@@ -78,7 +93,7 @@ impl VramPool {
                     // A large folio: the core moves it whole here or not at
                     // all (it cannot split it without its mapping); only
                     // eviction moves it, to system RAM.
-                    *f = if to_system_ok {
+                    *f = if to_system_ok && large {
                         self.evict_large(&mut mig, i, from)?.then_some((false, nr))
                     } else {
                         None

@@ -63,7 +63,7 @@ use crate::mm::{
     fault::{Fault, FaultError},
     iomem::WcBar,
     owner::{Owner, OwnerKey},
-    page::{NewPage, PageRef},
+    page::{NewPage, PageRef, BLOCK_SIZE},
     pagemap::{self, Pagemap, PAGE_SIZE},
     reclaim::ReclaimQueue,
 };
@@ -73,7 +73,9 @@ mod alloc;
 mod chunk;
 mod evict;
 mod floor;
+mod lru;
 mod phases;
+mod room;
 mod shrink;
 mod stats;
 mod teardown;
@@ -81,6 +83,8 @@ mod teardown;
 pub(crate) use alloc::Batch;
 use chunk::{no_mappings, Chunk, LargeMapping};
 pub(crate) use floor::{FloorPath, FLOOR_MAX_PAGES};
+use lru::Lru;
+pub(crate) use lru::{Epoch, Intent, Use};
 pub(crate) use phases::{Clock, JobPhase, Phase, SizeClass};
 pub(crate) use shrink::{choose_victim, ChunkInfo};
 pub(crate) use stats::Stats;
@@ -176,6 +180,9 @@ pub(crate) struct VramPool {
     #[pin]
     pub(crate) atomics: Mutex<()>,
     pub(crate) stats: Stats,
+    /// The use of each 2 MiB block of the BAR: what makes room when the
+    /// pool is full (see `room.rs`).
+    lru: Lru,
     /// msvm index of the device.
     index: usize,
     /// The layer above, for what the pool cannot do itself.
@@ -215,6 +222,7 @@ impl VramPool {
             slots.push(Slot::Absent, GFP_KERNEL)?;
         }
         let queue_name = CString::try_from_fmt(fmt!("msvm-teardown/{index}"))?;
+        let nblocks = (nchunks * chunk_size).div_ceil(BLOCK_SIZE);
         let pool = Arc::pin_init(
             try_pin_init!(Self {
                 bar,
@@ -227,6 +235,7 @@ impl VramPool {
                 grow_lock <- new_mutex!(()),
                 atomics <- new_mutex!(()),
                 stats: Stats::new(),
+                lru: Lru::new(nblocks)?,
                 index,
                 ops,
                 teardown_queue: ReclaimQueue::with_max_active(&queue_name, teardown::WORKERS)?,
@@ -322,6 +331,17 @@ impl VramPool {
         self.locate(page)
             .filter(|(p, _)| self.is(p))
             .map(|(_, off)| off)
+    }
+
+    /// Pages were placed at BAR offset `off` by request `u` (for the
+    /// eviction policy).
+    pub(crate) fn note_placed(&self, off: usize, u: Use) {
+        self.lru.placed(off / BLOCK_SIZE, u);
+    }
+
+    /// Request `epoch` used the page at BAR offset `off` where it was.
+    pub(crate) fn note_used(&self, off: usize, epoch: Epoch) {
+        self.lru.used(off / BLOCK_SIZE, epoch);
     }
 
     /// Whether `other` is this pool.

@@ -46,6 +46,12 @@ pub(crate) struct Stats {
     /// 2 MiB ranges (THPs, device folios, holes) that had to move in small
     /// pages: no free 2 MiB block or system folio at the time.
     pub(crate) large_fallback: Atomic<u64>,
+    /// 2 MiB blocks evicted to make room on this full device (uAPI
+    /// `evict_blocks`), the pages they sent to system RAM (`evict_pages`),
+    /// and active blocks demoted instead (`evict_demoted`).
+    pub(crate) room_blocks: Atomic<u64>,
+    pub(crate) room_pages: Atomic<u64>,
+    pub(crate) room_demoted: Atomic<u64>,
     /// Engine bytes read from each peer's VRAM over P2P, by peer index.
     pub(crate) peer_read: [Atomic<u64>; MAX_DEVICES],
     /// Engine bytes written to each peer's VRAM over P2P, by peer index.
@@ -90,6 +96,9 @@ impl Stats {
             large_to_device: Atomic::new(0),
             large_to_system: Atomic::new(0),
             large_fallback: Atomic::new(0),
+            room_blocks: Atomic::new(0),
+            room_pages: Atomic::new(0),
+            room_demoted: Atomic::new(0),
             peer_read: [const { Atomic::new(0) }; MAX_DEVICES],
             peer_written: [const { Atomic::new(0) }; MAX_DEVICES],
             phases: Phases::new(),

@@ -45,8 +45,13 @@ else
 	rc=1
 fi
 
-echo "== msvm-tests hotplug"
+echo "== msvm-tests oversub-off (msvm loaded with evict=0)"
 dmesg -n 4
+load_msvm evict=0 || exit 1
+msvm-tests oversub-off || rc=1
+unload_msvm || rc=1
+
+echo "== msvm-tests hotplug"
 load_msvm || exit 1
 dmesg -n 7
 msvm-tests hotplug || rc=1

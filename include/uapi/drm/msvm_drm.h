@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 /* Bumped on every ABI addition. */
-#define MSVM_UAPI_VERSION 8
+#define MSVM_UAPI_VERSION 9
 
 /* At most this many msvm devices are bound at once. */
 #define MSVM_MAX_DEVICES 16
@@ -258,6 +258,13 @@ struct drm_msvm_migrate {
  * @job_bind_us: microseconds spent building device page tables (DMA and
  *               P2P mappings)
  * @job_exec_us: microseconds spent running the operations themselves
+ * @evict_blocks: 2 MiB blocks of this device's memory evicted to make room
+ *                for a migration into it when it was full (module parameter
+ *                evict; see Documentation/placement.rst)
+ * @evict_pages: pages those evictions sent to system RAM (they also count
+ *               in @to_system)
+ * @evict_demoted: blocks the scan-resistant policy moved from its active
+ *                 class to its inactive one instead of evicting them
  * @reserved: zero
  */
 struct drm_msvm_stats {
@@ -300,6 +307,9 @@ struct drm_msvm_stats {
 	__u64 job_walk_us;
 	__u64 job_bind_us;
 	__u64 job_exec_us;
+	__u64 evict_blocks;
+	__u64 evict_pages;
+	__u64 evict_demoted;
 	__u64 reserved[1];
 };
 

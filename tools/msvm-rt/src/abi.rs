@@ -4,7 +4,7 @@
 //! which compiles a small C program against the real header.
 
 /// `MSVM_UAPI_VERSION`.
-pub const MSVM_UAPI_VERSION: u32 = 8;
+pub const MSVM_UAPI_VERSION: u32 = 9;
 /// `MSVM_MAX_DEVICES`.
 pub const MSVM_MAX_DEVICES: u32 = 16;
 /// `MSVM_SIZE_4K`: a migration step in 4 KiB pages.
@@ -175,6 +175,9 @@ pub struct DrmMsvmStats {
     pub job_walk_us: u64,
     pub job_bind_us: u64,
     pub job_exec_us: u64,
+    pub evict_blocks: u64,
+    pub evict_pages: u64,
+    pub evict_demoted: u64,
     pub reserved: [u64; 1],
 }
 

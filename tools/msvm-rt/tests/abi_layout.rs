@@ -70,6 +70,9 @@ fn c_layout() -> Vec<(String, u64)> {
                 "job_walk_us",
                 "job_bind_us",
                 "job_exec_us",
+                "evict_blocks",
+                "evict_pages",
+                "evict_demoted",
                 "reserved",
             ],
         )
@@ -290,6 +293,9 @@ fn layouts_match_the_c_header() {
             job_walk_us,
             job_bind_us,
             job_exec_us,
+            evict_blocks,
+            evict_pages,
+            evict_demoted,
             reserved
         ]
     );

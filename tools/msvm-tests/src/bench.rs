@@ -9,7 +9,7 @@ use std::num::NonZeroUsize;
 use std::ptr::NonNull;
 use std::time::Instant;
 
-use msvm_rt::Location;
+use msvm_rt::{Exec, Location};
 use nix::sys::mman::{madvise, mmap_anonymous, MapFlags, MmapAdvise, ProtFlags};
 
 use crate::svm::{gpu0, PAGE};
@@ -531,5 +531,77 @@ pub fn run_latency() -> Result<(), String> {
         }
         report_latency(path, &mut s);
     }
+    Ok(())
+}
+
+/// `msvm-tests bench-oversub MODE` (msvm loaded with `evict=` the policy
+/// `MODE` names: `off`, `lru` or `on`): on the isolated device (256 MiB in
+/// `make bench`'s placement boot), a 128 MiB working set placed by MIGRATE
+/// is CHECKSUMmed 10 times, each time after the CPU writes 256 MiB of fresh
+/// data that a CHECKSUM then streams through the same device. Prints the
+/// share of the working set's bytes the engine read from its own VRAM
+/// without moving them there first (`oversub_hot_hit_pct.MODE`), the blocks
+/// evicted and the time, as BENCH lines. Every checksum must match the
+/// CPU's.
+pub fn run_oversub(mode: &str) -> Result<(), String> {
+    const MIB: usize = 1 << 20;
+    const HOT: usize = 128 * MIB;
+    const STREAM: usize = 256 * MIB;
+    const ROUNDS: u64 = 10;
+    let (_, _, dev) = crate::multi::devices()?;
+    let e = |x: msvm_rt::Error| x.to_string();
+    let hot = buffer(HOT)?;
+    for (i, w) in hot.iter_mut().enumerate() {
+        *w = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    let bytes = |b: &[u64]| -> u64 {
+        // SAFETY: the same memory, viewed as bytes.
+        msvm_rt::checksum(unsafe { std::slice::from_raw_parts(b.as_ptr().cast(), b.len() * 8) })
+    };
+    let want_hot = bytes(hot);
+    let stream = buffer(STREAM)?;
+    dev.migrate(hot.as_ptr() as usize, HOT, Location::Device)
+        .map_err(e)?;
+    let s0 = dev.stats().map_err(e)?;
+    let (mut hit, t) = (0u64, Instant::now());
+    for round in 0..ROUNDS {
+        // Fresh data, written by the CPU (its pages on the device, if any,
+        // fault back first).
+        for (i, w) in stream.iter_mut().enumerate() {
+            *w = (i as u64 ^ round).wrapping_mul(0xd6e8_feb8_6659_fd93);
+        }
+        let want = bytes(stream);
+        let got = dev
+            .exec(Exec::Checksum, stream.as_ptr() as usize, STREAM, false)
+            .map_err(e)?;
+        if got.result != want {
+            return Err(format!("round {round}: stream checksum"));
+        }
+        let a = dev.stats().map_err(e)?;
+        let got = dev
+            .exec(Exec::Checksum, hot.as_ptr() as usize, HOT, false)
+            .map_err(e)?;
+        let b = dev.stats().map_err(e)?;
+        if got.result != want_hot {
+            return Err(format!("round {round}: working set checksum"));
+        }
+        let moved_in = (b.to_device - a.to_device) * PAGE as u64;
+        hit += (b.engine_vram_read - a.engine_vram_read).saturating_sub(moved_in);
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let s1 = dev.stats().map_err(e)?;
+    println!(
+        "BENCH oversub_hot_hit_pct.{mode} {:.1} %",
+        hit as f64 * 100.0 / (ROUNDS as f64 * HOT as f64)
+    );
+    println!(
+        "BENCH oversub_evict_blocks.{mode} {} blocks",
+        s1.evict_blocks - s0.evict_blocks
+    );
+    println!(
+        "BENCH oversub_no_vram_mib.{mode} {} MiB",
+        (s1.no_vram - s0.no_vram) * PAGE as u64 / MIB as u64
+    );
+    println!("BENCH oversub_s.{mode} {secs:.3} s");
     Ok(())
 }

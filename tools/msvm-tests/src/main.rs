@@ -4,7 +4,8 @@
 //! the sysfs unbind/re-bind test; `msvm-tests hotplug` the hot-unplug test,
 //! which asks the host harness (scripts/vm.py) to unplug and re-plug a GPU;
 //! `msvm-tests hold READY GO` parks data on a device across an rmmod; the
-//! other subcommands (fuzz, stress, soak, bench*, pressure, hog, unplug-loop) are
+//! other subcommands (fuzz, stress, soak, bench*, pressure, hog, unplug-loop,
+//! oversub-off) are
 //! described where they are defined. Output: one `ok`/`not ok` line per
 //! test, then a summary line `N passed, N failed`. The exit status is
 //! non-zero if any test failed.
@@ -107,11 +108,19 @@ fn main() -> ExitCode {
         Some("soak") => return finish("soak", soak::run(arg(1, 600)), Some("soak")),
         Some("bench-p2p") => return finish("bench-p2p", bench::run_p2p(arg(1, 64)), None),
         Some("bench-latency") => return finish("bench-latency", bench::run_latency(), None),
+        Some("bench-oversub") => {
+            let res = bench::run_oversub(&arg(1, "on".to_string()));
+            return finish("bench-oversub", res, None);
+        }
         Some("bench-lifecycle") => {
             let quick = arg(1, String::new()) == "quick";
             return finish("bench-lifecycle", bench::run_lifecycle(quick), None);
         }
         Some("pressure") => return finish("pressure", lifecycle::pressure(), Some("pressure")),
+        Some("oversub-off") => {
+            let res = placement::oversubscription_off();
+            return finish("oversub-off", res, Some("full device, evict=0"));
+        }
         Some("hog") => return finish("hog", lifecycle::hog(arg(1, 256)), None),
         Some("unplug-loop") => {
             let res = unplug::unplug_loop(arg(1, 20));

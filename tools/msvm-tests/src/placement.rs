@@ -34,6 +34,10 @@ pub fn tests() -> Vec<Test> {
             name: "placement_concurrent_atomics_two_devices_cpu_and_migration",
             run: concurrent_atomics,
         },
+        Test {
+            name: "placement_full_device_evicts_data_used_once_not_the_working_set",
+            run: oversubscription,
+        },
     ]
 }
 
@@ -491,4 +495,132 @@ fn adder(d: &Device, addr: usize, len: usize, v: u64, rounds: u64) -> Outcome {
         d.exec(Exec::AtomicAdd(v), addr, len, true).map_err(e)?;
     }
     Ok(())
+}
+
+/// The set-up of the oversubscription tests on the isolated device `c`: a
+/// working set placed by MIGRATE, then data used once by a job (placed on
+/// access) that fills the device but for 16 MiB, then another job's data
+/// that needs 48 MiB more than is free. Returns the maps (working set,
+/// first, second), the stats before the second job and after it, and
+/// whether both jobs' checksums matched the CPU's.
+struct Oversub {
+    hot: Map,
+    first: Map,
+    second: Map,
+    before: Stats,
+    after: Stats,
+}
+
+fn oversub(d: &Device) -> Result<Oversub, String> {
+    let s0 = d.stats().map_err(e)?;
+    let free = (s0.vram_size as usize).saturating_sub(s0.resident as usize * PAGE);
+    check!(free >= 128 << 20, "only {free} bytes of the device free");
+    const MIB: usize = 1 << 20;
+    let hot_len = 32 * MIB;
+    let first_len = (free - hot_len - 16 * MIB) & !(2 * MIB - 1);
+    let mut hot = Map::new(hot_len)?;
+    fill(hot.bytes_mut(), 1);
+    // In 2 MiB folios where THP allows (evicted through their mm), and in
+    // 4 KiB pages.
+    let mut first = Map::new(first_len)?;
+    fill(first.bytes_mut(), 2);
+    let mut second = Map::small(64 * MIB)?;
+    fill(second.bytes_mut(), 3);
+    let (want_first, want_second) = (
+        msvm_rt::checksum(first.bytes()),
+        msvm_rt::checksum(second.bytes()),
+    );
+    let o = d
+        .migrate(hot.addr(), hot_len, Location::Device)
+        .map_err(e)?;
+    check!(o.moved == (hot_len / PAGE) as u64, "working set: {o:?}");
+    let r = d
+        .exec(Exec::Checksum, first.addr(), first_len, false)
+        .map_err(e)?;
+    check!(r.result == want_first, "first checksum");
+    let before = d.stats().map_err(e)?;
+    let r = d
+        .exec(Exec::Checksum, second.addr(), second.len(), false)
+        .map_err(e)?;
+    check!(r.result == want_second, "second checksum");
+    let after = d.stats().map_err(e)?;
+    Ok(Oversub {
+        hot,
+        first,
+        second,
+        before,
+        after,
+    })
+}
+
+/// With the default policy (module parameter `evict=2`), the second job
+/// evicts blocks of the first one's data (inactive: placed on access, used
+/// by one request) and none of the working set (active: placed by MIGRATE),
+/// and runs with all its pages on the device; every byte of all three
+/// survives.
+fn oversubscription() -> Outcome {
+    let t = trio()?;
+    let o = oversub(&t.c)?;
+    let (b, a) = (&o.before, &o.after);
+    check!(
+        a.evict_blocks > b.evict_blocks && a.evict_pages > b.evict_pages,
+        "no eviction: blocks {} -> {}, pages {} -> {}",
+        b.evict_blocks,
+        a.evict_blocks,
+        b.evict_pages,
+        a.evict_pages
+    );
+    check!(
+        a.no_vram == b.no_vram,
+        "no_vram {} -> {}",
+        b.no_vram,
+        a.no_vram
+    );
+    let hot = res(&t.c, &o.hot)?;
+    check!(
+        hot.devices[t.ic] == o.hot.len() as u64,
+        "working set evicted: {hot:?}"
+    );
+    let second = res(&t.c, &o.second)?;
+    check!(
+        second.devices[t.ic] == o.second.len() as u64,
+        "second job's data not all on the device: {second:?}"
+    );
+    let first = res(&t.c, &o.first)?;
+    check!(
+        first.system > 0,
+        "nothing of the first job's data evicted: {first:?}"
+    );
+    crate::svm::verify(o.hot.bytes(), 1)?;
+    crate::svm::verify(o.first.bytes(), 2)?;
+    crate::svm::verify(o.second.bytes(), 3)
+}
+
+/// `msvm-tests oversub-off`, after loading msvm with `evict=0`: the same
+/// set-up, and today's behaviour without a policy: the device stays as it
+/// is, the second job's pages that do not fit count as `no_vram` and are
+/// used in system RAM, and every byte survives.
+pub fn oversubscription_off() -> Result<(), String> {
+    let t = trio()?;
+    let o = oversub(&t.c)?;
+    let (b, a) = (&o.before, &o.after);
+    check!(
+        a.evict_blocks == b.evict_blocks && a.evict_demoted == b.evict_demoted,
+        "evicted with the policy off: {} -> {} blocks",
+        b.evict_blocks,
+        a.evict_blocks
+    );
+    check!(a.no_vram > b.no_vram, "no page without room: {}", a.no_vram);
+    check!(
+        a.engine_sys_read > b.engine_sys_read,
+        "the second job read nothing from system RAM"
+    );
+    let first = res(&t.c, &o.first)?;
+    check!(
+        first.devices[t.ic] == o.first.len() as u64,
+        "first job's data moved: {first:?}"
+    );
+    crate::svm::verify(o.hot.bytes(), 1)?;
+    crate::svm::verify(o.first.bytes(), 2)?;
+    crate::svm::verify(o.second.bytes(), 3)
 }
