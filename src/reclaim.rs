@@ -110,7 +110,8 @@ impl WorkItem for ShrinkWork {
         WORKER.store(kernel::task::Task::current_raw().addr(), Release);
         let level = WANT.xchg(0, Full);
         if level != 0 {
-            shrink_all(level);
+            // Memory is short: no new threads for it.
+            shrink_all(level, false);
         }
         WORKER.store(0, Release);
     }
@@ -141,14 +142,15 @@ fn reclaimable() -> Option<(usize, usize)> {
 }
 
 /// One shrink pass over every device at `level` ([`IDLE`] or
-/// [`CONSOLIDATE`]): returns the pagemaps removed.
-pub(crate) fn shrink_all(level: u64) -> usize {
+/// [`CONSOLIDATE`]), idle chunks removed side by side if `side_by_side`
+/// (see `VramPool::trim_idle`): returns the pagemaps removed.
+pub(crate) fn shrink_all(level: u64, side_by_side: bool) -> usize {
     let mut removed = 0;
     let Some(pools) = pools(true) else {
         return 0;
     };
     for p in pools.iter().flatten() {
-        let n = p.trim_idle(note_freed);
+        let n = p.trim_idle(note_freed, side_by_side);
         removed += n;
         if level >= CONSOLIDATE && n == 0 {
             match p.consolidate(note_freed) {

@@ -96,9 +96,9 @@ fn copy_in(pool: &VramPool, src: Option<PageRef<'_>>, nr: usize, offset: usize) 
 
 /// One migration step by `fill`: a whole 2 MiB folio (or hole) moves
 /// whole where the step allows; if `fill` finds no 2 MiB destination for
-/// it, the step returns `None` if `grow` and the pool can grow a block (see
-/// [`super::device_step`]), and otherwise runs again in small pages (the core
-/// splits the folio when it collects it).
+/// it, the step returns `None` if `grow` and the pool can grow a block or
+/// make room for one (see [`super::device_step`]), and otherwise runs again
+/// in small pages (the core splits the folio when it collects it).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn step(
     pool: &VramPool,
@@ -118,7 +118,8 @@ pub(super) fn step(
     if let Some(out) = fill(pool, vma, start, end, large)? {
         return Ok(Some(out));
     }
-    if grow && pool.can_grow() {
+    // No free block now, but the pool may grow one or make room for one.
+    if grow && (pool.can_grow() || pool.may_make_room_for_block()) {
         return Ok(None);
     }
     pool.stats.large_fallback.add(1, Relaxed);

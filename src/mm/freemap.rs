@@ -26,11 +26,15 @@ const WORD: usize = u32_as_usize(u64::BITS);
 /// - `nfree_blocks` counts the full-length blocks with every page free;
 /// - `whole[b]` is set iff block `b` was handed out by [`FreeMap::take_block`]
 ///   and neither did any of its pages come back since nor was it split
-///   ([`FreeMap::split`]); `nwhole` counts them.
+///   ([`FreeMap::split`]); `nwhole` counts them;
+/// - `reserved[b]` is set only if `whole[b]` is clear, and then neither
+///   [`FreeMap::take`] nor [`FreeMap::take_block`] hands out pages of block
+///   `b`.
 pub(crate) struct FreeMap {
     bits: KVec<u64>,
     block_free: KVec<u16>,
     whole: KVec<bool>,
+    reserved: KVec<bool>,
     npages: usize,
     nfree: usize,
     nfree_blocks: usize,
@@ -57,18 +61,21 @@ impl FreeMap {
         }
         let mut block_free = KVec::with_capacity(nblocks, GFP_KERNEL)?;
         let mut whole = KVec::with_capacity(nblocks, GFP_KERNEL)?;
+        let mut reserved = KVec::with_capacity(nblocks, GFP_KERNEL)?;
         for b in 0..nblocks {
             // CAST: at most `BLOCK_PAGES` (512), which fits in `u16`.
             block_free.push(block_len(npages, b) as u16, GFP_KERNEL)?;
             whole.push(false, GFP_KERNEL)?;
+            reserved.push(false, GFP_KERNEL)?;
         }
         // INVARIANT: bits `0..npages` set and no others; each block's count
         // is its length, all set; `nfree_blocks` counts the full-length
-        // blocks (all free); no block is out whole.
+        // blocks (all free); no block is out whole or reserved.
         Ok(Self {
             bits,
             block_free,
             whole,
+            reserved,
             npages,
             nfree: npages,
             nfree_blocks: npages / BLOCK_PAGES,
@@ -101,9 +108,31 @@ impl FreeMap {
         self.whole.get(b).is_some_and(|&w| w)
     }
 
+    /// Reserves block `b`: no page of it is handed out until
+    /// [`FreeMap::release`]. Refused (`false`) for a block out whole as one
+    /// large folio, one reserved already, or one past the map.
+    pub(crate) fn reserve(&mut self, b: usize) -> bool {
+        match (self.whole.get(b), self.reserved.get_mut(b)) {
+            (Some(false), Some(r)) if !*r => {
+                // INVARIANT: the block is not out whole.
+                *r = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Hands out pages of block `b` again.
+    pub(crate) fn release(&mut self, b: usize) {
+        if let Some(r) = self.reserved.get_mut(b) {
+            *r = false;
+        }
+    }
+
     /// Takes up to `want` free pages, pushing their indices to `out` (until
     /// it is full): partly used blocks first, whole free blocks last, lowest
-    /// indices first within a block. Returns how many it took.
+    /// indices first within a block, reserved blocks never. Returns how many
+    /// it took.
     pub(crate) fn take(&mut self, want: usize, out: &mut KVec<u32>) -> usize {
         let mut taken = 0;
         for whole_free in [false, true] {
@@ -111,7 +140,7 @@ impl FreeMap {
                 let f = usize::from(self.block_free[b]);
                 // Short last blocks count as partly used: they never make
                 // a large folio.
-                if f == 0 || (f == BLOCK_PAGES) != whole_free {
+                if f == 0 || (f == BLOCK_PAGES) != whole_free || self.reserved[b] {
                     continue;
                 }
                 let first = b * BLOCK_PAGES;
@@ -144,17 +173,18 @@ impl FreeMap {
         taken
     }
 
-    /// Takes a whole free block, if there is one: the index of its first
-    /// page.
+    /// Takes a whole free block that is not reserved, if there is one: the
+    /// index of its first page.
     pub(crate) fn take_block(&mut self) -> Option<usize> {
         let b = (0..self.block_free.len()).find(|&b| {
             block_len(self.npages, b) == BLOCK_PAGES
                 && usize::from(self.block_free[b]) == BLOCK_PAGES
+                && !self.reserved[b]
         })?;
         let first = b * BLOCK_PAGES;
         // INVARIANT: the whole full-length block leaves the bitmap, its
         // count, `nfree` and `nfree_blocks`, and is out whole (`whole`,
-        // `nwhole`).
+        // `nwhole`); it was not reserved.
         for w in self.bits[first / WORD..(first + BLOCK_PAGES) / WORD].iter_mut() {
             *w = 0;
         }
@@ -238,6 +268,30 @@ mod tests {
         assert_eq!(m.take_block(), Some(2 * BLOCK_PAGES));
         assert_eq!(m.nfree(), BLOCK_PAGES - 1);
         assert_eq!(m.nfree_blocks(), 0);
+        Ok(())
+    }
+
+    #[test]
+    fn reserved_blocks_are_not_handed_out() -> Result {
+        let mut m = FreeMap::new(3 * BLOCK_PAGES)?;
+        let mut out = KVec::with_capacity(3 * BLOCK_PAGES, GFP_KERNEL)?;
+        // Block 0 out whole: it cannot be reserved.
+        assert_eq!(m.take_block(), Some(0));
+        assert!(!m.reserve(0));
+        // Block 1 partly used and reserved: small pages come from block 2.
+        assert_eq!(m.take(1, &mut out), 1);
+        assert_eq!(out[0] as usize, BLOCK_PAGES);
+        assert!(m.reserve(1));
+        assert!(!m.reserve(1));
+        assert!(!m.reserve(9));
+        out.clear();
+        assert_eq!(m.take(10, &mut out), 10);
+        assert!(out.iter().all(|&i| i as usize >= 2 * BLOCK_PAGES));
+        // Block 1 all free again, still reserved: not handed out whole.
+        assert_eq!(m.put(BLOCK_PAGES, 1), 1);
+        assert_eq!(m.take_block(), None);
+        m.release(1);
+        assert_eq!(m.take_block(), Some(BLOCK_PAGES));
         Ok(())
     }
 

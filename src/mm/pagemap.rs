@@ -320,6 +320,21 @@ impl<T: PagemapOps> Pagemap<T> {
         (len - free.block_free(b).min(len), free.is_whole(b))
     }
 
+    /// Reserves 2 MiB block `b` of `map` (see [`FreeMap::reserve`]): while
+    /// the returned guard lives, no page of it is handed out. `None` for a
+    /// block out whole as one large folio (or reserved already).
+    ///
+    /// Allocation takes pages off the free map and prepares them (raises
+    /// their count, locks them) in one call: a caller that reserves under
+    /// the lock its allocations run under knows that no page of the block
+    /// is half-prepared when the guard comes.
+    pub(crate) fn reserve_block(map: &Arc<Self>, b: usize) -> Option<BlockReservation<T>> {
+        map.free.lock().reserve(b).then(|| BlockReservation {
+            map: map.clone(),
+            b,
+        })
+    }
+
     /// The free map's counts, read at once.
     pub(crate) fn counts(&self) -> FreeCounts {
         let free = self.free.lock();
@@ -412,6 +427,26 @@ impl<T: PagemapOps> Pagemap<T> {
     pub(crate) fn index_of(&self, page: PageRef<'_>) -> Option<usize> {
         let pfn = page.pfn();
         (pfn >= self.pfn_first && pfn < self.pfn_first + self.npages).then(|| pfn - self.pfn_first)
+    }
+}
+
+/// A reserved 2 MiB block of a pagemap ([`Pagemap::reserve_block`]),
+/// released on drop.
+pub(crate) struct BlockReservation<T: PagemapOps> {
+    map: Arc<Pagemap<T>>,
+    b: usize,
+}
+
+impl<T: PagemapOps> BlockReservation<T> {
+    /// The pagemap.
+    pub(crate) fn map(&self) -> &Pagemap<T> {
+        &self.map
+    }
+}
+
+impl<T: PagemapOps> Drop for BlockReservation<T> {
+    fn drop(&mut self) {
+        self.map.free.lock().release(self.b);
     }
 }
 

@@ -16,6 +16,18 @@ use crate::mm::pagemap::{self, Pagemap, PAGE_SIZE};
 
 use super::{Batch, Chunk, LargeMapping, Slot, VramPool};
 
+/// What a drain moves to system RAM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Drain {
+    /// Everything, 2 MiB folios too, waiting for system memory as long as
+    /// it takes: the data has nowhere else to go (a device going away).
+    All,
+    /// Small pages only, as system memory comes without waiting: an
+    /// eviction that may fail (making room, see `room.rs`). The caller
+    /// makes sure no 2 MiB folio is in the range (a reserved block).
+    Room,
+}
+
 /// What draining a chunk did, in pages.
 #[derive(Default, Debug)]
 pub(super) struct Drained {
@@ -45,19 +57,18 @@ impl VramPool {
     /// large folios stay, see [`super::choose_victim`]) or, without a batch, to
     /// system RAM.
     pub(super) fn drain(&self, map: &Pagemap<Chunk>, batch: Option<Batch>) -> Result<Drained> {
-        self.drain_range(map, 0, map.npages(), batch, true)
+        self.drain_range(map, 0, map.npages(), batch, Drain::All)
     }
 
-    /// [`VramPool::drain`] of pages `[start, end)` of chunk `map` only; 2 MiB
-    /// folios stay unless `large` (see [`VramPool::evict_large_folios`] for
-    /// why they had better move through their mm).
+    /// [`VramPool::drain`] of pages `[start, end)` of chunk `map` only, the
+    /// way `how` says.
     pub(super) fn drain_range(
         &self,
         map: &Pagemap<Chunk>,
         start: usize,
         end: usize,
         mut batch: Option<Batch>,
-        large: bool,
+        how: Drain,
     ) -> Result<Drained> {
         // Consolidation (a batch) only packs pages into other chunks: under
         // the memory pressure that asked for it, sending pages to system RAM
@@ -93,7 +104,7 @@ impl VramPool {
                     // A large folio: the core moves it whole here or not at
                     // all (it cannot split it without its mapping); only
                     // eviction moves it, to system RAM.
-                    *f = if to_system_ok && large {
+                    *f = if to_system_ok && how == Drain::All {
                         self.evict_large(&mut mig, i, from)?.then_some((false, nr))
                     } else {
                         None
@@ -113,8 +124,12 @@ impl VramPool {
                     continue;
                 }
                 // `must` waits for memory rather than fail: the data has
-                // nowhere else to go.
-                let dst = if to_system_ok { NewPage::must() } else { None };
+                // nowhere else to go; making room only takes what comes.
+                let dst = match (to_system_ok, how) {
+                    (false, _) => None,
+                    (true, Drain::All) => NewPage::must(),
+                    (true, Drain::Room) => NewPage::zeroed_try(false),
+                };
                 let Some(dst) = dst else {
                     d.stuck += 1;
                     continue;

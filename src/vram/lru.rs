@@ -7,9 +7,9 @@
 //! block of VRAM records the epoch of its last use and a class, *active* or
 //! *inactive*, as the kernel's own page LRU has two lists:
 //!
-//! - pages placed by a job's migrate-on-access make their block inactive;
-//!   pages an explicit MIGRATE or PREFETCH placed make it active (the
-//!   runtime said it wants them there);
+//! - pages placed by a job's migrate-on-access leave their block's class as
+//!   it was (a new block is inactive); pages an explicit MIGRATE or PREFETCH
+//!   placed make it active (the runtime said it wants them there);
 //! - a use of a resident block by a later request (the engine reading or
 //!   writing it, a placement finding its pages there already) makes it
 //!   active: used twice, it is part of the working set;
@@ -17,10 +17,12 @@
 //! - a request never evicts what it used itself (its pages would only come
 //!   back): when nothing else is left, the device is full for it, and the
 //!   rest of its pages are used where they are;
-//! - when no inactive block is left, one call demotes the active block used
-//!   longest ago to inactive (as if used now: a full trip through the
-//!   inactive class), and evicts nothing: a working set that is used again
-//!   before its blocks come up stays, one that is not goes in time.
+//! - when no inactive block is left, an explicit request evicts the active
+//!   block used longest ago (it asked for the room); a job's placement
+//!   instead demotes that block to inactive (as if used now: a full trip
+//!   through the inactive class) and evicts nothing, running on the pages
+//!   that do not fit where they are: a working set used again before its
+//!   blocks come up stays, one that is not goes in time.
 //!
 //! So a stream of data used once (a scan larger than the device) cycles
 //! through the inactive blocks and never pushes out the working set, which
@@ -119,11 +121,12 @@ impl BlockUse {
         self.last | if self.active { ACTIVE } else { 0 }
     }
 
-    /// After pages were placed in the block by `u`.
+    /// After pages were placed in the block by `u` (pages placed next to
+    /// others do not make the others used again).
     fn placed(self, u: Use) -> Self {
         Self {
             last: u.epoch.0,
-            active: self.active || u.intent == Intent::Explicit || self.reused(u.epoch),
+            active: self.active || u.intent == Intent::Explicit,
         }
     }
 
@@ -152,13 +155,14 @@ pub(crate) enum Choice {
 }
 
 /// The policy's choice among `blocks` (candidate index and record; only
-/// blocks with pages in use) for request `e`: `None` if it may evict
+/// blocks with pages in use) for request `u`: `None` if it may evict
 /// nothing (everything left is its own).
 pub(crate) fn choose(
     policy: Policy,
     blocks: impl Iterator<Item = (usize, BlockUse)>,
-    e: Epoch,
+    u: Use,
 ) -> Option<Choice> {
+    let e = u.epoch;
     let mut oldest_inactive: Option<(usize, u64)> = None;
     let mut oldest_active: Option<(usize, u64)> = None;
     for (i, b) in blocks.filter(|(_, b)| b.last != e.0) {
@@ -174,6 +178,7 @@ pub(crate) fn choose(
     match (policy, oldest_inactive, oldest_active) {
         (Policy::Off, _, _) => None,
         (_, Some((i, _)), _) => Some(Choice::Evict(i)),
+        (_, None, Some((i, _))) if u.intent == Intent::Explicit => Some(Choice::Evict(i)),
         (_, None, Some((i, _))) => Some(Choice::Demote(i)),
         (_, None, None) => None,
     }
@@ -261,8 +266,10 @@ mod tests {
         assert_eq!(b.used(Epoch(5)), blk(5, false));
         // Used by a later request: active.
         assert_eq!(b.used(Epoch(6)), blk(6, true));
-        // Found there by a later request's placement: active too.
-        assert_eq!(b.placed(on_access(7)), blk(7, true));
+        // Pages placed next to its pages by a later job: not a use of them.
+        assert_eq!(b.placed(on_access(7)), blk(7, false));
+        // An active block stays active.
+        assert_eq!(blk(6, true).placed(on_access(7)), blk(7, true));
         // An explicit MIGRATE places active.
         let e = Use {
             epoch: Epoch(8),
@@ -278,25 +285,37 @@ mod tests {
         let blocks = [blk(3, true), blk(4, false), blk(5, false), blk(9, false)];
         let it = || blocks.iter().copied().enumerate();
         assert_eq!(
-            choose(Policy::TwoClass, it(), Epoch(9)),
+            choose(Policy::TwoClass, it(), on_access(9)),
             Some(Choice::Evict(1))
         );
         // Plain LRU takes the working set.
-        assert_eq!(choose(Policy::Lru, it(), Epoch(9)), Some(Choice::Evict(0)));
-        assert_eq!(choose(Policy::Off, it(), Epoch(9)), None);
-        // With only active blocks and its own left, the oldest active is
-        // demoted, nothing evicted.
+        assert_eq!(
+            choose(Policy::Lru, it(), on_access(9)),
+            Some(Choice::Evict(0))
+        );
+        assert_eq!(choose(Policy::Off, it(), on_access(9)), None);
+        // With only active blocks and its own left, a job's placement
+        // demotes the oldest active, evicting nothing; an explicit request
+        // evicts it.
         let blocks = [blk(3, true), blk(2, true), blk(9, false)];
         let it = || blocks.iter().copied().enumerate();
         assert_eq!(
-            choose(Policy::TwoClass, it(), Epoch(9)),
+            choose(Policy::TwoClass, it(), on_access(9)),
             Some(Choice::Demote(1))
+        );
+        let explicit = Use {
+            epoch: Epoch(9),
+            intent: Intent::Explicit,
+        };
+        assert_eq!(
+            choose(Policy::TwoClass, it(), explicit),
+            Some(Choice::Evict(1))
         );
         // A request never evicts its own blocks.
         let blocks = [blk(9, false), blk(9, true)];
         let it = || blocks.iter().copied().enumerate();
-        assert_eq!(choose(Policy::TwoClass, it(), Epoch(9)), None);
-        assert_eq!(choose(Policy::Lru, it(), Epoch(9)), None);
+        assert_eq!(choose(Policy::TwoClass, it(), on_access(9)), None);
+        assert_eq!(choose(Policy::Lru, it(), on_access(9)), None);
     }
 
     #[test]

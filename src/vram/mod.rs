@@ -25,7 +25,9 @@
 //!
 //! `mmap_lock` (held by migration steps) -> [`VramPool::chunks`] ->
 //! the pagemaps' free maps; [`VramPool::grow_lock`] and
-//! [`VramPool::shrink_lock`] (shrink passes) -> `VramPool::chunks`;
+//! [`VramPool::shrink_lock`] (shrink passes, making room) ->
+//! `VramPool::chunks`; `shrink_lock` -> `mmap_lock` (making room evicts a
+//! 2 MiB folio through the mm it was migrated in at, see `room.rs`);
 //! `VramPool::grow_lock` -> [`VramPool::me`] (a leaf). A free map is also taken alone
 //! by `folio_free`, which may run from any context that puts a page:
 //! nothing sleeps under it and it never allocates. The shrinker only ever
@@ -222,7 +224,7 @@ impl VramPool {
             slots.push(Slot::Absent, GFP_KERNEL)?;
         }
         let queue_name = CString::try_from_fmt(fmt!("msvm-teardown/{index}"))?;
-        let nblocks = (nchunks * chunk_size).div_ceil(BLOCK_SIZE);
+        let nblocks = nchunks * chunk_size.div_ceil(BLOCK_SIZE);
         let pool = Arc::pin_init(
             try_pin_init!(Self {
                 bar,
@@ -336,12 +338,20 @@ impl VramPool {
     /// Pages were placed at BAR offset `off` by request `u` (for the
     /// eviction policy).
     pub(crate) fn note_placed(&self, off: usize, u: Use) {
-        self.lru.placed(off / BLOCK_SIZE, u);
+        self.lru.placed(self.block_index(off), u);
     }
 
     /// Request `epoch` used the page at BAR offset `off` where it was.
     pub(crate) fn note_used(&self, off: usize, epoch: Epoch) {
-        self.lru.used(off / BLOCK_SIZE, epoch);
+        self.lru.used(self.block_index(off), epoch);
+    }
+
+    /// The index in the use table of the 2 MiB block of its chunk that BAR
+    /// offset `off` lies in (a chunk's blocks start at its base, whatever
+    /// its size).
+    fn block_index(&self, off: usize) -> usize {
+        off / self.chunk_size * self.chunk_size.div_ceil(BLOCK_SIZE)
+            + off % self.chunk_size / BLOCK_SIZE
     }
 
     /// Whether `other` is this pool.

@@ -9,31 +9,31 @@
 //!
 //! A block's 2 MiB folio moves through the mm and address it was migrated in
 //! at (as a device going away moves them, see
-//! [`VramPool::evict_large_folios`]); its small pages move by their frames
-//! (`migrate_device_range`). Both with no lock of the pool held, and no mmap
-//! lock: the caller (`crate::migrate`'s device step) runs between two tries
-//! of its step.
+//! [`VramPool::evict_large_folios`]), and only so: collecting it by its
+//! frames would put PMD migration entries in every mm that maps it, which
+//! nothing would keep zaps away from (Linux 7.3's `zap_huge_pmd()` bug).
+//! Its small pages move by their frames (`migrate_device_range`) once the
+//! block is reserved ([`Pagemap::reserve_block`], under the chunk table's
+//! lock, which allocations hold while they prepare pages): no page of it is
+//! handed out meanwhile, half-prepared or whole, and no 2 MiB folio can be
+//! in it. A block that is out whole after its mm had its chance stays.
+//!
+//! It runs with no mmap lock held (the caller, `crate::migrate`'s device
+//! step, runs between two tries of its step) and holds the pool's
+//! `shrink_lock` while it works: no shrink pass removes the chunk whose
+//! pagemap it holds (see the lock order in `mod.rs`).
 
 use kernel::num::casts::FromSafeCast;
 use kernel::sync::atomic::Relaxed;
 use kernel::sync::Arc;
 
-use crate::mm::cancel::Cancel;
+use crate::mm::cancel::{lock_killable, Cancel};
 use crate::mm::page::{BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::Pagemap;
 
+use super::evict::Drain;
 use super::lru::{choose, Choice, Policy, Use};
 use super::{Chunk, Slot, VramPool};
-
-/// What the policy picked.
-enum Picked {
-    /// Evict block `.1` of this chunk.
-    Evict(Arc<Pagemap<Chunk>>, usize),
-    /// It demoted a block: nothing to evict for now.
-    Demoted,
-    /// Nothing the request may evict.
-    Nothing,
-}
 
 /// A candidate's key: its chunk and block.
 fn key(c: usize, b: usize) -> usize {
@@ -42,11 +42,11 @@ fn key(c: usize, b: usize) -> usize {
 
 impl VramPool {
     /// Makes room for `pages` pages (a whole free 2 MiB block if `large`,
-    /// only if fewer than `pages` pages are free) for request `u`, by the
-    /// policy of module parameter `evict`: evicts blocks until that much is
-    /// free, at most one block more than that takes, or until the policy
-    /// has nothing more for this request. Returns whether it freed anything.
-    /// Stops on `cancel`.
+    /// and then only if fewer than `pages` pages are free) for request `u`,
+    /// by the policy of module parameter `evict`: evicts blocks until that
+    /// much is free, at most one block more than that takes, or until the
+    /// policy has nothing more for this request. Returns whether it freed
+    /// anything. Stops on `cancel`.
     ///
     /// Never call it with an mmap lock held: it takes the mmap lock of the
     /// mm a 2 MiB folio was migrated in at.
@@ -57,6 +57,11 @@ impl VramPool {
         if policy == Policy::Off || (large && self.could_hold(pages)) {
             return false;
         }
+        // No shrink pass meanwhile (see the module documentation); a killed
+        // task does not wait for one.
+        let Ok(_pass) = lock_killable(&self.shrink_lock) else {
+            return false;
+        };
         let mut freed = 0;
         // A block per 2 MiB wanted, and one more (a block that held fewer
         // pages than it had room for).
@@ -64,18 +69,15 @@ impl VramPool {
             if freed >= pages || cancel.check().is_err() {
                 break;
             }
-            let Picked::Evict(map, b) = self.pick(policy, u) else {
+            let Some((map, b)) = self.pick(policy, u) else {
                 break;
             };
             let (n, emptied) = self.evict_block(&map, b, cancel);
             if n == 0 {
                 // Nothing would move (busy pages, a 2 MiB folio whose mm
                 // has gone): not this block again for this request.
-                self.lru.demote(Self::block_of(&map, b), u.epoch);
+                self.lru.demote(self.block_of(&map, b), u.epoch);
             }
-            // The pagemap goes (if its chunk was torn down meanwhile) with
-            // no lock held.
-            drop(map);
             freed += n;
             if large && emptied {
                 break;
@@ -84,45 +86,57 @@ impl VramPool {
         freed > 0
     }
 
+    /// Whether a step that found no free 2 MiB block for a whole folio may
+    /// get one by [`VramPool::make_room`]: the policy is on and the device
+    /// has fewer free pages than a block.
+    pub(crate) fn may_make_room_for_block(&self) -> bool {
+        Policy::current() != Policy::Off && !self.could_hold(BLOCK_PAGES)
+    }
+
     /// The policy's choice for request `u` among the blocks of the live
-    /// chunks that hold pages in use.
-    fn pick(&self, policy: Policy, u: Use) -> Picked {
+    /// chunks that hold pages in use: the block to evict (its chunk's
+    /// pagemap and its index), or `None` (nothing for this request, or a
+    /// block demoted instead).
+    fn pick(&self, policy: Policy, u: Use) -> Option<(Arc<Pagemap<Chunk>>, usize)> {
         let chunks = self.chunks.lock();
-        let lru = &self.lru;
         let blocks = chunks.iter().enumerate().flat_map(|(c, slot)| {
             let map = slot.live();
             let nblocks = map.map_or(0, |m| m.nblocks());
             (0..nblocks).filter_map(move |b| {
                 let m = map?;
                 let (used, _) = m.block_use(b);
-                (used > 0).then(|| (key(c, b), lru.get(Self::block_of(m, b))))
+                (used > 0).then(|| (key(c, b), self.lru.get(self.block_of(m, b))))
             })
         });
-        let (c, b, evict) = match choose(policy, blocks, u.epoch) {
-            None => return Picked::Nothing,
-            Some(Choice::Evict(k)) => (k >> 16, k & 0xffff, true),
-            Some(Choice::Demote(k)) => (k >> 16, k & 0xffff, false),
+        let (k, evict) = match choose(policy, blocks, u)? {
+            Choice::Evict(k) => (k, true),
+            Choice::Demote(k) => (k, false),
         };
+        let (c, b) = (k >> 16, k & 0xffff);
         let Some(Slot::Live(map)) = chunks.get(c) else {
-            return Picked::Nothing;
+            return None;
         };
-        if evict {
-            Picked::Evict(map.clone(), b)
-        } else {
-            lru.demote(Self::block_of(map, b), u.epoch);
+        if !evict {
+            self.lru.demote(self.block_of(map, b), u.epoch);
             self.stats.room_demoted.add(1, Relaxed);
-            Picked::Demoted
+            return None;
         }
+        Some((map.clone(), b))
     }
 
     /// The index in the use table of block `b` of chunk `map`.
-    fn block_of(map: &Pagemap<Chunk>, b: usize) -> usize {
-        (map.data().base + b * BLOCK_SIZE) / BLOCK_SIZE
+    fn block_of(&self, map: &Pagemap<Chunk>, b: usize) -> usize {
+        self.block_index(map.data().base + b * BLOCK_SIZE)
     }
 
     /// Sends the pages in use in block `b` of chunk `map` to system RAM.
     /// Returns how many pages it freed, and whether the block is empty now.
-    fn evict_block(&self, map: &Pagemap<Chunk>, b: usize, cancel: &Cancel<'_>) -> (usize, bool) {
+    fn evict_block(
+        &self,
+        map: &Arc<Pagemap<Chunk>>,
+        b: usize,
+        cancel: &Cancel<'_>,
+    ) -> (usize, bool) {
         let (before, whole) = map.block_use(b);
         if whole {
             // The record of where it was migrated in; the mm it names, if
@@ -141,13 +155,19 @@ impl VramPool {
                 }
             }
         }
-        let first = b * BLOCK_PAGES;
-        // Its small pages (and a 2 MiB folio that did not move above
-        // stays: only its mm can move it safely).
-        let _ = self.drain_range(map, first, first + BLOCK_PAGES, None, false);
+        // Its small pages, the block reserved under the lock allocations
+        // hold (refused while a 2 MiB folio is out whole in it: that stays).
+        let reserved = {
+            let _chunks = self.chunks.lock();
+            Pagemap::reserve_block(map, b)
+        };
+        if let Some(r) = reserved {
+            let first = b * BLOCK_PAGES;
+            let _ = self.drain_range(r.map(), first, first + BLOCK_PAGES, None, Drain::Room);
+        }
         let (after, _) = map.block_use(b);
         if after == 0 {
-            self.lru.forget(Self::block_of(map, b));
+            self.lru.forget(self.block_of(map, b));
         }
         let freed = before.saturating_sub(after);
         if freed > 0 {

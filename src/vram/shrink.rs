@@ -122,13 +122,19 @@ impl VramPool {
     }
 
     /// Removes the pagemaps of idle chunks, telling `freed` the struct-page
-    /// bytes of each, side by side ([`super::teardown`]: their grace
-    /// periods overlap); each slot is free again as soon as its pagemap is
-    /// gone. Returns how many.
+    /// bytes of each, side by side if `side_by_side` ([`super::teardown`]:
+    /// their grace periods overlap), one after another in this task
+    /// otherwise; each slot is free again as soon as its pagemap is gone.
+    /// Returns how many.
+    ///
+    /// Side by side takes workers of the pool's queue, which may mean new
+    /// kernel threads: not for a pass that runs because memory is short
+    /// (a new thread's stack is an allocation that can wake the OOM killer
+    /// just then, as the small-RAM guest's pressure test showed).
     ///
     /// The caller holds the pool by a handle of its own (a `PoolRef`), not
     /// only through a chunk: a worker may drop a chunk's hold on it last.
-    pub(crate) fn trim_idle(&self, freed: fn(usize)) -> usize {
+    pub(crate) fn trim_idle(&self, freed: fn(usize), side_by_side: bool) -> usize {
         let _pass = self.shrink_lock.lock();
         self.stats.shrink_scans.add(1, Relaxed);
         let idle = {
@@ -164,7 +170,11 @@ impl VramPool {
             }
         }
         let n = items.len();
-        let workers = n.saturating_sub(1).min(usize::from(teardown::WORKERS));
+        let workers = if side_by_side {
+            n.saturating_sub(1).min(usize::from(teardown::WORKERS))
+        } else {
+            0
+        };
         teardown::drop_all(self.teardown_queue.queue(), items, workers);
         n
     }

@@ -38,6 +38,10 @@ pub fn tests() -> Vec<Test> {
             name: "placement_full_device_evicts_data_used_once_not_the_working_set",
             run: oversubscription,
         },
+        Test {
+            name: "placement_full_device_explicit_migrate_evicts_least_recent",
+            run: oversubscription_explicit,
+        },
     ]
 }
 
@@ -623,4 +627,44 @@ pub fn oversubscription_off() -> Result<(), String> {
     crate::svm::verify(o.hot.bytes(), 1)?;
     crate::svm::verify(o.first.bytes(), 2)?;
     crate::svm::verify(o.second.bytes(), 3)
+}
+
+/// An explicit MIGRATE into a device full of data an earlier MIGRATE placed
+/// (active blocks only): it asked for the room, so it gets it, the blocks
+/// used longest ago going to system RAM, and every byte survives.
+fn oversubscription_explicit() -> Outcome {
+    let t = trio()?;
+    let d = &t.c;
+    let s0 = d.stats().map_err(e)?;
+    let free = (s0.vram_size as usize).saturating_sub(s0.resident as usize * PAGE);
+    const MIB: usize = 1 << 20;
+    check!(free >= 64 * MIB, "only {free} bytes of the device free");
+    let old_len = (free - 8 * MIB) & !(2 * MIB - 1);
+    let mut old = Map::small(old_len)?;
+    fill(old.bytes_mut(), 4);
+    let mut new = Map::small(32 * MIB)?;
+    fill(new.bytes_mut(), 5);
+    let o = d
+        .migrate(old.addr(), old_len, Location::Device)
+        .map_err(e)?;
+    check!(o.moved == (old_len / PAGE) as u64, "first MIGRATE: {o:?}");
+    let s1 = d.stats().map_err(e)?;
+    let o = d
+        .migrate(new.addr(), new.len(), Location::Device)
+        .map_err(e)?;
+    check!(
+        o.moved == (new.len() / PAGE) as u64 && o.no_vram == 0,
+        "second MIGRATE: {o:?}"
+    );
+    let s2 = d.stats().map_err(e)?;
+    check!(
+        s2.evict_blocks > s1.evict_blocks,
+        "no block evicted: {} -> {}",
+        s1.evict_blocks,
+        s2.evict_blocks
+    );
+    let r = res(d, &old)?;
+    check!(r.system >= 16 * MIB as u64, "too little evicted: {r:?}");
+    crate::svm::verify(old.bytes(), 4)?;
+    crate::svm::verify(new.bytes(), 5)
 }
