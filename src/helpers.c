@@ -12,7 +12,7 @@
  * The few functions that are more than a forward stay in C for these
  * reasons:
  *  - msvm_large_order, msvm_alloc_large_vma, msvm_alloc_large_evict,
- *    msvm_alloc_zeroed_try: the
+ *    msvm_alloc_zeroed_try, msvm_alloc_page_nowait: the
  *    THP macros (thp_migration_supported(), HPAGE_PMD_*), GFP flag macros,
  *    and allocation macros that tag their call site for memory allocation
  *    profiling (alloc_hooks()), which only a C call site gets.
@@ -207,6 +207,17 @@ struct page *msvm_alloc_zeroed_try(unsigned int order)
 		return NULL;
 	folio = folio_alloc(GFP_HIGHUSER | __GFP_ZERO | __GFP_NORETRY | __GFP_NOWARN, order);
 	return folio ? &folio->page : NULL;
+}
+
+/*
+ * A movable page for a user page evicted from a full device, or NULL if
+ * none is free right now: making room is optional (the page stays on the
+ * device), so it neither reclaims nor warns. Not zeroed: the eviction
+ * copies a whole page over it before anything maps it.
+ */
+struct page *msvm_alloc_page_nowait(void)
+{
+	return alloc_page((GFP_HIGHUSER_MOVABLE & ~__GFP_DIRECT_RECLAIM) | __GFP_NOWARN);
 }
 
 void msvm_lock_page(struct page *page)

@@ -201,6 +201,16 @@ impl NewPage {
         Self::lock_new(p)
     }
 
+    /// Allocates a movable page, not zeroed, without reclaiming or warning
+    /// (an eviction that may fail: making room on a full device), and locks
+    /// it; `None` if none is free right now. Its contents are stale memory:
+    /// the caller fills the whole page before it maps it anywhere.
+    pub(crate) fn try_movable() -> Option<Self> {
+        // SAFETY: plain page allocation.
+        let p = unsafe { b::msvm_alloc_page_nowait() };
+        Self::lock_new(p)
+    }
+
     /// Allocates a zeroed movable page, or a zeroed 2 MiB folio if `large`
     /// (and the kernel migrates such folios whole), without retrying or
     /// warning, and locks it; `None` if there is none to spare right now.

@@ -128,7 +128,7 @@ impl VramPool {
                 let dst = match (to_system_ok, how) {
                     (false, _) => None,
                     (true, Drain::All) => NewPage::must(),
-                    (true, Drain::Room) => NewPage::zeroed_try(false),
+                    (true, Drain::Room) => NewPage::try_movable(),
                 };
                 let Some(dst) = dst else {
                     d.stuck += 1;

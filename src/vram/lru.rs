@@ -46,7 +46,7 @@ impl Epoch {
     /// A new request's epoch.
     pub(crate) fn next() -> Self {
         // Wraps after 2^63 requests: never in practice.
-        Self((EPOCHS.fetch_add(1, Relaxed) + 1) & !ACTIVE)
+        Self((EPOCHS.fetch_add(1, Relaxed) + 1) & EPOCH)
     }
 }
 
@@ -98,8 +98,14 @@ impl Policy {
     }
 }
 
-/// The class bit of a block's word; the rest is the epoch of its last use.
+/// The class bit of a block's word.
 const ACTIVE: u64 = 1 << 63;
+/// The bit of a block out whole as a 2 MiB folio that its eviction could
+/// not move (no mm reaches it any more): skipped until pages are placed in
+/// the block again or it is emptied.
+const STUCK: u64 = 1 << 62;
+/// The rest of the word: the epoch of the block's last use.
+const EPOCH: u64 = STUCK - 1;
 
 /// One block's record, read at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,18 +113,20 @@ pub(crate) struct BlockUse {
     /// The epoch of its last use (0: none since it was last emptied).
     last: u64,
     active: bool,
+    stuck: bool,
 }
 
 impl BlockUse {
     const fn from_word(w: u64) -> Self {
         Self {
-            last: w & !ACTIVE,
+            last: w & EPOCH,
             active: w & ACTIVE != 0,
+            stuck: w & STUCK != 0,
         }
     }
 
     const fn word(self) -> u64 {
-        self.last | if self.active { ACTIVE } else { 0 }
+        self.last | if self.active { ACTIVE } else { 0 } | if self.stuck { STUCK } else { 0 }
     }
 
     /// After pages were placed in the block by `u` (pages placed next to
@@ -127,6 +135,7 @@ impl BlockUse {
         Self {
             last: u.epoch.0,
             active: self.active || u.intent == Intent::Explicit,
+            stuck: false,
         }
     }
 
@@ -135,6 +144,7 @@ impl BlockUse {
         Self {
             last: e.0,
             active: self.active || self.reused(e),
+            ..self
         }
     }
 
@@ -165,7 +175,7 @@ pub(crate) fn choose(
     let e = u.epoch;
     let mut oldest_inactive: Option<(usize, u64)> = None;
     let mut oldest_active: Option<(usize, u64)> = None;
-    for (i, b) in blocks.filter(|(_, b)| b.last != e.0) {
+    for (i, b) in blocks.filter(|(_, b)| b.last != e.0 && !b.stuck) {
         let slot = if b.active && policy == Policy::TwoClass {
             &mut oldest_active
         } else {
@@ -228,10 +238,21 @@ impl Lru {
 
     /// Block `b` was demoted for request `e` ([`Choice::Demote`]).
     pub(crate) fn demote(&self, b: usize, e: Epoch) {
-        self.update(b, |_| BlockUse {
+        self.update(b, |r| BlockUse {
             last: e.0,
             active: false,
+            ..r
         });
+    }
+
+    /// Request `e` found block `b` busy: not again for it, its class kept.
+    pub(crate) fn busy(&self, b: usize, e: Epoch) {
+        self.update(b, |r| BlockUse { last: e.0, ..r });
+    }
+
+    /// Block `b`, out whole, could not be evicted (see `STUCK`).
+    pub(crate) fn stuck(&self, b: usize) {
+        self.update(b, |r| BlockUse { stuck: true, ..r });
     }
 
     /// Block `b` was emptied: no use since.
@@ -247,7 +268,11 @@ mod tests {
     use super::*;
 
     fn blk(last: u64, active: bool) -> BlockUse {
-        BlockUse { last, active }
+        BlockUse {
+            last,
+            active,
+            stuck: false,
+        }
     }
 
     fn on_access(e: u64) -> Use {
@@ -326,6 +351,19 @@ mod tests {
         assert_eq!(t.get(1), blk(11, true));
         t.demote(1, Epoch(12));
         assert_eq!(t.get(1), blk(12, false));
+        // Busy: not again for this request, its class kept.
+        t.used(1, Epoch(13));
+        t.busy(1, Epoch(14));
+        assert_eq!(t.get(1), blk(14, true));
+        // Stuck: never a candidate, until pages are placed in it again.
+        t.stuck(1);
+        let cand = [(0, t.get(1))];
+        assert_eq!(
+            choose(Policy::TwoClass, cand.iter().copied(), on_access(20)),
+            None
+        );
+        t.placed(1, on_access(21));
+        assert!(!t.get(1).stuck);
         t.forget(1);
         assert_eq!(t.get(1), blk(0, false));
         // Past the table: nothing, no panic.

@@ -26,8 +26,8 @@
 //! `mmap_lock` (held by migration steps) -> [`VramPool::chunks`] ->
 //! the pagemaps' free maps; [`VramPool::grow_lock`] and
 //! [`VramPool::shrink_lock`] (shrink passes, making room) ->
-//! `VramPool::chunks`; `shrink_lock` -> `mmap_lock` (making room evicts a
-//! 2 MiB folio through the mm it was migrated in at, see `room.rs`);
+//! `VramPool::chunks` (making room lets go of `shrink_lock` while it moves
+//! a 2 MiB folio through its mm, see `room.rs`);
 //! `VramPool::grow_lock` -> [`VramPool::me`] (a leaf). A free map is also taken alone
 //! by `folio_free`, which may run from any context that puts a page:
 //! nothing sleeps under it and it never allocates. The shrinker only ever

@@ -19,9 +19,13 @@
 //! in it. A block that is out whole after its mm had its chance stays.
 //!
 //! It runs with no mmap lock held (the caller, `crate::migrate`'s device
-//! step, runs between two tries of its step) and holds the pool's
-//! `shrink_lock` while it works: no shrink pass removes the chunk whose
-//! pagemap it holds (see the lock order in `mod.rs`).
+//! step, runs between two tries of its step). It holds the pool's
+//! `shrink_lock` while it picks a block and drains it, so that no shrink
+//! pass removes the chunk whose pagemap it holds (see the lock order in
+//! `mod.rs`), but not while a 2 MiB folio moves through its mm: that step
+//! may wait for system memory, which msvm's shrinker (whose passes take
+//! `shrink_lock`) may be what frees. It lets go of the pagemap too, and
+//! looks the chunk up again afterwards.
 
 use kernel::num::casts::FromSafeCast;
 use kernel::sync::atomic::Relaxed;
@@ -57,11 +61,6 @@ impl VramPool {
         if policy == Policy::Off || (large && self.could_hold(pages)) {
             return false;
         }
-        // No shrink pass meanwhile (see the module documentation); a killed
-        // task does not wait for one.
-        let Ok(_pass) = lock_killable(&self.shrink_lock) else {
-            return false;
-        };
         let mut freed = 0;
         // A block per 2 MiB wanted, and one more (a block that held fewer
         // pages than it had room for).
@@ -69,21 +68,91 @@ impl VramPool {
             if freed >= pages || cancel.check().is_err() {
                 break;
             }
-            let Some((map, b)) = self.pick(policy, u) else {
+            let Some((n, emptied)) = self.evict_one(policy, large, u, cancel) else {
                 break;
             };
-            let (n, emptied) = self.evict_block(&map, b, cancel);
-            if n == 0 {
-                // Nothing would move (busy pages, a 2 MiB folio whose mm
-                // has gone): not this block again for this request.
-                self.lru.demote(self.block_of(&map, b), u.epoch);
-            }
             freed += n;
             if large && emptied {
                 break;
             }
         }
         freed > 0
+    }
+
+    /// Evicts the block the policy picks for request `u` (one that can hold
+    /// a 2 MiB folio if `large`): the pages it freed and whether the block
+    /// is empty now, or `None` if there was nothing to evict (or the task
+    /// was killed).
+    fn evict_one(
+        &self,
+        policy: Policy,
+        large: bool,
+        u: Use,
+        cancel: &Cancel<'_>,
+    ) -> Option<(usize, bool)> {
+        let mut pass = lock_killable(&self.shrink_lock).ok()?;
+        let (c, map, b) = self.pick(policy, large, u)?;
+        let (before, whole) = map.block_use(b);
+        let mut map = map;
+        if whole {
+            // Through the mm it was migrated in at, if it still has users;
+            // with neither the pagemap nor `shrink_lock` held.
+            let mapping = map
+                .data()
+                .mappings
+                .lock()
+                .get(b)
+                .and_then(|m| m.as_ref().map(|r| (r.mm.clone(), r.addr)));
+            let was = Arc::as_ptr(&map).addr();
+            drop(map);
+            drop(pass);
+            if let Some((mm, addr)) = mapping {
+                if let Some(mm) = mm.mmget_not_zero() {
+                    // Whatever is there now goes to system RAM (or stays):
+                    // best effort, as for a device going away.
+                    let _ = self.ops.evict_range(self, &mm, addr, BLOCK_SIZE, cancel);
+                }
+            }
+            pass = lock_killable(&self.shrink_lock).ok()?;
+            // The chunk, if it is still there (a shrink pass may have
+            // removed it meanwhile, emptied, and another taken its place).
+            map = match self.chunks.lock().get(c) {
+                Some(Slot::Live(m)) if Arc::as_ptr(m).addr() == was => m.clone(),
+                _ => return Some((before, true)),
+            };
+        }
+        // Its small pages, the block reserved under the lock allocations
+        // hold (refused while a 2 MiB folio is out whole in it: that stays).
+        let reserved = {
+            let _chunks = self.chunks.lock();
+            Pagemap::reserve_block(&map, b)
+        };
+        if let Some(r) = reserved {
+            let first = b * BLOCK_PAGES;
+            let _ = self.drain_range(r.map(), first, first + BLOCK_PAGES, None, Drain::Room);
+        }
+        let (after, still_whole) = map.block_use(b);
+        let index = self.block_of(&map, b);
+        match after {
+            0 => self.lru.forget(index),
+            // Out whole and no mm moved it: not again until it is freed.
+            _ if still_whole => self.lru.stuck(index),
+            // Nothing moved (busy pages): not again for this request.
+            _ if after >= before => self.lru.busy(index, u.epoch),
+            _ => {}
+        }
+        // The pagemap goes (if its chunk was removed meanwhile) under
+        // `shrink_lock` only, as a shrink pass lets one go.
+        drop(map);
+        drop(pass);
+        let freed = before.saturating_sub(after);
+        if freed > 0 {
+            self.stats.room_blocks.add(1, Relaxed);
+            self.stats
+                .room_pages
+                .add(u64::from_safe_cast(freed), Relaxed);
+        }
+        Some((freed, after == 0))
     }
 
     /// Whether a step that found no free 2 MiB block for a whole folio may
@@ -94,14 +163,26 @@ impl VramPool {
     }
 
     /// The policy's choice for request `u` among the blocks of the live
-    /// chunks that hold pages in use: the block to evict (its chunk's
-    /// pagemap and its index), or `None` (nothing for this request, or a
-    /// block demoted instead).
-    fn pick(&self, policy: Policy, u: Use) -> Option<(Arc<Pagemap<Chunk>>, usize)> {
+    /// chunks that hold pages in use (only blocks that can hold a 2 MiB
+    /// folio, if `large`): the chunk, its pagemap and the block to evict, or
+    /// `None` (nothing for this request, or a block demoted instead).
+    fn pick(
+        &self,
+        policy: Policy,
+        large: bool,
+        u: Use,
+    ) -> Option<(usize, Arc<Pagemap<Chunk>>, usize)> {
         let chunks = self.chunks.lock();
         let blocks = chunks.iter().enumerate().flat_map(|(c, slot)| {
-            let map = slot.live();
-            let nblocks = map.map_or(0, |m| m.nblocks());
+            let map = slot.live().filter(|m| !large || m.data().large);
+            // Whole blocks only, if `large` (a short last one holds none).
+            let nblocks = map.map_or(0, |m| {
+                if large {
+                    m.npages() / BLOCK_PAGES
+                } else {
+                    m.nblocks()
+                }
+            });
             (0..nblocks).filter_map(move |b| {
                 let m = map?;
                 let (used, _) = m.block_use(b);
@@ -121,61 +202,11 @@ impl VramPool {
             self.stats.room_demoted.add(1, Relaxed);
             return None;
         }
-        Some((map.clone(), b))
+        Some((c, map.clone(), b))
     }
 
     /// The index in the use table of block `b` of chunk `map`.
     fn block_of(&self, map: &Pagemap<Chunk>, b: usize) -> usize {
         self.block_index(map.data().base + b * BLOCK_SIZE)
-    }
-
-    /// Sends the pages in use in block `b` of chunk `map` to system RAM.
-    /// Returns how many pages it freed, and whether the block is empty now.
-    fn evict_block(
-        &self,
-        map: &Arc<Pagemap<Chunk>>,
-        b: usize,
-        cancel: &Cancel<'_>,
-    ) -> (usize, bool) {
-        let (before, whole) = map.block_use(b);
-        if whole {
-            // The record of where it was migrated in; the mm it names, if
-            // it still has users.
-            let mapping = map
-                .data()
-                .mappings
-                .lock()
-                .get(b)
-                .and_then(|m| m.as_ref().map(|r| (r.mm.clone(), r.addr)));
-            if let Some((mm, addr)) = mapping {
-                if let Some(mm) = mm.mmget_not_zero() {
-                    // Whatever is there now goes to system RAM (or stays):
-                    // best effort, as for a device going away.
-                    let _ = self.ops.evict_range(self, &mm, addr, BLOCK_SIZE, cancel);
-                }
-            }
-        }
-        // Its small pages, the block reserved under the lock allocations
-        // hold (refused while a 2 MiB folio is out whole in it: that stays).
-        let reserved = {
-            let _chunks = self.chunks.lock();
-            Pagemap::reserve_block(map, b)
-        };
-        if let Some(r) = reserved {
-            let first = b * BLOCK_PAGES;
-            let _ = self.drain_range(r.map(), first, first + BLOCK_PAGES, None, Drain::Room);
-        }
-        let (after, _) = map.block_use(b);
-        if after == 0 {
-            self.lru.forget(self.block_of(map, b));
-        }
-        let freed = before.saturating_sub(after);
-        if freed > 0 {
-            self.stats.room_blocks.add(1, Relaxed);
-            self.stats
-                .room_pages
-                .add(u64::from_safe_cast(freed), Relaxed);
-        }
-        (freed, after == 0)
     }
 }
