@@ -158,8 +158,8 @@ impl PoolOps for Migrations {
         start: usize,
         len: usize,
         cancel: &Cancel<'_>,
-    ) -> Result {
-        evict_range(pool, mm, start, len, cancel).map(drop)
+    ) -> Result<u64> {
+        evict_range(pool, mm, start, len, cancel).map(|o| o.moved)
     }
 }
 

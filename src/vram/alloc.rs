@@ -223,6 +223,7 @@ impl VramPool {
         // None after `shutdown`: no chunk then.
         let pool = self.me.lock().clone().ok_or(ENODEV)?;
         let base = c * self.chunk_size;
+        let serial = self.stats.chunks_created.load(Relaxed);
         Pagemap::new(self.chunk_size, self.key, c"msvm-vram", |pfn_first| {
             // Large folios need the kernel's support, and frames (and BAR
             // offsets) aligned to them (the pagemap checks its frames again
@@ -234,6 +235,7 @@ impl VramPool {
             try_pin_init!(Chunk {
                 pool,
                 base,
+                serial,
                 large,
                 last_alloc: Atomic::new(0),
                 mappings <- new_mutex!(mappings?),

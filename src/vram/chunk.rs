@@ -26,6 +26,9 @@ pub(crate) struct Chunk {
     /// The chunk hands out whole 2 MiB blocks as large folios: its pagemap
     /// does (`Pagemap::holds_large`) and its BAR offsets are aligned to them.
     pub(super) large: bool,
+    /// Which pagemap of its slot this is: the pool's count of pagemaps
+    /// created when it was made (a slot's next pagemap has another).
+    pub(super) serial: u64,
     /// The pool's allocation sequence number when this chunk last gave out
     /// pages: lower is colder.
     pub(super) last_alloc: Atomic<u64>,

@@ -77,7 +77,11 @@ impl VramPool {
         let to_system_ok = batch.is_none();
         let base = map.data().base;
         let mut d = Drained::default();
-        let mut stage = KBox::new([0u8; PAGE_SIZE], GFP_KERNEL)?;
+        // The stage of BAR to BAR copies, only for a consolidation.
+        let mut stage = match batch {
+            Some(_) => Some(KBox::new([0u8; PAGE_SIZE], GFP_KERNEL)?),
+            None => None,
+        };
         // One page table's worth of frames at a time: small arrays, and
         // pages locked for a short while.
         let mut first = start;
@@ -116,8 +120,10 @@ impl VramPool {
                 }
                 if let Some((dpage, off)) = batch.as_mut().and_then(Batch::take) {
                     {
+                        // A batch came with its stage.
+                        let stage = stage.as_deref_mut().ok_or(EINVAL)?;
                         let bar = self.bar()?;
-                        bar.copy_from_bar(off, &bar, from, &mut stage)?;
+                        bar.copy_from_bar(off, &bar, from, stage)?;
                     }
                     mig.set_dst(i, dpage, src.write())?;
                     *f = Some((true, 1));

@@ -100,8 +100,8 @@ pub(crate) trait PoolOps: Sync {
 
     /// Moves the pages of `pool` (and of its owner group) in
     /// `[start, start + len)` of `mm` to system RAM, access unchecked (the
-    /// pool's teardown, through the mapping a 2 MiB folio was migrated in
-    /// at).
+    /// pool's teardown and making room, through the mapping a 2 MiB folio
+    /// was migrated in at). Returns how many pages moved.
     fn evict_range(
         &self,
         pool: &VramPool,
@@ -109,7 +109,7 @@ pub(crate) trait PoolOps: Sync {
         start: usize,
         len: usize,
         cancel: &Cancel<'_>,
-    ) -> Result;
+    ) -> Result<u64>;
 }
 
 /// The owner key of a group's pagemaps (see [`group_key`]).

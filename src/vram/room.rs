@@ -91,9 +91,11 @@ impl VramPool {
         cancel: &Cancel<'_>,
     ) -> Option<(usize, bool)> {
         let mut pass = lock_killable(&self.shrink_lock).ok()?;
-        let (c, map, b) = self.pick(policy, large, u)?;
-        let (before, whole) = map.block_use(b);
-        let mut map = map;
+        let (c, mut map, b) = self.pick(policy, large, u)?;
+        let index = self.block_of(&map, b);
+        let (_, whole) = map.block_use(b);
+        // Pages the folio's mm moved.
+        let mut moved = 0;
         if whole {
             // Through the mm it was migrated in at, if it still has users;
             // with neither the pagemap nor `shrink_lock` held.
@@ -103,26 +105,37 @@ impl VramPool {
                 .lock()
                 .get(b)
                 .and_then(|m| m.as_ref().map(|r| (r.mm.clone(), r.addr)));
-            let was = Arc::as_ptr(&map).addr();
+            let serial = map.data().serial;
             drop(map);
             drop(pass);
-            if let Some((mm, addr)) = mapping {
-                if let Some(mm) = mm.mmget_not_zero() {
-                    // Whatever is there now goes to system RAM (or stays):
-                    // best effort, as for a device going away.
-                    let _ = self.ops.evict_range(self, &mm, addr, BLOCK_SIZE, cancel);
-                }
-            }
+            let Some(mm) = mapping.as_ref().and_then(|(mm, _)| mm.mmget_not_zero()) else {
+                // No mm reaches it any more: not again until it is freed.
+                self.lru.stuck(index);
+                return Some((0, false));
+            };
+            let addr = mapping.map_or(0, |(_, a)| a);
+            // Whatever is there now goes to system RAM (or stays): best
+            // effort, as for a device going away.
+            moved = self
+                .ops
+                .evict_range(self, &mm, addr, BLOCK_SIZE, cancel)
+                .unwrap_or(0);
+            drop(mm);
             pass = lock_killable(&self.shrink_lock).ok()?;
-            // The chunk, if it is still there (a shrink pass may have
-            // removed it meanwhile, emptied, and another taken its place).
-            map = match self.chunks.lock().get(c) {
-                Some(Slot::Live(m)) if Arc::as_ptr(m).addr() == was => m.clone(),
-                _ => return Some((before, true)),
+            // The same chunk, if it is still there (a shrink pass may have
+            // removed it meanwhile, emptied, and another taken its slot).
+            let again = match self.chunks.lock().get(c) {
+                Some(Slot::Live(m)) if m.data().serial == serial => Some(m.clone()),
+                _ => None,
+            };
+            map = match again {
+                Some(m) => m,
+                None => return Some((usize::try_from(moved).unwrap_or(0), false)),
             };
         }
         // Its small pages, the block reserved under the lock allocations
         // hold (refused while a 2 MiB folio is out whole in it: that stays).
+        let (before, _) = map.block_use(b);
         let reserved = {
             let _chunks = self.chunks.lock();
             Pagemap::reserve_block(&map, b)
@@ -131,21 +144,19 @@ impl VramPool {
             let first = b * BLOCK_PAGES;
             let _ = self.drain_range(r.map(), first, first + BLOCK_PAGES, None, Drain::Room);
         }
-        let (after, still_whole) = map.block_use(b);
-        let index = self.block_of(&map, b);
-        match after {
-            0 => self.lru.forget(index),
-            // Out whole and no mm moved it: not again until it is freed.
-            _ if still_whole => self.lru.stuck(index),
-            // Nothing moved (busy pages): not again for this request.
-            _ if after >= before => self.lru.busy(index, u.epoch),
-            _ => {}
+        let (after, _) = map.block_use(b);
+        let freed = before.saturating_sub(after) + usize::try_from(moved).unwrap_or(0);
+        if after == 0 {
+            self.lru.forget(index);
+        } else if freed == 0 {
+            // Nothing moved (busy pages, a folio its mm could not move now):
+            // not again for this request, its class kept.
+            self.lru.busy(index, u.epoch);
         }
         // The pagemap goes (if its chunk was removed meanwhile) under
         // `shrink_lock` only, as a shrink pass lets one go.
         drop(map);
         drop(pass);
-        let freed = before.saturating_sub(after);
         if freed > 0 {
             self.stats.room_blocks.add(1, Relaxed);
             self.stats
