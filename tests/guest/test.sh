@@ -20,6 +20,8 @@ msvm-tests stress "${msvm_stress_secs:-20}" 3 2 >/tmp/stress.log 2>&1 || rc=1
 cat /tmp/stress.log
 awk '/^# stress-proc/ { o += $3; b += $4 }
 	END { printf "stress: %d operations, %d MiB verified\n", o, b / 1048576 }' /tmp/stress.log
+echo "== msvm-tests oversub-stress (${msvm_oversub_secs:-20} s, 3 processes on one full device)"
+msvm-tests oversub-stress "${msvm_oversub_secs:-20}" || rc=1
 echo "== msvm-tests rebind"
 msvm-tests rebind || rc=1
 

@@ -5,7 +5,7 @@
 //! which asks the host harness (scripts/vm.py) to unplug and re-plug a GPU;
 //! `msvm-tests hold READY GO` parks data on a device across an rmmod; the
 //! other subcommands (fuzz, stress, soak, bench*, pressure, hog, unplug-loop,
-//! oversub-off) are
+//! oversub-off, oversub-stress) are
 //! described where they are defined. Output: one `ok`/`not ok` line per
 //! test, then a summary line `N passed, N failed`. The exit status is
 //! non-zero if any test failed.
@@ -117,6 +117,10 @@ fn main() -> ExitCode {
             return finish("bench-lifecycle", bench::run_lifecycle(quick), None);
         }
         Some("pressure") => return finish("pressure", lifecycle::pressure(), Some("pressure")),
+        Some("oversub-stress") => {
+            let res = placement::oversub_stress(arg(1, 30));
+            return finish("oversub-stress", res, Some("oversubscription stress"));
+        }
         Some("oversub-off") => {
             let res = placement::oversubscription_off();
             return finish("oversub-off", res, Some("full device, evict=0"));

@@ -668,3 +668,135 @@ fn oversubscription_explicit() -> Outcome {
     crate::svm::verify(old.bytes(), 4)?;
     crate::svm::verify(new.bytes(), 5)
 }
+
+/// `msvm-tests oversub-stress SECS`: three processes, each with 128 MiB (half
+/// in THPs, half in 4 KiB pages) on the isolated device of 256 MiB, for
+/// `SECS` seconds: MIGRATEs of random pieces to the device, CHECKSUM jobs
+/// on random pieces (placed on access), CPU writes of random pages and CPU
+/// reads of random pieces, all checked against what each process knows it
+/// wrote. Together they need more than the device holds: blocks are evicted
+/// under every other operation, each process's and the others'.
+pub fn oversub_stress(secs: u64) -> Result<(), String> {
+    use nix::sys::wait::{waitpid, WaitStatus};
+    use nix::unistd::{fork, ForkResult};
+    const PROCS: u64 = 3;
+    let before = trio()?.c.stats().map_err(e)?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    let mut children = Vec::new();
+    for p in 0..PROCS {
+        // SAFETY: the child runs its loop and exits without returning.
+        match unsafe { fork() }.map_err(|x| x.to_string())? {
+            ForkResult::Child => {
+                let code = match oversub_worker(p, deadline) {
+                    Ok(ops) => {
+                        println!("# oversub-stress {p}: {ops} operations, every byte right");
+                        0
+                    }
+                    Err(x) => {
+                        println!("# oversub-stress {p}: {x}");
+                        1
+                    }
+                };
+                // SAFETY: leaving the child.
+                unsafe { nix::libc::_exit(code) };
+            }
+            ForkResult::Parent { child } => children.push(child),
+        }
+    }
+    let mut failed = 0;
+    for c in children {
+        if !matches!(waitpid(c, None), Ok(WaitStatus::Exited(_, 0))) {
+            failed += 1;
+        }
+    }
+    let after = trio()?.c.stats().map_err(e)?;
+    println!(
+        "# oversub-stress: {} blocks evicted ({} MiB), {} demoted",
+        after.evict_blocks - before.evict_blocks,
+        ((after.evict_pages - before.evict_pages) * PAGE as u64) >> 20,
+        after.evict_demoted - before.evict_demoted
+    );
+    check!(failed == 0, "{failed} of {PROCS} processes failed");
+    check!(
+        after.evict_blocks > before.evict_blocks,
+        "nothing was evicted"
+    );
+    Ok(())
+}
+
+/// One process of [`oversub_stress`]: returns the operations it did.
+fn oversub_worker(p: u64, deadline: std::time::Instant) -> Result<u64, String> {
+    const MIB: usize = 1 << 20;
+    let t = trio()?;
+    let d = &t.c;
+    let mut big = Map::new(64 * MIB)?;
+    let mut small = Map::small(64 * MIB)?;
+    // Page `i` of a map holds the pattern of (process, map, page, version).
+    let seed = |m: u64, i: usize, v: u64| (p << 48) ^ (m << 40) ^ ((i as u64) << 8) ^ v;
+    let mut versions = [vec![0u64; big.len() / PAGE], vec![0u64; small.len() / PAGE]];
+    for (m, map) in [&mut big, &mut small].into_iter().enumerate() {
+        for (i, page) in map.bytes_mut().chunks_mut(PAGE).enumerate() {
+            fill(page, seed(m as u64, i, 0));
+        }
+    }
+    let expect = |m: usize, first: usize, n: usize, v: &[Vec<u64>; 2]| -> Vec<u8> {
+        let mut out = vec![0u8; n * PAGE];
+        for (k, page) in out.chunks_mut(PAGE).enumerate() {
+            fill(page, seed(m as u64, first + k, v[m][first + k]));
+        }
+        out
+    };
+    let mut r = p.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = |n: usize| {
+        r ^= r << 13;
+        r ^= r >> 7;
+        r ^= r << 17;
+        (r % n as u64) as usize
+    };
+    let mut ops = 0u64;
+    while std::time::Instant::now() < deadline {
+        let m = next(2);
+        let map = if m == 0 { &big } else { &small };
+        let pages = map.len() / PAGE;
+        let n = 1 + next(4 * 512).min(pages - 1);
+        let first = next(pages - n + 1);
+        let (addr, len) = (map.addr() + first * PAGE, n * PAGE);
+        match next(10) {
+            0..=3 => {
+                d.migrate(addr, len, Location::Device).map_err(e)?;
+            }
+            4..=7 => {
+                let want = msvm_rt::checksum(&expect(m, first, n, &versions));
+                let got = d.exec(Exec::Checksum, addr, len, false).map_err(e)?;
+                check!(
+                    got.result == want,
+                    "checksum of {n} pages at {first} of map {m}"
+                );
+            }
+            8 => {
+                let i = first;
+                versions[m][i] += 1;
+                let v = versions[m][i];
+                let bytes = if m == 0 {
+                    big.bytes_mut()
+                } else {
+                    small.bytes_mut()
+                };
+                fill(&mut bytes[i * PAGE..(i + 1) * PAGE], seed(m as u64, i, v));
+            }
+            _ => {
+                let want = expect(m, first, n, &versions);
+                check!(
+                    map.bytes()[first * PAGE..(first + n) * PAGE] == want[..],
+                    "bytes of {n} pages at {first} of map {m}"
+                );
+            }
+        }
+        ops += 1;
+    }
+    for (m, map) in [&big, &small].into_iter().enumerate() {
+        let want = expect(m, 0, map.len() / PAGE, &versions);
+        check!(map.bytes() == &want[..], "map {m} at the end");
+    }
+    Ok(ops)
+}
