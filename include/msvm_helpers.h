@@ -45,6 +45,8 @@ struct page *msvm_alloc_large_vma(struct vm_area_struct *vma, unsigned long addr
 struct page *msvm_alloc_large_evict(void);
 struct page *msvm_alloc_zeroed_try(unsigned int order);
 struct page *msvm_alloc_page_nowait(void);
+unsigned int msvm_alloc_pages_bulk_vma(struct vm_area_struct *vma, unsigned int nr,
+				       struct page **pages);
 void msvm_lock_page(struct page *page);
 void msvm_put_page(struct page *page);
 

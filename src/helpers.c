@@ -12,7 +12,8 @@
  * The few functions that are more than a forward stay in C for these
  * reasons:
  *  - msvm_large_order, msvm_alloc_large_vma, msvm_alloc_large_evict,
- *    msvm_alloc_zeroed_try, msvm_alloc_page_nowait: the
+ *    msvm_alloc_zeroed_try, msvm_alloc_page_nowait,
+ *    msvm_alloc_pages_bulk_vma: the
  *    THP macros (thp_migration_supported(), HPAGE_PMD_*), GFP flag macros,
  *    and allocation macros that tag their call site for memory allocation
  *    profiling (alloc_hooks()), which only a C call site gets.
@@ -51,6 +52,7 @@
 #include <linux/leafops.h>
 #include <linux/kmsan-checks.h>
 #include <linux/memremap.h>
+#include <linux/mempolicy.h>
 #include <linux/migrate.h>
 #include <linux/mm.h>
 #include <linux/pagemap.h>
@@ -154,6 +156,29 @@ void msvm_mmap_write_unlock(struct mm_struct *mm)
 struct page *msvm_alloc_page_vma(struct vm_area_struct *vma, unsigned long addr)
 {
 	return alloc_page_vma(GFP_HIGHUSER_MOVABLE, vma, addr);
+}
+
+/*
+ * Up to @nr movable user pages for migrations into @vma, in one pass of
+ * the page allocator's bulk path, into @pages (cleared to NULL first);
+ * returns how many. 0 if the VMA or the task has a NUMA policy of its own
+ * (the bulk path knows only the local node): the caller then takes each
+ * page with msvm_alloc_page_vma(), which follows the policy at its
+ * address. Without a policy both give a page of the local node.
+ */
+unsigned int msvm_alloc_pages_bulk_vma(struct vm_area_struct *vma, unsigned int nr,
+				       struct page **pages)
+{
+	unsigned int i;
+
+#ifdef CONFIG_NUMA
+	if (vma->vm_policy || (vma->vm_ops && vma->vm_ops->get_policy) ||
+	    current->mempolicy)
+		return 0;
+#endif
+	for (i = 0; i < nr; i++)
+		pages[i] = NULL;
+	return alloc_pages_bulk(GFP_HIGHUSER_MOVABLE, nr, pages);
 }
 
 struct page *msvm_alloc_page_nofail(void)

@@ -11,7 +11,7 @@ use kernel::sync::atomic::Relaxed;
 use crate::mm::fault::{Fault, FaultError, FaultPage, FaultRelock, Relock};
 use crate::mm::migrate::{device_folio_mapcount, Select, VmaMigration};
 use crate::mm::mmap::ExclusiveVma;
-use crate::mm::page::{NewPage, BLOCK_PAGES, BLOCK_SIZE};
+use crate::mm::page::{NewPages, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::PAGE_SIZE;
 use crate::sysmem::large_system_folio;
 use crate::vram::{Clock, Phase, SizeClass, VramPool};
@@ -136,6 +136,7 @@ fn fault_range(
     let fault_at = (address - start) / PAGE_SIZE;
     let n = mig.npages();
     let mut filled = [0u16; BLOCK_PAGES];
+    let mut pages = NewPages::new(mig.small_collected());
     let mut i = 0;
     while i < n {
         let (at, src) = (i, mig.src(i));
@@ -171,7 +172,7 @@ fn fault_range(
             // No 2 MiB folio: nothing moves (the caller splits the folio).
             continue;
         }
-        let Some(dst) = NewPage::for_vma(vma, addr) else {
+        let Some(dst) = pages.take(vma, addr) else {
             // The faulting page must move; its neighbours may stay.
             if at == fault_at {
                 return Err(FaultError::Oom);

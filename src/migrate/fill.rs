@@ -10,7 +10,7 @@ use kernel::sync::atomic::Relaxed;
 
 use crate::mm::migrate::{device_folio_mapcount, Select, VmaMigration};
 use crate::mm::mmap::ExclusiveVma;
-use crate::mm::page::{NewPage, PageRef, BLOCK_PAGES, BLOCK_SIZE};
+use crate::mm::page::{NewPages, PageRef, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::PAGE_SIZE;
 use crate::sysmem::large_system_folio;
 use crate::vram::{Batch, Clock, Phase, SizeClass, Use, VramPool};
@@ -255,6 +255,7 @@ pub(super) fn fill_to_system(
     let mut out = Outcome::default();
     let n = mig.npages();
     let mut filled = [0u16; BLOCK_PAGES];
+    let mut pages = NewPages::new(mig.small_collected());
     let mut i = 0;
     while i < n {
         let (at, src) = (i, mig.src(i));
@@ -278,7 +279,7 @@ pub(super) fn fill_to_system(
                 None => return Ok(None),
             }
         } else {
-            let Some(d) = NewPage::for_vma(vma, addr) else {
+            let Some(d) = pages.take(vma, addr) else {
                 out.busy += 1;
                 continue;
             };

@@ -243,6 +243,14 @@ impl<'a> VmaMigration<'a> {
         Entry(self.src[i])
     }
 
+    /// How many small pages (not parts of a large folio) were collected:
+    /// at most the destinations a step allocates one by one.
+    pub(crate) fn small_collected(&self) -> usize {
+        (0..self.npages)
+            .filter(|&i| self.src(i).migrate() && !self.src(i).compound())
+            .count()
+    }
+
     /// The page of source entry `i`, if any: locked and referenced by the
     /// migration until it finalizes, which the borrow bounds.
     pub(crate) fn src_page(&self, i: usize) -> Option<PageRef<'_>> {

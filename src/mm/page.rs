@@ -12,6 +12,7 @@ use core::ptr::NonNull;
 
 use kernel::bindings;
 use kernel::error::{code::EINVAL, to_result, Result};
+use kernel::num::casts::u32_as_usize;
 
 use super::bindings as b;
 
@@ -288,6 +289,77 @@ impl Drop for NewPage {
         unsafe {
             bindings::unlock_page(self.0.as_ptr());
             b::msvm_put_page(self.0.as_ptr());
+        }
+    }
+}
+
+/// How many pages [`NewPages`] takes from the page allocator at a time.
+const BATCH: usize = 32;
+
+/// Movable user pages for the small-page destinations of one migration
+/// step into a VMA, taken from the page allocator in batches
+/// ([`NewPages::take`]); what is left over is freed on drop.
+///
+/// # Invariants
+///
+/// `pages[next..len]` are valid pages, each with one reference of ours and
+/// nothing else: unlocked, unmapped, seen by nobody.
+pub(crate) struct NewPages {
+    pages: [*mut bindings::page; BATCH],
+    next: usize,
+    len: usize,
+    /// How many more pages the caller said it may take.
+    want: usize,
+}
+
+impl NewPages {
+    /// A source of at most `want` pages (the caller's count of the small
+    /// pages its step moves), none allocated yet.
+    pub(crate) fn new(want: usize) -> Self {
+        // INVARIANT: no pages held.
+        Self {
+            pages: [core::ptr::null_mut(); BATCH],
+            next: 0,
+            len: 0,
+            want,
+        }
+    }
+
+    /// A locked page for `addr` of `vma`, the migration's VMA (as
+    /// [`NewPage::for_vma`]): from the batch, refilled in bulk while the
+    /// caller's count lasts, else on its own (the VMA or task has a NUMA
+    /// policy the bulk path does not follow, the count is spent, or memory
+    /// is short); `None` if no page could be had.
+    pub(crate) fn take(&mut self, vma: &kernel::mm::virt::VmaRef, addr: usize) -> Option<NewPage> {
+        if self.next == self.len && self.want > 1 {
+            // CAST: at most `BATCH` (32), which fits in `u32`.
+            let n = self.want.min(BATCH) as u32;
+            // SAFETY: `vma` is a valid VMA (the caller holds the mmap or
+            // VMA lock, which the borrow proves); `pages` has room for `n`
+            // pointers, and the batch is empty (we hold nothing there).
+            let got =
+                unsafe { b::msvm_alloc_pages_bulk_vma(vma.as_ptr(), n, self.pages.as_mut_ptr()) };
+            // INVARIANT: the helper filled `pages[..got]` with pages of one
+            // reference each, ours.
+            (self.next, self.len) = (0, u32_as_usize(got).min(BATCH));
+        }
+        self.want = self.want.saturating_sub(1);
+        if self.next < self.len {
+            let p = self.pages[self.next];
+            // INVARIANT: the page leaves the batch; `NewPage` holds it now.
+            self.next += 1;
+            return NewPage::lock_new(p);
+        }
+        NewPage::for_vma(vma, addr)
+    }
+}
+
+impl Drop for NewPages {
+    fn drop(&mut self) {
+        for &p in &self.pages[self.next..self.len] {
+            // SAFETY: a page of ours, with a reference that we give up
+            // (invariant); nobody else has seen it.
+            unsafe { b::msvm_put_page(p) };
         }
     }
 }
