@@ -171,6 +171,15 @@ if "oversub_hot_hit_pct.on" in vals:
             print(f"{'evict=' + m:<32}{vals[f'oversub_hot_hit_pct.{m}']:>10.1f}{vals[f'oversub_evict_blocks.{m}']:>9.0f}"
                   f"{vals[f'oversub_no_vram_mib.{m}']:>12.0f}{vals[f'oversub_s.{m}']:>8.2f}")
     print()
+if "pingpong_64M.on" in vals and "pingpong_64M.off" in vals:
+    print(f"{'thrashing (64 MiB, 50 rounds)':<32}{'off s':>8}{'on s':>8}{'off/on':>8}{'MiB off':>9}{'MiB on':>8}{'off/on':>8}")
+    p = lambda k: vals.get(k, float("nan"))
+    bo, bn = p("pingpong_64M.bytes_off") / 2**20, p("pingpong_64M.bytes_on") / 2**20
+    print(f"{'pingpong (CPU writes, gpu0 adds)':<32}{p('pingpong_64M.off'):>8.2f}{p('pingpong_64M.on'):>8.2f}"
+          f"{p('pingpong_64M.off') / p('pingpong_64M.on'):>8.2f}{bo:>9.0f}{bn:>8.0f}{bo / max(bn, 1e-9):>8.1f}")
+    print(f"{'stream (migrate once, 50 uses)':<32}{p('stream_64M.off'):>8.2f}{p('stream_64M.on'):>8.2f}"
+          f"{p('stream_64M.off') / p('stream_64M.on'):>8.2f}")
+    print()
 for k in sorted(vals):
     print(f"BENCH {k} {vals[k]:.3f} {units[k]}")
 PY

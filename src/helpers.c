@@ -161,8 +161,10 @@ struct page *msvm_alloc_page_vma(struct vm_area_struct *vma, unsigned long addr)
 /*
  * Up to @nr movable user pages for migrations into @vma, in one pass of
  * the page allocator's bulk path, into @pages (cleared to NULL first);
- * returns how many. 0 if the VMA or the task has a NUMA policy of its own
- * (the bulk path knows only the local node): the caller then takes each
+ * returns how many. 0 if the VMA may have a NUMA policy (its own, or a
+ * get_policy operation: every shmem VMA) or the task has one (the bulk
+ * path knows only the local node; alloc_pages_bulk_mempolicy() would
+ * follow a task's policy but not a VMA's): the caller then takes each
  * page with msvm_alloc_page_vma(), which follows the policy at its
  * address. Without a policy both give a page of the local node.
  */

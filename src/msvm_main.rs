@@ -20,6 +20,7 @@ mod registry;
 mod residency;
 mod svm;
 mod sysmem;
+mod thrash;
 mod topology;
 mod vram;
 
@@ -33,6 +34,30 @@ module! {
         chunk_mib: u32 {
             default: 64,
             description: "Device memory chunk (one dev_pagemap each) in MiB, 2..1024",
+        },
+        thrash: u32 {
+            default: 1,
+            description: "Thrashing detection: 1 pins 2 MiB blocks that keep moving (default), 0 off",
+        },
+        thrash_threshold: u32 {
+            default: 3,
+            description: "Thrashing events (moves within thrash_lapse_ms of the last) that pin a block (2..7; UVM: 3)",
+        },
+        thrash_lapse_ms: u32 {
+            default: 2000,
+            description: "Longest gap between two moves of a thrashing block, ms, rounded up to 4 ms (UVM: 0.5 on hardware; see placement.rst)",
+        },
+        thrash_pin_ms: u32 {
+            default: 5000,
+            description: "How long a thrashing block stays where it is, ms, at most 17.5 minutes (UVM: 300)",
+        },
+        thrash_epoch_ms: u32 {
+            default: 20000,
+            description: "Quiet time after which a block's history is forgotten, ms (UVM: 2000)",
+        },
+        thrash_max_resets: u32 {
+            default: 4,
+            description: "A block whose pinned history was forgotten more than this many times is not pinned again (0..6; UVM: 4)",
         },
         evict: u32 {
             default: 2,

@@ -20,7 +20,7 @@ use crate::mm::{
     cancel::Cancel,
     hmm::{HmmPfn, Mirror},
     owner::Owner,
-    page::BLOCK_PAGES,
+    page::{BLOCK_PAGES, BLOCK_SIZE},
     pagemap::PAGE_SIZE,
 };
 use crate::registry;
@@ -36,6 +36,8 @@ pub(crate) struct Residency {
     pub(crate) system: u64,
     pub(crate) none: u64,
     pub(crate) devices: [u64; MAX_DEVICES],
+    /// Bytes in blocks that thrashing detection pins.
+    pub(crate) pinned: u64,
 }
 
 /// Where one page was found.
@@ -117,6 +119,15 @@ pub(crate) fn residency(
             }
         }
         addr += n * PAGE_SIZE;
+    }
+    let mut at = start;
+    while at < end {
+        let next = ((at / BLOCK_SIZE + 1) * BLOCK_SIZE).min(end);
+        // CAST: an address, used as a key only.
+        if crate::thrash::is_pinned(mm.as_raw() as usize, at) {
+            r.pinned += u64::from_safe_cast(next - at);
+        }
+        at = next;
     }
     Ok(r)
 }

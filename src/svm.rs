@@ -40,7 +40,7 @@ impl Vm {
     pub(crate) fn for_current() -> Result<Self> {
         let task = kernel::current!();
         let mm = task.mm().ok_or(EINVAL)?;
-        let mirror = Mirror::new(mm, MIRROR_START, MIRROR_LEN)?;
+        let mirror = Mirror::new(mm, MIRROR_START, MIRROR_LEN, crate::thrash::unmapped)?;
         Ok(Self {
             mm: ARef::from(&**mm),
             mirror,

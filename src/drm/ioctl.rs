@@ -273,6 +273,7 @@ impl File {
         arg.system = r.system;
         arg.none = r.none;
         arg.devices = r.devices;
+        arg.pinned = r.pinned;
         Ok(0)
     }
 
@@ -333,6 +334,10 @@ impl File {
             evict_blocks: s.room_blocks.load(Relaxed),
             evict_pages: s.room_pages.load(Relaxed),
             evict_demoted: s.room_demoted.load(Relaxed),
+            thrash_detected: s.thrash_detected.load(Relaxed),
+            thrash_pinned: s.thrash_pinned.load(Relaxed),
+            thrash_unpinned: s.thrash_unpinned.load(Relaxed),
+            thrash_avoided: s.thrash_avoided.load(Relaxed),
             reserved: [0; 1],
         };
         Ok(0)

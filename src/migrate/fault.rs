@@ -14,6 +14,7 @@ use crate::mm::mmap::ExclusiveVma;
 use crate::mm::page::{NewPages, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::PAGE_SIZE;
 use crate::sysmem::large_system_folio;
+use crate::thrash::{self, Place};
 use crate::vram::{Clock, Phase, SizeClass, VramPool};
 
 /// Bytes the CPU fault path brings back to system RAM at once: the 64 KiB
@@ -203,6 +204,13 @@ fn fault_range(
         SizeClass::Fault
     };
     pool.stats.phases.step(class, &clock);
+    if moved > 0 {
+        // The block came home: a move for thrashing detection, which may
+        // pin it here. CAST: an address, used as a key only.
+        let mm = vma.mm().as_raw() as usize;
+        pool.stats
+            .count_thrash(thrash::moved(mm, start, Place::System));
+    }
     if large.is_some() && !fault_moved {
         // The window will count the fault.
         pool.stats.to_system.add(moved, Relaxed);

@@ -11,11 +11,12 @@ use kernel::prelude::*;
 use crate::mm::cancel::Cancel;
 use crate::mm::hmm::{HmmPfn, Mirror};
 use crate::mm::owner::Owner;
-use crate::mm::page::BLOCK_PAGES;
+use crate::mm::page::{BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::PAGE_SIZE;
 use crate::placement::{Access, Location, Span};
 use crate::registry;
 use crate::registry::PoolRef;
+use crate::thrash::{self, Place};
 use crate::topology::MAX_DEVICES;
 use crate::vram::{Epoch, Intent, Use, VramPool};
 
@@ -48,6 +49,15 @@ impl Target {
                 PoolRef::get_in_group(i, here.index())?;
                 Ok(Self::Peer(i))
             }
+        }
+    }
+
+    /// Where thrashing detection records pages sent here by device `here`.
+    fn place(&self, here: &VramPool) -> Place {
+        match *self {
+            Target::System => Place::System,
+            Target::Here => Place::Device(here.index()),
+            Target::Peer(i) => Place::Device(i),
         }
     }
 
@@ -97,7 +107,7 @@ pub(crate) fn prefetch(
     u: Use,
     cancel: &Cancel<'_>,
 ) -> Result<Outcome> {
-    match *target {
+    let out = match *target {
         Target::System => to_system(mm, start, len, cancel),
         Target::Here => to_device(|| Ok(Held::Here(here)), mm, mirror, start, len, u, cancel),
         Target::Peer(i) => to_device(
@@ -109,7 +119,15 @@ pub(crate) fn prefetch(
             u,
             cancel,
         ),
+    }?;
+    if u.intent == Intent::Explicit {
+        // CAST: an address, used as a key only.
+        let key = mm.as_raw() as usize;
+        // Stopped by a fatal signal or the device going away, it leaves
+        // the rest of the histories as they are: the move itself is done.
+        let _ = thrash::placed_explicitly(key, start, start + len, target.place(here), cancel);
     }
+    Ok(out)
 }
 
 fn to_device<'p>(
@@ -226,8 +244,9 @@ pub(crate) fn to_system(
 
 /// The placement pass of a job on device `here`, in request `epoch`: moves
 /// each piece of the job's ranges whose access policy is "migrate" to its
-/// preferred location (unless the job asked to run in place). Returns the
-/// pages moved.
+/// preferred location (unless the job asked to run in place), but leaves
+/// where they are the 2 MiB blocks that thrashing detection pins
+/// ([`crate::thrash`]). Returns the pages moved.
 pub(crate) fn place(
     here: &VramPool,
     mm: &MmWithUser,
@@ -241,6 +260,12 @@ pub(crate) fn place(
         epoch,
         intent: Intent::OnAccess,
     };
+    let detect = thrash::enabled();
+    // CAST: an address, used as a key only.
+    let key = mm.as_raw() as usize;
+    // The block a piece ended in, and whether it stays: the next piece
+    // may start in it (one question per block and job).
+    let mut last: Option<(usize, bool)> = None;
     let mut moved = 0;
     for p in pieces {
         if in_place || p.placement.access == Access::InPlace {
@@ -249,9 +274,56 @@ pub(crate) fn place(
         let start = p.start & !(PAGE_SIZE - 1);
         let end = p.end.next_multiple_of(PAGE_SIZE);
         let target = Target::for_job(here, p.placement.preferred);
-        let out = match prefetch(here, mm, mirror, &target, start, end - start, u, cancel) {
-            // The preferred peer went away meanwhile: system RAM.
-            Err(e) if target != Target::System && (e == ENOENT || e == ENOLINK) => prefetch(
+        if !detect {
+            moved += place_range(here, mm, mirror, target, start, end, u, cancel)?.0;
+            continue;
+        }
+        // Block by block: each is asked first, and its move recorded.
+        let mut at = start;
+        while at < end {
+            cancel.check()?;
+            let block = at / BLOCK_SIZE;
+            let next = ((block + 1) * BLOCK_SIZE).min(end);
+            let stay = match last {
+                Some((b, stay)) if b == block => stay,
+                _ => {
+                    let v = thrash::before_move(key, at, target.place(here));
+                    here.stats.count_thrash(v);
+                    v.stay
+                }
+            };
+            last = Some((block, stay));
+            if !stay {
+                let (n, went) = place_range(here, mm, mirror, target, at, next, u, cancel)?;
+                if n > 0 {
+                    here.stats
+                        .count_thrash(thrash::moved(key, at, went.place(here)));
+                }
+                moved += n;
+            }
+            at = next;
+        }
+    }
+    Ok(moved)
+}
+
+/// Moves `[start, end)` to `target` for a job's placement pass (a preferred
+/// peer that went away meanwhile means system RAM): the pages moved, and
+/// where to.
+#[allow(clippy::too_many_arguments)]
+fn place_range(
+    here: &VramPool,
+    mm: &MmWithUser,
+    mirror: &Mirror,
+    target: Target,
+    start: usize,
+    end: usize,
+    u: Use,
+    cancel: &Cancel<'_>,
+) -> Result<(u64, Target)> {
+    match prefetch(here, mm, mirror, &target, start, end - start, u, cancel) {
+        Err(e) if target != Target::System && (e == ENOENT || e == ENOLINK) => {
+            let out = prefetch(
                 here,
                 mm,
                 mirror,
@@ -260,10 +332,9 @@ pub(crate) fn place(
                 end - start,
                 u,
                 cancel,
-            ),
-            r => r,
-        }?;
-        moved += out.moved;
+            )?;
+            Ok((out.moved, Target::System))
+        }
+        r => Ok((r?.moved, target)),
     }
-    Ok(moved)
 }

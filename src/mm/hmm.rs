@@ -49,6 +49,9 @@ pub(crate) struct Mirror {
     start: usize,
     end: usize,
     inserted: bool,
+    /// Told of each unmap in the range: the mm's address (a key only) and
+    /// the range unmapped.
+    on_unmap: fn(usize, usize, usize),
     #[pin]
     _pin: PhantomPinned,
 }
@@ -84,6 +87,18 @@ unsafe extern "C" fn invalidate_cb(
     let mirror = unsafe { &*sub.cast::<Mirror>() };
     // SAFETY: `range` is valid for the callback.
     let blockable = unsafe { b::msvm_mmu_notifier_range_blockable(range) };
+    // SAFETY: `range` is valid for the callback; plain fields.
+    let (event, mm, start, end) = unsafe {
+        (
+            (*range).event,
+            (*range).mm as usize,
+            (*range).start,
+            (*range).end,
+        )
+    };
+    if event == kernel::bindings::mmu_notifier_event_MMU_NOTIFY_UNMAP {
+        (mirror.on_unmap)(mm, start, end);
+    }
     // Users hold the lock while they use pages of the range: an
     // invalidation waits for them (or, if it may not sleep, fails).
     let _guard = if blockable {
@@ -101,8 +116,16 @@ unsafe extern "C" fn invalidate_cb(
 }
 
 impl Mirror {
-    /// Mirrors `[start, start + len)` of `mm`.
-    pub(crate) fn new(mm: &MmWithUser, start: usize, len: usize) -> Result<Pin<KBox<Self>>> {
+    /// Mirrors `[start, start + len)` of `mm`, telling `on_unmap` of every
+    /// `MMU_NOTIFY_UNMAP` invalidation in it (`munmap`, `mremap`'s old
+    /// range, the whole address space when the process exits), from the
+    /// invalidation: it must neither sleep nor allocate.
+    pub(crate) fn new(
+        mm: &MmWithUser,
+        start: usize,
+        len: usize,
+        on_unmap: fn(usize, usize, usize),
+    ) -> Result<Pin<KBox<Self>>> {
         let end = start.checked_add(len).ok_or(EINVAL)?;
         let mut m = KBox::pin_init(
             try_pin_init!(Self {
@@ -116,6 +139,7 @@ impl Mirror {
                 // INVARIANT: not inserted yet; `sub` is the first field
                 // (`#[repr(C)]`).
                 inserted: false,
+                on_unmap,
                 _pin: PhantomPinned,
             }? Error),
             GFP_KERNEL,

@@ -13,6 +13,7 @@
 pub(crate) mod abi;
 mod bindings;
 pub(crate) mod cancel;
+pub(crate) mod clock;
 pub(crate) mod dma;
 pub(crate) mod drm_ioctl;
 pub(crate) mod fault;

@@ -310,6 +310,8 @@ pub(crate) struct NewPages {
     len: usize,
     /// How many more pages the caller said it may take.
     want: usize,
+    /// Whether to try the bulk path for the next batch.
+    bulk: bool,
 }
 
 impl NewPages {
@@ -322,6 +324,7 @@ impl NewPages {
             next: 0,
             len: 0,
             want,
+            bulk: true,
         }
     }
 
@@ -331,7 +334,7 @@ impl NewPages {
     /// policy the bulk path does not follow, the count is spent, or memory
     /// is short); `None` if no page could be had.
     pub(crate) fn take(&mut self, vma: &kernel::mm::virt::VmaRef, addr: usize) -> Option<NewPage> {
-        if self.next == self.len && self.want > 1 {
+        if self.next == self.len && self.want > 1 && self.bulk {
             // CAST: at most `BATCH` (32), which fits in `u32`.
             let n = self.want.min(BATCH) as u32;
             // SAFETY: `vma` is a valid VMA (the caller holds the mmap or
@@ -342,6 +345,9 @@ impl NewPages {
             // INVARIANT: the helper filled `pages[..got]` with pages of one
             // reference each, ours.
             (self.next, self.len) = (0, u32_as_usize(got).min(BATCH));
+            // None: a NUMA policy, or memory short (the allocator's own
+            // fallback already reclaimed): one by one from here on.
+            self.bulk = got > 0;
         }
         self.want = self.want.saturating_sub(1);
         if self.next < self.len {

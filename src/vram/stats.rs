@@ -52,6 +52,14 @@ pub(crate) struct Stats {
     pub(crate) room_blocks: Atomic<u64>,
     pub(crate) room_pages: Atomic<u64>,
     pub(crate) room_demoted: Atomic<u64>,
+    /// Thrashing detection (`crate::thrash`), as this device saw it: blocks
+    /// found thrashing by its jobs' placement passes and its CPU faults,
+    /// those pinned, expired pins found, and blocks its placement passes
+    /// left where they were because they were pinned (moves avoided).
+    pub(crate) thrash_detected: Atomic<u64>,
+    pub(crate) thrash_pinned: Atomic<u64>,
+    pub(crate) thrash_unpinned: Atomic<u64>,
+    pub(crate) thrash_avoided: Atomic<u64>,
     /// Engine bytes read from each peer's VRAM over P2P, by peer index.
     pub(crate) peer_read: [Atomic<u64>; MAX_DEVICES],
     /// Engine bytes written to each peer's VRAM over P2P, by peer index.
@@ -61,6 +69,17 @@ pub(crate) struct Stats {
 }
 
 impl Stats {
+    /// Counts what thrashing detection told a move of this device's.
+    pub(crate) fn count_thrash(&self, v: crate::thrash::Verdict) {
+        if v == crate::thrash::Verdict::default() {
+            return;
+        }
+        self.thrash_detected.add(u64::from(v.detected), Relaxed);
+        self.thrash_pinned.add(u64::from(v.pinned), Relaxed);
+        self.thrash_unpinned.add(u64::from(v.unpinned), Relaxed);
+        self.thrash_avoided.add(u64::from(v.avoided), Relaxed);
+    }
+
     /// Engine bytes read from and written to peer `peer`'s memory over P2P.
     pub(crate) fn count_p2p(&self, peer: usize, read: usize, written: usize) {
         let i = peer % MAX_DEVICES;
@@ -99,6 +118,10 @@ impl Stats {
             room_blocks: Atomic::new(0),
             room_pages: Atomic::new(0),
             room_demoted: Atomic::new(0),
+            thrash_detected: Atomic::new(0),
+            thrash_pinned: Atomic::new(0),
+            thrash_unpinned: Atomic::new(0),
+            thrash_avoided: Atomic::new(0),
             peer_read: [const { Atomic::new(0) }; MAX_DEVICES],
             peer_written: [const { Atomic::new(0) }; MAX_DEVICES],
             phases: Phases::new(),

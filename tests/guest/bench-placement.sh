@@ -1,15 +1,25 @@
 #!/bin/sh
 # The README's "make bench", guest side of its placement boot (256 MiB
 # GPUs): the automatic-placement workloads with each policy, msvm reloaded
-# with the module parameter that selects it.
+# with the module parameters that select it.
 . /msvm/guest/lib.sh
 dmesg -n 4
 rc=0
+# The eviction policies alone: thrashing detection off, or it would pin
+# the streamed data in system RAM after two rounds.
 for mode in off:0 lru:1 on:2; do
 	name=${mode%%:*}
-	echo "== oversubscription, evict=${mode#*:} ($name)"
-	load_msvm evict="${mode#*:}" || exit 1
+	echo "== oversubscription, evict=${mode#*:} ($name), thrash=0"
+	load_msvm evict="${mode#*:}" thrash=0 || exit 1
 	msvm-tests bench-oversub "$name" || rc=1
+	unload_msvm >/dev/null || rc=1
+done
+for mode in off:0 on:1; do
+	name=${mode%%:*}
+	echo "== ping-pong and stream, thrash=${mode#*:} ($name)"
+	load_msvm thrash="${mode#*:}" || exit 1
+	msvm-tests bench-pingpong "$name" || rc=1
+	msvm-tests bench-stream "$name" || rc=1
 	unload_msvm >/dev/null || rc=1
 done
 exit $rc

@@ -53,6 +53,11 @@ load_msvm evict=0 || exit 1
 msvm-tests oversub-off || rc=1
 unload_msvm || rc=1
 
+echo "== msvm-tests thrash-off (msvm loaded with thrash=0)"
+load_msvm thrash=0 || exit 1
+msvm-tests thrash-off || rc=1
+unload_msvm || rc=1
+
 echo "== msvm-tests hotplug"
 load_msvm || exit 1
 dmesg -n 7

@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 /* Bumped on every ABI addition. */
-#define MSVM_UAPI_VERSION 9
+#define MSVM_UAPI_VERSION 10
 
 /* At most this many msvm devices are bound at once. */
 #define MSVM_MAX_DEVICES 16
@@ -265,6 +265,17 @@ struct drm_msvm_migrate {
  *               in @to_system)
  * @evict_demoted: blocks the scan-resistant policy moved from its active
  *                 class to its inactive one instead of evicting them
+ * @thrash_detected: 2 MiB blocks of a process found thrashing (moved
+ *                   away thrash_threshold times, each within
+ *                   thrash_lapse_ms of the move before) by this device's
+ *                   jobs or CPU faults on its pages (module parameters
+ *                   thrash*; see Documentation/placement.rst)
+ * @thrash_pinned: those pinned (left where they are by every device's jobs
+ *                 for thrash_pin_ms); the others thrash in bursts
+ *                 (thrash_max_resets)
+ * @thrash_unpinned: pins found expired
+ * @thrash_avoided: blocks this device's jobs used where they were because
+ *                  they were pinned, instead of moving them
  * @reserved: zero
  */
 struct drm_msvm_stats {
@@ -310,6 +321,10 @@ struct drm_msvm_stats {
 	__u64 evict_blocks;
 	__u64 evict_pages;
 	__u64 evict_demoted;
+	__u64 thrash_detected;
+	__u64 thrash_pinned;
+	__u64 thrash_unpinned;
+	__u64 thrash_avoided;
 	__u64 reserved[1];
 };
 
@@ -500,6 +515,8 @@ struct drm_msvm_prefetch {
  * @system: out: bytes in system RAM
  * @none: out: bytes with no page (never touched, swapped out, unmapped)
  * @devices: out: bytes in each msvm device's memory, by device index
+ * @pinned: out: bytes of the range in 2 MiB blocks that thrashing
+ *          detection pins now (jobs use them where they are)
  * @reserved: must be zero
  */
 struct drm_msvm_residency {
@@ -514,7 +531,8 @@ struct drm_msvm_residency {
 	__u64 system;
 	__u64 none;
 	__u64 devices[MSVM_MAX_DEVICES];
-	__u64 reserved[2];
+	__u64 pinned;
+	__u64 reserved[1];
 };
 
 #define DRM_MSVM_QUERY 0x00

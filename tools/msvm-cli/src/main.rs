@@ -205,7 +205,7 @@ fn stats() -> msvm_rt::Result<()> {
         return Ok(());
     }
     println!(
-        "{:<5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10}",
+        "{:<5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10} {:>11}",
         "gpu",
         "resident",
         "to_dev",
@@ -218,13 +218,14 @@ fn stats() -> msvm_rt::Result<()> {
         "chunks",
         "memmap",
         "shrunk",
-        "vram"
+        "vram",
+        "room/pins"
     );
     for d in &devices {
         let i = d.query()?;
         let s = d.stats()?;
         println!(
-            "{:<5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10}",
+            "{:<5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10} {:>11}",
             i.index,
             mib(s.resident * 4096),
             mib(s.to_device * 4096),
@@ -242,7 +243,8 @@ fn stats() -> msvm_rt::Result<()> {
             ),
             kib(s.memmap_bytes),
             s.chunks_destroyed,
-            mib(s.vram_size)
+            mib(s.vram_size),
+            format!("{}/{}", s.evict_blocks, s.thrash_pinned)
         );
     }
     println!(
@@ -250,7 +252,8 @@ fn stats() -> msvm_rt::Result<()> {
          on device pages, each bringing back up to 64 KiB or one 2 MiB folio; 2m_in/out: 2 MiB \
          folios moved whole in and out; p2p_rw: engine bytes read and written \
          in peers' memory; chunks: live(of which idle)/total, {} MiB each; memmap: RAM their \
-         struct pages take; shrunk: pagemaps the shrinker removed)",
+         struct pages take; shrunk: pagemaps the shrinker removed; room/pins: 2 MiB blocks \
+         evicted to make room, and blocks pinned by thrashing detection)",
         devices[0].stats()?.chunk_size >> 20
     );
     Ok(())

@@ -4,7 +4,7 @@
 //! which compiles a small C program against the real header.
 
 /// `MSVM_UAPI_VERSION`.
-pub const MSVM_UAPI_VERSION: u32 = 9;
+pub const MSVM_UAPI_VERSION: u32 = 10;
 /// `MSVM_MAX_DEVICES`.
 pub const MSVM_MAX_DEVICES: u32 = 16;
 /// `MSVM_SIZE_4K`: a migration step in 4 KiB pages.
@@ -178,6 +178,10 @@ pub struct DrmMsvmStats {
     pub evict_blocks: u64,
     pub evict_pages: u64,
     pub evict_demoted: u64,
+    pub thrash_detected: u64,
+    pub thrash_pinned: u64,
+    pub thrash_unpinned: u64,
+    pub thrash_avoided: u64,
     pub reserved: [u64; 1],
 }
 
@@ -241,7 +245,8 @@ pub struct DrmMsvmResidency {
     pub system: u64,
     pub none: u64,
     pub devices: [u64; MSVM_MAX_DEVICES as usize],
-    pub reserved: [u64; 2],
+    pub pinned: u64,
+    pub reserved: [u64; 1],
 }
 
 nix::ioctl_readwrite!(

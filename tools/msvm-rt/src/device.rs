@@ -137,6 +137,8 @@ pub struct Residency {
     pub none: u64,
     /// Bytes in each device's memory, by device index.
     pub devices: [u64; abi::MSVM_MAX_DEVICES as usize],
+    /// Bytes in 2 MiB blocks that thrashing detection pins now.
+    pub pinned: u64,
     /// Attributes of the range's first byte.
     pub attributes: Attributes,
     /// Whether the range holds more than one set of attributes.
@@ -525,6 +527,7 @@ impl Device {
             system: arg.system,
             none: arg.none,
             devices: arg.devices,
+            pinned: arg.pinned,
             attributes: Attributes {
                 preferred,
                 access: if arg.access == abi::MSVM_ACCESS_IN_PLACE {

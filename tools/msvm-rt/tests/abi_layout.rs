@@ -73,6 +73,10 @@ fn c_layout() -> Vec<(String, u64)> {
                 "evict_blocks",
                 "evict_pages",
                 "evict_demoted",
+                "thrash_detected",
+                "thrash_pinned",
+                "thrash_unpinned",
+                "thrash_avoided",
                 "reserved",
             ],
         )
@@ -109,6 +113,7 @@ fn c_layout() -> Vec<(String, u64)> {
                 "system",
                 "none",
                 "devices",
+                "pinned",
                 "reserved",
             ],
         )
@@ -296,6 +301,10 @@ fn layouts_match_the_c_header() {
             evict_blocks,
             evict_pages,
             evict_demoted,
+            thrash_detected,
+            thrash_pinned,
+            thrash_unpinned,
+            thrash_avoided,
             reserved
         ]
     );
@@ -314,7 +323,7 @@ fn layouts_match_the_c_header() {
         "drm_msvm_residency",
         [
             addr, length, flags, attr_flags, location, device, access, pad, system, none, devices,
-            reserved
+            pinned, reserved
         ]
     );
     same!(

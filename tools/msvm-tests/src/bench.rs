@@ -605,3 +605,64 @@ pub fn run_oversub(mode: &str) -> Result<(), String> {
     println!("BENCH oversub_s.{mode} {secs:.3} s");
     Ok(())
 }
+
+/// `msvm-tests bench-pingpong MODE` (msvm loaded with `thrash=0` for
+/// `off`, the default for `on`): the CPU writes a 64 MiB buffer, gpu0 adds
+/// 1 to every word of it (a job, migrate-on-access), 50 rounds; then every
+/// word is checked. Prints the time and the bytes migrated either way.
+pub fn run_pingpong(mode: &str) -> Result<(), String> {
+    const LEN: usize = 64 << 20;
+    const ROUNDS: u64 = 50;
+    let dev = gpu0()?;
+    let e = |x: msvm_rt::Error| x.to_string();
+    let buf = buffer(LEN)?;
+    let s0 = dev.stats().map_err(e)?;
+    let t = Instant::now();
+    for round in 0..ROUNDS {
+        buf.fill(round);
+        dev.exec(Exec::AtomicAdd(1), buf.as_ptr() as usize, LEN, false)
+            .map_err(e)?;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let s1 = dev.stats().map_err(e)?;
+    if let Some(i) = buf.iter().position(|&w| w != ROUNDS) {
+        return Err(format!("word {i} is {}, want {ROUNDS}", buf[i]));
+    }
+    let moved = (s1.to_device - s0.to_device + s1.to_system - s0.to_system) * PAGE as u64;
+    println!("BENCH pingpong_64M.{mode} {secs:.3} s");
+    println!("BENCH pingpong_64M.bytes_{mode} {moved} bytes");
+    println!(
+        "BENCH pingpong_64M.pinned_{mode} {} blocks",
+        s1.thrash_pinned - s0.thrash_pinned
+    );
+    Ok(())
+}
+
+/// `msvm-tests bench-stream MODE` (as [`run_pingpong`]): the guard of the
+/// thrashing policy. A 64 MiB buffer the CPU wrote is migrated to gpu0
+/// once, then checksummed there 50 times; prints the time of the 50 jobs.
+pub fn run_stream(mode: &str) -> Result<(), String> {
+    const LEN: usize = 64 << 20;
+    const ROUNDS: usize = 50;
+    let dev = gpu0()?;
+    let e = |x: msvm_rt::Error| x.to_string();
+    let buf = buffer(LEN)?;
+    for (i, w) in buf.iter_mut().enumerate() {
+        *w = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    // SAFETY: the same memory, viewed as bytes.
+    let want = msvm_rt::checksum(unsafe { std::slice::from_raw_parts(buf.as_ptr().cast(), LEN) });
+    dev.migrate(buf.as_ptr() as usize, LEN, Location::Device)
+        .map_err(e)?;
+    let t = Instant::now();
+    for round in 0..ROUNDS {
+        let got = dev
+            .exec(Exec::Checksum, buf.as_ptr() as usize, LEN, false)
+            .map_err(e)?;
+        if got.result != want {
+            return Err(format!("round {round}: checksum"));
+        }
+    }
+    println!("BENCH stream_64M.{mode} {:.3} s", t.elapsed().as_secs_f64());
+    Ok(())
+}

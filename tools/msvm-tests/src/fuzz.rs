@@ -275,7 +275,8 @@ fn call(r: &mut Rng, dev: &Device, arena: usize) -> (&'static str, Result<(), Er
                 ..Default::default()
             };
             if !valid && r.below(8) == 0 {
-                q.reserved[r.below(2) as usize] = r.next();
+                let i = r.below(q.reserved.len() as u64) as usize;
+                q.reserved[i] = r.next();
             }
             let res = err(dev.residency_raw(&mut q));
             ("RESIDENCY", res, memory_ioctl_errno(res))

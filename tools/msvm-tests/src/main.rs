@@ -5,7 +5,7 @@
 //! which asks the host harness (scripts/vm.py) to unplug and re-plug a GPU;
 //! `msvm-tests hold READY GO` parks data on a device across an rmmod; the
 //! other subcommands (fuzz, stress, soak, bench*, pressure, hog, unplug-loop,
-//! oversub-off, oversub-stress) are
+//! oversub-off, oversub-stress, thrash-off) are
 //! described where they are defined. Output: one `ok`/`not ok` line per
 //! test, then a summary line `N passed, N failed`. The exit status is
 //! non-zero if any test failed.
@@ -112,6 +112,14 @@ fn main() -> ExitCode {
             let res = bench::run_oversub(&arg(1, "on".to_string()));
             return finish("bench-oversub", res, None);
         }
+        Some("bench-pingpong") => {
+            let res = bench::run_pingpong(&arg(1, "on".to_string()));
+            return finish("bench-pingpong", res, None);
+        }
+        Some("bench-stream") => {
+            let res = bench::run_stream(&arg(1, "on".to_string()));
+            return finish("bench-stream", res, None);
+        }
         Some("bench-lifecycle") => {
             let quick = arg(1, String::new()) == "quick";
             return finish("bench-lifecycle", bench::run_lifecycle(quick), None);
@@ -120,6 +128,10 @@ fn main() -> ExitCode {
         Some("oversub-stress") => {
             let res = placement::oversub_stress(arg(1, 30));
             return finish("oversub-stress", res, Some("oversubscription stress"));
+        }
+        Some("thrash-off") => {
+            let res = placement::pingpong_off();
+            return finish("thrash-off", res, Some("ping-pong, thrash=0"));
         }
         Some("oversub-off") => {
             let res = placement::oversubscription_off();

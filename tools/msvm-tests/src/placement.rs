@@ -42,6 +42,10 @@ pub fn tests() -> Vec<Test> {
             name: "placement_full_device_explicit_migrate_evicts_least_recent",
             run: oversubscription_explicit,
         },
+        Test {
+            name: "placement_pingpong_blocks_are_pinned_used_in_place_then_released",
+            run: pingpong_pinned,
+        },
     ]
 }
 
@@ -799,4 +803,115 @@ fn oversub_worker(p: u64, deadline: std::time::Instant) -> Result<u64, String> {
         check!(map.bytes() == &want[..], "map {m} at the end");
     }
     Ok(ops)
+}
+
+/// The default of msvm's module parameter `thrash_pin_ms`, which `make
+/// test` loads it with (Rust module parameters have no sysfs file to read).
+const THRASH_PIN_MS: u64 = 5000;
+
+/// One round of a ping-pong between the CPU and device `d` over `m`: the
+/// CPU stores `r` in every 64-bit word, `d` adds 1 to each (a job,
+/// migrate-on-access), and the CPU checks every word. Returns the pages the
+/// job migrated.
+fn pingpong_round(d: &Device, m: &mut Map, r: u64) -> Result<u64, String> {
+    for w in m.bytes_mut().chunks_mut(8) {
+        w.copy_from_slice(&r.to_le_bytes());
+    }
+    let done = d
+        .exec(Exec::AtomicAdd(1), m.addr(), m.len(), false)
+        .map_err(e)?;
+    let want = (r + 1).to_le_bytes();
+    if let Some(i) = m.bytes().chunks(8).position(|w| w != want) {
+        return Err(format!("round {r}: word {i} is not {}", r + 1));
+    }
+    Ok(done.migrated)
+}
+
+const PINGPONG_LEN: usize = 4 << 20;
+
+/// With thrashing detection on (the default), a buffer the CPU and a
+/// device take turns on moves four times (in, home, in, home: the third
+/// thrashing event pins its blocks at home), then its blocks stay in system
+/// RAM, where the device's jobs work on them in place (DMA) while the CPU
+/// keeps writing them without faults; RESIDENCY reports them pinned; every
+/// word is right each round. After `thrash_pin_ms` the pins are gone and
+/// the next job migrates the buffer again.
+fn pingpong_pinned() -> Outcome {
+    let t = trio()?;
+    let d = &t.a;
+    let pages = (PINGPONG_LEN / PAGE) as u64;
+    let mut m = Map::new(PINGPONG_LEN)?;
+    let s0 = d.stats().map_err(e)?;
+    let mut migrated = Vec::new();
+    for r in 0..6 {
+        migrated.push(pingpong_round(d, &mut m, r * 10)?);
+    }
+    let s1 = d.stats().map_err(e)?;
+    check!(migrated[0] == pages, "first job migrated {migrated:?}");
+    check!(
+        migrated[3..].iter().all(|&n| n == 0),
+        "jobs still migrate: {migrated:?}"
+    );
+    let blocks = (PINGPONG_LEN >> 21) as u64;
+    check!(
+        s1.thrash_pinned - s0.thrash_pinned >= blocks
+            && s1.thrash_detected >= s1.thrash_pinned
+            && s1.thrash_avoided - s0.thrash_avoided >= 3 * blocks,
+        "thrash counters: detected {} pinned {} avoided {} (before: {} {} {})",
+        s1.thrash_detected,
+        s1.thrash_pinned,
+        s1.thrash_avoided,
+        s0.thrash_detected,
+        s0.thrash_pinned,
+        s0.thrash_avoided
+    );
+    check!(
+        s1.engine_sys_written > s0.engine_sys_written,
+        "the jobs wrote nothing to system RAM"
+    );
+    let r = res(d, &m)?;
+    check!(
+        r.pinned == PINGPONG_LEN as u64 && r.system == PINGPONG_LEN as u64,
+        "pinned buffer: {r:?}"
+    );
+    // The pins expire.
+    let pin_ms = THRASH_PIN_MS;
+    std::thread::sleep(std::time::Duration::from_millis(pin_ms + 500));
+    let r = res(d, &m)?;
+    check!(r.pinned == 0, "still pinned after {pin_ms} ms: {r:?}");
+    let n = pingpong_round(d, &mut m, 100)?;
+    check!(n == pages, "job after the pins migrated {n} of {pages}");
+    let s2 = d.stats().map_err(e)?;
+    check!(
+        s2.thrash_unpinned - s1.thrash_unpinned >= blocks,
+        "expired pins: {} -> {}",
+        s1.thrash_unpinned,
+        s2.thrash_unpinned
+    );
+    Ok(())
+}
+
+/// `msvm-tests thrash-off`, after loading msvm with `thrash=0`: the same
+/// ping-pong moves the whole buffer each round, as before the policy, and
+/// the thrashing counters stay at zero.
+pub fn pingpong_off() -> Result<(), String> {
+    let t = trio()?;
+    let d = &t.a;
+    let pages = (PINGPONG_LEN / PAGE) as u64;
+    let mut m = Map::new(PINGPONG_LEN)?;
+    for r in 0..6 {
+        let n = pingpong_round(d, &mut m, r * 10)?;
+        check!(n == pages, "round {r}: job migrated {n} of {pages}");
+    }
+    let s = d.stats().map_err(e)?;
+    check!(
+        s.thrash_detected == 0 && s.thrash_pinned == 0 && s.thrash_avoided == 0,
+        "thrash counters with the policy off: {} {} {}",
+        s.thrash_detected,
+        s.thrash_pinned,
+        s.thrash_avoided
+    );
+    let r = res(d, &m)?;
+    check!(r.pinned == 0, "pinned with the policy off: {r:?}");
+    Ok(())
 }

@@ -1,0 +1,710 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Thrashing detection: 2 MiB blocks of a process that keep changing place.
+//!
+//! A block *moves* when a job's placement pass migrated pages of it to a
+//! device (migrate-on-access) or a CPU fault brought pages of it home. A
+//! move within `lapse` of the block's previous one is a *thrashing event*;
+//! a first move, or one after a longer gap, is not, and starts the count
+//! again (UVM counts the same way: a page leaving soon after it arrived).
+//! Before a placement pass moves a block it asks ([`before_move`]): a move
+//! that would make the `threshold`th event is refused, and the block is
+//! *pinned* instead; for `pin` milliseconds every device's placement passes
+//! leave it where it is, and the jobs use it in place (system RAM by DMA, a
+//! peer of the owner group over P2P; a device out of reach faults it home
+//! first, as for any in-place job). A CPU fault cannot be refused: it
+//! brings the pages home whatever the state, and if it makes the
+//! `threshold`th event it pins the block in system RAM, where it brought
+//! it. A placement pass that finds a block pinned keeps its history alive;
+//! a block left alone for `epoch` is forgotten, and a block forgotten after
+//! a pin more than `max_resets` times is not pinned again (it thrashes in
+//! bursts: UVM's reasoning). An explicit MIGRATE or PREFETCH is the
+//! runtime's decision: it ends the block's pin and count
+//! ([`placed_explicitly`]); evictions are not recorded. UVM's
+//! `uvm_perf_thrashing` is the model; `Documentation/placement.rst` gives
+//! the knobs, their UVM anchors and the time scale here.
+//!
+//! The state is one atomic word per slot of a direct-mapped table shared
+//! by all devices and processes, keyed by a hash of the process's
+//! `mm_struct` address and the block's address: no lock, no allocation; a
+//! CPU fault or a placement pass reads and updates one word. Only a
+//! recorded move creates a block's history (asking does not). Two blocks
+//! whose keys collide share a slot (the later evicts the earlier's
+//! history); a process whose `mm_struct` reuses a freed one's address, and
+//! a buffer mapped again where an unmapped one was, may inherit a history;
+//! times wrap after 70 minutes, so a history untouched that long may look
+//! recent again. Each costs at most a missed or a needless pin, which
+//! changes where a job reads its data, never what it reads.
+
+use kernel::num::casts::FromSafeCast;
+use kernel::prelude::*;
+use kernel::sync::atomic::{Atomic, Relaxed};
+
+use crate::mm::cancel::Cancel;
+use crate::mm::clock::now_ms;
+use crate::mm::page::BLOCK_SIZE;
+use crate::topology::MAX_DEVICES;
+
+/// Where a block is: the place a move sends it to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Place {
+    System,
+    /// The msvm device of this index.
+    Device(usize),
+}
+
+impl Place {
+    /// The code of the place in a slot (0: not known).
+    fn code(self) -> u64 {
+        match self {
+            Place::System => 1,
+            // At most `MAX_DEVICES` (16) devices: codes 2 to 17 fit 5 bits.
+            Place::Device(i) => 2 + u64::from_safe_cast(i % MAX_DEVICES),
+        }
+    }
+}
+
+// A device's place code fits its 5 bits.
+const _: () = assert!(MAX_DEVICES <= 16);
+
+/// The unit of the slot's times: 4 ms.
+const TICK_MS: u64 = 4;
+
+/// The knobs (module parameters `thrash*`), in ticks, clamped to what a
+/// slot holds.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Knobs {
+    threshold: u64,
+    lapse: u64,
+    pin: u64,
+    epoch: u64,
+    max_resets: u64,
+}
+
+impl Knobs {
+    /// The module's knobs; `None` if thrashing detection is off (`thrash=0`).
+    fn get() -> Option<Self> {
+        use crate::module_parameters as p;
+        if p::thrash.value() == 0 {
+            return None;
+        }
+        Some(Self::new(
+            u64::from(p::thrash_threshold.value()),
+            u64::from(p::thrash_lapse_ms.value()),
+            u64::from(p::thrash_pin_ms.value()),
+            u64::from(p::thrash_epoch_ms.value()),
+            u64::from(p::thrash_max_resets.value()),
+        ))
+    }
+
+    /// Knobs from milliseconds, within the slot's fields: the threshold in
+    /// its 3-bit count (2 to 7), the periods rounded up to ticks and under
+    /// a quarter of the wrapping time fields (17.5 minutes), so that a
+    /// wrapped difference is never taken for a short one while a history
+    /// is in use.
+    fn new(threshold: u64, lapse_ms: u64, pin_ms: u64, epoch_ms: u64, max_resets: u64) -> Self {
+        let most = TIME_MASK >> 2;
+        let ticks = |ms: u64| ms.div_ceil(TICK_MS).clamp(1, most);
+        Self {
+            threshold: threshold.clamp(2, COUNT_MASK),
+            lapse: ticks(lapse_ms),
+            pin: ticks(pin_ms),
+            epoch: ticks(epoch_ms),
+            max_resets: max_resets.min(RESETS_MASK - 1),
+        }
+    }
+}
+
+// A slot: tag (11 bits) | place (5) | count (3) | resets (3) | had a pin
+// (1) | pinned (1) | last (20, ticks, wrapping) | pin end (20, ticks,
+// wrapping).
+const TAG_MASK: u64 = (1 << 11) - 1;
+const PLACE_SHIFT: u32 = 11;
+const PLACE_MASK: u64 = 0x1f;
+const COUNT_SHIFT: u32 = 16;
+const COUNT_MASK: u64 = 0x7;
+const RESETS_SHIFT: u32 = 19;
+const RESETS_MASK: u64 = 0x7;
+const HAD_PIN_SHIFT: u32 = 22;
+const PINNED_SHIFT: u32 = 23;
+const LAST_SHIFT: u32 = 24;
+const PIN_END_SHIFT: u32 = 44;
+const TIME_MASK: u64 = (1 << 20) - 1;
+
+/// The history of one block, unpacked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+struct Block {
+    tag: u64,
+    /// [`Place::code`] of where it last went (0: no history).
+    place: u64,
+    /// Thrashing events in the current run.
+    count: u64,
+    /// Histories of it that were forgotten after a pin.
+    resets: u64,
+    /// This history had a pin.
+    had_pin: bool,
+    /// It has a pin, which ends at `pin_end`.
+    pinned: bool,
+    /// When it last moved or was found pinned (ticks, wrapping).
+    last: u64,
+    pin_end: u64,
+}
+
+/// How far in ticks a racing writer's clock may be ahead of ours: it read
+/// the clock after we did, both before their stores (about one tick).
+const SLACK: u64 = 256;
+
+/// `a - b` in wrapping ticks; a difference within [`SLACK`] of the whole
+/// range is `b` in `a`'s future (a racing writer read the clock after us):
+/// zero.
+fn since(a: u64, b: u64) -> u64 {
+    let d = a.wrapping_sub(b) & TIME_MASK;
+    if d > TIME_MASK - SLACK {
+        0
+    } else {
+        d
+    }
+}
+
+impl Block {
+    fn from_word(w: u64) -> Self {
+        Self {
+            tag: w & TAG_MASK,
+            place: (w >> PLACE_SHIFT) & PLACE_MASK,
+            count: (w >> COUNT_SHIFT) & COUNT_MASK,
+            resets: (w >> RESETS_SHIFT) & RESETS_MASK,
+            had_pin: (w >> HAD_PIN_SHIFT) & 1 != 0,
+            pinned: (w >> PINNED_SHIFT) & 1 != 0,
+            last: (w >> LAST_SHIFT) & TIME_MASK,
+            pin_end: (w >> PIN_END_SHIFT) & TIME_MASK,
+        }
+    }
+
+    fn word(self) -> u64 {
+        (self.tag & TAG_MASK)
+            | (self.place & PLACE_MASK) << PLACE_SHIFT
+            | (self.count & COUNT_MASK) << COUNT_SHIFT
+            | (self.resets & RESETS_MASK) << RESETS_SHIFT
+            | u64::from(self.had_pin) << HAD_PIN_SHIFT
+            | u64::from(self.pinned) << PINNED_SHIFT
+            | (self.last & TIME_MASK) << LAST_SHIFT
+            | (self.pin_end & TIME_MASK) << PIN_END_SHIFT
+    }
+
+    /// Whether the block is `tag`'s, with a history.
+    fn is(&self, tag: u64) -> bool {
+        self.tag == tag && self.place != 0
+    }
+
+    /// Whether its pin holds at `now`: its end is at most `pin` ticks away
+    /// (and [`SLACK`] more: a clock read before the pinner's).
+    fn pin_holds(&self, now: u64, k: &Knobs) -> bool {
+        let left = self.pin_end.wrapping_sub(now) & TIME_MASK;
+        self.pinned && left > 0 && left <= k.pin + SLACK
+    }
+
+    /// The block as `tag`'s history at `now`, with an expired pin dropped
+    /// (`unpinned`): a fresh one if the slot held another block's or this
+    /// one's is older than `epoch` (a reset, counted if it had a pin).
+    fn current(self, tag: u64, now: u64, k: &Knobs, v: &mut Verdict) -> Self {
+        if self.tag != tag {
+            return Self {
+                tag,
+                ..Self::default()
+            };
+        }
+        if self.place == 0 {
+            // Forgotten, its resets kept.
+            return self;
+        }
+        let mut b = self;
+        if b.pinned && !b.pin_holds(now, k) {
+            b.pinned = false;
+            v.unpinned = true;
+        }
+        if !b.pinned && since(now, b.last) > k.epoch {
+            return Self {
+                tag,
+                resets: (b.resets + u64::from(b.had_pin)).min(RESETS_MASK),
+                ..Self::default()
+            };
+        }
+        b
+    }
+
+    /// Pins the block at `now`, if it may still be pinned.
+    fn pin(&mut self, now: u64, k: &Knobs, v: &mut Verdict) {
+        v.detected = true;
+        self.count = 0;
+        if self.resets <= k.max_resets {
+            self.pinned = true;
+            self.had_pin = true;
+            self.pin_end = (now + k.pin) & TIME_MASK;
+            self.last = now & TIME_MASK;
+            v.pinned = true;
+        }
+    }
+
+    /// Whether a move to `to` at `now` is a thrashing event.
+    fn is_event(&self, to: u64, now: u64, k: &Knobs) -> bool {
+        self.place != 0 && self.place != to && since(now, self.last) <= k.lapse
+    }
+
+    /// A placement pass asks to move the block to `to` at `now`: the new
+    /// history and whether it stays where it is.
+    fn ask(self, to: u64, now: u64, k: &Knobs, v: &mut Verdict) -> Self {
+        let mut b = self;
+        if b.pinned {
+            // Thrashing still: keep the history alive.
+            b.last = now & TIME_MASK;
+            v.stay = b.place != to;
+            v.avoided = v.stay;
+            return b;
+        }
+        if b.is_event(to, now, k) && b.count + 1 >= k.threshold {
+            b.pin(now, k, v);
+            v.stay = b.pinned;
+        }
+        b
+    }
+
+    /// Pages of the block moved to `to` at `now` (a placement pass's move
+    /// that was allowed, or a CPU fault's): the new history.
+    fn moved(self, to: u64, now: u64, k: &Knobs, v: &mut Verdict) -> Self {
+        let mut b = self;
+        if b.place == to {
+            if b.pinned {
+                b.last = now & TIME_MASK;
+            }
+            return b;
+        }
+        if b.is_event(to, now, k) && !b.pinned {
+            b.count = (b.count + 1).min(COUNT_MASK);
+            if b.count >= k.threshold {
+                b.pin(now, k, v);
+            }
+        } else if !b.pinned {
+            b.count = 0;
+        }
+        b.place = to;
+        b.last = now & TIME_MASK;
+        b
+    }
+
+    /// An explicit request placed the block at `to`: its count and pin end.
+    fn placed(self, to: u64, now: u64) -> Self {
+        Self {
+            place: to,
+            count: 0,
+            pinned: false,
+            last: now & TIME_MASK,
+            ..self
+        }
+    }
+}
+
+/// What thrashing detection said of a move.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Verdict {
+    /// The move made the block's count reach the threshold (it is pinned
+    /// unless its history was forgotten after pins too often).
+    pub(crate) detected: bool,
+    /// The block stays where it is: a placement pass's move refused.
+    pub(crate) stay: bool,
+    /// It was refused because the block was pinned already (a move
+    /// avoided).
+    pub(crate) avoided: bool,
+    /// This move pinned the block.
+    pub(crate) pinned: bool,
+    /// An expired pin was found and dropped.
+    pub(crate) unpinned: bool,
+}
+
+/// Slots of the table (a power of two): 4096 words, 32 KiB, which track
+/// 8 GiB of blocks without collisions when they fall evenly.
+const SLOTS: usize = 4096;
+
+static TABLE: [Atomic<u64>; SLOTS] = [const { Atomic::new(0) }; SLOTS];
+
+/// The slot index and tag of the block of `addr` in the mm at `mm`.
+fn key(mm: usize, addr: usize) -> (usize, u64) {
+    // CAST: `usize` is 64 bits wide on the architectures msvm builds for.
+    let block = (addr / BLOCK_SIZE) as u64;
+    let mut h = (mm as u64) ^ block.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    // CAST: masked to the table's size.
+    ((h as usize) & (SLOTS - 1), (h >> 53) & TAG_MASK)
+}
+
+/// Whether thrashing detection is on (module parameter `thrash`).
+pub(crate) fn enabled() -> bool {
+    Knobs::get().is_some()
+}
+
+/// Applies `f` to the history of the block of `addr` in the mm at `mm`
+/// (an `mm_struct`'s address, a key only) at the time of each try, read
+/// as that block's ([`Block::current`], whose resets and dropped pins are
+/// kept even if `f` has nothing to record: `None`). With `existing`, a
+/// block without a history is left alone before the clock is read.
+fn update(
+    mm: usize,
+    addr: usize,
+    existing: bool,
+    f: impl Fn(Block, u64, &Knobs, &mut Verdict) -> Option<Block>,
+) -> Verdict {
+    let Some(k) = Knobs::get() else {
+        return Verdict::default();
+    };
+    let (slot, tag) = key(mm, addr);
+    let w = &TABLE[slot];
+    let mut old = w.load(Relaxed);
+    loop {
+        if existing && !Block::from_word(old).is(tag) {
+            return Verdict::default();
+        }
+        // Read after the word: a racing writer's time is never after ours
+        // by more than `SLACK`.
+        let now = now_ms() / TICK_MS;
+        let mut v = Verdict::default();
+        let cur = Block::from_word(old).current(tag, now, &k, &mut v);
+        let new = match f(cur, now, &k, &mut v) {
+            Some(b) => b.word(),
+            // Keep a reset or a dropped pin, but start no history.
+            None if Block::from_word(old).tag == tag => cur.word(),
+            None => return v,
+        };
+        if new == old {
+            return v;
+        }
+        match w.cmpxchg(old, new, Relaxed) {
+            Ok(_) => return v,
+            Err(seen) => old = seen,
+        }
+    }
+}
+
+/// A job's placement pass on the mm at `mm` is about to move the block of
+/// `addr` to `to`: whether it stays where it is instead
+/// ([`Verdict::stay`]: pinned now or before). Nothing is recorded for a
+/// block without a history; the move itself is recorded by [`moved`].
+pub(crate) fn before_move(mm: usize, addr: usize, to: Place) -> Verdict {
+    let (_, tag) = key(mm, addr);
+    update(mm, addr, true, |b, now, k, v| {
+        b.is(tag).then(|| b.ask(to.code(), now, k, v))
+    })
+}
+
+/// Pages of the block of `addr` in the mm at `mm` moved to `to`: by a
+/// job's placement pass that [`before_move`] allowed, or by a CPU fault
+/// (`to` is then [`Place::System`]), which may pin the block there.
+pub(crate) fn moved(mm: usize, addr: usize, to: Place) -> Verdict {
+    update(mm, addr, false, |b, now, k, v| {
+        Some(b.moved(to.code(), now, k, v))
+    })
+}
+
+/// An explicit MIGRATE or PREFETCH moved `[start, end)` of the mm at `mm`
+/// to `to`: the blocks with a history lose their count and pin. Stops
+/// with `cancel`'s error (a range may span terabytes).
+pub(crate) fn placed_explicitly(
+    mm: usize,
+    start: usize,
+    end: usize,
+    to: Place,
+    cancel: &Cancel<'_>,
+) -> Result {
+    if !enabled() {
+        return Ok(());
+    }
+    let mut at = start;
+    let mut n = 0u32;
+    while at < end {
+        n = n.wrapping_add(1);
+        if n % 512 == 0 {
+            cancel.check()?;
+        }
+        placed(mm, at, to);
+        at = (at / BLOCK_SIZE + 1) * BLOCK_SIZE;
+    }
+    Ok(())
+}
+
+/// An explicit request moved the block of `addr` in the mm at `mm` to `to`.
+fn placed(mm: usize, addr: usize, to: Place) {
+    let (_, tag) = key(mm, addr);
+    update(mm, addr, true, |b, now, _, _| {
+        b.is(tag).then(|| b.placed(to.code(), now))
+    });
+}
+
+/// `[start, end)` of the mm at `mm` was unmapped: the histories of its
+/// blocks are forgotten (a buffer mapped there next is usually another
+/// one). Not for a range of more blocks than the table has slots (an
+/// exiting process's whole address space, an unmap of more than 8 GiB):
+/// clearing the table would forget every other process's histories too.
+/// From the mm's invalidation: no sleeping, no allocating.
+pub(crate) fn unmapped(mm: usize, start: usize, end: usize) {
+    if !enabled() || start >= end || end.div_ceil(BLOCK_SIZE) - start / BLOCK_SIZE > SLOTS {
+        return;
+    }
+    let mut at = start;
+    while at < end {
+        let (slot, tag) = key(mm, at);
+        let w = &TABLE[slot];
+        let mut old = w.load(Relaxed);
+        while Block::from_word(old).tag == tag && old != 0 {
+            match w.cmpxchg(old, 0, Relaxed) {
+                Ok(_) => break,
+                Err(seen) => old = seen,
+            }
+        }
+        at = (at / BLOCK_SIZE + 1) * BLOCK_SIZE;
+    }
+}
+
+/// Whether the block of `addr` in the mm at `mm` is pinned now (a snapshot
+/// for RESIDENCY: it changes nothing).
+pub(crate) fn is_pinned(mm: usize, addr: usize) -> bool {
+    let Some(k) = Knobs::get() else {
+        return false;
+    };
+    let now = now_ms() / TICK_MS;
+    let (slot, tag) = key(mm, addr);
+    let b = Block::from_word(TABLE[slot].load(Relaxed));
+    b.is(tag) && b.pin_holds(now, &k)
+}
+
+#[kunit_tests(msvm_thrash)]
+mod tests {
+    use super::*;
+
+    // Lapse 100 ms (25 ticks), pin 1000 ms (250), epoch 5000 ms (1250);
+    // times below are in ticks.
+    fn knobs() -> Knobs {
+        Knobs::new(3, 100, 1000, 5000, 2)
+    }
+
+    fn dev(i: usize) -> u64 {
+        Place::Device(i).code()
+    }
+
+    const SYS: u64 = 1;
+
+    /// A move at `now` as [`moved`] makes it.
+    fn mv(b: Block, to: u64, now: u64) -> (Block, Verdict) {
+        let mut v = Verdict::default();
+        let b = b
+            .current(1, now, &knobs(), &mut v)
+            .moved(to, now, &knobs(), &mut v);
+        (b, v)
+    }
+
+    /// A placement pass's question at `now`, as [`before_move`] asks it.
+    fn ask(b: Block, to: u64, now: u64) -> (Block, Verdict) {
+        let mut v = Verdict::default();
+        let b = b
+            .current(1, now, &knobs(), &mut v)
+            .ask(to, now, &knobs(), &mut v);
+        (b, v)
+    }
+
+    #[test]
+    fn slot_round_trips() {
+        let b = Block {
+            tag: TAG_MASK,
+            place: 17,
+            count: 7,
+            resets: 5,
+            had_pin: true,
+            pinned: true,
+            last: TIME_MASK,
+            pin_end: TIME_MASK - 1,
+        };
+        assert_eq!(Block::from_word(b.word()), b);
+        assert_eq!(Block::from_word(Block::default().word()), Block::default());
+    }
+
+    #[test]
+    fn third_event_within_lapse_is_refused_and_pins() {
+        let b = Block::default();
+        // A job pulls it in (an arrival, not an event), the CPU takes it
+        // home (event 1), more faults of the same pass change nothing.
+        let (b, _) = mv(b, dev(0), 0);
+        assert_eq!(b.count, 0);
+        let (b, _) = mv(b, SYS, 10);
+        let (b, _) = mv(b, SYS, 12);
+        assert_eq!(b.count, 1);
+        // A job may pull it in again (event 2).
+        let (b, v) = ask(b, dev(0), 20);
+        assert_eq!(v, Verdict::default());
+        let (b, _) = mv(b, dev(0), 21);
+        assert_eq!(b.count, 2);
+        // Another device's job would make event 3: refused, pinned.
+        let (b, v) = ask(b, dev(1), 30);
+        assert!(v.stay && v.pinned && v.detected && !v.avoided);
+        assert_eq!(b.place, dev(0));
+        // Jobs then use it in place until the pin ends (at 280): avoided.
+        let (b, v) = ask(b, SYS, 200);
+        assert!(v.stay && v.avoided && !v.pinned);
+        // One on the device it is on: nothing to avoid.
+        let (b, v) = ask(b, dev(0), 210);
+        assert!(!v.stay && !v.avoided);
+        // After the pin: dropped, counted, and the move is allowed.
+        let (b, v) = ask(b, dev(1), 300);
+        assert!(v.unpinned && !v.stay);
+        assert!(!b.pinned && b.had_pin);
+        let (b, _) = mv(b, dev(1), 301);
+        assert_eq!((b.place, b.count), (dev(1), 0));
+    }
+
+    #[test]
+    fn asking_creates_no_history() {
+        let (b, v) = ask(Block::default(), dev(0), 5);
+        assert_eq!(v, Verdict::default());
+        assert_eq!(b.place, 0);
+    }
+
+    #[test]
+    fn slow_moves_never_pin() {
+        let mut b = Block::default();
+        for i in 0..10u64 {
+            let to = if i % 2 == 0 { dev(1) } else { SYS };
+            let (_, v) = ask(b, to, i * 50);
+            assert!(!v.stay && !v.detected);
+            let (n, _) = mv(b, to, i * 50);
+            assert_eq!(n.count, 0);
+            b = n;
+        }
+    }
+
+    #[test]
+    fn a_cpu_fault_is_never_refused_and_pins_at_home() {
+        let (b, _) = mv(Block::default(), dev(0), 0);
+        let (b, _) = mv(b, SYS, 5);
+        let (b, _) = mv(b, dev(0), 10);
+        // The CPU's fault makes event 3: it moves and pins the block home.
+        let (b, v) = mv(b, SYS, 15);
+        assert!(v.pinned && v.detected);
+        assert_eq!(b.place, SYS);
+        assert!(b.pin_holds(15, &knobs()));
+        // A job then uses it there.
+        let (b, v) = ask(b, dev(0), 20);
+        assert!(v.stay && v.avoided);
+        assert!(b.pin_holds(20, &knobs()));
+        // Pinned on a device, a CPU fault still takes it home.
+        let (b, _) = mv(Block { place: dev(1), ..b }, SYS, 25);
+        assert_eq!(b.place, SYS);
+        assert!(b.pin_holds(25, &knobs()));
+    }
+
+    #[test]
+    fn quiet_epochs_reset_then_give_up() {
+        let k = knobs();
+        let mut b = Block::default();
+        let (mut t, mut pins) = (0, 0);
+        for _ in 0..7 {
+            for to in [dev(0), SYS, dev(0), SYS, dev(0), SYS] {
+                let (n, v) = mv(b, to, t);
+                pins += u64::from(v.pinned);
+                b = n;
+                t += 5;
+            }
+            // Quiet for longer than the pin and the epoch.
+            t += 2000;
+        }
+        // Pinned in each of the first max_resets + 1 bursts only, once.
+        assert_eq!(pins, k.max_resets + 1);
+    }
+
+    #[test]
+    fn an_explicit_move_ends_count_and_pin() {
+        let (b, _) = mv(Block::default(), dev(0), 0);
+        let (b, _) = mv(b, SYS, 5);
+        let (b, v) = mv(b, dev(0), 10);
+        assert_eq!((b.count, v), (2, Verdict::default()));
+        let b = b.placed(dev(1), 12);
+        assert_eq!((b.place, b.count, b.pinned), (dev(1), 0, false));
+        let (_, v) = ask(b, dev(0), 14);
+        assert!(!v.stay);
+    }
+
+    #[test]
+    fn clock_races_and_wraps() {
+        // A writer that read the clock before the last one: no gap.
+        assert_eq!(since(100, 101), 0);
+        assert_eq!(since(3, TIME_MASK - 2), 6);
+        // A history touched 1 tick "in the future" is not forgotten.
+        let (b, _) = mv(Block::default(), dev(0), 1001);
+        let (b, _) = mv(b, SYS, 1000);
+        assert_eq!((b.place, b.count), (SYS, 1));
+        // A pin across the wrap of the time field holds until its end.
+        let start = TIME_MASK - 100;
+        let mut b = Block {
+            tag: 1,
+            place: SYS,
+            ..Block::default()
+        };
+        b.pin(start, &knobs(), &mut Verdict::default());
+        let k = knobs();
+        assert!(b.pin_holds(start, &k) && b.pin_holds(start + 200, &k));
+        assert!(!b.pin_holds(start + 250, &k));
+        // Long after, never again (the wrapped distance exceeds the pin).
+        for later in [
+            start + 600,
+            start + (TIME_MASK >> 1),
+            start + TIME_MASK - 300,
+        ] {
+            assert!(!b.pin_holds(later, &k));
+        }
+        // A history half the range old is old, not in the future.
+        assert_eq!(since(TIME_MASK >> 1, 0), TIME_MASK >> 1);
+    }
+
+    #[test]
+    fn the_table_through_its_calls() {
+        // With the module's knobs (defaults: lapse 2 s), on a key no
+        // process has; skipped when detection is off (`thrash=0`).
+        if Knobs::get().is_none_or(|k| k.threshold != 3) {
+            return;
+        }
+        let (mm, a) = (0x5eed_0000_0000_usize, 0x4000_0000_usize);
+        unmapped(mm, a, a + BLOCK_SIZE);
+        // Asking creates no history, and the answer is "move".
+        assert_eq!(before_move(mm, a, Place::Device(0)), Verdict::default());
+        assert!(!is_pinned(mm, a));
+        moved(mm, a, Place::Device(0));
+        moved(mm, a, Place::System);
+        assert!(!before_move(mm, a, Place::Device(0)).stay);
+        moved(mm, a, Place::Device(0));
+        let v = before_move(mm, a, Place::Device(1));
+        assert!(v.stay && v.pinned && v.detected);
+        assert!(is_pinned(mm, a));
+        let v = before_move(mm, a, Place::System);
+        assert!(v.stay && v.avoided);
+        // An explicit move ends the pin; an unmap forgets the block.
+        placed(mm, a, Place::System);
+        assert!(!is_pinned(mm, a));
+        assert!(!before_move(mm, a, Place::Device(0)).stay);
+        unmapped(mm, a, a + PAGE);
+        let (slot, tag) = key(mm, a);
+        assert!(!Block::from_word(TABLE[slot].load(Relaxed)).is(tag));
+    }
+
+    const PAGE: usize = kernel::page::PAGE_SIZE;
+
+    #[test]
+    fn another_block_in_the_slot_starts_afresh() {
+        let (b, _) = mv(Block::default(), dev(0), 0);
+        let mut v = Verdict::default();
+        let c = b.current(2, 5, &knobs(), &mut v);
+        assert_eq!(
+            c,
+            Block {
+                tag: 2,
+                ..Block::default()
+            }
+        );
+    }
+}
