@@ -44,15 +44,15 @@ module! {
             description: "Thrashing events (moves within thrash_lapse_ms of the last) that pin a block (2..7; UVM: 3)",
         },
         thrash_lapse_ms: u32 {
-            default: 2000,
+            default: 10000,
             description: "Longest gap between two moves of a thrashing block, ms, rounded up to 4 ms (UVM: 0.5 on hardware; see placement.rst)",
         },
         thrash_pin_ms: u32 {
-            default: 5000,
+            default: 60000,
             description: "How long a thrashing block stays where it is, ms, at most 17.5 minutes (UVM: 300)",
         },
         thrash_epoch_ms: u32 {
-            default: 20000,
+            default: 120000,
             description: "Quiet time after which a block's history is forgotten, ms (UVM: 2000)",
         },
         thrash_max_resets: u32 {

@@ -45,6 +45,9 @@ pub(crate) enum Access {
 pub(crate) struct Placement {
     pub(crate) preferred: Location,
     pub(crate) access: Access,
+    /// Whether thrashing detection applies to this device's jobs on the
+    /// range (`crate::thrash`; off: `MSVM_ATTR_THRASH_OFF`).
+    pub(crate) thrash: bool,
 }
 
 impl Placement {
@@ -52,6 +55,7 @@ impl Placement {
     pub(crate) const DEFAULT: Self = Self {
         preferred: Location::Default,
         access: Access::Migrate,
+        thrash: true,
     };
 }
 
@@ -209,10 +213,12 @@ mod tests {
     const SYS: Placement = Placement {
         preferred: Location::System,
         access: Access::Migrate,
+        thrash: true,
     };
     const PEER: Placement = Placement {
         preferred: Location::Device(1),
         access: Access::InPlace,
+        thrash: true,
     };
 
     fn spans(a: &Attrs) -> KVec<(usize, usize)> {

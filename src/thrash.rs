@@ -322,7 +322,7 @@ pub(crate) struct Verdict {
 
 /// Slots of the table (a power of two): 4096 words, 32 KiB, which track
 /// 8 GiB of blocks without collisions when they fall evenly.
-const SLOTS: usize = 4096;
+pub(crate) const SLOTS: usize = 4096;
 
 static TABLE: [Atomic<u64>; SLOTS] = [const { Atomic::new(0) }; SLOTS];
 
@@ -402,6 +402,16 @@ pub(crate) fn before_move(mm: usize, addr: usize, to: Place) -> Verdict {
 pub(crate) fn moved(mm: usize, addr: usize, to: Place) -> Verdict {
     update(mm, addr, false, |b, now, k, v| {
         Some(b.moved(to.code(), now, k, v))
+    })
+}
+
+/// As [`moved`], for a block of a job's run of which some block moved:
+/// only a block with a history is recorded (no slot is taken from another
+/// block for one that may not have moved at all).
+pub(crate) fn run_moved(mm: usize, addr: usize, to: Place) -> Verdict {
+    let (_, tag) = key(mm, addr);
+    update(mm, addr, true, |b, now, k, v| {
+        b.is(tag).then(|| b.moved(to.code(), now, k, v))
     })
 }
 
@@ -664,7 +674,7 @@ mod tests {
 
     #[test]
     fn the_table_through_its_calls() {
-        // With the module's knobs (defaults: lapse 2 s), on a key no
+        // With the module's knobs (defaults: lapse 10 s), on a key no
         // process has; skipped when detection is off (`thrash=0`).
         if Knobs::get().is_none_or(|k| k.threshold != 3) {
             return;

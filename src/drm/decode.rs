@@ -10,10 +10,10 @@ use crate::engine::{Job, Op};
 use crate::migrate::Direction;
 use crate::mm::abi::{
     drm_msvm_exec, drm_msvm_migrate, drm_msvm_peer, drm_msvm_query, drm_msvm_set_attr,
-    MSVM_ACCESS_DEFAULT, MSVM_ACCESS_IN_PLACE, MSVM_ACCESS_MIGRATE, MSVM_EXEC_ATOMIC_ADD,
-    MSVM_EXEC_CHECKSUM, MSVM_EXEC_COPY, MSVM_EXEC_FILL, MSVM_EXEC_IN_PLACE, MSVM_LOC_DEFAULT,
-    MSVM_LOC_DEVICE, MSVM_LOC_SYSTEM, MSVM_MIGRATE_TO_DEVICE, MSVM_MIGRATE_TO_SYSTEM,
-    MSVM_PEER_P2P, MSVM_QUERY_SELF,
+    MSVM_ACCESS_DEFAULT, MSVM_ACCESS_IN_PLACE, MSVM_ACCESS_MIGRATE, MSVM_ATTR_THRASH_OFF,
+    MSVM_EXEC_ATOMIC_ADD, MSVM_EXEC_CHECKSUM, MSVM_EXEC_COPY, MSVM_EXEC_FILL, MSVM_EXEC_IN_PLACE,
+    MSVM_LOC_DEFAULT, MSVM_LOC_DEVICE, MSVM_LOC_SYSTEM, MSVM_MIGRATE_TO_DEVICE,
+    MSVM_MIGRATE_TO_SYSTEM, MSVM_PEER_P2P, MSVM_QUERY_SELF,
 };
 use crate::mm::pagemap::PAGE_SIZE;
 use crate::placement::{Access, Location, Placement};
@@ -164,7 +164,10 @@ pub(super) struct AttrRequest {
 
 impl AttrRequest {
     pub(super) fn decode(arg: &drm_msvm_set_attr, here: usize) -> Result<Self> {
-        all_zero(&[arg.flags.into()], &arg.reserved)?;
+        if arg.flags & !MSVM_ATTR_THRASH_OFF != 0 {
+            return Err(EINVAL);
+        }
+        all_zero(&[], &arg.reserved)?;
         let (start, len) = page_range(arg.addr, arg.length)?;
         let preferred = decode_location(arg.location, arg.device, here)?;
         let access = match arg.access {
@@ -175,7 +178,11 @@ impl AttrRequest {
         Ok(Self {
             start,
             len,
-            placement: Placement { preferred, access },
+            placement: Placement {
+                preferred,
+                access,
+                thrash: arg.flags & MSVM_ATTR_THRASH_OFF == 0,
+            },
         })
     }
 }
@@ -388,7 +395,8 @@ mod tests {
             r.placement,
             Placement {
                 preferred: Loc::System,
-                access: Access::InPlace
+                access: Access::InPlace,
+                thrash: true,
             }
         );
         let r = AttrRequest::decode(&attr(MSVM_LOC_DEVICE, MSVM_QUERY_SELF, 0), 3)?;
@@ -400,6 +408,11 @@ mod tests {
             AttrRequest::decode(&attr(MSVM_LOC_DEFAULT, 0, 0), 0)?.placement,
             Placement::DEFAULT
         );
+        // Thrashing detection off: a placement of its own, not the default.
+        let mut a = attr(MSVM_LOC_DEFAULT, 0, 0);
+        a.flags = MSVM_ATTR_THRASH_OFF;
+        let p = AttrRequest::decode(&a, 0)?.placement;
+        assert!(!p.thrash && p != Placement::DEFAULT);
         Ok(())
     }
 
@@ -419,9 +432,11 @@ mod tests {
             AttrRequest::decode(&attr(MSVM_LOC_DEVICE, MAX_DEVICES as u32, 0), 0),
             Err(ENOENT)
         );
-        let mut a = attr(MSVM_LOC_SYSTEM, 0, 0);
-        a.flags = 1;
-        assert_eq!(AttrRequest::decode(&a, 0), Err(EINVAL));
+        for flags in [1, 4, 1 << 31] {
+            let mut a = attr(MSVM_LOC_SYSTEM, 0, 0);
+            a.flags = flags | MSVM_ATTR_THRASH_OFF;
+            assert_eq!(AttrRequest::decode(&a, 0), Err(EINVAL));
+        }
         let mut a = attr(MSVM_LOC_SYSTEM, 0, 0);
         a.reserved[1] = 1;
         assert_eq!(AttrRequest::decode(&a, 0), Err(EINVAL));

@@ -29,7 +29,8 @@ use crate::migrate::{place, prefetch as move_to, Direction, Outcome, Target};
 use crate::mm::abi::{
     drm_msvm_exec, drm_msvm_migrate, drm_msvm_prefetch, drm_msvm_query, drm_msvm_residency,
     drm_msvm_set_attr, drm_msvm_stats, drm_msvm_vm_create, drm_msvm_vm_destroy,
-    MSVM_ACCESS_IN_PLACE, MSVM_ACCESS_MIGRATE, MSVM_ATTR_MIXED, MSVM_UAPI_VERSION,
+    MSVM_ACCESS_IN_PLACE, MSVM_ACCESS_MIGRATE, MSVM_ATTR_MIXED, MSVM_ATTR_THRASH_OFF,
+    MSVM_UAPI_VERSION,
 };
 use crate::mm::{
     cancel::{lock_killable, Cancel},
@@ -264,6 +265,9 @@ impl File {
         })?;
         let (location, device) = encode_location(first.preferred);
         arg.attr_flags = if mixed { MSVM_ATTR_MIXED } else { 0 };
+        if !first.thrash {
+            arg.attr_flags |= MSVM_ATTR_THRASH_OFF;
+        }
         arg.location = location;
         arg.device = device;
         arg.access = match first.access {

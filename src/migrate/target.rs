@@ -246,7 +246,8 @@ pub(crate) fn to_system(
 /// each piece of the job's ranges whose access policy is "migrate" to its
 /// preferred location (unless the job asked to run in place), but leaves
 /// where they are the 2 MiB blocks that thrashing detection pins
-/// ([`crate::thrash`]). Returns the pages moved.
+/// ([`crate::thrash`]; not for a range with the detection off, whose moves
+/// it neither asks about nor records). Returns the pages moved.
 pub(crate) fn place(
     here: &VramPool,
     mm: &MmWithUser,
@@ -274,11 +275,14 @@ pub(crate) fn place(
         let start = p.start & !(PAGE_SIZE - 1);
         let end = p.end.next_multiple_of(PAGE_SIZE);
         let target = Target::for_job(here, p.placement.preferred);
-        if !detect {
+        if !detect || !p.placement.thrash {
             moved += place_range(here, mm, mirror, target, start, end, u, cancel)?.0;
             continue;
         }
-        // Block by block: each is asked first, and its move recorded.
+        // Each block is asked first; the blocks that may move go in runs,
+        // one migration each (one for the whole piece when nothing is
+        // pinned), and each block of a run that moved pages is recorded.
+        let mut run = start;
         let mut at = start;
         while at < end {
             cancel.check()?;
@@ -293,18 +297,50 @@ pub(crate) fn place(
                 }
             };
             last = Some((block, stay));
-            if !stay {
-                let (n, went) = place_range(here, mm, mirror, target, at, next, u, cancel)?;
-                if n > 0 {
-                    here.stats
-                        .count_thrash(thrash::moved(key, at, went.place(here)));
-                }
-                moved += n;
+            if stay {
+                moved += place_run(here, mm, mirror, target, run, at, u, cancel)?;
+                run = next;
             }
             at = next;
         }
+        moved += place_run(here, mm, mirror, target, run, end, u, cancel)?;
     }
     Ok(moved)
+}
+
+/// Moves the run `[start, end)` of blocks that thrashing detection let
+/// move (none if empty) to `target` for a job's placement pass, and if
+/// pages moved, records a move of each of its blocks that has a history
+/// ([`thrash::run_moved`]; a block already there counts no event, one that
+/// could not move at most one too many); a run of more blocks than the
+/// table has slots (8 GiB) records nothing. The pages moved.
+#[allow(clippy::too_many_arguments)]
+fn place_run(
+    here: &VramPool,
+    mm: &MmWithUser,
+    mirror: &Mirror,
+    target: Target,
+    start: usize,
+    end: usize,
+    u: Use,
+    cancel: &Cancel<'_>,
+) -> Result<u64> {
+    if start >= end {
+        return Ok(0);
+    }
+    let (n, went) = place_range(here, mm, mirror, target, start, end, u, cancel)?;
+    // A run of more blocks than the table holds would only flood it.
+    if n > 0 && end.div_ceil(BLOCK_SIZE) - start / BLOCK_SIZE <= thrash::SLOTS {
+        // CAST: an address, used as a key only.
+        let key = mm.as_raw() as usize;
+        let mut at = start;
+        while at < end {
+            here.stats
+                .count_thrash(thrash::run_moved(key, at, went.place(here)));
+            at = (at / BLOCK_SIZE + 1) * BLOCK_SIZE;
+        }
+    }
+    Ok(n)
 }
 
 /// Moves `[start, end)` to `target` for a job's placement pass (a preferred

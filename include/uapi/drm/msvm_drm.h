@@ -423,7 +423,7 @@ struct drm_msvm_exec {
  *
  * Errors: -EINVAL: @addr or @length not 4 KiB aligned, @length zero, the
  * range wraps, unknown @location or @access, @device set with a location
- * other than MSVM_LOC_DEVICE, non-zero @flags/@reserved; -EFAULT: the range
+ * other than MSVM_LOC_DEVICE, unknown @flags, non-zero @reserved; -EFAULT: the range
  * goes beyond the user address space; -ENOENT: no VM, or no device has
  * index @device; -ENOLINK: that device is not in this device's owner group
  * (the devices that all reach each other over P2P); -ENOSPC: the VM has
@@ -436,7 +436,7 @@ struct drm_msvm_exec {
  * @device: in: device index for MSVM_LOC_DEVICE (MSVM_QUERY_SELF: this
  *          device), else zero
  * @access: in: MSVM_ACCESS_*
- * @flags: must be zero
+ * @flags: in: MSVM_ATTR_THRASH_OFF or zero
  * @reserved: must be zero
  */
 struct drm_msvm_set_attr {
@@ -493,6 +493,11 @@ struct drm_msvm_prefetch {
 /* The range holds more than one set of attributes; those of its first
  * byte are reported. */
 #define MSVM_ATTR_MIXED (1u << 0)
+/* drm_msvm_set_attr.flags and drm_msvm_residency.attr_flags: thrashing
+ * detection is off for the range (this device's jobs move its pages on
+ * access every time, as before ABI version 10; see
+ * Documentation/placement.rst). */
+#define MSVM_ATTR_THRASH_OFF (1u << 1)
 
 /**
  * struct drm_msvm_residency - DRM_IOCTL_MSVM_RESIDENCY

@@ -72,6 +72,8 @@ pub const MSVM_ACCESS_IN_PLACE: u32 = 2;
 pub const MSVM_MAX_ATTR_RANGES: u32 = 4096;
 /// `MSVM_ATTR_MIXED`.
 pub const MSVM_ATTR_MIXED: u32 = 1 << 0;
+/// `MSVM_ATTR_THRASH_OFF`.
+pub const MSVM_ATTR_THRASH_OFF: u32 = 1 << 1;
 
 /// `struct drm_msvm_peer`.
 #[repr(C)]

@@ -126,6 +126,10 @@ pub struct Attributes {
     pub preferred: Place,
     /// Whether they move them.
     pub access: Access,
+    /// Whether thrashing detection is left on for the range (`false`:
+    /// `MSVM_ATTR_THRASH_OFF`, the jobs move the pages on access every
+    /// time; `true` follows the module parameter `thrash`).
+    pub thrash: bool,
 }
 
 /// Where the pages of a range live, in bytes, and the range's attributes.
@@ -461,6 +465,11 @@ impl Device {
                 Access::Migrate => abi::MSVM_ACCESS_MIGRATE,
                 Access::InPlace => abi::MSVM_ACCESS_IN_PLACE,
             },
+            flags: if attrs.thrash {
+                0
+            } else {
+                abi::MSVM_ATTR_THRASH_OFF
+            },
             ..Default::default()
         };
         self.set_attr_raw(&mut arg)
@@ -535,6 +544,7 @@ impl Device {
                 } else {
                     Access::Migrate
                 },
+                thrash: arg.attr_flags & abi::MSVM_ATTR_THRASH_OFF == 0,
             },
             mixed: arg.attr_flags & abi::MSVM_ATTR_MIXED != 0,
         })

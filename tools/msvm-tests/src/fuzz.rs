@@ -233,7 +233,11 @@ fn call(r: &mut Rng, dev: &Device, arena: usize) -> (&'static str, Result<(), Er
                 location,
                 device,
                 access: if valid { r.below(3) as u32 } else { small(r) },
-                flags: if valid { 0 } else { small(r) },
+                flags: if valid {
+                    r.below(2) as u32 * msvm_rt::abi::MSVM_ATTR_THRASH_OFF
+                } else {
+                    small(r)
+                },
                 ..Default::default()
             };
             if !valid && r.below(8) == 0 {

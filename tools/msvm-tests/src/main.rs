@@ -5,7 +5,7 @@
 //! which asks the host harness (scripts/vm.py) to unplug and re-plug a GPU;
 //! `msvm-tests hold READY GO` parks data on a device across an rmmod; the
 //! other subcommands (fuzz, stress, soak, bench*, pressure, hog, unplug-loop,
-//! oversub-off, oversub-stress, thrash-off) are
+//! oversub-off, oversub-stress, thrash-off, thrash-expiry) are
 //! described where they are defined. Output: one `ok`/`not ok` line per
 //! test, then a summary line `N passed, N failed`. The exit status is
 //! non-zero if any test failed.
@@ -128,6 +128,10 @@ fn main() -> ExitCode {
         Some("oversub-stress") => {
             let res = placement::oversub_stress(arg(1, 30));
             return finish("oversub-stress", res, Some("oversubscription stress"));
+        }
+        Some("thrash-expiry") => {
+            let res = placement::pingpong_expiry(arg(1, 3000));
+            return finish("thrash-expiry", res, Some("pins expire"));
         }
         Some("thrash-off") => {
             let res = placement::pingpong_off();

@@ -43,8 +43,12 @@ pub fn tests() -> Vec<Test> {
             run: oversubscription_explicit,
         },
         Test {
-            name: "placement_pingpong_blocks_are_pinned_used_in_place_then_released",
+            name: "placement_pingpong_blocks_are_pinned_and_used_in_place",
             run: pingpong_pinned,
+        },
+        Test {
+            name: "placement_pingpong_on_a_range_with_thrashing_detection_off",
+            run: pingpong_range_off,
         },
     ]
 }
@@ -88,6 +92,7 @@ fn res(d: &Device, m: &Map) -> Result<Residency, String> {
 const DEFAULT: Attributes = Attributes {
     preferred: Place::Default,
     access: Access::Migrate,
+    thrash: true,
 };
 
 /// Pages on every location, and untouched ones: the query counts each.
@@ -202,6 +207,7 @@ fn prefetch_to_peer_and_errors() -> Outcome {
             let attrs = Attributes {
                 preferred: place,
                 access: Access::Migrate,
+                thrash: true,
             };
             let got = t.a.set_attr(m.addr(), m.len(), attrs).err();
             check!(
@@ -274,7 +280,11 @@ fn one_case(
     fill(m.bytes_mut(), seed);
     let before = m.bytes().to_vec();
     let (dst, src) = (m.addr(), m.addr() + len);
-    let attrs = Attributes { preferred, access };
+    let attrs = Attributes {
+        preferred,
+        access,
+        thrash: true,
+    };
     t.a.set_attr(m.addr(), m.len(), attrs).map_err(e)?;
     let park = match start {
         Start::System => None,
@@ -372,10 +382,12 @@ fn attributes_split_and_reset() -> Outcome {
     let sys = Attributes {
         preferred: Place::System,
         access: Access::Migrate,
+        thrash: true,
     };
     let peer = Attributes {
         preferred: Place::Device(t.ib as u32),
         access: Access::InPlace,
+        thrash: true,
     };
     t.a.set_attr(m.addr(), m.len(), sys).map_err(e)?;
     t.a.set_attr(m.addr() + 2 * PAGE, 2 * PAGE, peer)
@@ -394,6 +406,7 @@ fn attributes_split_and_reset() -> Outcome {
     let here = Attributes {
         preferred: Place::Device(t.ia as u32),
         access: Access::Migrate,
+        thrash: true,
     };
     t.a.set_attr(m.addr(), m.len(), here).map_err(e)?;
     let r = at(0, 8)?;
@@ -805,10 +818,6 @@ fn oversub_worker(p: u64, deadline: std::time::Instant) -> Result<u64, String> {
     Ok(ops)
 }
 
-/// The default of msvm's module parameter `thrash_pin_ms`, which `make
-/// test` loads it with (Rust module parameters have no sysfs file to read).
-const THRASH_PIN_MS: u64 = 5000;
-
 /// One round of a ping-pong between the CPU and device `d` over `m`: the
 /// CPU stores `r` in every 64-bit word, `d` adds 1 to each (a job,
 /// migrate-on-access), and the CPU checks every word. Returns the pages the
@@ -834,8 +843,8 @@ const PINGPONG_LEN: usize = 4 << 20;
 /// thrashing event pins its blocks at home), then its blocks stay in system
 /// RAM, where the device's jobs work on them in place (DMA) while the CPU
 /// keeps writing them without faults; RESIDENCY reports them pinned; every
-/// word is right each round. After `thrash_pin_ms` the pins are gone and
-/// the next job migrates the buffer again.
+/// word is right each round. (`msvm-tests thrash-expiry` sees the pins
+/// expire.)
 fn pingpong_pinned() -> Outcome {
     let t = trio()?;
     let d = &t.a;
@@ -874,20 +883,6 @@ fn pingpong_pinned() -> Outcome {
         r.pinned == PINGPONG_LEN as u64 && r.system == PINGPONG_LEN as u64,
         "pinned buffer: {r:?}"
     );
-    // The pins expire.
-    let pin_ms = THRASH_PIN_MS;
-    std::thread::sleep(std::time::Duration::from_millis(pin_ms + 500));
-    let r = res(d, &m)?;
-    check!(r.pinned == 0, "still pinned after {pin_ms} ms: {r:?}");
-    let n = pingpong_round(d, &mut m, 100)?;
-    check!(n == pages, "job after the pins migrated {n} of {pages}");
-    let s2 = d.stats().map_err(e)?;
-    check!(
-        s2.thrash_unpinned - s1.thrash_unpinned >= blocks,
-        "expired pins: {} -> {}",
-        s1.thrash_unpinned,
-        s2.thrash_unpinned
-    );
     Ok(())
 }
 
@@ -913,5 +908,76 @@ pub fn pingpong_off() -> Result<(), String> {
     );
     let r = res(d, &m)?;
     check!(r.pinned == 0, "pinned with the policy off: {r:?}");
+    Ok(())
+}
+
+/// The per-range off switch (`MSVM_ATTR_THRASH_OFF`): the same ping-pong on
+/// a range whose attributes turn thrashing detection off for gpu0's jobs
+/// moves the whole buffer every round, as before the policy; RESIDENCY
+/// reports the attribute and no pin; no block is pinned meanwhile.
+fn pingpong_range_off() -> Outcome {
+    let t = trio()?;
+    let d = &t.a;
+    let pages = (PINGPONG_LEN / PAGE) as u64;
+    let mut m = Map::new(PINGPONG_LEN)?;
+    let off = Attributes {
+        thrash: false,
+        ..DEFAULT
+    };
+    d.set_attr(m.addr(), m.len(), off).map_err(e)?;
+    let s0 = d.stats().map_err(e)?;
+    for r in 0..6 {
+        let n = pingpong_round(d, &mut m, r * 10)?;
+        check!(n == pages, "round {r}: job migrated {n} of {pages}");
+    }
+    let s1 = d.stats().map_err(e)?;
+    check!(
+        s1.thrash_pinned == s0.thrash_pinned && s1.thrash_avoided == s0.thrash_avoided,
+        "pins with the range's detection off: {} -> {}, avoided {} -> {}",
+        s0.thrash_pinned,
+        s1.thrash_pinned,
+        s0.thrash_avoided,
+        s1.thrash_avoided
+    );
+    let r = res(d, &m)?;
+    check!(
+        r.pinned == 0 && r.attributes == off && !r.mixed,
+        "range with detection off: {r:?}"
+    );
+    Ok(())
+}
+
+/// `msvm-tests thrash-expiry PIN_MS`, after loading msvm with
+/// `thrash_pin_ms=PIN_MS`: the ping-pong pins the buffer; after `PIN_MS`
+/// nothing is pinned any more, the next job migrates the whole buffer
+/// again, and the expired pins are counted.
+pub fn pingpong_expiry(pin_ms: u64) -> Result<(), String> {
+    let t = trio()?;
+    let d = &t.a;
+    let pages = (PINGPONG_LEN / PAGE) as u64;
+    let blocks = (PINGPONG_LEN >> 21) as u64;
+    let mut m = Map::new(PINGPONG_LEN)?;
+    let mut migrated = Vec::new();
+    for r in 0..4 {
+        migrated.push(pingpong_round(d, &mut m, r * 10)?);
+    }
+    let r = res(d, &m)?;
+    check!(
+        r.pinned == PINGPONG_LEN as u64,
+        "not pinned: {r:?}, jobs migrated {migrated:?}"
+    );
+    let s1 = d.stats().map_err(e)?;
+    std::thread::sleep(std::time::Duration::from_millis(pin_ms + 500));
+    let r = res(d, &m)?;
+    check!(r.pinned == 0, "still pinned after {pin_ms} ms: {r:?}");
+    let n = pingpong_round(d, &mut m, 100)?;
+    check!(n == pages, "job after the pins migrated {n} of {pages}");
+    let s2 = d.stats().map_err(e)?;
+    check!(
+        s2.thrash_unpinned - s1.thrash_unpinned >= blocks,
+        "expired pins: {} -> {}",
+        s1.thrash_unpinned,
+        s2.thrash_unpinned
+    );
     Ok(())
 }
