@@ -73,7 +73,7 @@ const TICK_MS: u64 = 4;
 /// The knobs (module parameters `thrash*`), in ticks, clamped to what a
 /// slot holds.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Knobs {
+struct Knobs {
     threshold: u64,
     lapse: u64,
     pin: u64,

@@ -281,7 +281,8 @@ pub(crate) fn place(
         }
         // Each block is asked first; the blocks that may move go in runs,
         // one migration each (one for the whole piece when nothing is
-        // pinned), and each block of a run that moved pages is recorded.
+        // pinned), whose blocks with a history are recorded if it moved
+        // pages (`place_run`).
         let mut run = start;
         let mut at = start;
         while at < end {
