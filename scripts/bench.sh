@@ -180,6 +180,14 @@ if "pingpong_64M.on" in vals and "pingpong_64M.off" in vals:
     print(f"{'stream (migrate once, 50 uses)':<32}{p('stream_64M.off'):>8.2f}{p('stream_64M.on'):>8.2f}"
           f"{p('stream_64M.off') / p('stream_64M.on'):>8.2f}")
     print()
+if "hot_remote_64M.on" in vals:
+    p = lambda k: vals.get(k, float("nan"))
+    print(f"{'access counters (64 MiB, 100 rounds)':<40}{'last 10 s':>10}{'own VRAM s':>11}{'own/it':>8}{'MiB moved':>10}")
+    for m, local in (("off", "local_off"), ("on", "local")):
+        if f"hot_remote_64M.{m}" in vals:
+            print(f"{'hot remote, access_counters ' + m:<40}{p(f'hot_remote_64M.{m}'):>10.2f}{p(f'hot_remote_64M.{local}'):>11.2f}"
+                  f"{p(f'hot_remote_64M.{local}') / p(f'hot_remote_64M.{m}'):>8.2f}{p(f'hot_remote_64M.moved_{m}') / 2**20:>10.0f}")
+    print()
 for k in sorted(vals):
     print(f"BENCH {k} {vals[k]:.3f} {units[k]}")
 PY

@@ -31,6 +31,7 @@
 
 use kernel::{mm::MmWithUser, num::casts::FromSafeCast, prelude::*, sync::atomic::Relaxed};
 
+use crate::access;
 use crate::migrate::check_job_vmas;
 use crate::mm::{
     cancel::Cancel,
@@ -268,9 +269,11 @@ impl<'p> Engine<'p> {
                 continue;
             }
             // The pages stay as found while `guard` is held.
+            // CAST: an address, used as a key only.
+            let key = mm.as_raw() as usize;
             let bound = self
-                .page_table(&dst_found, &mut dst_pt)
-                .and_then(|()| self.page_table(&src_found, &mut src_pt));
+                .page_table(&dst_found, (key, dst_first), &mut dst_pt)
+                .and_then(|()| self.page_table(&src_found, (key, src_first), &mut src_pt));
             clock.lap_job(JobPhase::Bind);
             let res = bound.and_then(|()| {
                 self.execute(
@@ -293,21 +296,45 @@ impl<'p> Engine<'p> {
     }
 
     /// Fills `pt` with device addresses for the pages `hmm_range_fault`
-    /// found. Runs under the mirror lock, which reclaim can wait for (an
-    /// invalidation takes it): it must not allocate, so `pt` comes with room
-    /// for every page.
-    fn page_table<'g>(&self, pages: &Pages<'g>, pt: &mut PageTable<'g>) -> Result
+    /// found from address `first` of the mm at `mm` (a key only), and
+    /// counts the pages it uses in place that are not in this device's
+    /// memory ([`access::count`]). Runs under the mirror lock, which
+    /// reclaim can wait for (an invalidation takes it): it must not
+    /// allocate, so `pt` comes with room for every page.
+    fn page_table<'g>(
+        &self,
+        pages: &Pages<'g>,
+        (mm, first): (usize, usize),
+        pt: &mut PageTable<'g>,
+    ) -> Result
     where
         'p: 'g,
     {
         pt.entries.clear();
         pt.dma.clear();
         pt.p2p.clear();
-        for page in pages.iter() {
+        // Pages not in this device's memory, counted per 2 MiB block: the
+        // block's first page index in the table and the count.
+        let mut remote = (0, 0);
+        let on = access::enabled();
+        let count = |(at, n): (usize, u64)| {
+            if on && n > 0 {
+                access::count(mm, self.pool.index(), first + at * PAGE_SIZE, n);
+                self.pool.stats.access_counted.add(n, Relaxed);
+            }
+        };
+        for (i, page) in pages.iter().enumerate() {
             let page = page.ok_or(EFAULT)?;
             let found = self.pool.locate(page);
             if let Some((pool, off)) = found {
                 pool.note_used(off, self.epoch);
+            }
+            if (first + i * PAGE_SIZE) % BLOCK_SIZE == 0 {
+                count(remote);
+                remote = (i, 0);
+            }
+            if !found.is_some_and(|(pool, _)| self.pool.is(pool)) {
+                remote.1 += 1;
             }
             let addr = match found {
                 Some((pool, off)) if self.pool.is(pool) => DevAddr::Vram(off),
@@ -338,6 +365,7 @@ impl<'p> Engine<'p> {
             };
             pt.entries.push_within_capacity(addr).map_err(|_| ENOMEM)?;
         }
+        count(remote);
         pt.dma.sort_unstable_by_key(|m| m.addr());
         pt.p2p.sort_unstable_by_key(|m| m.map.addr());
         Ok(())

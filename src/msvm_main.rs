@@ -8,6 +8,8 @@
 
 use kernel::{pci, prelude::*};
 
+mod access;
+mod block_key;
 mod debugfs;
 mod device;
 mod drm;
@@ -58,6 +60,14 @@ module! {
         thrash_max_resets: u32 {
             default: 4,
             description: "A block whose pinned history was forgotten more than this many times is not pinned again (0..6; UVM: 4)",
+        },
+        access_counters: u32 {
+            default: 1,
+            description: "Access counters: 1 moves a 2 MiB block a device's in-place jobs keep using to that device (default), 0 off",
+        },
+        access_threshold: u32 {
+            default: 256,
+            description: "Accesses (pages a job used in place) of a 2 MiB block by one device that move it there (1..16777215; UVM: 256)",
         },
         evict: u32 {
             default: 2,

@@ -48,6 +48,10 @@ pub(crate) struct Placement {
     /// Whether thrashing detection applies to this device's jobs on the
     /// range (`crate::thrash`; off: `MSVM_ATTR_THRASH_OFF`).
     pub(crate) thrash: bool,
+    /// Whether the access counters move the range's pages to this device
+    /// when its in-place jobs keep using them (`crate::access`; off:
+    /// `MSVM_ATTR_ACCESS_OFF`).
+    pub(crate) counters: bool,
 }
 
 impl Placement {
@@ -56,6 +60,7 @@ impl Placement {
         preferred: Location::Default,
         access: Access::Migrate,
         thrash: true,
+        counters: true,
     };
 }
 
@@ -214,11 +219,13 @@ mod tests {
         preferred: Location::System,
         access: Access::Migrate,
         thrash: true,
+        counters: true,
     };
     const PEER: Placement = Placement {
         preferred: Location::Device(1),
         access: Access::InPlace,
         thrash: true,
+        counters: true,
     };
 
     fn spans(a: &Attrs) -> KVec<(usize, usize)> {

@@ -22,6 +22,13 @@ const MIRROR_LEN: usize = USER_END as usize;
 /// every address a VM takes must end.
 pub(crate) const USER_END: u64 = 1 << 47;
 
+/// What the placement policies hear of an unmap of `[start, end)` in the
+/// mm at `mm` (a key only), from the mirror's invalidation.
+fn unmapped(mm: usize, start: usize, end: usize) {
+    crate::thrash::unmapped(mm, start, end);
+    crate::access::unmapped(mm, start, end);
+}
+
 /// The VM of an open file.
 pub(crate) struct Vm {
     /// The address space this VM mirrors; a counted reference (`mmgrab`)
@@ -40,7 +47,7 @@ impl Vm {
     pub(crate) fn for_current() -> Result<Self> {
         let task = kernel::current!();
         let mm = task.mm().ok_or(EINVAL)?;
-        let mirror = Mirror::new(mm, MIRROR_START, MIRROR_LEN, crate::thrash::unmapped)?;
+        let mirror = Mirror::new(mm, MIRROR_START, MIRROR_LEN, unmapped)?;
         Ok(Self {
             mm: ARef::from(&**mm),
             mirror,

@@ -328,12 +328,7 @@ static TABLE: [Atomic<u64>; SLOTS] = [const { Atomic::new(0) }; SLOTS];
 
 /// The slot index and tag of the block of `addr` in the mm at `mm`.
 fn key(mm: usize, addr: usize) -> (usize, u64) {
-    // CAST: `usize` is 64 bits wide on the architectures msvm builds for.
-    let block = (addr / BLOCK_SIZE) as u64;
-    let mut h = (mm as u64) ^ block.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
+    let h = crate::block_key::hash(mm, addr, 0);
     // CAST: masked to the table's size.
     ((h as usize) & (SLOTS - 1), (h >> 53) & TAG_MASK)
 }

@@ -10,9 +10,9 @@ use crate::engine::{Job, Op};
 use crate::migrate::Direction;
 use crate::mm::abi::{
     drm_msvm_exec, drm_msvm_migrate, drm_msvm_peer, drm_msvm_query, drm_msvm_set_attr,
-    MSVM_ACCESS_DEFAULT, MSVM_ACCESS_IN_PLACE, MSVM_ACCESS_MIGRATE, MSVM_ATTR_THRASH_OFF,
-    MSVM_EXEC_ATOMIC_ADD, MSVM_EXEC_CHECKSUM, MSVM_EXEC_COPY, MSVM_EXEC_FILL, MSVM_EXEC_IN_PLACE,
-    MSVM_LOC_DEFAULT, MSVM_LOC_DEVICE, MSVM_LOC_SYSTEM, MSVM_MIGRATE_TO_DEVICE,
+    MSVM_ACCESS_DEFAULT, MSVM_ACCESS_IN_PLACE, MSVM_ACCESS_MIGRATE, MSVM_ATTR_ACCESS_OFF,
+    MSVM_ATTR_THRASH_OFF, MSVM_EXEC_ATOMIC_ADD, MSVM_EXEC_CHECKSUM, MSVM_EXEC_COPY, MSVM_EXEC_FILL,
+    MSVM_EXEC_IN_PLACE, MSVM_LOC_DEFAULT, MSVM_LOC_DEVICE, MSVM_LOC_SYSTEM, MSVM_MIGRATE_TO_DEVICE,
     MSVM_MIGRATE_TO_SYSTEM, MSVM_PEER_P2P, MSVM_QUERY_SELF,
 };
 use crate::mm::pagemap::PAGE_SIZE;
@@ -164,7 +164,7 @@ pub(super) struct AttrRequest {
 
 impl AttrRequest {
     pub(super) fn decode(arg: &drm_msvm_set_attr, here: usize) -> Result<Self> {
-        if arg.flags & !MSVM_ATTR_THRASH_OFF != 0 {
+        if arg.flags & !(MSVM_ATTR_THRASH_OFF | MSVM_ATTR_ACCESS_OFF) != 0 {
             return Err(EINVAL);
         }
         all_zero(&[], &arg.reserved)?;
@@ -182,6 +182,7 @@ impl AttrRequest {
                 preferred,
                 access,
                 thrash: arg.flags & MSVM_ATTR_THRASH_OFF == 0,
+                counters: arg.flags & MSVM_ATTR_ACCESS_OFF == 0,
             },
         })
     }
@@ -397,6 +398,7 @@ mod tests {
                 preferred: Loc::System,
                 access: Access::InPlace,
                 thrash: true,
+                counters: true,
             }
         );
         let r = AttrRequest::decode(&attr(MSVM_LOC_DEVICE, MSVM_QUERY_SELF, 0), 3)?;
@@ -412,7 +414,14 @@ mod tests {
         let mut a = attr(MSVM_LOC_DEFAULT, 0, 0);
         a.flags = MSVM_ATTR_THRASH_OFF;
         let p = AttrRequest::decode(&a, 0)?.placement;
-        assert!(!p.thrash && p != Placement::DEFAULT);
+        assert!(!p.thrash && p.counters && p != Placement::DEFAULT);
+        // So are the access counters off, and both.
+        a.flags = MSVM_ATTR_ACCESS_OFF;
+        let p = AttrRequest::decode(&a, 0)?.placement;
+        assert!(p.thrash && !p.counters && p != Placement::DEFAULT);
+        a.flags = MSVM_ATTR_ACCESS_OFF | MSVM_ATTR_THRASH_OFF;
+        let p = AttrRequest::decode(&a, 0)?.placement;
+        assert!(!p.thrash && !p.counters);
         Ok(())
     }
 
@@ -432,7 +441,7 @@ mod tests {
             AttrRequest::decode(&attr(MSVM_LOC_DEVICE, MAX_DEVICES as u32, 0), 0),
             Err(ENOENT)
         );
-        for flags in [1, 4, 1 << 31] {
+        for flags in [1, 8, 1 << 31] {
             let mut a = attr(MSVM_LOC_SYSTEM, 0, 0);
             a.flags = flags | MSVM_ATTR_THRASH_OFF;
             assert_eq!(AttrRequest::decode(&a, 0), Err(EINVAL));

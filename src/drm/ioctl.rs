@@ -29,8 +29,8 @@ use crate::migrate::{place, prefetch as move_to, Direction, Outcome, Target};
 use crate::mm::abi::{
     drm_msvm_exec, drm_msvm_migrate, drm_msvm_prefetch, drm_msvm_query, drm_msvm_residency,
     drm_msvm_set_attr, drm_msvm_stats, drm_msvm_vm_create, drm_msvm_vm_destroy,
-    MSVM_ACCESS_IN_PLACE, MSVM_ACCESS_MIGRATE, MSVM_ATTR_MIXED, MSVM_ATTR_THRASH_OFF,
-    MSVM_UAPI_VERSION,
+    MSVM_ACCESS_IN_PLACE, MSVM_ACCESS_MIGRATE, MSVM_ATTR_ACCESS_OFF, MSVM_ATTR_MIXED,
+    MSVM_ATTR_THRASH_OFF, MSVM_UAPI_VERSION,
 };
 use crate::mm::{
     cancel::{lock_killable, Cancel},
@@ -268,6 +268,9 @@ impl File {
         if !first.thrash {
             arg.attr_flags |= MSVM_ATTR_THRASH_OFF;
         }
+        if !first.counters {
+            arg.attr_flags |= MSVM_ATTR_ACCESS_OFF;
+        }
         arg.location = location;
         arg.device = device;
         arg.access = match first.access {
@@ -342,6 +345,9 @@ impl File {
             thrash_pinned: s.thrash_pinned.load(Relaxed),
             thrash_unpinned: s.thrash_unpinned.load(Relaxed),
             thrash_avoided: s.thrash_avoided.load(Relaxed),
+            access_counted: s.access_counted.load(Relaxed),
+            access_due: s.access_due.load(Relaxed),
+            access_moved: s.access_moved.load(Relaxed),
             reserved: [0; 1],
         };
         Ok(0)

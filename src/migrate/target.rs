@@ -7,7 +7,9 @@
 use kernel::mm::MmWithUser;
 use kernel::num::casts::FromSafeCast;
 use kernel::prelude::*;
+use kernel::sync::atomic::Relaxed;
 
+use crate::access;
 use crate::mm::cancel::Cancel;
 use crate::mm::hmm::{HmmPfn, Mirror};
 use crate::mm::owner::Owner;
@@ -244,10 +246,14 @@ pub(crate) fn to_system(
 
 /// The placement pass of a job on device `here`, in request `epoch`: moves
 /// each piece of the job's ranges whose access policy is "migrate" to its
-/// preferred location (unless the job asked to run in place), but leaves
-/// where they are the 2 MiB blocks that thrashing detection pins
-/// ([`crate::thrash`]; not for a range with the detection off, whose moves
-/// it neither asks about nor records). Returns the pages moved.
+/// preferred location, but leaves where they are the 2 MiB blocks that
+/// thrashing detection pins ([`crate::thrash`]; not for a range with the
+/// detection off, whose moves it neither asks about nor records). A job
+/// that asked to run in place moves only the blocks of such pieces whose
+/// access counters say this device keeps using them where they are
+/// ([`crate::access`]), to this device, and only where the range has no
+/// preferred location of its own and its counters on. Returns the pages
+/// moved.
 pub(crate) fn place(
     here: &VramPool,
     mm: &MmWithUser,
@@ -262,56 +268,95 @@ pub(crate) fn place(
         intent: Intent::OnAccess,
     };
     let detect = thrash::enabled();
+    let counters = access::enabled();
     // CAST: an address, used as a key only.
     let key = mm.as_raw() as usize;
-    // The block a piece ended in, and whether it stays: the next piece
-    // may start in it (one question per block and job).
-    let mut last: Option<(usize, bool)> = None;
+    // The block a piece ended in, whether the piece was counted, and
+    // whether the block stays: the next piece may start in it (one
+    // question per block and job).
+    let mut last: Option<(usize, bool, bool)> = None;
     let mut moved = 0;
     for p in pieces {
-        if in_place || p.placement.access == Access::InPlace {
+        if p.placement.access == Access::InPlace {
+            continue;
+        }
+        // In place, unless the access counters move blocks here (where the
+        // range prefers nothing else).
+        let counted = in_place;
+        let mine = match p.placement.preferred {
+            Location::Default => true,
+            Location::Device(i) => i == here.index(),
+            Location::System => false,
+        };
+        if counted && !(counters && p.placement.counters && mine) {
             continue;
         }
         let start = p.start & !(PAGE_SIZE - 1);
         let end = p.end.next_multiple_of(PAGE_SIZE);
-        let target = Target::for_job(here, p.placement.preferred);
-        if !detect || !p.placement.thrash {
+        let target = if counted {
+            Target::Here
+        } else {
+            Target::for_job(here, p.placement.preferred)
+        };
+        let ask = detect && p.placement.thrash;
+        if !ask && !counted {
             moved += place_range(here, mm, mirror, target, start, end, u, cancel)?.0;
             continue;
         }
         // Each block is asked first; the blocks that may move go in runs,
-        // one migration each (one for the whole piece when nothing is
-        // pinned), whose blocks with a history are recorded if it moved
-        // pages (`place_run`).
+        // one migration each (one for the whole piece when nothing stays),
+        // whose blocks with a history are recorded if it moved pages
+        // (`place_run`).
         let mut run = start;
         let mut at = start;
+        let mut n = 0;
         while at < end {
             cancel.check()?;
             let block = at / BLOCK_SIZE;
             let next = ((block + 1) * BLOCK_SIZE).min(end);
             let stay = match last {
-                Some((b, stay)) if b == block => stay,
-                _ => {
-                    let v = thrash::before_move(key, at, target.place(here));
-                    here.stats.count_thrash(v);
-                    v.stay
-                }
+                Some((b, c, stay)) if b == block && c == counted => stay,
+                _ => stays(here, key, at, target, counted, ask),
             };
-            last = Some((block, stay));
+            last = Some((block, counted, stay));
             if stay {
-                moved += place_run(here, mm, mirror, target, run, at, u, cancel)?;
+                n += place_run(here, mm, mirror, target, (run, at), u, ask, cancel)?;
                 run = next;
             }
             at = next;
         }
-        moved += place_run(here, mm, mirror, target, run, end, u, cancel)?;
+        n += place_run(here, mm, mirror, target, (run, end), u, ask, cancel)?;
+        if counted {
+            here.stats.access_moved.add(n, Relaxed);
+        }
+        moved += n;
     }
     Ok(moved)
 }
 
-/// Moves the run `[start, end)` of blocks that thrashing detection let
-/// move (none if empty) to `target` for a job's placement pass, and if
-/// pages moved, records a move of each of its blocks that has a history
+/// Whether the block of `at` in the mm at `key` stays where it is in the
+/// placement pass of a job on `here` that would move it to `target`: for a
+/// job that runs in place (`counted`), unless its access count is due (the
+/// count is taken); then, if `ask`, when thrashing detection refuses the
+/// move.
+fn stays(here: &VramPool, key: usize, at: usize, target: Target, counted: bool, ask: bool) -> bool {
+    if counted {
+        if !access::take_due(key, here.index(), at) {
+            return true;
+        }
+        here.stats.access_due.add(1, Relaxed);
+    }
+    if !ask {
+        return false;
+    }
+    let v = thrash::before_move(key, at, target.place(here));
+    here.stats.count_thrash(v);
+    v.stay
+}
+
+/// Moves the run `[start, end)` of blocks that may move (none if empty) to
+/// `target` for a job's placement pass, and if pages moved and `record`,
+/// records a move of each of its blocks that has a history
 /// ([`thrash::run_moved`]; a block already there counts no event, one that
 /// could not move at most one too many); a run of more blocks than the
 /// table has slots (8 GiB) records nothing. The pages moved.
@@ -321,9 +366,9 @@ fn place_run(
     mm: &MmWithUser,
     mirror: &Mirror,
     target: Target,
-    start: usize,
-    end: usize,
+    (start, end): (usize, usize),
     u: Use,
+    record: bool,
     cancel: &Cancel<'_>,
 ) -> Result<u64> {
     if start >= end {
@@ -331,7 +376,7 @@ fn place_run(
     }
     let (n, went) = place_range(here, mm, mirror, target, start, end, u, cancel)?;
     // A run of more blocks than the table holds would only flood it.
-    if n > 0 && end.div_ceil(BLOCK_SIZE) - start / BLOCK_SIZE <= thrash::SLOTS {
+    if record && n > 0 && end.div_ceil(BLOCK_SIZE) - start / BLOCK_SIZE <= thrash::SLOTS {
         // CAST: an address, used as a key only.
         let key = mm.as_raw() as usize;
         let mut at = start;

@@ -60,6 +60,13 @@ pub(crate) struct Stats {
     pub(crate) thrash_pinned: Atomic<u64>,
     pub(crate) thrash_unpinned: Atomic<u64>,
     pub(crate) thrash_avoided: Atomic<u64>,
+    /// Access counters (`crate::access`): pages this device's jobs used in
+    /// place from memory not its own, counted (`access_counted`); blocks
+    /// whose count reached the threshold and were taken by a placement
+    /// pass (`access_due`); pages those passes moved here (`access_moved`).
+    pub(crate) access_counted: Atomic<u64>,
+    pub(crate) access_due: Atomic<u64>,
+    pub(crate) access_moved: Atomic<u64>,
     /// Engine bytes read from each peer's VRAM over P2P, by peer index.
     pub(crate) peer_read: [Atomic<u64>; MAX_DEVICES],
     /// Engine bytes written to each peer's VRAM over P2P, by peer index.
@@ -122,6 +129,9 @@ impl Stats {
             thrash_pinned: Atomic::new(0),
             thrash_unpinned: Atomic::new(0),
             thrash_avoided: Atomic::new(0),
+            access_counted: Atomic::new(0),
+            access_due: Atomic::new(0),
+            access_moved: Atomic::new(0),
             peer_read: [const { Atomic::new(0) }; MAX_DEVICES],
             peer_written: [const { Atomic::new(0) }; MAX_DEVICES],
             phases: Phases::new(),

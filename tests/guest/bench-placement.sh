@@ -22,4 +22,11 @@ for mode in off:0 on:1; do
 	msvm-tests bench-stream "$name" || rc=1
 	unload_msvm >/dev/null || rc=1
 done
+for mode in off:0 on:1; do
+	name=${mode%%:*}
+	echo "== hot remote buffer, access_counters=${mode#*:} ($name)"
+	load_msvm access_counters="${mode#*:}" || exit 1
+	msvm-tests bench-hot-remote "$name" || rc=1
+	unload_msvm >/dev/null || rc=1
+done
 exit $rc

@@ -58,6 +58,11 @@ load_msvm thrash=0 || exit 1
 msvm-tests thrash-off || rc=1
 unload_msvm || rc=1
 
+echo "== msvm-tests access-off (msvm loaded with access_counters=0)"
+load_msvm access_counters=0 || exit 1
+msvm-tests access-off || rc=1
+unload_msvm || rc=1
+
 echo "== msvm-tests thrash-expiry (msvm loaded with thrash_pin_ms=3000)"
 load_msvm thrash_pin_ms=3000 || exit 1
 msvm-tests thrash-expiry 3000 || rc=1

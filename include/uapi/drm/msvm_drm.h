@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 /* Bumped on every ABI addition. */
-#define MSVM_UAPI_VERSION 10
+#define MSVM_UAPI_VERSION 11
 
 /* At most this many msvm devices are bound at once. */
 #define MSVM_MAX_DEVICES 16
@@ -276,6 +276,16 @@ struct drm_msvm_migrate {
  * @thrash_unpinned: pins found expired
  * @thrash_avoided: blocks this device's jobs used where they were because
  *                  they were pinned, instead of moving them
+ * @access_counted: accesses the access counters counted: pages this
+ *                  device's jobs used in place from memory not its own
+ *                  (system RAM, a peer's VRAM), one per page and job
+ *                  (module parameters access_*; see
+ *                  Documentation/placement.rst)
+ * @access_due: 2 MiB blocks whose count reached access_threshold and that
+ *              a placement pass of this device's then moved here (unless
+ *              pinned: the count is taken either way)
+ * @access_moved: pages those moves brought to this device (they also
+ *                count in @to_device)
  * @reserved: zero
  */
 struct drm_msvm_stats {
@@ -325,6 +335,9 @@ struct drm_msvm_stats {
 	__u64 thrash_pinned;
 	__u64 thrash_unpinned;
 	__u64 thrash_avoided;
+	__u64 access_counted;
+	__u64 access_due;
+	__u64 access_moved;
 	__u64 reserved[1];
 };
 
@@ -336,7 +349,10 @@ struct drm_msvm_stats {
 
 /* drm_msvm_exec.flags */
 /* Use pages where they are (in place: system RAM by DMA, a peer of the
- * owner group over P2P) instead of migrating them here first. */
+ * owner group over P2P) instead of migrating them here first; but 2 MiB
+ * blocks this device keeps using so are moved here when the access
+ * counters say so (since ABI version 11; not for ranges whose attributes
+ * say where their pages go; see Documentation/placement.rst). */
 #define MSVM_EXEC_IN_PLACE (1u << 0)
 
 /**
@@ -348,7 +364,7 @@ struct drm_msvm_stats {
  * default the range (and the source of a COPY) is first migrated to this
  * device, like a GPU page fault would (or as the range's attributes say:
  * DRM_IOCTL_MSVM_SET_ATTR); with MSVM_EXEC_IN_PLACE, pages are used where
- * they are.
+ * they are, except blocks the access counters move here.
  *
  * MSVM_EXEC_FILL writes the 64-bit @value over the range;
  * MSVM_EXEC_COPY copies [@src, @src + @length) over it (the two must not
@@ -436,7 +452,7 @@ struct drm_msvm_exec {
  * @device: in: device index for MSVM_LOC_DEVICE (MSVM_QUERY_SELF: this
  *          device), else zero
  * @access: in: MSVM_ACCESS_*
- * @flags: in: MSVM_ATTR_THRASH_OFF or zero
+ * @flags: in: MSVM_ATTR_THRASH_OFF, MSVM_ATTR_ACCESS_OFF, both or zero
  * @reserved: must be zero
  */
 struct drm_msvm_set_attr {
@@ -498,6 +514,11 @@ struct drm_msvm_prefetch {
  * access every time, as before ABI version 10; see
  * Documentation/placement.rst). */
 #define MSVM_ATTR_THRASH_OFF (1u << 1)
+/* drm_msvm_set_attr.flags and drm_msvm_residency.attr_flags: the access
+ * counters do not move the range's pages to this device when its jobs
+ * that run in place keep using them (as before ABI version 11; see
+ * Documentation/placement.rst). */
+#define MSVM_ATTR_ACCESS_OFF (1u << 2)
 
 /**
  * struct drm_msvm_residency - DRM_IOCTL_MSVM_RESIDENCY

@@ -205,7 +205,7 @@ fn stats() -> msvm_rt::Result<()> {
         return Ok(());
     }
     println!(
-        "{:<5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10} {:>11}",
+        "{:<5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10} {:>13}",
         "gpu",
         "resident",
         "to_dev",
@@ -219,13 +219,13 @@ fn stats() -> msvm_rt::Result<()> {
         "memmap",
         "shrunk",
         "vram",
-        "room/pins"
+        "room/pins/hot"
     );
     for d in &devices {
         let i = d.query()?;
         let s = d.stats()?;
         println!(
-            "{:<5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10} {:>11}",
+            "{:<5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10} {:>13}",
             i.index,
             mib(s.resident * 4096),
             mib(s.to_device * 4096),
@@ -244,7 +244,7 @@ fn stats() -> msvm_rt::Result<()> {
             kib(s.memmap_bytes),
             s.chunks_destroyed,
             mib(s.vram_size),
-            format!("{}/{}", s.evict_blocks, s.thrash_pinned)
+            format!("{}/{}/{}", s.evict_blocks, s.thrash_pinned, s.access_due)
         );
     }
     println!(
@@ -252,8 +252,9 @@ fn stats() -> msvm_rt::Result<()> {
          on device pages, each bringing back up to 64 KiB or one 2 MiB folio; 2m_in/out: 2 MiB \
          folios moved whole in and out; p2p_rw: engine bytes read and written \
          in peers' memory; chunks: live(of which idle)/total, {} MiB each; memmap: RAM their \
-         struct pages take; shrunk: pagemaps the shrinker removed; room/pins: 2 MiB blocks \
-         evicted to make room, and blocks pinned by thrashing detection)",
+         struct pages take; shrunk: pagemaps the shrinker removed; room/pins/hot: 2 MiB blocks \
+         evicted to make room, blocks pinned by thrashing detection, and blocks the access \
+         counters moved here)",
         devices[0].stats()?.chunk_size >> 20
     );
     Ok(())

@@ -4,7 +4,7 @@
 //! which compiles a small C program against the real header.
 
 /// `MSVM_UAPI_VERSION`.
-pub const MSVM_UAPI_VERSION: u32 = 10;
+pub const MSVM_UAPI_VERSION: u32 = 11;
 /// `MSVM_MAX_DEVICES`.
 pub const MSVM_MAX_DEVICES: u32 = 16;
 /// `MSVM_SIZE_4K`: a migration step in 4 KiB pages.
@@ -74,6 +74,8 @@ pub const MSVM_MAX_ATTR_RANGES: u32 = 4096;
 pub const MSVM_ATTR_MIXED: u32 = 1 << 0;
 /// `MSVM_ATTR_THRASH_OFF`.
 pub const MSVM_ATTR_THRASH_OFF: u32 = 1 << 1;
+/// `MSVM_ATTR_ACCESS_OFF`.
+pub const MSVM_ATTR_ACCESS_OFF: u32 = 1 << 2;
 
 /// `struct drm_msvm_peer`.
 #[repr(C)]
@@ -184,6 +186,9 @@ pub struct DrmMsvmStats {
     pub thrash_pinned: u64,
     pub thrash_unpinned: u64,
     pub thrash_avoided: u64,
+    pub access_counted: u64,
+    pub access_due: u64,
+    pub access_moved: u64,
     pub reserved: [u64; 1],
 }
 

@@ -130,6 +130,11 @@ pub struct Attributes {
     /// `MSVM_ATTR_THRASH_OFF`, the jobs move the pages on access every
     /// time; `true` follows the module parameter `thrash`).
     pub thrash: bool,
+    /// Whether the access counters are left on for the range (`false`:
+    /// `MSVM_ATTR_ACCESS_OFF`, this device's jobs that run in place never
+    /// move its pages; `true` follows the module parameter
+    /// `access_counters`).
+    pub counters: bool,
 }
 
 /// Where the pages of a range live, in bytes, and the range's attributes.
@@ -469,6 +474,10 @@ impl Device {
                 0
             } else {
                 abi::MSVM_ATTR_THRASH_OFF
+            } | if attrs.counters {
+                0
+            } else {
+                abi::MSVM_ATTR_ACCESS_OFF
             },
             ..Default::default()
         };
@@ -545,6 +554,7 @@ impl Device {
                     Access::Migrate
                 },
                 thrash: arg.attr_flags & abi::MSVM_ATTR_THRASH_OFF == 0,
+                counters: arg.attr_flags & abi::MSVM_ATTR_ACCESS_OFF == 0,
             },
             mixed: arg.attr_flags & abi::MSVM_ATTR_MIXED != 0,
         })

@@ -77,6 +77,9 @@ fn c_layout() -> Vec<(String, u64)> {
                 "thrash_pinned",
                 "thrash_unpinned",
                 "thrash_avoided",
+                "access_counted",
+                "access_due",
+                "access_moved",
                 "reserved",
             ],
         )
@@ -305,6 +308,9 @@ fn layouts_match_the_c_header() {
             thrash_pinned,
             thrash_unpinned,
             thrash_avoided,
+            access_counted,
+            access_due,
+            access_moved,
             reserved
         ]
     );

@@ -666,3 +666,56 @@ pub fn run_stream(mode: &str) -> Result<(), String> {
     println!("BENCH stream_64M.{mode} {:.3} s", t.elapsed().as_secs_f64());
     Ok(())
 }
+
+/// `msvm-tests bench-hot-remote MODE` (msvm loaded with `access_counters=0`
+/// for `off`, the default for `on`): gpu1 checksums a 64 MiB buffer that
+/// lies on gpu0, in place (over P2P), 100 times; prints the time of the
+/// last 10 rounds and the bytes the access counters moved. Then the buffer
+/// is migrated to gpu1 and the same 10 rounds run on its own VRAM
+/// (`.local`, `.local_off`). Every checksum is checked.
+pub fn run_hot_remote(mode: &str) -> Result<(), String> {
+    const LEN: usize = 64 << 20;
+    const ROUNDS: usize = 100;
+    const LAST: usize = 10;
+    let (home, user, _) = crate::multi::devices()?;
+    let e = |x: msvm_rt::Error| x.to_string();
+    let buf = buffer(LEN)?;
+    for (i, w) in buf.iter_mut().enumerate() {
+        *w = (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 7;
+    }
+    // SAFETY: the same memory, viewed as bytes.
+    let want = msvm_rt::checksum(unsafe { std::slice::from_raw_parts(buf.as_ptr().cast(), LEN) });
+    let addr = buf.as_ptr() as usize;
+    home.migrate(addr, LEN, Location::Device).map_err(e)?;
+    let rounds = |n: usize| -> Result<f64, String> {
+        let mut last = 0.0;
+        for round in 0..n {
+            let t = Instant::now();
+            let got = user.exec(Exec::Checksum, addr, LEN, true).map_err(e)?;
+            if round + LAST >= n {
+                last += t.elapsed().as_secs_f64();
+            }
+            if got.result != want {
+                return Err(format!("round {round}: checksum"));
+            }
+        }
+        Ok(last)
+    };
+    let s0 = user.stats().map_err(e)?;
+    let remote = rounds(ROUNDS)?;
+    let s1 = user.stats().map_err(e)?;
+    user.migrate(addr, LEN, Location::Device).map_err(e)?;
+    let local = rounds(LAST)?;
+    println!("BENCH hot_remote_64M.{mode} {remote:.3} s");
+    let suffix = if mode == "on" { "" } else { "_off" };
+    println!("BENCH hot_remote_64M.local{suffix} {local:.3} s");
+    println!(
+        "BENCH hot_remote_64M.moved_{mode} {} bytes",
+        (s1.access_moved - s0.access_moved) * PAGE as u64
+    );
+    println!(
+        "BENCH hot_remote_64M.p2p_read_{mode} {} bytes",
+        s1.engine_p2p_read - s0.engine_p2p_read
+    );
+    Ok(())
+}

@@ -234,7 +234,8 @@ fn call(r: &mut Rng, dev: &Device, arena: usize) -> (&'static str, Result<(), Er
                 device,
                 access: if valid { r.below(3) as u32 } else { small(r) },
                 flags: if valid {
-                    r.below(2) as u32 * msvm_rt::abi::MSVM_ATTR_THRASH_OFF
+                    (r.below(2) as u32 * msvm_rt::abi::MSVM_ATTR_THRASH_OFF)
+                        | (r.below(2) as u32 * msvm_rt::abi::MSVM_ATTR_ACCESS_OFF)
                 } else {
                     small(r)
                 },

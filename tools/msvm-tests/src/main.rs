@@ -5,7 +5,7 @@
 //! which asks the host harness (scripts/vm.py) to unplug and re-plug a GPU;
 //! `msvm-tests hold READY GO` parks data on a device across an rmmod; the
 //! other subcommands (fuzz, stress, soak, bench*, pressure, hog, unplug-loop,
-//! oversub-off, oversub-stress, thrash-off, thrash-expiry) are
+//! oversub-off, oversub-stress, thrash-off, thrash-expiry, access-off) are
 //! described where they are defined. Output: one `ok`/`not ok` line per
 //! test, then a summary line `N passed, N failed`. The exit status is
 //! non-zero if any test failed.
@@ -116,6 +116,10 @@ fn main() -> ExitCode {
             let res = bench::run_pingpong(&arg(1, "on".to_string()));
             return finish("bench-pingpong", res, None);
         }
+        Some("bench-hot-remote") => {
+            let res = bench::run_hot_remote(&arg(1, "on".to_string()));
+            return finish("bench-hot-remote", res, None);
+        }
         Some("bench-stream") => {
             let res = bench::run_stream(&arg(1, "on".to_string()));
             return finish("bench-stream", res, None);
@@ -132,6 +136,10 @@ fn main() -> ExitCode {
         Some("thrash-expiry") => {
             let res = placement::pingpong_expiry(arg(1, 3000));
             return finish("thrash-expiry", res, Some("pins expire"));
+        }
+        Some("access-off") => {
+            let res = placement::access_off();
+            return finish("access-off", res, Some("in-place jobs, access_counters=0"));
         }
         Some("thrash-off") => {
             let res = placement::pingpong_off();

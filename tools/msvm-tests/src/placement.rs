@@ -50,6 +50,14 @@ pub fn tests() -> Vec<Test> {
             name: "placement_pingpong_on_a_range_with_thrashing_detection_off",
             run: pingpong_range_off,
         },
+        Test {
+            name: "placement_access_counters_move_blocks_used_in_place_from_a_peer_and_ram",
+            run: access_counters_move,
+        },
+        Test {
+            name: "placement_access_counters_leave_ranges_whose_attributes_say_where",
+            run: access_counters_respect_attributes,
+        },
     ]
 }
 
@@ -93,6 +101,7 @@ const DEFAULT: Attributes = Attributes {
     preferred: Place::Default,
     access: Access::Migrate,
     thrash: true,
+    counters: true,
 };
 
 /// Pages on every location, and untouched ones: the query counts each.
@@ -208,6 +217,7 @@ fn prefetch_to_peer_and_errors() -> Outcome {
                 preferred: place,
                 access: Access::Migrate,
                 thrash: true,
+                counters: true,
             };
             let got = t.a.set_attr(m.addr(), m.len(), attrs).err();
             check!(
@@ -284,6 +294,7 @@ fn one_case(
         preferred,
         access,
         thrash: true,
+        counters: true,
     };
     t.a.set_attr(m.addr(), m.len(), attrs).map_err(e)?;
     let park = match start {
@@ -383,11 +394,13 @@ fn attributes_split_and_reset() -> Outcome {
         preferred: Place::System,
         access: Access::Migrate,
         thrash: true,
+        counters: true,
     };
     let peer = Attributes {
         preferred: Place::Device(t.ib as u32),
         access: Access::InPlace,
         thrash: true,
+        counters: true,
     };
     t.a.set_attr(m.addr(), m.len(), sys).map_err(e)?;
     t.a.set_attr(m.addr() + 2 * PAGE, 2 * PAGE, peer)
@@ -407,6 +420,7 @@ fn attributes_split_and_reset() -> Outcome {
         preferred: Place::Device(t.ia as u32),
         access: Access::Migrate,
         thrash: true,
+        counters: true,
     };
     t.a.set_attr(m.addr(), m.len(), here).map_err(e)?;
     let r = at(0, 8)?;
@@ -922,6 +936,7 @@ fn pingpong_range_off() -> Outcome {
     let mut m = Map::new(PINGPONG_LEN)?;
     let off = Attributes {
         thrash: false,
+        counters: true,
         ..DEFAULT
     };
     d.set_attr(m.addr(), m.len(), off).map_err(e)?;
@@ -979,5 +994,173 @@ pub fn pingpong_expiry(pin_ms: u64) -> Result<(), String> {
         s1.thrash_unpinned,
         s2.thrash_unpinned
     );
+    Ok(())
+}
+
+/// The change of device `d`'s access counters between two STATS: pages
+/// counted, blocks due, pages moved.
+fn access_delta(d: &Device, s0: &Stats) -> Result<(u64, u64, u64), String> {
+    let s1 = d.stats().map_err(e)?;
+    Ok((
+        s1.access_counted - s0.access_counted,
+        s1.access_due - s0.access_due,
+        s1.access_moved - s0.access_moved,
+    ))
+}
+
+/// With the access counters on (the default, threshold 256 pages), jobs
+/// that run in place keep using a 4 MiB buffer on a peer (over P2P) or in
+/// system RAM (by DMA): the first job runs in place and counts each page
+/// once; the next moves the two blocks to the device that runs it (their
+/// counts are due), and the one after reads its own VRAM and counts
+/// nothing. A block below the threshold stays. Every checksum is the same.
+fn access_counters_move() -> Outcome {
+    let t = trio()?;
+    let (a, b) = (&t.a, &t.b);
+    const LEN: usize = 4 << 20;
+    let pages = (LEN / PAGE) as u64;
+    let mut m = Map::new(LEN)?;
+    fill(m.bytes_mut(), 41);
+    let want = a
+        .exec(Exec::Checksum, m.addr(), LEN, true)
+        .map_err(e)?
+        .result;
+    // From a peer: the buffer on gpu0, gpu1's jobs in place.
+    let out = a.prefetch(m.addr(), LEN, Place::Here).map_err(e)?;
+    check!(out.moved + out.already == pages, "to gpu0: {out:?}");
+    let s0 = b.stats().map_err(e)?;
+    let j1 = b.exec(Exec::Checksum, m.addr(), LEN, true).map_err(e)?;
+    let d1 = access_delta(b, &s0)?;
+    let p2p = b.stats().map_err(e)?.engine_p2p_read - s0.engine_p2p_read;
+    check!(
+        j1.migrated == 0 && d1 == (pages, 0, 0) && p2p == LEN as u64,
+        "first job in place: {j1:?}, counters {d1:?}, p2p read {p2p}"
+    );
+    let j2 = b.exec(Exec::Checksum, m.addr(), LEN, true).map_err(e)?;
+    let d2 = access_delta(b, &s0)?;
+    check!(
+        j2.migrated == pages && d2 == (pages, 2, pages),
+        "second job: {j2:?}, counters {d2:?}"
+    );
+    let r = res(b, &m)?;
+    check!(r.devices[t.ib] == LEN as u64, "after the move: {r:?}");
+    let s2 = b.stats().map_err(e)?;
+    let j3 = b.exec(Exec::Checksum, m.addr(), LEN, true).map_err(e)?;
+    let d3 = access_delta(b, &s2)?;
+    let own = b.stats().map_err(e)?.engine_vram_read - s2.engine_vram_read;
+    check!(
+        j3.migrated == 0 && d3 == (0, 0, 0) && own == LEN as u64,
+        "third job: {j3:?}, counters {d3:?}, own VRAM read {own}"
+    );
+    for (k, j) in [j1, j2, j3].iter().enumerate() {
+        check!(
+            j.result == want,
+            "checksum of job {k}: {:#x} != {want:#x}",
+            j.result
+        );
+    }
+    // From system RAM, 128 pages of a fresh block at a time: due after two
+    // jobs, moved by the third (only the pages it uses).
+    let mut m2 = Map::new(2 << 20)?;
+    fill(m2.bytes_mut(), 42);
+    let part = 128 * PAGE;
+    let s0 = a.stats().map_err(e)?;
+    let mut moved = Vec::new();
+    for _ in 0..4 {
+        moved.push(
+            a.exec(Exec::Checksum, m2.addr(), part, true)
+                .map_err(e)?
+                .migrated,
+        );
+    }
+    let d = access_delta(a, &s0)?;
+    check!(
+        moved == [0, 0, 128, 0] && d == (256, 1, 128),
+        "from RAM: moved {moved:?}, counters {d:?}"
+    );
+    let r = res(a, &m2)?;
+    check!(
+        r.devices[t.ia] == part as u64 && r.system == (2 << 20) - part as u64,
+        "from RAM: {r:?}"
+    );
+    Ok(())
+}
+
+/// Jobs that run in place over ranges whose attributes say where the pages
+/// go never move them, however often they use them: access policy "in
+/// place", a preferred location elsewhere (system RAM), and the counters
+/// off for the range (`MSVM_ATTR_ACCESS_OFF`, which RESIDENCY reports).
+fn access_counters_respect_attributes() -> Outcome {
+    let t = trio()?;
+    let d = &t.a;
+    const LEN: usize = 2 << 20;
+    let cases = [
+        Attributes {
+            access: Access::InPlace,
+            ..DEFAULT
+        },
+        Attributes {
+            preferred: Place::System,
+            ..DEFAULT
+        },
+        Attributes {
+            counters: false,
+            ..DEFAULT
+        },
+    ];
+    for attrs in cases {
+        let mut m = Map::new(LEN)?;
+        fill(m.bytes_mut(), 43);
+        d.set_attr(m.addr(), LEN, attrs).map_err(e)?;
+        let s0 = d.stats().map_err(e)?;
+        for k in 0..4 {
+            let j = d.exec(Exec::Checksum, m.addr(), LEN, true).map_err(e)?;
+            check!(j.migrated == 0, "{attrs:?}: job {k} moved {}", j.migrated);
+        }
+        let (counted, due, moved) = access_delta(d, &s0)?;
+        check!(
+            counted == 4 * (LEN / PAGE) as u64 && due == 0 && moved == 0,
+            "{attrs:?}: counters {counted} {due} {moved}"
+        );
+        let r = res(d, &m)?;
+        check!(
+            r.system == LEN as u64 && r.attributes == attrs && !r.mixed,
+            "{attrs:?}: {r:?}"
+        );
+    }
+    Ok(())
+}
+
+/// `msvm-tests access-off`, after loading msvm with `access_counters=0`:
+/// jobs that run in place over a peer's pages and system RAM never move
+/// them, and the access counters stay at zero.
+pub fn access_off() -> Result<(), String> {
+    let t = trio()?;
+    const LEN: usize = 4 << 20;
+    let mut m = Map::new(LEN)?;
+    fill(m.bytes_mut(), 44);
+    let mut m2 = Map::new(LEN)?;
+    fill(m2.bytes_mut(), 45);
+    t.a.prefetch(m.addr(), LEN, Place::Here).map_err(e)?;
+    for k in 0..4 {
+        for (d, m) in [(&t.b, &m), (&t.b, &m2), (&t.a, &m2)] {
+            let j = d.exec(Exec::Checksum, m.addr(), LEN, true).map_err(e)?;
+            check!(j.migrated == 0, "job {k} moved {}", j.migrated);
+        }
+    }
+    for d in [&t.a, &t.b] {
+        let s = d.stats().map_err(e)?;
+        check!(
+            s.access_counted == 0 && s.access_due == 0 && s.access_moved == 0,
+            "access counters with the policy off: {} {} {}",
+            s.access_counted,
+            s.access_due,
+            s.access_moved
+        );
+    }
+    let r = res(&t.a, &m)?;
+    check!(r.devices[t.ia] == LEN as u64, "peer's buffer: {r:?}");
+    let r = res(&t.a, &m2)?;
+    check!(r.system == LEN as u64, "RAM buffer: {r:?}");
     Ok(())
 }
