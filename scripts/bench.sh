@@ -188,6 +188,16 @@ if "hot_remote_64M.on" in vals:
             print(f"{'hot remote, access_counters ' + m:<40}{p(f'hot_remote_64M.{m}'):>10.2f}{p(f'hot_remote_64M.{local}'):>11.2f}"
                   f"{p(f'hot_remote_64M.{local}') / p(f'hot_remote_64M.{m}'):>8.2f}{p(f'hot_remote_64M.moved_{m}') / 2**20:>10.0f}")
     print()
+if "read_shared_64M.on" in vals:
+    p = lambda k: vals.get(k, float("nan"))
+    print(f"{'read-shared weights (64 MiB, 3 GPUs x 20)':<36}{'s':>8}{'x on':>7}{'MiB moved':>10}{'MiB copied':>11}"
+          f"{'place s':>8}{'bind s':>8}{'exec s':>8}")
+    for m in ("on", "migrate", "default"):
+        if f"read_shared_64M.{m}" in vals:
+            print(f"{'read_shared, ' + m:<36}{p(f'read_shared_64M.{m}'):>8.2f}{p(f'read_shared_64M.{m}') / p('read_shared_64M.on'):>7.2f}"
+                  f"{p(f'read_shared_64M.moved_{m}') / 2**20:>10.0f}{p(f'read_shared_64M.replicated_{m}') / 2**20:>11.0f}"
+                  f"{p(f'read_shared_64M.place_{m}'):>8.2f}{p(f'read_shared_64M.bind_{m}'):>8.2f}{p(f'read_shared_64M.exec_{m}'):>8.2f}")
+    print()
 for k in sorted(vals):
     print(f"BENCH {k} {vals[k]:.3f} {units[k]}")
 PY

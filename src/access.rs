@@ -4,15 +4,16 @@
 //!
 //! The engine counts, per device and per 2 MiB block of a process, the
 //! pages its jobs use in place from memory that is not the device's own:
-//! system RAM (by DMA) and a peer's VRAM (over P2P) ([`count`]). One page
+//! system RAM (by DMA) and a peer's VRAM (over P2P) ([`add`]). One page
 //! used by one job is one access. Once a block has `access_threshold`
 //! accesses (UVM's default: 256, at 2 MiB granularity), the placement pass
 //! of that device's next job that runs in place over the block
 //! ([`crate::engine::Job::in_place`]) takes the count ([`take_due`]) and
 //! migrates the block to the device, unless thrashing detection pins it or
 //! the range's attributes keep it where it is (access policy "in place", a
-//! preferred location set, `MSVM_ATTR_ACCESS_COUNTERS_OFF`): the job's "in
-//! place" is a hint, the range's attributes are the runtime's rule. Taking
+//! preferred location other than this device, `MSVM_ATTR_ACCESS_OFF`): the
+//! job's "in place" is a hint, the range's attributes are the runtime's
+//! rule. Taking
 //! a count clears it, whether the block then moves or not (UVM clears a
 //! notification's counter when it services it), so a device without room
 //! tries again only after as many accesses more.
@@ -39,7 +40,7 @@ use crate::mm::page::BLOCK_SIZE;
 use crate::topology::MAX_DEVICES;
 
 /// Slots of the table (a power of two): 4096 words, 32 KiB.
-pub(crate) const SLOTS: usize = 4096;
+const SLOTS: usize = 4096;
 
 static TABLE: [Atomic<u64>; SLOTS] = [const { Atomic::new(0) }; SLOTS];
 
@@ -103,16 +104,10 @@ fn clear_if(slot: &Atomic<u64>, tag: u64, keep: impl Fn(u64) -> bool) -> bool {
 }
 
 /// Counts `n` accesses by device `dev` to pages of the block of `addr` in
-/// the mm at `mm` that are not in its memory. Nothing if the counters are
-/// off. No sleeping, no allocating: the engine counts under the mirror
-/// lock.
-pub(crate) fn count(mm: usize, dev: usize, addr: usize, n: u64) {
-    if enabled() {
-        add(mm, dev, addr, n);
-    }
-}
-
-fn add(mm: usize, dev: usize, addr: usize, n: u64) {
+/// the mm at `mm` that are not in its memory (the caller checks that the
+/// counters are on: [`enabled`]). No sleeping, no allocating: the engine
+/// counts under the mirror lock.
+pub(crate) fn add(mm: usize, dev: usize, addr: usize, n: u64) {
     let (slot, tag) = key(mm, addr, dev);
     let w = &TABLE[slot];
     let mut old = w.load(Relaxed);

@@ -19,7 +19,9 @@
 //! are used in place. With [`Job::in_place`] or the range's "in place"
 //! access policy, pages are used where they are: system RAM by DMA, a peer
 //! of the owner group over P2P; pages of a device out of reach are faulted
-//! to system RAM by `hmm_range_fault`.
+//! to system RAM by `hmm_range_fault`. (With [`Job::in_place`] only, the
+//! 2 MiB blocks whose access counters are due move here first:
+//! `crate::access`.)
 //!
 //! # Lock order
 //!
@@ -32,15 +34,16 @@
 use kernel::{mm::MmWithUser, num::casts::FromSafeCast, prelude::*, sync::atomic::Relaxed};
 
 use crate::access;
-use crate::migrate::check_job_vmas;
+use crate::generation;
+use crate::migrate::{check_job_vmas, read_only_anon};
 use crate::mm::{
     cancel::Cancel,
     dma::{DmaPage, PeerMap},
     hmm::{HmmPfn, Mirror, Pages},
-    page::BLOCK_SIZE,
+    page::{BLOCK_PAGES, BLOCK_SIZE},
     pagemap::PAGE_SIZE,
 };
-use crate::vram::{Clock, Epoch, JobPhase, VramPool};
+use crate::vram::{Clock, Epoch, JobPhase, ReplicaWindow, VramPool};
 
 /// Checks that the job's ranges are mapped (`EFAULT`) with the access it
 /// needs (`EACCES`), in VMAs a device may reach (`EFAULT` otherwise: I/O,
@@ -75,7 +78,8 @@ pub(crate) struct Job {
     pub(crate) addr: usize,
     pub(crate) len: usize,
     /// Use every page where it is (`MSVM_EXEC_IN_PLACE`), whatever the
-    /// range's access policy.
+    /// range's access policy, except the blocks the access counters move
+    /// here (`crate::access`).
     pub(crate) in_place: bool,
 }
 
@@ -143,6 +147,18 @@ pub(crate) struct Engine<'p> {
     /// The request the jobs run for: the uses of device memory they record
     /// for the eviction policy.
     epoch: Epoch,
+    /// Which of the job's ranges it reads through replicas.
+    replicate: Replicate,
+}
+
+/// Which ranges of a job read the system pages of read-mostly ranges
+/// through read-only replicas in the device's own VRAM
+/// (`crate::vram::ReplicaWindow`): the destination of a CHECKSUM, the
+/// source of a COPY, each only if all of it is read-mostly.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Replicate {
+    pub(crate) dst: bool,
+    pub(crate) src: bool,
 }
 
 impl<'p> Engine<'p> {
@@ -150,12 +166,14 @@ impl<'p> Engine<'p> {
         pool: &'p VramPool,
         dev: &'p kernel::device::Device<kernel::device::Bound>,
         epoch: Epoch,
+        replicate: Replicate,
     ) -> Result<Self> {
         Ok(Self {
             pool,
             dev,
             buf: KBox::new([0; PAGE_SIZE], GFP_KERNEL)?,
             epoch,
+            replicate,
         })
     }
 
@@ -215,9 +233,28 @@ impl<'p> Engine<'p> {
         let src_pages = src.map_or(0, |s| (s + n - src_first).div_ceil(PAGE_SIZE));
         let mut src_pfns = KVec::from_elem(HmmPfn::NONE, src_pages, GFP_KERNEL)?;
         let owner = self.pool.owner();
+        // CAST: an address, used as a key only.
+        let key = mm.as_raw() as usize;
+        // The table that may read replicas (the destination's or the
+        // source's), if its pages lie in one 2 MiB block.
+        let read_only = match job.op {
+            Op::Checksum => self.replicate.dst.then_some((dst_first, dst_pages, true)),
+            Op::Copy { .. } => self.replicate.src.then_some((src_first, src_pages, false)),
+            _ => None,
+        };
+        let replica_block = read_only
+            .filter(|&(first, pages, _)| {
+                first / BLOCK_SIZE == (first + pages * PAGE_SIZE - 1) / BLOCK_SIZE
+            })
+            .map(|(first, _, dst)| (first & !(BLOCK_SIZE - 1), dst));
         let mut cow_breaks = 0;
         loop {
             cancel.check()?;
+            // Read before the walk: an invalidation after it makes a
+            // replica recorded with it stale (see `crate::generation`).
+            let replicas = replica_block
+                .map(|(block, dst)| (block, dst, generation::current(key, block)))
+                .filter(|&(block, _, _)| self.pool.replica_room(key, block));
             let dst_walk = match mirror.fault(mm, dst_first, &mut dst_pfns, write, owner) {
                 Err(e) if e == EBUSY => continue,
                 // The mapping changed since the check: no access.
@@ -232,7 +269,20 @@ impl<'p> Engine<'p> {
             } else {
                 None
             };
+            // Replicas only of pages no one writes without an invalidation
+            // first: a change of the VMAs after the walk makes it stale.
+            let replicas = replicas.filter(|&(_, dst, _)| {
+                let (first, pages) = if dst {
+                    (dst_first, dst_pages)
+                } else {
+                    (src_first, src_pages)
+                };
+                read_only_anon(&mm.mmap_read_lock(), first, first + pages * PAGE_SIZE)
+            });
             clock.lap_job(JobPhase::Walk);
+            // Replicas read by the job are not given to another process's
+            // block before this ends (after the tables and the lock).
+            let _reader = replicas.map(|_| self.pool.replica_reader());
             // The tables' room, made before the lock (nothing below
             // allocates under it: see `page_table`); declared after the
             // guard, they go (unmapping their pages) before it does.
@@ -268,12 +318,21 @@ impl<'p> Engine<'p> {
                 clock.lap_job(JobPhase::Place);
                 continue;
             }
-            // The pages stay as found while `guard` is held.
-            // CAST: an address, used as a key only.
-            let key = mm.as_raw() as usize;
+            // The pages stay as found while `guard` is held. Replicas are
+            // used (and made) only if the block's generation is still the
+            // one read before the walk.
+            let mut window = replicas
+                .filter(|&(block, _, g)| generation::current(key, block) == g)
+                .and_then(|(block, dst, g)| Some((self.pool.replica_window(key, block, g)?, dst)));
+            let (dst_rep, src_rep) = match window.as_mut() {
+                Some((w, true)) => (Some(w), None),
+                Some((w, false)) => (None, Some(w)),
+                None => (None, None),
+            };
             let bound = self
-                .page_table(&dst_found, (key, dst_first), &mut dst_pt)
-                .and_then(|()| self.page_table(&src_found, (key, src_first), &mut src_pt));
+                .page_table(&dst_found, (key, dst_first), &mut dst_pt, dst_rep)
+                .and_then(|()| self.page_table(&src_found, (key, src_first), &mut src_pt, src_rep));
+            drop(window);
             clock.lap_job(JobPhase::Bind);
             let res = bound.and_then(|()| {
                 self.execute(
@@ -298,7 +357,7 @@ impl<'p> Engine<'p> {
     /// Fills `pt` with device addresses for the pages `hmm_range_fault`
     /// found from address `first` of the mm at `mm` (a key only), and
     /// counts the pages it uses in place that are not in this device's
-    /// memory ([`access::count`]). Runs under the mirror lock, which
+    /// memory ([`access::add`]). Runs under the mirror lock, which
     /// reclaim can wait for (an invalidation takes it): it must not
     /// allocate, so `pt` comes with room for every page.
     fn page_table<'g>(
@@ -306,6 +365,7 @@ impl<'p> Engine<'p> {
         pages: &Pages<'g>,
         (mm, first): (usize, usize),
         pt: &mut PageTable<'g>,
+        mut replicas: Option<&mut ReplicaWindow<'_>>,
     ) -> Result
     where
         'p: 'g,
@@ -319,7 +379,7 @@ impl<'p> Engine<'p> {
         let on = access::enabled();
         let count = |(at, n): (usize, u64)| {
             if on && n > 0 {
-                access::count(mm, self.pool.index(), first + at * PAGE_SIZE, n);
+                access::add(mm, self.pool.index(), first + at * PAGE_SIZE, n);
                 self.pool.stats.access_counted.add(n, Relaxed);
             }
         };
@@ -329,12 +389,10 @@ impl<'p> Engine<'p> {
             if let Some((pool, off)) = found {
                 pool.note_used(off, self.epoch);
             }
-            if (first + i * PAGE_SIZE) % BLOCK_SIZE == 0 {
+            let at = first + i * PAGE_SIZE;
+            if at % BLOCK_SIZE == 0 {
                 count(remote);
                 remote = (i, 0);
-            }
-            if !found.is_some_and(|(pool, _)| self.pool.is(pool)) {
-                remote.1 += 1;
             }
             let addr = match found {
                 Some((pool, off)) if self.pool.is(pool) => DevAddr::Vram(off),
@@ -356,6 +414,11 @@ impl<'p> Engine<'p> {
                 // Another owner's device page, or a page the kernel must
                 // not touch (secretmem): no access, as GUP refuses them.
                 None if page.is_device_private() || page.is_secretmem() => return Err(EFAULT),
+                // A system page of a read-mostly range: its replica here.
+                None if replicas.is_some() => {
+                    let w = replicas.as_deref_mut().ok_or(EINVAL)?;
+                    DevAddr::Vram(w.replica(at / PAGE_SIZE % BLOCK_PAGES, page)?)
+                }
                 None => {
                     let m = DmaPage::map(self.dev, page).ok_or(ENOMEM)?;
                     let a = m.addr();
@@ -363,6 +426,9 @@ impl<'p> Engine<'p> {
                     DevAddr::Dma(a)
                 }
             };
+            if !matches!(addr, DevAddr::Vram(_)) {
+                remote.1 += 1;
+            }
             pt.entries.push_within_capacity(addr).map_err(|_| ENOMEM)?;
         }
         count(remote);

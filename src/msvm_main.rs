@@ -14,6 +14,7 @@ mod debugfs;
 mod device;
 mod drm;
 mod engine;
+mod generation;
 mod migrate;
 mod mm;
 mod placement;
@@ -68,6 +69,10 @@ module! {
         access_threshold: u32 {
             default: 256,
             description: "Accesses (pages a job used in place) of a 2 MiB block by one device that move it there (1..16777215; UVM: 256)",
+        },
+        read_mostly: u32 {
+            default: 1,
+            description: "Read-mostly ranges (MSVM_ATTR_READ_MOSTLY): 1 jobs read their system pages through read-only replicas in VRAM (default), 0 the attribute is ignored",
         },
         evict: u32 {
             default: 2,

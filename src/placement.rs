@@ -52,6 +52,10 @@ pub(crate) struct Placement {
     /// when its in-place jobs keep using them (`crate::access`; off:
     /// `MSVM_ATTR_ACCESS_OFF`).
     pub(crate) counters: bool,
+    /// Whether this device's jobs read the range's system pages through
+    /// read-only replicas in its own memory, moving nothing
+    /// (`MSVM_ATTR_READ_MOSTLY`; see `crate::vram::ReplicaWindow`).
+    pub(crate) read_mostly: bool,
 }
 
 impl Placement {
@@ -61,7 +65,15 @@ impl Placement {
         access: Access::Migrate,
         thrash: true,
         counters: true,
+        read_mostly: false,
     };
+
+    /// Whether the range is read-mostly and replicas are on (module
+    /// parameter `read_mostly`): its pages stay where they are, and jobs
+    /// that only read them read replicas.
+    pub(crate) fn replicated(&self) -> bool {
+        self.read_mostly && crate::module_parameters::read_mostly.value() != 0
+    }
 }
 
 /// One stored range: `[start, end)` with its attributes.
@@ -220,12 +232,14 @@ mod tests {
         access: Access::Migrate,
         thrash: true,
         counters: true,
+        read_mostly: false,
     };
     const PEER: Placement = Placement {
         preferred: Location::Device(1),
         access: Access::InPlace,
         thrash: true,
         counters: true,
+        read_mostly: false,
     };
 
     fn spans(a: &Attrs) -> KVec<(usize, usize)> {

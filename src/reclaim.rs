@@ -150,6 +150,8 @@ pub(crate) fn shrink_all(level: u64, side_by_side: bool) -> usize {
         return 0;
     };
     for p in pools.iter().flatten() {
+        // Replicas first: copies, dropped without moving a page.
+        p.drop_replicas(true);
         let n = p.trim_idle(note_freed, side_by_side);
         removed += n;
         if level >= CONSOLIDATE && n == 0 {

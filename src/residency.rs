@@ -38,6 +38,9 @@ pub(crate) struct Residency {
     pub(crate) devices: [u64; MAX_DEVICES],
     /// Bytes in blocks that thrashing detection pins.
     pub(crate) pinned: u64,
+    /// Bytes with a read-only replica that is not stale, in each device's
+    /// memory.
+    pub(crate) replicas: [u64; MAX_DEVICES],
 }
 
 /// Where one page was found.
@@ -128,6 +131,14 @@ pub(crate) fn residency(
             r.pinned += u64::from_safe_cast(next - at);
         }
         at = next;
+    }
+    // One device at a time, each held by a handle of its own.
+    for i in 0..MAX_DEVICES {
+        let Ok(pool) = registry::PoolRef::get_locked(&registry::devices(), i) else {
+            continue;
+        };
+        // CAST: an address, used as a key only.
+        r.replicas[i] = pool.replica_bytes(mm.as_raw() as usize, start, end);
     }
     Ok(r)
 }

@@ -22,11 +22,15 @@ const MIRROR_LEN: usize = USER_END as usize;
 /// every address a VM takes must end.
 pub(crate) const USER_END: u64 = 1 << 47;
 
-/// What the placement policies hear of an unmap of `[start, end)` in the
-/// mm at `mm` (a key only), from the mirror's invalidation.
-fn unmapped(mm: usize, start: usize, end: usize) {
-    crate::thrash::unmapped(mm, start, end);
-    crate::access::unmapped(mm, start, end);
+/// What the placement policies hear of an invalidation of `[start, end)`
+/// in the mm at `mm` (a key only), from the mirror: its pages may change
+/// (replicas of them go stale), and if `unmap`, they are unmapped.
+fn invalidated(mm: usize, start: usize, end: usize, unmap: bool) {
+    crate::generation::bump(mm, start, end);
+    if unmap {
+        crate::thrash::unmapped(mm, start, end);
+        crate::access::unmapped(mm, start, end);
+    }
 }
 
 /// The VM of an open file.
@@ -47,7 +51,7 @@ impl Vm {
     pub(crate) fn for_current() -> Result<Self> {
         let task = kernel::current!();
         let mm = task.mm().ok_or(EINVAL)?;
-        let mirror = Mirror::new(mm, MIRROR_START, MIRROR_LEN, unmapped)?;
+        let mirror = Mirror::new(mm, MIRROR_START, MIRROR_LEN, invalidated)?;
         Ok(Self {
             mm: ARef::from(&**mm),
             mirror,

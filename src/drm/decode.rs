@@ -11,9 +11,10 @@ use crate::migrate::Direction;
 use crate::mm::abi::{
     drm_msvm_exec, drm_msvm_migrate, drm_msvm_peer, drm_msvm_query, drm_msvm_set_attr,
     MSVM_ACCESS_DEFAULT, MSVM_ACCESS_IN_PLACE, MSVM_ACCESS_MIGRATE, MSVM_ATTR_ACCESS_OFF,
-    MSVM_ATTR_THRASH_OFF, MSVM_EXEC_ATOMIC_ADD, MSVM_EXEC_CHECKSUM, MSVM_EXEC_COPY, MSVM_EXEC_FILL,
-    MSVM_EXEC_IN_PLACE, MSVM_LOC_DEFAULT, MSVM_LOC_DEVICE, MSVM_LOC_SYSTEM, MSVM_MIGRATE_TO_DEVICE,
-    MSVM_MIGRATE_TO_SYSTEM, MSVM_PEER_P2P, MSVM_QUERY_SELF,
+    MSVM_ATTR_READ_MOSTLY, MSVM_ATTR_THRASH_OFF, MSVM_EXEC_ATOMIC_ADD, MSVM_EXEC_CHECKSUM,
+    MSVM_EXEC_COPY, MSVM_EXEC_FILL, MSVM_EXEC_IN_PLACE, MSVM_LOC_DEFAULT, MSVM_LOC_DEVICE,
+    MSVM_LOC_SYSTEM, MSVM_MIGRATE_TO_DEVICE, MSVM_MIGRATE_TO_SYSTEM, MSVM_PEER_P2P,
+    MSVM_QUERY_SELF,
 };
 use crate::mm::pagemap::PAGE_SIZE;
 use crate::placement::{Access, Location, Placement};
@@ -164,7 +165,7 @@ pub(super) struct AttrRequest {
 
 impl AttrRequest {
     pub(super) fn decode(arg: &drm_msvm_set_attr, here: usize) -> Result<Self> {
-        if arg.flags & !(MSVM_ATTR_THRASH_OFF | MSVM_ATTR_ACCESS_OFF) != 0 {
+        if arg.flags & !(MSVM_ATTR_THRASH_OFF | MSVM_ATTR_ACCESS_OFF | MSVM_ATTR_READ_MOSTLY) != 0 {
             return Err(EINVAL);
         }
         all_zero(&[], &arg.reserved)?;
@@ -183,6 +184,7 @@ impl AttrRequest {
                 access,
                 thrash: arg.flags & MSVM_ATTR_THRASH_OFF == 0,
                 counters: arg.flags & MSVM_ATTR_ACCESS_OFF == 0,
+                read_mostly: arg.flags & MSVM_ATTR_READ_MOSTLY != 0,
             },
         })
     }
@@ -399,6 +401,7 @@ mod tests {
                 access: Access::InPlace,
                 thrash: true,
                 counters: true,
+                read_mostly: false,
             }
         );
         let r = AttrRequest::decode(&attr(MSVM_LOC_DEVICE, MSVM_QUERY_SELF, 0), 3)?;
@@ -422,6 +425,9 @@ mod tests {
         a.flags = MSVM_ATTR_ACCESS_OFF | MSVM_ATTR_THRASH_OFF;
         let p = AttrRequest::decode(&a, 0)?.placement;
         assert!(!p.thrash && !p.counters);
+        a.flags = MSVM_ATTR_READ_MOSTLY;
+        let p = AttrRequest::decode(&a, 0)?.placement;
+        assert!(p.read_mostly && p.thrash && p.counters && p != Placement::DEFAULT);
         Ok(())
     }
 
@@ -441,7 +447,7 @@ mod tests {
             AttrRequest::decode(&attr(MSVM_LOC_DEVICE, MAX_DEVICES as u32, 0), 0),
             Err(ENOENT)
         );
-        for flags in [1, 8, 1 << 31] {
+        for flags in [1, 16, 1 << 31] {
             let mut a = attr(MSVM_LOC_SYSTEM, 0, 0);
             a.flags = flags | MSVM_ATTR_THRASH_OFF;
             assert_eq!(AttrRequest::decode(&a, 0), Err(EINVAL));

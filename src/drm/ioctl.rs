@@ -24,13 +24,13 @@ use kernel::{
 };
 
 use crate::device::Gpu;
-use crate::engine::{Engine, Op};
-use crate::migrate::{place, prefetch as move_to, Direction, Outcome, Target};
+use crate::engine::{Engine, Op, Replicate};
+use crate::migrate::{place, prefetch as move_to, Direction, Memo, Outcome, Target};
 use crate::mm::abi::{
     drm_msvm_exec, drm_msvm_migrate, drm_msvm_prefetch, drm_msvm_query, drm_msvm_residency,
     drm_msvm_set_attr, drm_msvm_stats, drm_msvm_vm_create, drm_msvm_vm_destroy,
     MSVM_ACCESS_IN_PLACE, MSVM_ACCESS_MIGRATE, MSVM_ATTR_ACCESS_OFF, MSVM_ATTR_MIXED,
-    MSVM_ATTR_THRASH_OFF, MSVM_UAPI_VERSION,
+    MSVM_ATTR_READ_MOSTLY, MSVM_ATTR_THRASH_OFF, MSVM_UAPI_VERSION,
 };
 use crate::mm::{
     cancel::{lock_killable, Cancel},
@@ -271,6 +271,9 @@ impl File {
         if !first.counters {
             arg.attr_flags |= MSVM_ATTR_ACCESS_OFF;
         }
+        if first.read_mostly {
+            arg.attr_flags |= MSVM_ATTR_READ_MOSTLY;
+        }
         arg.location = location;
         arg.device = device;
         arg.access = match first.access {
@@ -281,6 +284,7 @@ impl File {
         arg.none = r.none;
         arg.devices = r.devices;
         arg.pinned = r.pinned;
+        arg.replicas = r.replicas;
         Ok(0)
     }
 
@@ -348,6 +352,10 @@ impl File {
             access_counted: s.access_counted.load(Relaxed),
             access_due: s.access_due.load(Relaxed),
             access_moved: s.access_moved.load(Relaxed),
+            replica_copied: s.replica_copied.load(Relaxed),
+            replica_hits: s.replica_hits.load(Relaxed),
+            replica_blocks: pool.replica_blocks(),
+            replica_dropped: s.replica_dropped.load(Relaxed),
             reserved: [0; 1],
         };
         Ok(0)
@@ -369,18 +377,29 @@ impl File {
             let mut clock = Clock::start();
             // The placement pass, over the destination and COPY's source.
             let mut migrated = 0;
+            let mut memo = Memo::default();
             let mut ranges = [(job.addr, job.len), (0, 0)];
             if let Op::Copy { src } = job.op {
                 ranges[1] = (src, job.len);
             }
-            for (a, n) in ranges.into_iter().filter(|r| r.1 != 0) {
+            // Which range reads read-mostly pages through replicas.
+            let mut read_mostly = [false; 2];
+            for (k, (a, n)) in ranges.into_iter().enumerate().filter(|r| r.1 .1 != 0) {
                 let first = a & !(PAGE_SIZE - 1);
                 let end = (a + n).next_multiple_of(PAGE_SIZE);
                 let pieces = vm.attrs().pieces(first, end)?;
-                migrated += place(pool, mm, vm.mirror(), &pieces, job.in_place, epoch, &cancel)?;
+                read_mostly[k] = pieces.iter().all(|p| p.placement.replicated());
+                let (mirror, in_place) = (vm.mirror(), job.in_place);
+                migrated += place(
+                    pool, mm, mirror, &pieces, in_place, epoch, &mut memo, &cancel,
+                )?;
             }
             clock.lap_job(JobPhase::Place);
-            let mut engine = Engine::new(pool, gpu.device(), epoch)?;
+            let replicate = Replicate {
+                dst: matches!(job.op, Op::Checksum) && read_mostly[0],
+                src: matches!(job.op, Op::Copy { .. }) && read_mostly[1],
+            };
+            let mut engine = Engine::new(pool, gpu.device(), epoch, replicate)?;
             let mut done = engine.run(mm, vm.mirror(), &job, &mut clock, &cancel)?;
             pool.stats.phases.job(&clock);
             done.migrated = migrated;

@@ -52,9 +52,9 @@ mod vmas;
 
 use fault::fault_to_ram;
 use fill::{fill_to_device, fill_to_system, large_step, step};
-pub(crate) use target::{place, prefetch, to_system, Target};
+pub(crate) use target::{place, prefetch, to_system, Memo, Target};
 use vmas::UNMIGRATABLE;
-pub(crate) use vmas::{check_job_vmas, check_vmas};
+pub(crate) use vmas::{check_job_vmas, check_vmas, read_only_anon};
 
 /// What one MIGRATE did.
 #[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]

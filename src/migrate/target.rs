@@ -244,6 +244,19 @@ pub(crate) fn to_system(
     })
 }
 
+/// What a job's placement pass learnt of the 2 MiB block it looked at last,
+/// which the next piece, or the job's other range, may start in: each
+/// question is asked once per block and job (taking a due count clears it;
+/// asking thrashing detection twice would count a move avoided twice).
+#[derive(Default)]
+pub(crate) struct Memo {
+    block: Option<usize>,
+    /// Whether its access count was due (asked for a job in place).
+    due: Option<bool>,
+    /// Whether thrashing detection keeps it where it is.
+    stays: Option<bool>,
+}
+
 /// The placement pass of a job on device `here`, in request `epoch`: moves
 /// each piece of the job's ranges whose access policy is "migrate" to its
 /// preferred location, but leaves where they are the 2 MiB blocks that
@@ -251,9 +264,10 @@ pub(crate) fn to_system(
 /// detection off, whose moves it neither asks about nor records). A job
 /// that asked to run in place moves only the blocks of such pieces whose
 /// access counters say this device keeps using them where they are
-/// ([`crate::access`]), to this device, and only where the range has no
-/// preferred location of its own and its counters on. Returns the pages
-/// moved.
+/// ([`crate::access`]), to this device, and only where the range prefers no
+/// other place and has its counters on. `memo` is the job's, for all its
+/// ranges. Returns the pages moved.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn place(
     here: &VramPool,
     mm: &MmWithUser,
@@ -261,6 +275,7 @@ pub(crate) fn place(
     pieces: &[Span],
     in_place: bool,
     epoch: Epoch,
+    memo: &mut Memo,
     cancel: &Cancel<'_>,
 ) -> Result<u64> {
     let u = Use {
@@ -271,17 +286,14 @@ pub(crate) fn place(
     let counters = access::enabled();
     // CAST: an address, used as a key only.
     let key = mm.as_raw() as usize;
-    // The block a piece ended in, whether the piece was counted, and
-    // whether the block stays: the next piece may start in it (one
-    // question per block and job).
-    let mut last: Option<(usize, bool, bool)> = None;
     let mut moved = 0;
     for p in pieces {
-        if p.placement.access == Access::InPlace {
+        // Read-mostly pages stay where they are: jobs read replicas.
+        if p.placement.access == Access::InPlace || p.placement.replicated() {
             continue;
         }
         // In place, unless the access counters move blocks here (where the
-        // range prefers nothing else).
+        // range prefers no other place).
         let counted = in_place;
         let mine = match p.placement.preferred {
             Location::Default => true,
@@ -312,14 +324,8 @@ pub(crate) fn place(
         let mut n = 0;
         while at < end {
             cancel.check()?;
-            let block = at / BLOCK_SIZE;
-            let next = ((block + 1) * BLOCK_SIZE).min(end);
-            let stay = match last {
-                Some((b, c, stay)) if b == block && c == counted => stay,
-                _ => stays(here, key, at, target, counted, ask),
-            };
-            last = Some((block, counted, stay));
-            if stay {
+            let next = ((at / BLOCK_SIZE + 1) * BLOCK_SIZE).min(end);
+            if stays(here, (key, at), target, (counted, ask), memo) {
                 n += place_run(here, mm, mirror, target, (run, at), u, ask, cancel)?;
                 run = next;
             }
@@ -338,20 +344,41 @@ pub(crate) fn place(
 /// placement pass of a job on `here` that would move it to `target`: for a
 /// job that runs in place (`counted`), unless its access count is due (the
 /// count is taken); then, if `ask`, when thrashing detection refuses the
-/// move.
-fn stays(here: &VramPool, key: usize, at: usize, target: Target, counted: bool, ask: bool) -> bool {
+/// move. Each question is asked once per block and job (`memo`).
+fn stays(
+    here: &VramPool,
+    (key, at): (usize, usize),
+    target: Target,
+    (counted, ask): (bool, bool),
+    memo: &mut Memo,
+) -> bool {
+    let block = at / BLOCK_SIZE;
+    if memo.block != Some(block) {
+        *memo = Memo {
+            block: Some(block),
+            ..Memo::default()
+        };
+    }
     if counted {
-        if !access::take_due(key, here.index(), at) {
+        let due = *memo.due.get_or_insert_with(|| {
+            let due = access::take_due(key, here.index(), at);
+            if due {
+                here.stats.access_due.add(1, Relaxed);
+            }
+            due
+        });
+        if !due {
             return true;
         }
-        here.stats.access_due.add(1, Relaxed);
     }
     if !ask {
         return false;
     }
-    let v = thrash::before_move(key, at, target.place(here));
-    here.stats.count_thrash(v);
-    v.stay
+    *memo.stays.get_or_insert_with(|| {
+        let v = thrash::before_move(key, at, target.place(here));
+        here.stats.count_thrash(v);
+        v.stay
+    })
 }
 
 /// Moves the run `[start, end)` of blocks that may move (none if empty) to

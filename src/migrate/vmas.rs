@@ -7,7 +7,7 @@ use kernel::mm::virt::flags;
 use kernel::mm::MmapReadGuard;
 use kernel::prelude::*;
 
-use crate::mm::migrate::vma_is_secretmem;
+use crate::mm::migrate::{vma_is_read_only_anon, vma_is_secretmem};
 
 /// VMAs `migrate_vma_setup` refuses: hugetlb and `VM_SPECIAL` mappings.
 pub(super) const UNMIGRATABLE: kernel::mm::virt::vm_flags_t =
@@ -63,4 +63,18 @@ fn walk_vmas(
         addr = vma.end();
     }
     Ok(())
+}
+
+/// Whether `[start, end)` lies in private anonymous VMAs that nothing may
+/// write ([`vma_is_read_only_anon`]): pages whose replicas stay true until
+/// an invalidation.
+pub(crate) fn read_only_anon(guard: &MmapReadGuard<'_>, start: usize, end: usize) -> bool {
+    let mut addr = start;
+    while addr < end {
+        match guard.vma_lookup(addr) {
+            Some(vma) if vma_is_read_only_anon(vma) => addr = vma.end(),
+            _ => return false,
+        }
+    }
+    true
 }

@@ -49,9 +49,9 @@ pub(crate) struct Mirror {
     start: usize,
     end: usize,
     inserted: bool,
-    /// Told of each unmap in the range: the mm's address (a key only) and
-    /// the range unmapped.
-    on_unmap: fn(usize, usize, usize),
+    /// Told of each invalidation in the range: the mm's address (a key
+    /// only), the range, and whether it is an unmap.
+    on_invalidate: fn(usize, usize, usize, bool),
     #[pin]
     _pin: PhantomPinned,
 }
@@ -96,9 +96,8 @@ unsafe extern "C" fn invalidate_cb(
             (*range).end,
         )
     };
-    if event == kernel::bindings::mmu_notifier_event_MMU_NOTIFY_UNMAP {
-        (mirror.on_unmap)(mm, start, end);
-    }
+    let unmap = event == kernel::bindings::mmu_notifier_event_MMU_NOTIFY_UNMAP;
+    (mirror.on_invalidate)(mm, start, end, unmap);
     // Users hold the lock while they use pages of the range: an
     // invalidation waits for them (or, if it may not sleep, fails).
     let _guard = if blockable {
@@ -116,15 +115,16 @@ unsafe extern "C" fn invalidate_cb(
 }
 
 impl Mirror {
-    /// Mirrors `[start, start + len)` of `mm`, telling `on_unmap` of every
-    /// `MMU_NOTIFY_UNMAP` invalidation in it (`munmap`, `mremap`'s old
-    /// range, the whole address space when the process exits), from the
-    /// invalidation: it must neither sleep nor allocate.
+    /// Mirrors `[start, start + len)` of `mm`, telling `on_invalidate` of
+    /// every invalidation in it, before the mm core changes the page
+    /// tables, and whether it is an unmap (`MMU_NOTIFY_UNMAP`: `munmap`,
+    /// `mremap`'s old range, the whole address space when the process
+    /// exits), from the invalidation: it must neither sleep nor allocate.
     pub(crate) fn new(
         mm: &MmWithUser,
         start: usize,
         len: usize,
-        on_unmap: fn(usize, usize, usize),
+        on_invalidate: fn(usize, usize, usize, bool),
     ) -> Result<Pin<KBox<Self>>> {
         let end = start.checked_add(len).ok_or(EINVAL)?;
         let mut m = KBox::pin_init(
@@ -139,7 +139,7 @@ impl Mirror {
                 // INVARIANT: not inserted yet; `sub` is the first field
                 // (`#[repr(C)]`).
                 inserted: false,
-                on_unmap,
+                on_invalidate,
                 _pin: PhantomPinned,
             }? Error),
             GFP_KERNEL,

@@ -129,6 +129,18 @@ pub(crate) fn vma_is_secretmem(vma: &VmaRef) -> bool {
     unsafe { b::msvm_vma_is_secretmem(vma.as_ptr()) }
 }
 
+/// Whether `vma` maps private anonymous memory that nothing may write
+/// (neither `VM_WRITE` nor `VM_SHARED`, no `vm_ops`): its pages change only
+/// through a change of its page tables that an interval notifier sees
+/// (`mprotect`, `munmap`, a copy on write), but for a debugger's
+/// `FOLL_FORCE` write into a page it already owns.
+pub(crate) fn vma_is_read_only_anon(vma: &VmaRef) -> bool {
+    // SAFETY: `vma` is a valid VMA whose mm's lock the caller holds (the
+    // borrow of the `VmaRef` proves it); `vm_ops` is only read.
+    let anon = unsafe { (*vma.as_ptr()).vm_ops.is_null() };
+    anon && vma.flags() & (kernel::mm::virt::flags::WRITE | kernel::mm::virt::flags::SHARED) == 0
+}
+
 /// Which source pages a [`VmaMigration`] collects.
 #[derive(Clone, Copy)]
 pub(crate) enum Select {

@@ -96,6 +96,12 @@ impl VramPool {
                     return true;
                 }
                 let Some(c) = chunks.iter().position(|s| matches!(s, Slot::Absent)) else {
+                    // Replicas go before any page has to: take a replica
+                    // chunk back and look again.
+                    drop(chunks);
+                    if self.drop_replicas(false) > 0 {
+                        continue;
+                    }
                     return false;
                 };
                 chunks[c] = Slot::Creating;
@@ -149,14 +155,20 @@ impl VramPool {
     pub(crate) fn could_hold(&self, n: usize) -> bool {
         let chunks = self.chunks.lock();
         let free = Self::free_pages(&chunks);
-        let absent = chunks.iter().filter(|s| matches!(s, Slot::Absent)).count();
+        let absent = chunks
+            .iter()
+            .filter(|s| matches!(s, Slot::Absent | Slot::Replicas))
+            .count();
         free + absent * (self.chunk_size / PAGE_SIZE) >= n
     }
 
     /// Whether [`VramPool::grow`] could create a chunk now (some chunk has
-    /// no pagemap).
+    /// no pagemap, or holds replicas it would take back).
     pub(crate) fn can_grow(&self) -> bool {
-        self.chunks.lock().iter().any(|s| matches!(s, Slot::Absent))
+        let chunks = self.chunks.lock();
+        chunks
+            .iter()
+            .any(|s| matches!(s, Slot::Absent | Slot::Replicas))
     }
 
     /// Allocates up to `n` pages (or, if `large`, `n` large folios) from

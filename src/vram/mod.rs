@@ -77,6 +77,7 @@ mod evict;
 mod floor;
 mod lru;
 mod phases;
+mod replicas;
 mod room;
 mod shrink;
 mod stats;
@@ -88,6 +89,8 @@ pub(crate) use floor::{FloorPath, FLOOR_MAX_PAGES};
 use lru::Lru;
 pub(crate) use lru::{Epoch, Intent, Use};
 pub(crate) use phases::{Clock, JobPhase, Phase, SizeClass};
+use replicas::Replicas;
+pub(crate) use replicas::Window as ReplicaWindow;
 pub(crate) use shrink::{choose_victim, ChunkInfo};
 pub(crate) use stats::Stats;
 
@@ -133,6 +136,8 @@ enum Slot {
     Live(Arc<Pagemap<Chunk>>),
     Draining(Arc<Pagemap<Chunk>>),
     Dying,
+    /// Given over to read-only replicas (`replicas.rs`): no pagemap.
+    Replicas,
 }
 
 impl Slot {
@@ -140,7 +145,7 @@ impl Slot {
     fn map(&self) -> Option<&Arc<Pagemap<Chunk>>> {
         match self {
             Slot::Live(m) | Slot::Draining(m) => Some(m),
-            Slot::Absent | Slot::Creating | Slot::Dying => None,
+            Slot::Absent | Slot::Creating | Slot::Dying | Slot::Replicas => None,
         }
     }
 
@@ -192,6 +197,10 @@ pub(crate) struct VramPool {
     /// Where idle chunks' pagemaps are removed side by side (see
     /// `teardown.rs`); drained when the pool goes.
     teardown_queue: ReclaimQueue,
+    /// Read-only replicas of system pages, in chunk slots given over to
+    /// them.
+    #[pin]
+    replicas: Replicas,
     /// The pool's own handle, for the chunks it creates: set by
     /// [`VramPool::create`], taken away by [`VramPool::shutdown`] (no chunk is
     /// created after it, and the cycle pool -> chunk -> pool is broken).
@@ -225,6 +234,7 @@ impl VramPool {
         }
         let queue_name = CString::try_from_fmt(fmt!("msvm-teardown/{index}"))?;
         let nblocks = nchunks * chunk_size.div_ceil(BLOCK_SIZE);
+        let replicas = Replicas::new(nchunks, chunk_size)?;
         let pool = Arc::pin_init(
             try_pin_init!(Self {
                 bar,
@@ -241,6 +251,7 @@ impl VramPool {
                 index,
                 ops,
                 teardown_queue: ReclaimQueue::with_max_active(&queue_name, teardown::WORKERS)?,
+                replicas <- replicas,
                 me <- new_mutex!(None),
             }? Error),
             GFP_KERNEL,
@@ -405,6 +416,8 @@ impl VramPool {
         drop(me);
         // A shrink pass of a user that has just left is over.
         drop(self.shrink_lock.lock());
+        // Replicas are copies: dropped, their readers gone first.
+        self.drop_replicas(true);
         // 2 MiB folios first, through the mappings they were migrated in
         // at, where a migration can exclude zaps (see `evict_large_folios`).
         self.evict_large_folios();

@@ -67,6 +67,13 @@ pub(crate) struct Stats {
     pub(crate) access_counted: Atomic<u64>,
     pub(crate) access_due: Atomic<u64>,
     pub(crate) access_moved: Atomic<u64>,
+    /// Read-only replicas (`replicas.rs`): pages copied into replicas,
+    /// pages jobs read from a replica already there, and replica blocks
+    /// taken from their process (no room, a chunk taken back, a shrink
+    /// pass).
+    pub(crate) replica_copied: Atomic<u64>,
+    pub(crate) replica_hits: Atomic<u64>,
+    pub(crate) replica_dropped: Atomic<u64>,
     /// Engine bytes read from each peer's VRAM over P2P, by peer index.
     pub(crate) peer_read: [Atomic<u64>; MAX_DEVICES],
     /// Engine bytes written to each peer's VRAM over P2P, by peer index.
@@ -132,6 +139,9 @@ impl Stats {
             access_counted: Atomic::new(0),
             access_due: Atomic::new(0),
             access_moved: Atomic::new(0),
+            replica_copied: Atomic::new(0),
+            replica_hits: Atomic::new(0),
+            replica_dropped: Atomic::new(0),
             peer_read: [const { Atomic::new(0) }; MAX_DEVICES],
             peer_written: [const { Atomic::new(0) }; MAX_DEVICES],
             phases: Phases::new(),

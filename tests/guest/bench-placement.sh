@@ -29,4 +29,8 @@ for mode in off:0 on:1; do
 	msvm-tests bench-hot-remote "$name" || rc=1
 	unload_msvm >/dev/null || rc=1
 done
+echo "== read-shared weights: read-mostly, migrate-on-access, default"
+load_msvm || exit 1
+msvm-tests bench-read-shared || rc=1
+unload_msvm >/dev/null || rc=1
 exit $rc

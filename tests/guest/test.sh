@@ -63,6 +63,11 @@ load_msvm access_counters=0 || exit 1
 msvm-tests access-off || rc=1
 unload_msvm || rc=1
 
+echo "== msvm-tests read-mostly-off (msvm loaded with read_mostly=0)"
+load_msvm read_mostly=0 || exit 1
+msvm-tests read-mostly-off || rc=1
+unload_msvm || rc=1
+
 echo "== msvm-tests thrash-expiry (msvm loaded with thrash_pin_ms=3000)"
 load_msvm thrash_pin_ms=3000 || exit 1
 msvm-tests thrash-expiry 3000 || rc=1

@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 /* Bumped on every ABI addition. */
-#define MSVM_UAPI_VERSION 11
+#define MSVM_UAPI_VERSION 12
 
 /* At most this many msvm devices are bound at once. */
 #define MSVM_MAX_DEVICES 16
@@ -281,11 +281,17 @@ struct drm_msvm_migrate {
  *                  (system RAM, a peer's VRAM), one per page and job
  *                  (module parameters access_*; see
  *                  Documentation/placement.rst)
- * @access_due: 2 MiB blocks whose count reached access_threshold and that
- *              a placement pass of this device's then moved here (unless
- *              pinned: the count is taken either way)
+ * @access_due: 2 MiB blocks whose count reached access_threshold, taken
+ *              by a placement pass of this device's, which then moved them
+ *              here (unless pinned or the device had no room)
  * @access_moved: pages those moves brought to this device (they also
  *                count in @to_device)
+ * @replica_copied: pages copied into read-only replicas in this device's
+ *                  memory (MSVM_ATTR_READ_MOSTLY ranges)
+ * @replica_hits: pages this device's jobs read from a replica made before
+ * @replica_blocks: 2 MiB blocks of processes with replicas here now
+ * @replica_dropped: such blocks whose replicas were dropped to make room
+ *                   (for other replicas, for pages, by a shrink pass)
  * @reserved: zero
  */
 struct drm_msvm_stats {
@@ -338,6 +344,10 @@ struct drm_msvm_stats {
 	__u64 access_counted;
 	__u64 access_due;
 	__u64 access_moved;
+	__u64 replica_copied;
+	__u64 replica_hits;
+	__u64 replica_blocks;
+	__u64 replica_dropped;
 	__u64 reserved[1];
 };
 
@@ -352,7 +362,8 @@ struct drm_msvm_stats {
  * owner group over P2P) instead of migrating them here first; but 2 MiB
  * blocks this device keeps using so are moved here when the access
  * counters say so (since ABI version 11; not for ranges whose attributes
- * say where their pages go; see Documentation/placement.rst). */
+ * say "in place", prefer a place other than this device, or turn the
+ * counters off: MSVM_ATTR_ACCESS_OFF; see Documentation/placement.rst). */
 #define MSVM_EXEC_IN_PLACE (1u << 0)
 
 /**
@@ -452,7 +463,8 @@ struct drm_msvm_exec {
  * @device: in: device index for MSVM_LOC_DEVICE (MSVM_QUERY_SELF: this
  *          device), else zero
  * @access: in: MSVM_ACCESS_*
- * @flags: in: MSVM_ATTR_THRASH_OFF, MSVM_ATTR_ACCESS_OFF, both or zero
+ * @flags: in: MSVM_ATTR_THRASH_OFF, MSVM_ATTR_ACCESS_OFF,
+ *         MSVM_ATTR_READ_MOSTLY, any of them or zero
  * @reserved: must be zero
  */
 struct drm_msvm_set_attr {
@@ -519,6 +531,15 @@ struct drm_msvm_prefetch {
  * that run in place keep using them (as before ABI version 11; see
  * Documentation/placement.rst). */
 #define MSVM_ATTR_ACCESS_OFF (1u << 2)
+/* drm_msvm_set_attr.flags and drm_msvm_residency.attr_flags: the range is
+ * read-mostly (ABI version 12): this device's jobs move none of its pages;
+ * a job that only reads them (CHECKSUM, a COPY's source) reads the system
+ * pages of private anonymous mappings without write permission through
+ * read-only replicas in this device's memory, made on first read and
+ * dropped by any change to the pages' mappings (mprotect, munmap, a copy
+ * on write) before it happens; other pages are used in place. See
+ * Documentation/placement.rst. */
+#define MSVM_ATTR_READ_MOSTLY (1u << 3)
 
 /**
  * struct drm_msvm_residency - DRM_IOCTL_MSVM_RESIDENCY
@@ -543,6 +564,9 @@ struct drm_msvm_prefetch {
  * @devices: out: bytes in each msvm device's memory, by device index
  * @pinned: out: bytes of the range in 2 MiB blocks that thrashing
  *          detection pins now (jobs use them where they are)
+ * @replicas: out: bytes of the range with a read-only replica that is not
+ *            stale, in each msvm device's memory, by device index (ABI
+ *            version 12)
  * @reserved: must be zero
  */
 struct drm_msvm_residency {
@@ -558,6 +582,7 @@ struct drm_msvm_residency {
 	__u64 none;
 	__u64 devices[MSVM_MAX_DEVICES];
 	__u64 pinned;
+	__u64 replicas[MSVM_MAX_DEVICES];
 	__u64 reserved[1];
 };
 

@@ -254,7 +254,7 @@ fn stats() -> msvm_rt::Result<()> {
          in peers' memory; chunks: live(of which idle)/total, {} MiB each; memmap: RAM their \
          struct pages take; shrunk: pagemaps the shrinker removed; room/pins/hot: 2 MiB blocks \
          evicted to make room, blocks pinned by thrashing detection, and blocks the access \
-         counters moved here)",
+         counters found due here)",
         devices[0].stats()?.chunk_size >> 20
     );
     Ok(())

@@ -4,7 +4,7 @@
 //! which compiles a small C program against the real header.
 
 /// `MSVM_UAPI_VERSION`.
-pub const MSVM_UAPI_VERSION: u32 = 11;
+pub const MSVM_UAPI_VERSION: u32 = 12;
 /// `MSVM_MAX_DEVICES`.
 pub const MSVM_MAX_DEVICES: u32 = 16;
 /// `MSVM_SIZE_4K`: a migration step in 4 KiB pages.
@@ -76,6 +76,8 @@ pub const MSVM_ATTR_MIXED: u32 = 1 << 0;
 pub const MSVM_ATTR_THRASH_OFF: u32 = 1 << 1;
 /// `MSVM_ATTR_ACCESS_OFF`.
 pub const MSVM_ATTR_ACCESS_OFF: u32 = 1 << 2;
+/// `MSVM_ATTR_READ_MOSTLY`.
+pub const MSVM_ATTR_READ_MOSTLY: u32 = 1 << 3;
 
 /// `struct drm_msvm_peer`.
 #[repr(C)]
@@ -189,6 +191,10 @@ pub struct DrmMsvmStats {
     pub access_counted: u64,
     pub access_due: u64,
     pub access_moved: u64,
+    pub replica_copied: u64,
+    pub replica_hits: u64,
+    pub replica_blocks: u64,
+    pub replica_dropped: u64,
     pub reserved: [u64; 1],
 }
 
@@ -253,6 +259,7 @@ pub struct DrmMsvmResidency {
     pub none: u64,
     pub devices: [u64; MSVM_MAX_DEVICES as usize],
     pub pinned: u64,
+    pub replicas: [u64; MSVM_MAX_DEVICES as usize],
     pub reserved: [u64; 1],
 }
 

@@ -135,6 +135,10 @@ pub struct Attributes {
     /// move its pages; `true` follows the module parameter
     /// `access_counters`).
     pub counters: bool,
+    /// Whether the range is read-mostly (`MSVM_ATTR_READ_MOSTLY`): the
+    /// device's jobs move none of its pages, and read the system pages of
+    /// read-only private mappings through replicas in its own memory.
+    pub read_mostly: bool,
 }
 
 /// Where the pages of a range live, in bytes, and the range's attributes.
@@ -148,6 +152,9 @@ pub struct Residency {
     pub devices: [u64; abi::MSVM_MAX_DEVICES as usize],
     /// Bytes in 2 MiB blocks that thrashing detection pins now.
     pub pinned: u64,
+    /// Bytes with a read-only replica that is not stale, in each device's
+    /// memory, by device index.
+    pub replicas: [u64; abi::MSVM_MAX_DEVICES as usize],
     /// Attributes of the range's first byte.
     pub attributes: Attributes,
     /// Whether the range holds more than one set of attributes.
@@ -478,6 +485,10 @@ impl Device {
                 0
             } else {
                 abi::MSVM_ATTR_ACCESS_OFF
+            } | if attrs.read_mostly {
+                abi::MSVM_ATTR_READ_MOSTLY
+            } else {
+                0
             },
             ..Default::default()
         };
@@ -546,6 +557,7 @@ impl Device {
             none: arg.none,
             devices: arg.devices,
             pinned: arg.pinned,
+            replicas: arg.replicas,
             attributes: Attributes {
                 preferred,
                 access: if arg.access == abi::MSVM_ACCESS_IN_PLACE {
@@ -555,6 +567,7 @@ impl Device {
                 },
                 thrash: arg.attr_flags & abi::MSVM_ATTR_THRASH_OFF == 0,
                 counters: arg.attr_flags & abi::MSVM_ATTR_ACCESS_OFF == 0,
+                read_mostly: arg.attr_flags & abi::MSVM_ATTR_READ_MOSTLY != 0,
             },
             mixed: arg.attr_flags & abi::MSVM_ATTR_MIXED != 0,
         })

@@ -80,6 +80,10 @@ fn c_layout() -> Vec<(String, u64)> {
                 "access_counted",
                 "access_due",
                 "access_moved",
+                "replica_copied",
+                "replica_hits",
+                "replica_blocks",
+                "replica_dropped",
                 "reserved",
             ],
         )
@@ -117,6 +121,7 @@ fn c_layout() -> Vec<(String, u64)> {
                 "none",
                 "devices",
                 "pinned",
+                "replicas",
                 "reserved",
             ],
         )
@@ -311,6 +316,10 @@ fn layouts_match_the_c_header() {
             access_counted,
             access_due,
             access_moved,
+            replica_copied,
+            replica_hits,
+            replica_blocks,
+            replica_dropped,
             reserved
         ]
     );
@@ -329,7 +338,7 @@ fn layouts_match_the_c_header() {
         "drm_msvm_residency",
         [
             addr, length, flags, attr_flags, location, device, access, pad, system, none, devices,
-            pinned, reserved
+            pinned, replicas, reserved
         ]
     );
     same!(

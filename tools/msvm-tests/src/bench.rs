@@ -486,6 +486,15 @@ pub fn run_latency() -> Result<(), String> {
     // 4 KiB CHECKSUM.
     let m = Map::small(PAGE)?;
     let p = m.addr();
+    // The access counters would move the page to gpu0 after 256 jobs.
+    let keep = msvm_rt::Attributes {
+        preferred: msvm_rt::Place::Default,
+        access: msvm_rt::Access::Migrate,
+        thrash: true,
+        counters: false,
+        read_mostly: false,
+    };
+    a.set_attr(p, PAGE, keep).map_err(e)?;
     for (path, home) in [("vram", Some(&a)), ("p2p", Some(&b)), ("dma", None)] {
         match home {
             Some(d) => mv(d, p, PAGE, Location::Device)?,
@@ -717,5 +726,124 @@ pub fn run_hot_remote(mode: &str) -> Result<(), String> {
         "BENCH hot_remote_64M.p2p_read_{mode} {} bytes",
         s1.engine_p2p_read - s0.engine_p2p_read
     );
+    Ok(())
+}
+
+/// `msvm-tests bench-read-shared`: gpu0, gpu1 and the device out of their
+/// P2P reach each CHECKSUM the same 64 MiB of read-only "weights" 20
+/// times, interleaved, while the CPU reads them too (a word of every page
+/// each round); in the middle the CPU writes them once (writable for the
+/// write, read-only again). First with the range read-mostly on every
+/// device (`read_shared_64M.on`: replicas), then, each on a fresh buffer,
+/// with migrate-on-access alone (`.migrate`: thrashing detection off for
+/// the range) and with the default attributes (`.default`: migrate-on-
+/// access, with thrashing detection, which pins the weights in system RAM
+/// after a few rounds). Every checksum must match the CPU's; after the
+/// write no replica may be left, and the next reads must see the new
+/// bytes.
+pub fn run_read_shared() -> Result<(), String> {
+    use msvm_rt::{Access, Attributes, Place};
+    use nix::sys::mman::{mprotect, ProtFlags};
+    const LEN: usize = 64 << 20;
+    const ROUNDS: usize = 20;
+    let e = |x: msvm_rt::Error| x.to_string();
+    let (a, b, c) = crate::multi::devices()?;
+    let devs = [&a, &b, &c];
+    let protect = |buf: &[u64], prot| {
+        let p = NonNull::new(buf.as_ptr() as *mut std::ffi::c_void).ok_or("null")?;
+        // SAFETY: our own mapping; no reference to it is used while it
+        // changes.
+        unsafe { mprotect(p, LEN, prot) }.map_err(|x| x.to_string())
+    };
+    for mode in ["on", "migrate", "default"] {
+        let buf = buffer(LEN)?;
+        let write = |buf: &mut [u64], seed: u64| {
+            for (i, w) in buf.iter_mut().enumerate() {
+                *w = (i as u64 ^ seed).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            }
+        };
+        write(buf, 1);
+        // SAFETY: the same memory, viewed as bytes.
+        let bytes = |buf: &[u64]| unsafe { std::slice::from_raw_parts(buf.as_ptr().cast(), LEN) };
+        let mut want = msvm_rt::checksum(bytes(buf));
+        protect(buf, ProtFlags::PROT_READ)?;
+        let addr = buf.as_ptr() as usize;
+        let attrs = Attributes {
+            preferred: Place::Default,
+            access: Access::Migrate,
+            thrash: mode != "migrate",
+            counters: true,
+            read_mostly: mode == "on",
+        };
+        for d in devs {
+            d.set_attr(addr, LEN, attrs).map_err(e)?;
+        }
+        let s0: Vec<msvm_rt::Stats> = devs
+            .iter()
+            .map(|d| d.stats())
+            .collect::<Result<_, _>>()
+            .map_err(e)?;
+        let mut secs = 0.0;
+        let mut sum = 0u64;
+        for round in 0..ROUNDS {
+            if round == ROUNDS / 2 {
+                protect(buf, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE)?;
+                let t = Instant::now();
+                write(buf, 2);
+                secs += t.elapsed().as_secs_f64();
+                protect(buf, ProtFlags::PROT_READ)?;
+                want = msvm_rt::checksum(bytes(buf));
+                for d in devs {
+                    let r = d.residency(addr, LEN).map_err(e)?;
+                    if r.replicas.iter().any(|&n| n != 0) {
+                        return Err(format!("{mode}: replicas left after the write: {r:?}"));
+                    }
+                }
+            }
+            let t = Instant::now();
+            for (k, d) in devs.into_iter().enumerate() {
+                let got = d.exec(Exec::Checksum, addr, LEN, false).map_err(e)?;
+                if got.result != want {
+                    return Err(format!("{mode}: round {round}, device {k}: checksum"));
+                }
+            }
+            for w in buf.iter().step_by(PAGE / 8) {
+                // SAFETY: reading our own mapping; volatile so it is kept.
+                sum = sum.wrapping_add(unsafe { std::ptr::read_volatile(w) });
+            }
+            secs += t.elapsed().as_secs_f64();
+        }
+        let mut moved = 0;
+        let mut copied = 0;
+        // Where the jobs spent their time: placement, walk, binding
+        // (replicas are copied there), execution; in microseconds.
+        let mut phase = [0u64; 4];
+        for (k, d) in devs.into_iter().enumerate() {
+            let s = d.stats().map_err(e)?;
+            moved += s.to_device - s0[k].to_device + s.to_system - s0[k].to_system;
+            copied += s.replica_copied - s0[k].replica_copied;
+            phase[0] += s.job_place_us - s0[k].job_place_us;
+            phase[1] += s.job_walk_us - s0[k].job_walk_us;
+            phase[2] += s.job_bind_us - s0[k].job_bind_us;
+            phase[3] += s.job_exec_us - s0[k].job_exec_us;
+        }
+        for (name, us) in ["place", "walk", "bind", "exec"].into_iter().zip(phase) {
+            println!(
+                "BENCH read_shared_64M.{name}_{mode} {:.3} s",
+                us as f64 / 1e6
+            );
+        }
+        println!("BENCH read_shared_64M.{mode} {secs:.3} s");
+        println!(
+            "BENCH read_shared_64M.moved_{mode} {} bytes",
+            moved * PAGE as u64
+        );
+        println!(
+            "BENCH read_shared_64M.replicated_{mode} {} bytes",
+            copied * PAGE as u64
+        );
+        println!("# read_shared {mode}: CPU word sum {sum:#x}");
+        protect(buf, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE)?;
+    }
     Ok(())
 }

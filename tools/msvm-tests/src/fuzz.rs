@@ -236,6 +236,7 @@ fn call(r: &mut Rng, dev: &Device, arena: usize) -> (&'static str, Result<(), Er
                 flags: if valid {
                     (r.below(2) as u32 * msvm_rt::abi::MSVM_ATTR_THRASH_OFF)
                         | (r.below(2) as u32 * msvm_rt::abi::MSVM_ATTR_ACCESS_OFF)
+                        | (r.below(2) as u32 * msvm_rt::abi::MSVM_ATTR_READ_MOSTLY)
                 } else {
                     small(r)
                 },

@@ -5,7 +5,8 @@
 //! which asks the host harness (scripts/vm.py) to unplug and re-plug a GPU;
 //! `msvm-tests hold READY GO` parks data on a device across an rmmod; the
 //! other subcommands (fuzz, stress, soak, bench*, pressure, hog, unplug-loop,
-//! oversub-off, oversub-stress, thrash-off, thrash-expiry, access-off) are
+//! oversub-off, oversub-stress, thrash-off, thrash-expiry, access-off,
+//! read-mostly-off) are
 //! described where they are defined. Output: one `ok`/`not ok` line per
 //! test, then a summary line `N passed, N failed`. The exit status is
 //! non-zero if any test failed.
@@ -19,6 +20,7 @@ mod large;
 mod lifecycle;
 mod multi;
 mod placement;
+mod replicas;
 mod scenarios;
 mod soak;
 mod stress;
@@ -65,6 +67,7 @@ fn main_tests() -> Vec<harness::Test> {
         engine::tests(),
         multi::tests(),
         placement::tests(),
+        replicas::tests(),
         lifecycle::tests(),
         scenarios::tests(),
         large::tests(),
@@ -116,6 +119,9 @@ fn main() -> ExitCode {
             let res = bench::run_pingpong(&arg(1, "on".to_string()));
             return finish("bench-pingpong", res, None);
         }
+        Some("bench-read-shared") => {
+            return finish("bench-read-shared", bench::run_read_shared(), None);
+        }
         Some("bench-hot-remote") => {
             let res = bench::run_hot_remote(&arg(1, "on".to_string()));
             return finish("bench-hot-remote", res, None);
@@ -140,6 +146,10 @@ fn main() -> ExitCode {
         Some("access-off") => {
             let res = placement::access_off();
             return finish("access-off", res, Some("in-place jobs, access_counters=0"));
+        }
+        Some("read-mostly-off") => {
+            let res = replicas::read_mostly_off();
+            return finish("read-mostly-off", res, Some("read_mostly=0"));
         }
         Some("thrash-off") => {
             let res = placement::pingpong_off();

@@ -102,6 +102,7 @@ const DEFAULT: Attributes = Attributes {
     access: Access::Migrate,
     thrash: true,
     counters: true,
+    read_mostly: false,
 };
 
 /// Pages on every location, and untouched ones: the query counts each.
@@ -218,6 +219,7 @@ fn prefetch_to_peer_and_errors() -> Outcome {
                 access: Access::Migrate,
                 thrash: true,
                 counters: true,
+                read_mostly: false,
             };
             let got = t.a.set_attr(m.addr(), m.len(), attrs).err();
             check!(
@@ -295,6 +297,7 @@ fn one_case(
         access,
         thrash: true,
         counters: true,
+        read_mostly: false,
     };
     t.a.set_attr(m.addr(), m.len(), attrs).map_err(e)?;
     let park = match start {
@@ -395,12 +398,14 @@ fn attributes_split_and_reset() -> Outcome {
         access: Access::Migrate,
         thrash: true,
         counters: true,
+        read_mostly: false,
     };
     let peer = Attributes {
         preferred: Place::Device(t.ib as u32),
         access: Access::InPlace,
         thrash: true,
         counters: true,
+        read_mostly: false,
     };
     t.a.set_attr(m.addr(), m.len(), sys).map_err(e)?;
     t.a.set_attr(m.addr() + 2 * PAGE, 2 * PAGE, peer)
@@ -421,6 +426,7 @@ fn attributes_split_and_reset() -> Outcome {
         access: Access::Migrate,
         thrash: true,
         counters: true,
+        read_mostly: false,
     };
     t.a.set_attr(m.addr(), m.len(), here).map_err(e)?;
     let r = at(0, 8)?;
@@ -937,6 +943,7 @@ fn pingpong_range_off() -> Outcome {
     let off = Attributes {
         thrash: false,
         counters: true,
+        read_mostly: false,
         ..DEFAULT
     };
     d.set_attr(m.addr(), m.len(), off).map_err(e)?;
@@ -1105,6 +1112,7 @@ fn access_counters_respect_attributes() -> Outcome {
         },
         Attributes {
             counters: false,
+            read_mostly: false,
             ..DEFAULT
         },
     ];

@@ -1,0 +1,375 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Read-only replicas, in this device's VRAM, of the system pages its jobs
+//! read in read-mostly ranges (`Documentation/placement.rst`).
+//!
+//! Replicas live in chunk slots given over to them ([`Slot::Replicas`]: no
+//! pagemap, no struct pages), in 2 MiB *replica blocks*: a block holds the
+//! replicas of one 2 MiB block of one process, page `i` in its frame `i`,
+//! with the generation of the process's block they were copied at
+//! ([`crate::generation`]) and which of them are copied. A replica is used
+//! only while that generation holds; a stale block is copied again, in
+//! place, when a job next reads it (the data of one process's block
+//! replaces older data of the same block: a job still reading it sees each
+//! word old or new).
+//!
+//! A block is given to another process's block only a grace period after
+//! it was taken from its last one (SRCU: a job reads replicas inside a
+//! read-side section, [`VramPool::replica_reader`]), so no job ever reads
+//! another process's data. Replicas are clean: they are dropped, never
+//! moved. The pool takes a replica chunk back before it would evict a page
+//! ([`VramPool::grow`]), a shrink pass drops them all first, and so does
+//! the pool's teardown.
+//!
+//! # Lock order
+//!
+//! `Replicas::reclaim` (held across grace periods) -> the chunk table, and
+//! -> `Replicas::store`; the mirror lock (a job's window) ->
+//! `Replicas::store`. The chunk table and the store are never held
+//! together; nothing allocates under the store (its table has room for
+//! every block of the BAR from the start), nothing waits for a grace
+//! period under the store or the chunk table.
+
+use kernel::new_srcu;
+use kernel::prelude::*;
+use kernel::sync::atomic::Relaxed;
+use kernel::sync::{new_mutex, Mutex, MutexGuard, Srcu};
+
+use crate::mm::page::{PageRef, BLOCK_PAGES, BLOCK_SIZE};
+use crate::mm::pagemap::PAGE_SIZE;
+
+use super::{Slot, VramPool};
+
+/// What one replica block holds.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum State {
+    /// Nothing: any process's block may take it.
+    Free,
+    /// The replicas of the block at `addr` of the mm at `mm`.
+    Used {
+        mm: usize,
+        addr: usize,
+        /// The block's generation they were copied at.
+        generation: u64,
+        /// Which pages are copied (bit `i`: page `i`).
+        copied: [u64; BLOCK_PAGES / 64],
+        /// The store's clock when a job last read it.
+        used: u64,
+    },
+    /// Taken from its block, waiting for a grace period before another
+    /// block may take it.
+    Pending,
+    /// Its chunk goes back to the pool once a grace period has passed.
+    Gone,
+}
+
+/// One replica block: 2 MiB of a replica chunk.
+#[derive(Clone, Copy, Debug)]
+struct Block {
+    /// BAR offset of its first frame.
+    offset: usize,
+    /// The chunk slot it lies in.
+    chunk: usize,
+    state: State,
+}
+
+/// The replica blocks of a pool.
+pub(crate) struct Store {
+    /// Room for every block of the BAR, reserved when the pool is created.
+    blocks: KVVec<Block>,
+    /// Counts reads, for the least recently used block.
+    clock: u64,
+}
+
+/// A pool's replicas: the store and the grace periods of its readers.
+#[pin_data]
+pub(crate) struct Replicas {
+    #[pin]
+    store: Mutex<Store>,
+    /// Serialises the moves out of `Pending` and `Gone`, each after a grace
+    /// period that began after every block it frees was marked; held
+    /// across the grace period.
+    #[pin]
+    reclaim: Mutex<()>,
+    #[pin]
+    srcu: Srcu,
+}
+
+impl Replicas {
+    /// Replicas for a pool of `nchunks` chunks of `chunk_size` bytes.
+    pub(super) fn new(nchunks: usize, chunk_size: usize) -> Result<impl PinInit<Self, Error>> {
+        let blocks = KVVec::with_capacity(nchunks * (chunk_size / BLOCK_SIZE), GFP_KERNEL)?;
+        Ok(try_pin_init!(Self {
+            store <- new_mutex!(Store { blocks, clock: 0 }),
+            reclaim <- new_mutex!(()),
+            srcu <- new_srcu!(),
+        }? Error))
+    }
+}
+
+/// Whether `s` holds the block at `addr` of the mm at `mm`.
+fn holds(s: &State, mm: usize, addr: usize) -> bool {
+    matches!(*s, State::Used { mm: m, addr: a, .. } if m == mm && a == addr)
+}
+
+/// A job's use of the replicas of one 2 MiB block of its process (in one
+/// window), the store held.
+pub(crate) struct Window<'a> {
+    pool: &'a VramPool,
+    store: MutexGuard<'a, Store>,
+    /// Index of the block in the store.
+    at: usize,
+}
+
+impl Window<'_> {
+    /// The BAR offset of the replica of page `i` of the block, copied from
+    /// `page` (the page the job's walk found there, in system RAM) if it is
+    /// not yet.
+    pub(crate) fn replica(&mut self, i: usize, page: PageRef<'_>) -> Result<usize> {
+        let b = &mut self.store.blocks[self.at];
+        let State::Used { copied, .. } = &mut b.state else {
+            return Err(EINVAL);
+        };
+        let (w, bit) = (i % BLOCK_PAGES / 64, 1u64 << (i % 64));
+        let off = b.offset + i % BLOCK_PAGES * PAGE_SIZE;
+        if copied[w] & bit == 0 {
+            self.pool.bar()?.copy_from_page(off, page)?;
+            copied[w] |= bit;
+            self.pool.stats.replica_copied.add(1, Relaxed);
+        } else {
+            self.pool.stats.replica_hits.add(1, Relaxed);
+        }
+        Ok(off)
+    }
+}
+
+impl VramPool {
+    /// A read-side section of the replicas: a job holds it from before it
+    /// looks replicas up ([`VramPool::replica_window`]) until it has read
+    /// them.
+    pub(crate) fn replica_reader(&self) -> kernel::sync::srcu::Guard<'_> {
+        self.replicas.srcu.read_lock()
+    }
+
+    /// The replicas of the block at `addr` (2 MiB aligned) of the mm at
+    /// `mm` (a key only) for a job that read `generation` before its walk:
+    /// the store's block that holds them, made fresh if it is stale, or a
+    /// free block taken for them; `None` if there is none. Called with the
+    /// mirror lock held, inside [`VramPool::replica_reader`]: it neither
+    /// sleeps nor allocates.
+    pub(crate) fn replica_window(
+        &self,
+        mm: usize,
+        addr: usize,
+        generation: u64,
+    ) -> Option<Window<'_>> {
+        let mut store = self.replicas.store.lock();
+        store.clock += 1;
+        let now = store.clock;
+        let at = match store.blocks.iter().position(|b| holds(&b.state, mm, addr)) {
+            Some(at) => at,
+            None => store.blocks.iter().position(|b| b.state == State::Free)?,
+        };
+        let b = &mut store.blocks[at];
+        match &mut b.state {
+            State::Used {
+                generation: g,
+                copied,
+                used,
+                ..
+            } if *g == generation => {
+                *used = now;
+            }
+            s => {
+                *s = State::Used {
+                    mm,
+                    addr,
+                    generation,
+                    copied: [0; BLOCK_PAGES / 64],
+                    used: now,
+                }
+            }
+        }
+        Some(Window {
+            pool: self,
+            store,
+            at,
+        })
+    }
+
+    /// Makes sure the store has a block for the replicas of the block at
+    /// `addr` of the mm at `mm`, for a job about to read it: the one that
+    /// holds them, or a free one: one whose grace period has passed, a
+    /// chunk slot with no pagemap given over to replicas, or the least
+    /// recently read block taken from its process. Sleeps (a grace period);
+    /// never call it with the mirror lock or an mmap lock held. Whether
+    /// there is one.
+    pub(crate) fn replica_room(&self, mm: usize, addr: usize) -> bool {
+        let free = |store: &Store| store.blocks.iter().any(|b| b.state == State::Free);
+        {
+            let store = self.replicas.store.lock();
+            if free(&store) || store.blocks.iter().any(|b| holds(&b.state, mm, addr)) {
+                return true;
+            }
+        }
+        let _reclaim = self.replicas.reclaim.lock();
+        let pending = {
+            let store = self.replicas.store.lock();
+            if free(&store) {
+                return true;
+            }
+            store.blocks.iter().any(|b| b.state == State::Pending)
+        };
+        if !pending && !self.adopt_replica_chunk() {
+            // Take the least recently read block from its process.
+            let mut store = self.replicas.store.lock();
+            let lru = store
+                .blocks
+                .iter()
+                .enumerate()
+                .filter_map(|(k, b)| match b.state {
+                    State::Used { used, .. } => Some((used, k)),
+                    _ => None,
+                })
+                .min();
+            let Some((_, k)) = lru else {
+                return false;
+            };
+            store.blocks[k].state = State::Pending;
+            self.stats.replica_dropped.add(1, Relaxed);
+        }
+        // Every block made `Pending` so far was so before this grace
+        // period began (`reclaim` is held): no job reads it after it.
+        self.replicas.srcu.synchronize();
+        let mut store = self.replicas.store.lock();
+        for b in store.blocks.iter_mut() {
+            if b.state == State::Pending {
+                b.state = State::Free;
+            }
+        }
+        free(&store)
+    }
+
+    /// Gives a chunk slot with no pagemap to the replicas: whether there
+    /// was one. Under `reclaim`.
+    fn adopt_replica_chunk(&self) -> bool {
+        let c = {
+            let mut chunks = self.chunks.lock();
+            let Some(c) = chunks.iter().position(|s| matches!(s, Slot::Absent)) else {
+                return false;
+            };
+            chunks[c] = Slot::Replicas;
+            c
+        };
+        let mut store = self.replicas.store.lock();
+        for k in 0..self.chunk_size / BLOCK_SIZE {
+            let b = Block {
+                offset: c * self.chunk_size + k * BLOCK_SIZE,
+                chunk: c,
+                state: State::Free,
+            };
+            // Room for every block of the BAR was reserved.
+            if store.blocks.push_within_capacity(b).is_err() {
+                break;
+            }
+        }
+        true
+    }
+
+    /// Takes replica chunks back from the replicas, their slots `Absent`
+    /// again: every one if `all`, else the one holding the fewest
+    /// replicas. Sleeps (a grace period); never under the mirror lock or an
+    /// mmap lock. The chunks given back.
+    pub(crate) fn drop_replicas(&self, all: bool) -> usize {
+        let _reclaim = self.replicas.reclaim.lock();
+        {
+            let mut store = self.replicas.store.lock();
+            let blocks = &mut store.blocks;
+            let used_in = |blocks: &KVVec<Block>, c: usize| {
+                let used = |b: &&Block| b.chunk == c && matches!(b.state, State::Used { .. });
+                blocks.iter().filter(used).count()
+            };
+            let victim = (!all)
+                .then(|| {
+                    blocks
+                        .iter()
+                        .map(|b| (used_in(blocks, b.chunk), b.chunk))
+                        .min()
+                })
+                .flatten()
+                .map(|(_, c)| c);
+            for b in blocks.iter_mut() {
+                if all || Some(b.chunk) == victim {
+                    if matches!(b.state, State::Used { .. }) {
+                        self.stats.replica_dropped.add(1, Relaxed);
+                    }
+                    b.state = State::Gone;
+                }
+            }
+        }
+        // No job reads a `Gone` block after this grace period.
+        self.replicas.srcu.synchronize();
+        let mut given = 0;
+        loop {
+            let c = {
+                let mut store = self.replicas.store.lock();
+                let Some(c) = store
+                    .blocks
+                    .iter()
+                    .find(|b| b.state == State::Gone)
+                    .map(|b| b.chunk)
+                else {
+                    break;
+                };
+                store.blocks.retain(|b| b.chunk != c);
+                c
+            };
+            self.chunks.lock()[c] = Slot::Absent;
+            given += 1;
+        }
+        given
+    }
+
+    /// Replica blocks holding a process's replicas now (stale or not).
+    pub(crate) fn replica_blocks(&self) -> u64 {
+        let store = self.replicas.store.lock();
+        let used = store
+            .blocks
+            .iter()
+            .filter(|b| matches!(b.state, State::Used { .. }));
+        // CAST: at most the blocks of the BAR.
+        used.count() as u64
+    }
+
+    /// Bytes of `[start, end)` of the mm at `mm` with a replica here that
+    /// is not stale (for RESIDENCY).
+    pub(crate) fn replica_bytes(&self, mm: usize, start: usize, end: usize) -> u64 {
+        let store = self.replicas.store.lock();
+        let mut n = 0u64;
+        for b in store.blocks.iter() {
+            let State::Used {
+                mm: m,
+                addr,
+                generation,
+                copied,
+                ..
+            } = b.state
+            else {
+                continue;
+            };
+            if m != mm || addr + BLOCK_SIZE <= start || addr >= end {
+                continue;
+            }
+            if crate::generation::current(mm, addr) != generation {
+                continue;
+            }
+            for i in 0..BLOCK_PAGES {
+                let a = addr + i * PAGE_SIZE;
+                if a >= start && a < end && copied[i / 64] & (1 << (i % 64)) != 0 {
+                    n += PAGE_SIZE as u64;
+                }
+            }
+        }
+        n
+    }
+}

@@ -1,0 +1,365 @@
+//! Read-mostly ranges: read-only replicas of system pages in each reading
+//! device's memory, dropped by every change of the pages' mappings, by a
+//! shrink pass, and never a stale byte.
+
+use std::ffi::c_void;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use msvm_rt::{checksum, Access, Attributes, Device, Exec, Place, Stats};
+use nix::sys::mman::{mprotect, ProtFlags};
+
+use crate::check;
+use crate::harness::{Outcome, Test};
+use crate::multi::devices;
+use crate::svm::{fill, Map, PAGE};
+
+pub fn tests() -> Vec<Test> {
+    vec![
+        Test {
+            name: "read_mostly_replicas_on_every_device_dropped_by_a_cpu_write",
+            run: replicas_follow_the_cpu,
+        },
+        Test {
+            name: "read_mostly_device_jobs_never_see_stale_bytes_under_cpu_writes",
+            run: concurrent_cpu_writes,
+        },
+        Test {
+            name: "read_mostly_writable_mapping_is_read_in_place",
+            run: writable_in_place,
+        },
+    ]
+}
+
+const HUGE: usize = 2 << 20;
+
+const READ_MOSTLY: Attributes = Attributes {
+    preferred: Place::Default,
+    access: Access::Migrate,
+    thrash: true,
+    counters: true,
+    read_mostly: true,
+};
+
+fn e(x: msvm_rt::Error) -> String {
+    x.to_string()
+}
+
+/// `len` bytes of an anonymous private mapping, 2 MiB aligned (a job's
+/// window is a 2 MiB block: a COPY's source has replicas only if it is
+/// aligned as its destination is).
+struct Buf {
+    _map: Map,
+    addr: usize,
+    len: usize,
+}
+
+impl Buf {
+    fn new(len: usize) -> Result<Self, String> {
+        let map = Map::new(len + HUGE)?;
+        let addr = map.addr().next_multiple_of(HUGE);
+        Ok(Self {
+            _map: map,
+            addr,
+            len,
+        })
+    }
+
+    fn addr(&self) -> usize {
+        self.addr
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: a readable part of `_map`, which lives as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len) }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: a part of `_map`, exclusively borrowed; the callers make
+        // it writable first.
+        unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, self.len) }
+    }
+}
+
+/// Gives `[addr, addr + len)` the protection `prot`.
+fn protect(addr: usize, len: usize, prot: ProtFlags) -> Result<(), String> {
+    let p = NonNull::new(addr as *mut c_void).ok_or("null")?;
+    // SAFETY: a range of a mapping of ours, which no Rust reference spans
+    // while it changes (the callers hold none across this call).
+    unsafe { mprotect(p, len, prot) }.map_err(|x| format!("mprotect: {x}"))
+}
+
+/// The pages read-only: the CPU cannot write them without `mprotect`.
+fn read_only(m: &Buf) -> Result<(), String> {
+    protect(m.addr(), m.len(), ProtFlags::PROT_READ)
+}
+
+fn replicas(d: &Device, m: &Buf, i: usize) -> Result<u64, String> {
+    Ok(d.residency(m.addr(), m.len()).map_err(e)?.replicas[i])
+}
+
+/// Replica counters of device `d` since `s0`: pages copied, pages read
+/// from a replica made before.
+fn delta(d: &Device, s0: &Stats) -> Result<(u64, u64), String> {
+    let s = d.stats().map_err(e)?;
+    Ok((
+        s.replica_copied - s0.replica_copied,
+        s.replica_hits - s0.replica_hits,
+    ))
+}
+
+/// A 4 MiB read-only buffer in system RAM, read-mostly for all three
+/// devices (the third out of P2P reach): each one's first CHECKSUM copies
+/// it into replicas in its own memory and moves nothing; the second reads
+/// only its replicas (own VRAM, no system RAM); RESIDENCY shows 4 MiB of
+/// replicas on each and the pages still in system RAM. The CPU then
+/// writes a page of the first block (made writable for it, then read-only
+/// again): every device's replicas of that block are gone at once, the
+/// other block's stay, and the next CHECKSUMs read the new bytes. A shrink
+/// pass drops the rest.
+fn replicas_follow_the_cpu() -> Outcome {
+    let (a, b, c) = devices()?;
+    let devs = [&a, &b, &c];
+    let idx: Vec<usize> = devs
+        .iter()
+        .map(|d| d.index().map(|i| i as usize))
+        .collect::<Result<_, _>>()
+        .map_err(e)?;
+    const LEN: usize = 2 * HUGE;
+    let pages = (LEN / PAGE) as u64;
+    let mut m = Buf::new(LEN)?;
+    fill(m.bytes_mut(), 61);
+    read_only(&m)?;
+    let want = checksum(m.bytes());
+    for d in devs {
+        d.set_attr(m.addr(), LEN, READ_MOSTLY).map_err(e)?;
+    }
+    for (k, d) in devs.into_iter().enumerate() {
+        let s0 = d.stats().map_err(e)?;
+        let j1 = d.exec(Exec::Checksum, m.addr(), LEN, false).map_err(e)?;
+        let d1 = delta(d, &s0)?;
+        let s1 = d.stats().map_err(e)?;
+        let j2 = d.exec(Exec::Checksum, m.addr(), LEN, false).map_err(e)?;
+        let d2 = delta(d, &s1)?;
+        let s2 = d.stats().map_err(e)?;
+        check!(
+            j1.result == want && j2.result == want,
+            "device {k}: checksums {:#x} {:#x}, want {want:#x}",
+            j1.result,
+            j2.result
+        );
+        check!(
+            j1.migrated == 0 && j2.migrated == 0,
+            "device {k} moved pages: {j1:?} {j2:?}"
+        );
+        check!(
+            d1 == (pages, 0) && d2 == (0, pages),
+            "device {k}: replica pages copied/hit {d1:?} then {d2:?}"
+        );
+        let (vram, sys) = (
+            s2.engine_vram_read - s1.engine_vram_read,
+            s2.engine_sys_read - s1.engine_sys_read,
+        );
+        check!(
+            vram == LEN as u64 && sys == 0,
+            "device {k}: second job read {vram} B of own VRAM, {sys} B of system RAM"
+        );
+    }
+    let r = a.residency(m.addr(), LEN).map_err(e)?;
+    check!(
+        r.system == LEN as u64 && idx.iter().all(|&i| r.replicas[i] == LEN as u64),
+        "after the reads: {r:?}"
+    );
+    check!(r.attributes == READ_MOSTLY && !r.mixed, "attributes: {r:?}");
+    // The CPU writes one page of the first block.
+    protect(m.addr(), PAGE, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE)?;
+    m.bytes_mut()[..PAGE].fill(0x5a);
+    protect(m.addr(), PAGE, ProtFlags::PROT_READ)?;
+    let want = checksum(m.bytes());
+    for (k, &i) in idx.iter().enumerate() {
+        let first = devs[k].residency(m.addr(), HUGE).map_err(e)?.replicas[i];
+        let second = devs[k]
+            .residency(m.addr() + HUGE, HUGE)
+            .map_err(e)?
+            .replicas[i];
+        check!(
+            first == 0 && second == HUGE as u64,
+            "device {k} after the CPU's write: replicas {first} and {second} B"
+        );
+    }
+    for (k, d) in devs.into_iter().enumerate() {
+        let j = d.exec(Exec::Checksum, m.addr(), LEN, false).map_err(e)?;
+        check!(
+            j.result == want,
+            "device {k} after the CPU's write: {:#x}, want {want:#x}",
+            j.result
+        );
+    }
+    check!(
+        m.bytes()[..PAGE].iter().all(|&x| x == 0x5a),
+        "the CPU's write"
+    );
+    // A shrink pass drops every replica.
+    let s0: Vec<Stats> = devs
+        .iter()
+        .map(|d| d.stats())
+        .collect::<Result<_, _>>()
+        .map_err(e)?;
+    crate::lifecycle::shrink("idle")?;
+    for (k, &i) in idx.iter().enumerate() {
+        let n = replicas(devs[k], &m, i)?;
+        let dropped = devs[k].stats().map_err(e)?.replica_dropped - s0[k].replica_dropped;
+        check!(
+            n == 0 && dropped >= 2,
+            "device {k} after a shrink pass: {n} B of replicas, {dropped} blocks dropped"
+        );
+        let j = devs[k]
+            .exec(Exec::Checksum, m.addr(), LEN, false)
+            .map_err(e)?;
+        check!(j.result == want, "device {k} after the shrink pass");
+    }
+    Ok(())
+}
+
+/// The CPU writes a 2 MiB read-mostly buffer over and over (every byte the
+/// round's number, made writable for each round and read-only again) while
+/// gpu0, gpu1 and the isolated device COPY it into buffers of their own:
+/// every byte a device copied is from a round no older than the last one
+/// the CPU had finished when the job began, and no newer than the last it
+/// had begun when it ended (a replica never outlives a write); replicas
+/// are made and read meanwhile; at the end the CPU reads its own last
+/// round.
+fn concurrent_cpu_writes() -> Outcome {
+    let (a, b, c) = devices()?;
+    const ROUNDS: u8 = 40;
+    let mut m = Buf::new(HUGE)?;
+    m.bytes_mut().fill(1);
+    read_only(&m)?;
+    for d in [&a, &b, &c] {
+        d.set_attr(m.addr(), HUGE, READ_MOSTLY).map_err(e)?;
+    }
+    let s0: Vec<Stats> = [&a, &b, &c]
+        .iter()
+        .map(|d| d.stats())
+        .collect::<Result<_, _>>()
+        .map_err(e)?;
+    let done_round = AtomicU64::new(1);
+    let begun_round = AtomicU64::new(1);
+    let stop = AtomicBool::new(false);
+    let addr = m.addr();
+    let jobs = std::thread::scope(|s| -> Result<u64, String> {
+        let readers: Vec<_> = [&a, &b, &c]
+            .into_iter()
+            .map(|d| {
+                let (done_round, begun_round, stop) = (&done_round, &begun_round, &stop);
+                s.spawn(move || -> Result<u64, String> {
+                    let mut dst = Buf::new(HUGE)?;
+                    let mut jobs = 0;
+                    while !stop.load(Ordering::SeqCst) {
+                        let lo = done_round.load(Ordering::SeqCst) as u8;
+                        d.exec(Exec::Copy { src: addr }, dst.addr(), HUGE, false)
+                            .map_err(e)?;
+                        let hi = begun_round.load(Ordering::SeqCst) as u8;
+                        if let Some(i) = dst.bytes().iter().position(|&x| x < lo || x > hi) {
+                            return Err(format!(
+                                "job {jobs}: byte {i} is from round {}, not {lo}..={hi}",
+                                dst.bytes()[i]
+                            ));
+                        }
+                        dst.bytes_mut()[0] = 0;
+                        jobs += 1;
+                    }
+                    Ok(jobs)
+                })
+            })
+            .collect();
+        let writer = (|| -> Result<(), String> {
+            for round in 2..=ROUNDS {
+                protect(addr, HUGE, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE)?;
+                begun_round.store(u64::from(round), Ordering::SeqCst);
+                // SAFETY: our own mapping, writable now; no reference to
+                // it is held across the mprotect calls around this.
+                unsafe { std::ptr::write_bytes(addr as *mut u8, round, HUGE) };
+                protect(addr, HUGE, ProtFlags::PROT_READ)?;
+                done_round.store(u64::from(round), Ordering::SeqCst);
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Ok(())
+        })();
+        stop.store(true, Ordering::SeqCst);
+        let mut jobs = 0;
+        for r in readers {
+            jobs += r.join().map_err(|_| "a reader panicked")??;
+        }
+        writer?;
+        Ok(jobs)
+    })?;
+    check!(
+        m.bytes().iter().all(|&x| x == ROUNDS),
+        "the CPU does not read its last round"
+    );
+    let (mut copied, mut hits) = (0, 0);
+    for (k, d) in [&a, &b, &c].into_iter().enumerate() {
+        let (cp, h) = delta(d, &s0[k])?;
+        copied += cp;
+        hits += h;
+    }
+    check!(
+        jobs >= 3 && copied > 0,
+        "{jobs} jobs, {copied} replica pages copied, {hits} read again"
+    );
+    Ok(())
+}
+
+/// A read-mostly range the CPU may write (a writable mapping) has no
+/// replicas: the jobs read its pages in place (system RAM) and move
+/// nothing.
+fn writable_in_place() -> Outcome {
+    let (a, _, _) = devices()?;
+    let mut m = Buf::new(HUGE)?;
+    fill(m.bytes_mut(), 62);
+    a.set_attr(m.addr(), HUGE, READ_MOSTLY).map_err(e)?;
+    let s0 = a.stats().map_err(e)?;
+    for _ in 0..2 {
+        let j = a.exec(Exec::Checksum, m.addr(), HUGE, false).map_err(e)?;
+        check!(j.migrated == 0 && j.result == checksum(m.bytes()), "{j:?}");
+    }
+    let (copied, hits) = delta(&a, &s0)?;
+    let sys = a.stats().map_err(e)?.engine_sys_read - s0.engine_sys_read;
+    check!(
+        copied == 0 && hits == 0 && sys == 2 * HUGE as u64,
+        "writable: {copied} copied, {hits} hits, {sys} B read in place"
+    );
+    Ok(())
+}
+
+/// `msvm-tests read-mostly-off`, after loading msvm with `read_mostly=0`:
+/// the attribute is kept (RESIDENCY reports it) but changes nothing: a
+/// CHECKSUM of a read-only read-mostly buffer migrates it as before, and
+/// no replica is made.
+pub fn read_mostly_off() -> Result<(), String> {
+    let (a, _, _) = devices()?;
+    let mut m = Buf::new(HUGE)?;
+    fill(m.bytes_mut(), 63);
+    read_only(&m)?;
+    a.set_attr(m.addr(), HUGE, READ_MOSTLY).map_err(e)?;
+    let j = a.exec(Exec::Checksum, m.addr(), HUGE, false).map_err(e)?;
+    check!(
+        j.migrated == (HUGE / PAGE) as u64 && j.result == checksum(m.bytes()),
+        "with read_mostly=0: {j:?}"
+    );
+    let s = a.stats().map_err(e)?;
+    let r = a.residency(m.addr(), HUGE).map_err(e)?;
+    check!(
+        s.replica_copied == 0 && s.replica_blocks == 0 && r.replicas.iter().all(|&n| n == 0),
+        "replicas with read_mostly=0: {} {} {r:?}",
+        s.replica_copied,
+        s.replica_blocks
+    );
+    check!(r.attributes == READ_MOSTLY, "attribute: {r:?}");
+    Ok(())
+}
