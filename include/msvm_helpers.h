@@ -83,6 +83,7 @@ void msvm_memalloc_noreclaim_restore(unsigned int flags);
 bool msvm_vma_is_secretmem(struct vm_area_struct *vma);
 bool msvm_page_is_secretmem(struct page *page);
 bool msvm_page_is_anon(struct page *page);
+bool msvm_page_maybe_dma_pinned(struct page *page);
 
 /* Long operations: fatal signals, rescheduling, a device going away. */
 struct drm_device;

@@ -29,7 +29,10 @@
 //! held together with the mirror's lock ([`Mirror::lock`]); invalidations
 //! take it from under the mm core's locks, so the job holds it only while
 //! it touches pages, and takes nothing inside it but the pool's `atomics`
-//! mutex.
+//! mutex and its replica store (`crate::vram::ReplicaWindow`). A job that
+//! reads replicas holds their SRCU read-side section around the lock;
+//! what waits for their grace period (`VramPool::replica_room`) is called
+//! with nothing held.
 
 use kernel::{mm::MmWithUser, num::casts::FromSafeCast, prelude::*, sync::atomic::Relaxed};
 
@@ -246,15 +249,23 @@ impl<'p> Engine<'p> {
             .filter(|&(first, pages, _)| {
                 first / BLOCK_SIZE == (first + pages * PAGE_SIZE - 1) / BLOCK_SIZE
             })
-            .map(|(first, _, dst)| (first & !(BLOCK_SIZE - 1), dst));
+            .map(|(first, pages, dst)| (first, first + pages * PAGE_SIZE, dst));
+        // Whether `[first, end)` lies in mappings no one writes without an
+        // invalidation first (checked before the walk, to take no room for
+        // a writable range, and after it, to make replicas).
+        let sealed = |first: usize, end: usize| read_only_anon(&mm.mmap_read_lock(), first, end);
         let mut cow_breaks = 0;
         loop {
             cancel.check()?;
             // Read before the walk: an invalidation after it makes a
             // replica recorded with it stale (see `crate::generation`).
             let replicas = replica_block
-                .map(|(block, dst)| (block, dst, generation::current(key, block)))
-                .filter(|&(block, _, _)| self.pool.replica_room(key, block));
+                .filter(|&(first, end, _)| sealed(first, end))
+                .map(|(first, end, dst)| {
+                    let block = first & !(BLOCK_SIZE - 1);
+                    (block, (first, end), dst, generation::current(key, block))
+                })
+                .filter(|&(block, ..)| self.pool.replica_room(key, block));
             let dst_walk = match mirror.fault(mm, dst_first, &mut dst_pfns, write, owner) {
                 Err(e) if e == EBUSY => continue,
                 // The mapping changed since the check: no access.
@@ -271,18 +282,8 @@ impl<'p> Engine<'p> {
             };
             // Replicas only of pages no one writes without an invalidation
             // first: a change of the VMAs after the walk makes it stale.
-            let replicas = replicas.filter(|&(_, dst, _)| {
-                let (first, pages) = if dst {
-                    (dst_first, dst_pages)
-                } else {
-                    (src_first, src_pages)
-                };
-                read_only_anon(&mm.mmap_read_lock(), first, first + pages * PAGE_SIZE)
-            });
+            let replicas = replicas.filter(|&(_, (first, end), ..)| sealed(first, end));
             clock.lap_job(JobPhase::Walk);
-            // Replicas read by the job are not given to another process's
-            // block before this ends (after the tables and the lock).
-            let _reader = replicas.map(|_| self.pool.replica_reader());
             // The tables' room, made before the lock (nothing below
             // allocates under it: see `page_table`); declared after the
             // guard, they go (unmapping their pages) before it does.
@@ -321,18 +322,29 @@ impl<'p> Engine<'p> {
             // The pages stay as found while `guard` is held. Replicas are
             // used (and made) only if the block's generation is still the
             // one read before the walk.
-            let mut window = replicas
-                .filter(|&(block, _, g)| generation::current(key, block) == g)
-                .and_then(|(block, dst, g)| Some((self.pool.replica_window(key, block, g)?, dst)));
-            let (dst_rep, src_rep) = match window.as_mut() {
-                Some((w, true)) => (Some(w), None),
-                Some((w, false)) => (None, Some(w)),
-                None => (None, None),
+            let replicas = replicas
+                .filter(|&(block, .., g)| generation::current(key, block) == g)
+                .map(|(block, _, dst, g)| (block, dst, g));
+            // Replicas the job reads are not given to another process's
+            // block before this ends (after the tables and the lock).
+            let _reader = replicas.map(|_| self.pool.replica_reader());
+            // The store is held while the replicated table is made.
+            let window = |dst: bool| {
+                replicas
+                    .filter(|r| r.1 == dst)
+                    .and_then(|(block, _, g)| self.pool.replica_window(key, block, g))
             };
             let bound = self
-                .page_table(&dst_found, (key, dst_first), &mut dst_pt, dst_rep)
-                .and_then(|()| self.page_table(&src_found, (key, src_first), &mut src_pt, src_rep));
-            drop(window);
+                .page_table(
+                    &dst_found,
+                    (key, dst_first),
+                    &mut dst_pt,
+                    window(true).as_mut(),
+                )
+                .and_then(|()| {
+                    let mut w = window(false);
+                    self.page_table(&src_found, (key, src_first), &mut src_pt, w.as_mut())
+                });
             clock.lap_job(JobPhase::Bind);
             let res = bound.and_then(|()| {
                 self.execute(
@@ -414,8 +426,9 @@ impl<'p> Engine<'p> {
                 // Another owner's device page, or a page the kernel must
                 // not touch (secretmem): no access, as GUP refuses them.
                 None if page.is_device_private() || page.is_secretmem() => return Err(EFAULT),
-                // A system page of a read-mostly range: its replica here.
-                None if replicas.is_some() => {
+                // A system page of a read-mostly range: its replica here,
+                // unless something may write it through a DMA pin.
+                None if replicas.is_some() && !page.maybe_dma_pinned() => {
                     let w = replicas.as_deref_mut().ok_or(EINVAL)?;
                     DevAddr::Vram(w.replica(at / PAGE_SIZE % BLOCK_PAGES, page)?)
                 }

@@ -5,10 +5,14 @@
 //! it was copied.
 //!
 //! Every invalidation a VM's mirror sees bumps the generations of the
-//! blocks it covers ([`bump`], from the notifier, before the mm core
+//! blocks it covers ([`bump`], from the notifier, under the mirror's lock,
+//! before it publishes the mirror's new sequence and before the mm core
 //! changes the page tables); a replica records the generation read before
-//! the walk that found its page ([`current`]) and is used only while the
-//! generation is unchanged. The state is one counter per slot of a
+//! the walk that found its page ([`current`]), made and used under the
+//! mirror's lock only while the generation is unchanged and the walk still
+//! valid: a bump either came before the generation was read, and then the
+//! walk waited for the page tables to change or is found stale, or it
+//! comes after, and makes the replica stale. The state is one counter per slot of a
 //! direct-mapped table shared by all processes, keyed by a hash of the
 //! `mm_struct`'s address and the block, plus one epoch that an invalidation
 //! of more blocks than the table has slots bumps for everyone. A generation

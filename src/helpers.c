@@ -34,6 +34,7 @@
  *  - msvm_copy_highpage: copy_highpage() (test_hmm's copy, which the copy
  *    floor times), refused for ZONE_DEVICE pages, whose struct page may
  *    have no memory behind it; a racy copy, as above.
+ *  - msvm_page_maybe_dma_pinned: folio_maybe_dma_pinned() is an inline.
  *  - msvm_vma_is_secretmem, msvm_page_is_secretmem: vma_is_secretmem() is
  *    not exported, and the test is a chain of raw field reads (vm_file,
  *    f_inode, i_sb, s_magic; for a page, the folio's mapping, in a union,
@@ -374,6 +375,16 @@ bool msvm_page_is_secretmem(struct page *page)
 		secret = msvm_inode_is_secretmem(mapping->host);
 	rcu_read_unlock();
 	return secret;
+}
+
+/*
+ * Whether @page's folio may be pinned for DMA (FOLL_PIN: io_uring fixed
+ * buffers, RDMA, vfio, O_DIRECT): a writer the page tables do not show.
+ * folio_maybe_dma_pinned() is an inline.
+ */
+bool msvm_page_maybe_dma_pinned(struct page *page)
+{
+	return folio_maybe_dma_pinned(page_folio(page));
 }
 
 /* Whether @page belongs to an anonymous folio: the only memory msvm moves. */

@@ -151,7 +151,7 @@ pub(crate) fn shrink_all(level: u64, side_by_side: bool) -> usize {
     };
     for p in pools.iter().flatten() {
         // Replicas first: copies, dropped without moving a page.
-        p.drop_replicas(true);
+        p.drop_replicas();
         let n = p.trim_idle(note_freed, side_by_side);
         removed += n;
         if level >= CONSOLIDATE && n == 0 {

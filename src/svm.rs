@@ -74,6 +74,21 @@ impl Vm {
     }
 }
 
+impl Drop for Vm {
+    fn drop(&mut self) {
+        // Its replicas on every device go before the mm can be freed (this
+        // VM holds it) and its address name another one: keyed by that
+        // address, they would be taken for the new mm's.
+        // CAST: an address, used as a key only.
+        let key = self.mm.as_raw() as usize;
+        for i in 0..crate::topology::MAX_DEVICES {
+            if let Ok(pool) = crate::registry::PoolRef::get_locked(&crate::registry::devices(), i) {
+                pool.forget_replicas(key);
+            }
+        }
+    }
+}
+
 impl Vm {
     /// The mirror of the VM's page tables.
     pub(crate) fn mirror(&self) -> &Mirror {

@@ -96,8 +96,6 @@ unsafe extern "C" fn invalidate_cb(
             (*range).end,
         )
     };
-    let unmap = event == kernel::bindings::mmu_notifier_event_MMU_NOTIFY_UNMAP;
-    (mirror.on_invalidate)(mm, start, end, unmap);
     // Users hold the lock while they use pages of the range: an
     // invalidation waits for them (or, if it may not sleep, fails).
     let _guard = if blockable {
@@ -108,6 +106,10 @@ unsafe extern "C" fn invalidate_cb(
             None => return false,
         }
     };
+    // Under the lock, before the new sequence: a user that checks its walk
+    // under the lock after this sees both, one before sees neither.
+    let unmap = event == kernel::bindings::mmu_notifier_event_MMU_NOTIFY_UNMAP;
+    (mirror.on_invalidate)(mm, start, end, unmap);
     // SAFETY: `sub` is the notifier being invalidated, valid for the
     // callback, and its lock is held as `mmu_interval_set_seq` requires.
     unsafe { b::msvm_mmu_interval_set_seq(sub, cur_seq) };
@@ -116,10 +118,12 @@ unsafe extern "C" fn invalidate_cb(
 
 impl Mirror {
     /// Mirrors `[start, start + len)` of `mm`, telling `on_invalidate` of
-    /// every invalidation in it, before the mm core changes the page
-    /// tables, and whether it is an unmap (`MMU_NOTIFY_UNMAP`: `munmap`,
-    /// `mremap`'s old range, the whole address space when the process
-    /// exits), from the invalidation: it must neither sleep nor allocate.
+    /// every invalidation in it, and whether it is an unmap
+    /// (`MMU_NOTIFY_UNMAP`: `munmap`, `mremap`'s old range, the whole
+    /// address space when the process exits). It is called before the mm
+    /// core changes the page tables, under the mirror's lock, before the
+    /// new sequence is published (an invalidation that fails, unable to
+    /// sleep, calls nothing): it must neither sleep nor allocate.
     pub(crate) fn new(
         mm: &MmWithUser,
         start: usize,

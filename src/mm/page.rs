@@ -128,6 +128,14 @@ impl<'a> PageRef<'a> {
         unsafe { b::msvm_page_is_secretmem(self.as_ptr()) }
     }
 
+    /// Whether the page's folio may be pinned for DMA (`FOLL_PIN`): a
+    /// device, io_uring or O_DIRECT may write it with no change of the page
+    /// tables.
+    pub(crate) fn maybe_dma_pinned(self) -> bool {
+        // SAFETY: the page is valid (type invariant).
+        unsafe { b::msvm_page_maybe_dma_pinned(self.as_ptr()) }
+    }
+
     /// Whether the page belongs to an anonymous folio: private process
     /// memory, the only memory device memory takes.
     pub(crate) fn is_anon(self) -> bool {

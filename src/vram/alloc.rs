@@ -95,17 +95,21 @@ impl VramPool {
                 if Self::has_room(&chunks, n, large) {
                     return true;
                 }
-                let Some(c) = chunks.iter().position(|s| matches!(s, Slot::Absent)) else {
-                    // Replicas go before any page has to: take a replica
-                    // chunk back and look again.
-                    drop(chunks);
-                    if self.drop_replicas(false) > 0 {
-                        continue;
+                match chunks.iter().position(|s| matches!(s, Slot::Absent)) {
+                    Some(c) => {
+                        chunks[c] = Slot::Creating;
+                        c
                     }
-                    return false;
-                };
-                chunks[c] = Slot::Creating;
-                c
+                    None => {
+                        // Replicas go before any page has to: a replica
+                        // chunk taken back, `Creating` for this grower.
+                        drop(chunks);
+                        match self.take_replica_chunk() {
+                            Some(c) => c,
+                            None => return false,
+                        }
+                    }
+                }
             };
             let map = self.new_chunk(c);
             let mut chunks = self.chunks.lock();

@@ -28,7 +28,10 @@
 //! [`VramPool::shrink_lock`] (shrink passes, making room) ->
 //! `VramPool::chunks` (making room lets go of `shrink_lock` while it moves
 //! a 2 MiB folio through its mm, see `room.rs`);
-//! `VramPool::grow_lock` -> [`VramPool::me`] (a leaf). A free map is also taken alone
+//! `VramPool::grow_lock` -> [`VramPool::me`] (a leaf);
+//! `VramPool::grow_lock` -> the replicas' locks (a grower takes a replica
+//! chunk back, across a grace period of their readers) -> `shrink_lock`
+//! (an idle chunk's pagemap removed for replicas): see `replicas.rs`. A free map is also taken alone
 //! by `folio_free`, which may run from any context that puts a page:
 //! nothing sleeps under it and it never allocates. The shrinker only ever
 //! *tries* `VramPool::chunks` (an allocation under it may enter reclaim);
@@ -417,7 +420,7 @@ impl VramPool {
         // A shrink pass of a user that has just left is over.
         drop(self.shrink_lock.lock());
         // Replicas are copies: dropped, their readers gone first.
-        self.drop_replicas(true);
+        self.drop_replicas();
         // 2 MiB folios first, through the mappings they were migrated in
         // at, where a migration can exclude zaps (see `evict_large_folios`).
         self.evict_large_folios();

@@ -23,8 +23,9 @@
 //!
 //! # Lock order
 //!
-//! `Replicas::reclaim` (held across grace periods) -> the chunk table, and
-//! -> `Replicas::store`; the mirror lock (a job's window) ->
+//! `Replicas::reclaim` (held across grace periods) -> the pool's
+//! `shrink_lock` (an idle chunk's pagemap removed for replicas) -> the
+//! chunk table, and `Replicas::reclaim` -> `Replicas::store`; the mirror lock (a job's window) ->
 //! `Replicas::store`. The chunk table and the store are never held
 //! together; nothing allocates under the store (its table has room for
 //! every block of the BAR from the start), nothing waits for a grace
@@ -250,9 +251,26 @@ impl VramPool {
         free(&store)
     }
 
-    /// Gives a chunk slot with no pagemap to the replicas: whether there
-    /// was one. Under `reclaim`.
+    /// Gives a chunk slot with no pagemap to the replicas, removing an idle
+    /// chunk's pagemap (a cached one, no page in use) if no slot has none:
+    /// whether there was one. Under `reclaim`; sleeps.
     fn adopt_replica_chunk(&self) -> bool {
+        if self.adopt_absent_chunk() {
+            return true;
+        }
+        {
+            // Only a shrink pass's holder takes chunks apart.
+            let _pass = self.shrink_lock.lock();
+            if !(0..self.nchunks).any(|c| self.teardown_if_idle(c, |_| {})) {
+                return false;
+            }
+        }
+        self.adopt_absent_chunk()
+    }
+
+    /// Gives a chunk slot with no pagemap to the replicas: whether there
+    /// was one.
+    fn adopt_absent_chunk(&self) -> bool {
         let c = {
             let mut chunks = self.chunks.lock();
             let Some(c) = chunks.iter().position(|s| matches!(s, Slot::Absent)) else {
@@ -276,58 +294,92 @@ impl VramPool {
         true
     }
 
-    /// Takes replica chunks back from the replicas, their slots `Absent`
-    /// again: every one if `all`, else the one holding the fewest
-    /// replicas. Sleeps (a grace period); never under the mirror lock or an
-    /// mmap lock. The chunks given back.
-    pub(crate) fn drop_replicas(&self, all: bool) -> usize {
+    /// Takes every replica chunk back from the replicas, their slots
+    /// `Absent` again (a shrink pass, the pool's teardown). Sleeps (a grace
+    /// period, if there is a replica chunk); never under the mirror lock or
+    /// an mmap lock. The chunks given back.
+    pub(crate) fn drop_replicas(&self) -> usize {
         let _reclaim = self.replicas.reclaim.lock();
-        {
-            let mut store = self.replicas.store.lock();
-            let blocks = &mut store.blocks;
-            let used_in = |blocks: &KVVec<Block>, c: usize| {
-                let used = |b: &&Block| b.chunk == c && matches!(b.state, State::Used { .. });
-                blocks.iter().filter(used).count()
-            };
-            let victim = (!all)
-                .then(|| {
-                    blocks
-                        .iter()
-                        .map(|b| (used_in(blocks, b.chunk), b.chunk))
-                        .min()
-                })
-                .flatten()
-                .map(|(_, c)| c);
-            for b in blocks.iter_mut() {
-                if all || Some(b.chunk) == victim {
-                    if matches!(b.state, State::Used { .. }) {
-                        self.stats.replica_dropped.add(1, Relaxed);
-                    }
-                    b.state = State::Gone;
-                }
-            }
-        }
-        // No job reads a `Gone` block after this grace period.
-        self.replicas.srcu.synchronize();
         let mut given = 0;
-        loop {
-            let c = {
-                let mut store = self.replicas.store.lock();
-                let Some(c) = store
-                    .blocks
-                    .iter()
-                    .find(|b| b.state == State::Gone)
-                    .map(|b| b.chunk)
-                else {
-                    break;
-                };
-                store.blocks.retain(|b| b.chunk != c);
-                c
-            };
-            self.chunks.lock()[c] = Slot::Absent;
+        while let Some(c) = self.give_back(None) {
+            let mut chunks = self.chunks.lock();
+            if matches!(chunks[c], Slot::Replicas) {
+                chunks[c] = Slot::Absent;
+            }
             given += 1;
         }
         given
+    }
+
+    /// Takes the replica chunk holding the fewest replicas back for
+    /// [`VramPool::grow`], its slot `Creating` for the caller to make a
+    /// pagemap in (no one else can take it meanwhile). Sleeps as
+    /// [`VramPool::drop_replicas`] does.
+    pub(super) fn take_replica_chunk(&self) -> Option<usize> {
+        let _reclaim = self.replicas.reclaim.lock();
+        let c = {
+            let store = self.replicas.store.lock();
+            // A chunk's blocks are adjacent in the table (added together,
+            // removed together): one pass counts each one's replicas.
+            let mut fewest: Option<(usize, usize)> = None;
+            let mut run: Option<(usize, usize)> = None;
+            for b in store.blocks.iter() {
+                let used = usize::from(matches!(b.state, State::Used { .. }));
+                run = match run {
+                    Some((c, n)) if c == b.chunk => Some((c, n + used)),
+                    other => {
+                        if let Some((c, n)) = other {
+                            fewest = fewest.filter(|&(m, _)| m <= n).or(Some((n, c)));
+                        }
+                        Some((b.chunk, used))
+                    }
+                };
+            }
+            if let Some((c, n)) = run {
+                fewest = fewest.filter(|&(m, _)| m <= n).or(Some((n, c)));
+            }
+            fewest?.1
+        };
+        let c = self.give_back(Some(c))?;
+        let mut chunks = self.chunks.lock();
+        matches!(chunks[c], Slot::Replicas).then(|| {
+            chunks[c] = Slot::Creating;
+            c
+        })
+    }
+
+    /// Marks the blocks of replica chunk `victim` (of the first replica
+    /// chunk, if `None`) `Gone`, waits for a grace period, and removes
+    /// them from the store: the chunk, if there was one. Under `reclaim`.
+    fn give_back(&self, victim: Option<usize>) -> Option<usize> {
+        let c = {
+            let mut store = self.replicas.store.lock();
+            let c = victim.or_else(|| store.blocks.first().map(|b| b.chunk))?;
+            for b in store.blocks.iter_mut().filter(|b| b.chunk == c) {
+                if matches!(b.state, State::Used { .. }) {
+                    self.stats.replica_dropped.add(1, Relaxed);
+                }
+                b.state = State::Gone;
+            }
+            c
+        };
+        // No job reads a `Gone` block after this grace period.
+        self.replicas.srcu.synchronize();
+        self.replicas.store.lock().blocks.retain(|b| b.chunk != c);
+        Some(c)
+    }
+
+    /// Forgets the replicas of the mm at `mm` (a VM of it goes: once its
+    /// mirror is gone, nothing would tell them stale, and the address may
+    /// name another mm later). Their blocks go free after a grace period.
+    pub(crate) fn forget_replicas(&self, mm: usize) {
+        let mut store = self.replicas.store.lock();
+        for b in store.blocks.iter_mut() {
+            if matches!(b.state, State::Used { mm: m, .. } if m == mm) {
+                b.state = State::Pending;
+                self.stats.replica_dropped.add(1, Relaxed);
+            }
+        }
     }
 
     /// Replica blocks holding a process's replicas now (stale or not).

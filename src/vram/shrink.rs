@@ -111,7 +111,7 @@ impl VramPool {
     /// Removes the pagemap of chunk `c` if it is idle (see
     /// [`VramPool::take_if_idle`]), with the table unlocked, the slot
     /// `Dying` meanwhile. Returns whether it was removed.
-    fn teardown_if_idle(&self, c: usize, freed: fn(usize)) -> bool {
+    pub(super) fn teardown_if_idle(&self, c: usize, freed: fn(usize)) -> bool {
         let Some(map) = self.take_if_idle(c) else {
             return false;
         };

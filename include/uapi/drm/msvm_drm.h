@@ -533,12 +533,14 @@ struct drm_msvm_prefetch {
 #define MSVM_ATTR_ACCESS_OFF (1u << 2)
 /* drm_msvm_set_attr.flags and drm_msvm_residency.attr_flags: the range is
  * read-mostly (ABI version 12): this device's jobs move none of its pages;
- * a job that only reads them (CHECKSUM, a COPY's source) reads the system
- * pages of private anonymous mappings without write permission through
- * read-only replicas in this device's memory, made on first read and
- * dropped by any change to the pages' mappings (mprotect, munmap, a copy
- * on write) before it happens; other pages are used in place. See
- * Documentation/placement.rst. */
+ * a job that only reads it (CHECKSUM, or a COPY's source, all of the range
+ * read-mostly; a COPY's source in the windows that lie in one 2 MiB block)
+ * reads the system pages of private anonymous mappings without write
+ * permission, not pinned for DMA, through read-only replicas in this
+ * device's memory, made on first read and dropped by any change of the
+ * pages' mappings (mprotect, munmap, a copy on write) before it happens;
+ * other pages are used in place. A debugger's FOLL_FORCE write, which
+ * changes no mapping, is not seen. See Documentation/placement.rst. */
 #define MSVM_ATTR_READ_MOSTLY (1u << 3)
 
 /**

@@ -48,7 +48,7 @@ fn e(x: msvm_rt::Error) -> String {
 /// `len` bytes of an anonymous private mapping, 2 MiB aligned (a job's
 /// window is a 2 MiB block: a COPY's source has replicas only if it is
 /// aligned as its destination is).
-struct Buf {
+pub struct Buf {
     _map: Map,
     addr: usize,
     len: usize,
@@ -65,15 +65,15 @@ impl Buf {
         })
     }
 
-    fn addr(&self) -> usize {
+    pub fn addr(&self) -> usize {
         self.addr
     }
 
-    fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.len
     }
 
-    fn bytes(&self) -> &[u8] {
+    pub fn bytes(&self) -> &[u8] {
         // SAFETY: a readable part of `_map`, which lives as long as `self`.
         unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len) }
     }
@@ -361,5 +361,69 @@ pub fn read_mostly_off() -> Result<(), String> {
         s.replica_blocks
     );
     check!(r.attributes == READ_MOSTLY, "attribute: {r:?}");
+    Ok(())
+}
+
+/// For the hot-unplug test: a 2 MiB read-only buffer, read-mostly on every
+/// device of `devs` and read by each (replicas everywhere); its checksum.
+pub fn replicated_everywhere<'a>(
+    devs: impl Iterator<Item = &'a Device>,
+) -> Result<(Buf, u64), String> {
+    let mut m = Buf::new(HUGE)?;
+    fill(m.bytes_mut(), 64);
+    read_only(&m)?;
+    let want = checksum(m.bytes());
+    for d in devs {
+        d.set_attr(m.addr(), HUGE, READ_MOSTLY).map_err(e)?;
+        let j = d.exec(Exec::Checksum, m.addr(), HUGE, false).map_err(e)?;
+        check!(j.result == want, "read-mostly checksum");
+        let i = d.index().map_err(e)? as usize;
+        let n = replicas(d, &m, i)?;
+        check!(n == HUGE as u64, "device {i}: {n} B of replicas");
+    }
+    Ok((m, want))
+}
+
+/// For the hot-unplug test: a 2 MiB buffer whose words the devices of
+/// `group` (one owner group, at least two) add 1 to in turn, moving it
+/// between them, until thrashing detection pins it where it is (a CPU
+/// read brings it home once first: a CPU fault starts a block's
+/// history); the buffer and the value every word must have.
+pub fn pinned_between(group: &[&Device]) -> Result<(Buf, u64), String> {
+    check!(group.len() >= 2, "one device in the first owner group");
+    let mut m = Buf::new(HUGE)?;
+    for w in m.bytes_mut().chunks_mut(8) {
+        w.copy_from_slice(&7u64.to_le_bytes());
+    }
+    group[0]
+        .exec(Exec::AtomicAdd(1), m.addr(), HUGE, false)
+        .map_err(e)?;
+    let mut adds = 1;
+    // A CPU fault brings it home: its history starts.
+    let sum: u64 = m.bytes().iter().step_by(PAGE).map(|&b| u64::from(b)).sum();
+    check!(sum == 8 * (HUGE / PAGE) as u64, "CPU read: {sum}");
+    for round in 1..8 {
+        let d = group[round % 2];
+        d.exec(Exec::AtomicAdd(1), m.addr(), HUGE, false)
+            .map_err(e)?;
+        adds += 1;
+    }
+    let r = group[0].residency(m.addr(), HUGE).map_err(e)?;
+    check!(
+        r.pinned == HUGE as u64 && r.system == 0,
+        "not pinned on a device: {r:?}"
+    );
+    Ok((m, 7 + adds))
+}
+
+/// Every word of a [`pinned_between`] buffer has its value.
+pub fn check_pinned((m, want): &(Buf, u64)) -> Result<(), String> {
+    let want = want.to_le_bytes();
+    if let Some(i) = m.bytes().chunks(8).position(|w| w != want) {
+        return Err(format!(
+            "pinned buffer: word {i} is not {}",
+            u64::from_le_bytes(want)
+        ));
+    }
     Ok(())
 }

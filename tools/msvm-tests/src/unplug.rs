@@ -269,6 +269,16 @@ fn hot_unplug_and_replug() -> Outcome {
         check!(large == 2, "{addr}: {large} folios moved whole");
         parked_thp.push((addr.clone(), big, start, 2000 + k as u64));
     }
+    // Replicas on every device of a read-only read-mostly buffer, and a
+    // block pinned on a device by the devices of the first owner group
+    // taking turns on it: the unplug drops the one and evicts the other.
+    let (shared, shared_sum) = crate::replicas::replicated_everywhere(open.iter().map(|o| &o.1))?;
+    let group: Vec<&Device> = open
+        .iter()
+        .filter(|o| o.2.owner_group == open[0].2.owner_group)
+        .map(|o| &o.1)
+        .collect();
+    let pinned = crate::replicas::pinned_between(&group)?;
     // The unplugged device's first 2 MiB system folios fail: its eviction
     // retries until they come.
     crate::large::fail_large_system(3)?;
@@ -296,6 +306,21 @@ fn hot_unplug_and_replug() -> Outcome {
         svm::verify(b, *seed).map_err(|e| format!("2 MiB folios parked on {addr}: {e}"))?;
     }
     drop(parked_thp);
+    check!(
+        msvm_rt::checksum(shared.bytes()) == shared_sum,
+        "the read-mostly buffer changed"
+    );
+    crate::replicas::check_pinned(&pinned)?;
+    for (addr, dev, _) in open.iter().filter(|(a, _, _)| a != gone[0]) {
+        let j = dev
+            .exec(msvm_rt::Exec::Checksum, shared.addr(), shared.len(), false)
+            .map_err(|e| format!("{addr}: {e}"))?;
+        check!(
+            j.result == shared_sum,
+            "{addr}: read-mostly checksum after the unplug"
+        );
+    }
+    drop((shared, pinned));
     let left = std::fs::read_to_string("/sys/kernel/debug/msvm/fail_large_system")
         .map_err(|e| e.to_string())?;
     crate::large::fail_large_system(0)?;
