@@ -30,9 +30,9 @@
 //! take it from under the mm core's locks, so the job holds it only while
 //! it touches pages, and takes nothing inside it but the pool's `atomics`
 //! mutex and its replica store (`crate::vram::ReplicaWindow`). A job that
-//! reads replicas holds their SRCU read-side section around the lock;
-//! what waits for their grace period (`VramPool::replica_room`) is called
-//! with nothing held.
+//! reads replicas enters their SRCU read-side section under the lock and
+//! leaves it after; what waits for their grace period
+//! (`VramPool::replica_room`) is called with nothing held.
 
 use kernel::{mm::MmWithUser, num::casts::FromSafeCast, prelude::*, sync::atomic::Relaxed};
 

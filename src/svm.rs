@@ -82,9 +82,12 @@ impl Drop for Vm {
         // CAST: an address, used as a key only.
         let key = self.mm.as_raw() as usize;
         for i in 0..crate::topology::MAX_DEVICES {
-            if let Ok(pool) = crate::registry::PoolRef::get_locked(&crate::registry::devices(), i) {
-                pool.forget_replicas(key);
-            }
+            // The topology lock goes with the statement: forgetting waits.
+            let Ok(pool) = crate::registry::PoolRef::get_locked(&crate::registry::devices(), i)
+            else {
+                continue;
+            };
+            pool.forget_replicas(key);
         }
     }
 }

@@ -48,7 +48,8 @@
 //! workers while their pass waits under `shrink_lock`; the pool's
 //! shutdown), never under `mmap_lock` or `VramPool::chunks` (see
 //! [`VramPool::grow`]). A pagemap goes with its last `Arc`, which is always
-//! let go with none of these locks held.
+//! let go with neither the chunk table nor an mmap lock held (under
+//! `shrink_lock` at most, and the replicas' `reclaim`).
 
 use kernel::{
     devres::Devres,

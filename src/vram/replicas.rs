@@ -24,8 +24,9 @@
 //! # Lock order
 //!
 //! `Replicas::reclaim` (held across grace periods) -> the pool's
-//! `shrink_lock` (an idle chunk's pagemap removed for replicas) -> the
-//! chunk table, and `Replicas::reclaim` -> `Replicas::store`; the mirror lock (a job's window) ->
+//! `shrink_lock` (an idle chunk's pagemap removed for replicas, with the
+//! pool's `grow_lock` tried first, never waited for) -> the chunk table,
+//! and `Replicas::reclaim` -> `Replicas::store`; the mirror lock (a job's window) ->
 //! `Replicas::store`. The chunk table and the store are never held
 //! together; nothing allocates under the store (its table has room for
 //! every block of the BAR from the start), nothing waits for a grace
@@ -259,7 +260,12 @@ impl VramPool {
             return true;
         }
         {
-            // Only a shrink pass's holder takes chunks apart.
+            // Not while a grower works: the idle chunk may be the one it
+            // just made for a migration step. Only a shrink pass's holder
+            // takes chunks apart.
+            let Some(_grower) = self.grow_lock.try_lock() else {
+                return false;
+            };
             let _pass = self.shrink_lock.lock();
             if !(0..self.nchunks).any(|c| self.teardown_if_idle(c, |_| {})) {
                 return false;
@@ -300,13 +306,28 @@ impl VramPool {
     /// an mmap lock. The chunks given back.
     pub(crate) fn drop_replicas(&self) -> usize {
         let _reclaim = self.replicas.reclaim.lock();
-        let mut given = 0;
-        while let Some(c) = self.give_back(None) {
-            let mut chunks = self.chunks.lock();
-            if matches!(chunks[c], Slot::Replicas) {
-                chunks[c] = Slot::Absent;
+        {
+            let mut store = self.replicas.store.lock();
+            if store.blocks.is_empty() {
+                return 0;
             }
-            given += 1;
+            for b in store.blocks.iter_mut() {
+                if matches!(b.state, State::Used { .. }) {
+                    self.stats.replica_dropped.add(1, Relaxed);
+                }
+                b.state = State::Gone;
+            }
+        }
+        // No job reads a `Gone` block after this grace period.
+        self.replicas.srcu.synchronize();
+        self.replicas.store.lock().blocks.clear();
+        // Every replica chunk is this pass's: adopting one takes `reclaim`.
+        let mut given = 0;
+        for s in self.chunks.lock().iter_mut() {
+            if matches!(s, Slot::Replicas) {
+                *s = Slot::Absent;
+                given += 1;
+            }
         }
         given
     }
@@ -340,7 +361,7 @@ impl VramPool {
             }
             fewest?.1
         };
-        let c = self.give_back(Some(c))?;
+        self.give_back(c);
         let mut chunks = self.chunks.lock();
         matches!(chunks[c], Slot::Replicas).then(|| {
             chunks[c] = Slot::Creating;
@@ -348,31 +369,30 @@ impl VramPool {
         })
     }
 
-    /// Marks the blocks of replica chunk `victim` (of the first replica
-    /// chunk, if `None`) `Gone`, waits for a grace period, and removes
-    /// them from the store: the chunk, if there was one. Under `reclaim`.
-    fn give_back(&self, victim: Option<usize>) -> Option<usize> {
-        let c = {
+    /// Marks the blocks of replica chunk `c` `Gone`, waits for a grace
+    /// period, and removes them from the store. Under `reclaim`.
+    fn give_back(&self, c: usize) {
+        {
             let mut store = self.replicas.store.lock();
-            let c = victim.or_else(|| store.blocks.first().map(|b| b.chunk))?;
             for b in store.blocks.iter_mut().filter(|b| b.chunk == c) {
                 if matches!(b.state, State::Used { .. }) {
                     self.stats.replica_dropped.add(1, Relaxed);
                 }
                 b.state = State::Gone;
             }
-            c
-        };
+        }
         // No job reads a `Gone` block after this grace period.
         self.replicas.srcu.synchronize();
         self.replicas.store.lock().blocks.retain(|b| b.chunk != c);
-        Some(c)
     }
 
     /// Forgets the replicas of the mm at `mm` (a VM of it goes: once its
     /// mirror is gone, nothing would tell them stale, and the address may
     /// name another mm later). Their blocks go free after a grace period.
     pub(crate) fn forget_replicas(&self, mm: usize) {
+        // Marked `Pending` under `reclaim`, as every block is: the grace
+        // period that frees it begins after this.
+        let _reclaim = self.replicas.reclaim.lock();
         let mut store = self.replicas.store.lock();
         for b in store.blocks.iter_mut() {
             if matches!(b.state, State::Used { mm: m, .. } if m == mm) {
