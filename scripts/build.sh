@@ -6,6 +6,7 @@
 #   build.sh tools         the user-space workspace (static binaries)
 #   build.sh hmm-tests     the kernel's hmm-tests selftest, static
 #   build.sh hmm-bench     the test_hmm side of make bench, static
+#   build.sh c-example     the uAPI walk-through for runtime authors, static
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -59,6 +60,14 @@ hmm-bench)
 	mkdir -p "$MSVM_TOP/build"
 	gcc -static -O2 -Wall -o "$out" -I "$MSVM_KSRC" -isystem "$MSVM_KDIR/usr/include" \
 		"$MSVM_TOP/tests/bench/hmm_bench.c"
+	;;
+c-example)
+	# tools/c-example: the uAPI header and the kernel's drm.h, nothing else.
+	out=$MSVM_TOP/build/msvm-example
+	mkdir -p "$MSVM_TOP/build"
+	gcc -static -O2 -Wall -Wextra -Werror -o "$out" -I "$MSVM_TOP/include/uapi/drm" \
+		-isystem "$MSVM_KDIR/usr/include/drm" -isystem "$MSVM_KDIR/usr/include" \
+		"$MSVM_TOP/tools/c-example/msvm_example.c"
 	;;
 *)
 	msvm_die "unknown build target '$1'"

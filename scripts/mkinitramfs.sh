@@ -26,7 +26,7 @@ for b in msvm msvm-tests; do
 done
 hmm=$(find "$MSVM_KDIR/lib" -name test_hmm.ko 2>/dev/null | head -1)
 [ -n "$hmm" ] && cp "$hmm" "$root/msvm/"
-for b in hmm-tests hmm-bench; do
+for b in hmm-tests hmm-bench msvm-example; do
 	[ -x "$MSVM_TOP/build/$b" ] && cp "$MSVM_TOP/build/$b" "$root/msvm/bin/"
 done
 (cd "$root" && find . | cpio -o -H newc --quiet) >"$out"

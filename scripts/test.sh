@@ -33,6 +33,7 @@ msvm_stage host-tests host_tests
 msvm_stage module-rustfmt "$MSVM_TOP/scripts/build.sh" rustfmtcheck
 msvm_stage module-clippy "$MSVM_TOP/scripts/build.sh" clippy >/dev/null # also builds msvm.ko
 msvm_stage tools "$MSVM_TOP/scripts/build.sh" tools
+msvm_stage c-example "$MSVM_TOP/scripts/build.sh" c-example
 "$MSVM_TOP/scripts/mkinitramfs.sh" "$B/test-initramfs.cpio"
 
 guest_rc=0

@@ -4,8 +4,8 @@
 //!
 //! - `topology`: every device, the P2P distance matrix (as QUERY reports
 //!   it) and the owner groups.
-//! - `shrink`: writing `idle` removes the pagemaps of every device's idle
-//!   chunks, `all` also empties lightly used chunks into fuller ones and
+//! - `shrink`: writing `idle` drops every device's read-only replicas and
+//!   removes the pagemaps of its idle chunks, `all` also empties lightly used chunks into fuller ones and
 //!   removes theirs, synchronously (what the shrinker's work does under
 //!   memory pressure); reading gives the pagemaps the last write removed.
 //! - `fail_large_system`: writing `N` makes the next `N` allocations of a

@@ -13,6 +13,14 @@ echo "== msvm: insmod (KUnit suites run now)"
 load_msvm || exit 1
 echo "== msvm-tests"
 msvm-tests || rc=1
+echo "== msvm-example (tools/c-example: the uAPI walk-through in C)"
+# Counted with the rest: one check, passed if it exits 0.
+if msvm-example; then
+	echo "msvm-tests: 1 passed, 0 failed (msvm-example)"
+else
+	echo "msvm-tests: 0 passed, 1 failed (msvm-example)"
+	rc=1
+fi
 echo "== msvm-tests fuzz (seed ${msvm_fuzz_seed:-1}, ${msvm_fuzz_calls:-100000} calls)"
 msvm-tests fuzz "${msvm_fuzz_seed:-1}" "${msvm_fuzz_calls:-100000}" "${msvm_fuzz_secs:-300}" || rc=1
 echo "== msvm-tests stress (${msvm_stress_secs:-20} s, 3 processes x 2 threads, 4 KiB pages and THPs, all devices)"

@@ -9,6 +9,9 @@ use msvm_rt::{Device, DeviceInfo};
 #[derive(Parser)]
 #[command(name = "msvm", version, about = "Inspect and drive msvm GPUs")]
 struct Cli {
+    /// Print `info` and `stats` as JSON (for scripts).
+    #[arg(long, global = true)]
+    json: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -31,6 +34,14 @@ enum Command {
         /// Buffer size in MiB.
         #[arg(long, default_value_t = 64)]
         mib: usize,
+    },
+    /// A live view of every device, refreshed each second: resident memory,
+    /// pages and MiB per second migrated in and out, CPU faults per second,
+    /// engine P2P traffic, chunks, their struct-page RAM, shrinker work.
+    Top {
+        /// Print one view (over one second) and exit: for scripts.
+        #[arg(long)]
+        once: bool,
     },
     /// Show what QUERY returns for one device.
     Query {
@@ -55,11 +66,14 @@ fn main() -> ExitCode {
     };
     let cli = Cli::parse();
     let res = match cli.command {
+        Command::Info if cli.json => info_json(),
+        Command::Stats { .. } if cli.json => stats_json(),
         Command::Info => info(),
         Command::Stats { phases: false } => stats(),
         Command::Stats { phases: true } => phases(),
         Command::Demo { mib } => demo(mib),
         Command::Query { node, device } => query(node, device),
+        Command::Top { once } => top(once),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
@@ -76,6 +90,34 @@ fn mib(bytes: u64) -> String {
 
 fn kib(bytes: u64) -> String {
     format!("{} KiB", bytes >> 10)
+}
+
+/// `msvm --json info`: every device as QUERY describes it, with its render
+/// node, in index order.
+fn info_json() -> msvm_rt::Result<()> {
+    let mut out = Vec::new();
+    for d in Device::all()? {
+        let i = d.query()?;
+        out.push(
+            serde_json::json!({ "node": d.path(), "pci_address": i.pci.to_string(), "query": i }),
+        );
+    }
+    out.sort_by_key(|v| v["query"]["index"].as_u64());
+    println!("{}", serde_json::Value::Array(out));
+    Ok(())
+}
+
+/// `msvm --json stats`: every device's STATS counters, by field name, in
+/// index order (units as in the uAPI header: pages unless named otherwise).
+fn stats_json() -> msvm_rt::Result<()> {
+    let mut out = Vec::new();
+    for d in Device::all()? {
+        let i = d.query()?;
+        out.push(serde_json::json!({ "index": i.index, "node": d.path(), "stats": d.stats()? }));
+    }
+    out.sort_by_key(|v| v["index"].as_u64());
+    println!("{}", serde_json::Value::Array(out));
+    Ok(())
 }
 
 fn info() -> msvm_rt::Result<()> {
@@ -258,6 +300,82 @@ fn stats() -> msvm_rt::Result<()> {
         devices[0].stats()?.chunk_size >> 20
     );
     Ok(())
+}
+
+/// `msvm top`: counters of every device one second apart, as rates.
+fn top(once: bool) -> msvm_rt::Result<()> {
+    let mut devices: Vec<(DeviceInfo, Device)> = Vec::new();
+    for d in Device::all()? {
+        devices.push((d.query()?, d));
+    }
+    devices.sort_by_key(|(i, _)| i.index);
+    if devices.is_empty() {
+        println!("msvm: no devices (is msvm.ko loaded?)");
+        return Ok(());
+    }
+    let sample = |devices: &[(DeviceInfo, Device)]| -> msvm_rt::Result<Vec<msvm_rt::Stats>> {
+        devices.iter().map(|(_, d)| d.stats()).collect()
+    };
+    let mut before = sample(&devices)?;
+    let mut t0 = std::time::Instant::now();
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let now = sample(&devices)?;
+        let secs = t0.elapsed().as_secs_f64().max(1e-3);
+        t0 = std::time::Instant::now();
+        if !once {
+            // Clear the screen and go home, as top does.
+            print!("\x1b[H\x1b[2J");
+        }
+        println!(
+            "{:<5} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>11}",
+            "gpu",
+            "resident",
+            "in pg/s",
+            "in MiB/s",
+            "out pg/s",
+            "outMiB/s",
+            "faults/s",
+            "p2pMiB/s",
+            "chunks",
+            "memmap",
+            "shrink"
+        );
+        for (((info, _), s), b) in devices.iter().zip(&now).zip(&before) {
+            let rate = |n: u64| n as f64 / secs;
+            let pages_in = s.to_device.saturating_sub(b.to_device);
+            let pages_out = s.to_system.saturating_sub(b.to_system);
+            let p2p = (s.engine_p2p_read + s.engine_p2p_written)
+                .saturating_sub(b.engine_p2p_read + b.engine_p2p_written);
+            println!(
+                "{:<5} {:>10} {:>9.0} {:>9.1} {:>9.0} {:>9.1} {:>9.0} {:>9.1} {:>10} {:>10} {:>11}",
+                info.index,
+                mib(s.resident * 4096),
+                rate(pages_in),
+                rate(pages_in * 4096) / 1048576.0,
+                rate(pages_out),
+                rate(pages_out * 4096) / 1048576.0,
+                rate(s.cpu_faults.saturating_sub(b.cpu_faults)),
+                rate(p2p) / 1048576.0,
+                format!("{}({})", s.chunks_live, s.chunks_cached),
+                kib(s.memmap_bytes),
+                format!(
+                    "{}/{}",
+                    s.shrink_scans.saturating_sub(b.shrink_scans),
+                    s.chunks_destroyed.saturating_sub(b.chunks_destroyed)
+                )
+            );
+        }
+        println!(
+            "(over {secs:.1} s; in/out: pages migrated to the device and to system RAM; faults: CPU \
+             faults on its pages; p2p: engine bytes read and written in peers' memory; chunks: \
+             live(idle); memmap: RAM their struct pages take; shrink: passes/pagemaps removed)"
+        );
+        if once {
+            return Ok(());
+        }
+        before = now;
+    }
 }
 
 fn demo(mib: usize) -> msvm_rt::Result<()> {

@@ -141,6 +141,7 @@ pub struct DrmMsvmMigrate {
 /// `struct drm_msvm_stats`.
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct DrmMsvmStats {
     pub to_device: u64,
     pub to_system: u64,

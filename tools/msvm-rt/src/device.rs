@@ -20,6 +20,7 @@ const DRIVER_NAME: &str = "msvm";
 
 /// A PCI address, `domain:bus:device.function`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct PciAddr {
     pub domain: u32,
     pub bus: u8,
@@ -51,6 +52,7 @@ impl fmt::Display for PciAddr {
 
 /// How one device sees another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct PeerInfo {
     /// msvm index of the peer.
     pub index: u32,
@@ -62,6 +64,7 @@ pub struct PeerInfo {
 
 /// What QUERY says of a device.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct DeviceInfo {
     pub version: u32,
     pub index: u32,

@@ -13,6 +13,7 @@
 
 mod bench;
 mod cases;
+mod cli;
 mod engine;
 mod fuzz;
 mod harness;
@@ -62,6 +63,7 @@ fn finish(name: &str, res: Result<(), String>, summary: Option<&str>) -> ExitCod
 fn main_tests() -> Vec<harness::Test> {
     [
         cases::tests(),
+        cli::tests(),
         svm::tests(),
         trust::tests(),
         engine::tests(),

@@ -1,0 +1,103 @@
+//! The `msvm` command line as scripts use it: `--json` output that parses
+//! and agrees with the ioctls, and `msvm top --once`.
+
+use std::process::Command;
+
+use msvm_rt::Device;
+
+use crate::check;
+use crate::harness::{Outcome, Test};
+
+pub fn tests() -> Vec<Test> {
+    vec![
+        Test {
+            name: "cli_json_info_and_stats_agree_with_the_ioctls",
+            run: json,
+        },
+        Test {
+            name: "cli_top_once_shows_every_device",
+            run: top_once,
+        },
+    ]
+}
+
+/// Runs `msvm ARGS` (the tool next to this one in the guest) and returns
+/// its standard output; fails on a non-zero exit.
+fn msvm(args: &[&str]) -> Result<String, String> {
+    let out = Command::new("msvm")
+        .args(args)
+        .output()
+        .map_err(|e| format!("msvm {args:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "msvm {args:?}: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    String::from_utf8(out.stdout).map_err(|e| e.to_string())
+}
+
+fn json() -> Outcome {
+    let devices = Device::all().map_err(|e| e.to_string())?;
+    let info: serde_json::Value =
+        serde_json::from_str(&msvm(&["--json", "info"])?).map_err(|e| e.to_string())?;
+    let stats: serde_json::Value =
+        serde_json::from_str(&msvm(&["stats", "--json"])?).map_err(|e| e.to_string())?;
+    let (info, stats) = (
+        info.as_array().ok_or("info: not an array")?,
+        stats.as_array().ok_or("stats: not an array")?,
+    );
+    check!(
+        info.len() == devices.len() && stats.len() == devices.len(),
+        "{} devices, {} in info, {} in stats",
+        devices.len(),
+        info.len(),
+        stats.len()
+    );
+    for d in &devices {
+        let q = d.query().map_err(|e| e.to_string())?;
+        let s = d.stats().map_err(|e| e.to_string())?;
+        let i = info
+            .iter()
+            .find(|v| v["query"]["index"] == q.index)
+            .ok_or("a device missing from info")?;
+        check!(
+            i["query"]["vram_size"] == q.vram_size
+                && i["query"]["owner_group"] == q.owner_group
+                && i["query"]["peers"].as_array().map(Vec::len) == Some(q.peers.len())
+                && i["pci_address"] == q.pci.to_string(),
+            "gpu{}: info {i}",
+            q.index
+        );
+        let st = stats
+            .iter()
+            .find(|v| v["index"] == q.index)
+            .ok_or("a device missing from stats")?;
+        // Counters that no test moves meanwhile.
+        check!(
+            st["stats"]["vram_size"] == s.vram_size && st["stats"]["chunk_size"] == s.chunk_size,
+            "gpu{}: stats {st}",
+            q.index
+        );
+    }
+    Ok(())
+}
+
+fn top_once() -> Outcome {
+    let n = Device::all().map_err(|e| e.to_string())?.len();
+    let out = msvm(&["top", "--once"])?;
+    let rows = out
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|w| w.parse::<u32>().is_ok())
+        })
+        .count();
+    check!(
+        out.starts_with("gpu") && rows == n,
+        "{rows} device rows of {n}:\n{out}"
+    );
+    Ok(())
+}
