@@ -286,7 +286,11 @@ impl Device {
         // kernel after access checks, so a bad one gives -EFAULT, not UB here.
         unsafe { abi::drm_ioctl_msvm_query(self.file.as_raw_fd(), arg) }
             .map(drop)
-            .map_err(|errno| Error::Ioctl { op: "QUERY", errno })
+            .map_err(|errno| Error::Ioctl {
+                node: self.path.clone(),
+                op: "QUERY",
+                errno,
+            })
     }
 
     /// Describes the device with msvm index `device`, or this one if `None`.
@@ -353,6 +357,7 @@ impl Device {
         unsafe { abi::drm_ioctl_msvm_vm_create(self.file.as_raw_fd(), arg) }
             .map(drop)
             .map_err(|errno| Error::Ioctl {
+                node: self.path.clone(),
                 op: "VM_CREATE",
                 errno,
             })
@@ -371,6 +376,7 @@ impl Device {
         unsafe { abi::drm_ioctl_msvm_vm_destroy(self.file.as_raw_fd(), &mut arg) }
             .map(drop)
             .map_err(|errno| Error::Ioctl {
+                node: self.path.clone(),
                 op: "VM_DESTROY",
                 errno,
             })
@@ -383,6 +389,7 @@ impl Device {
         unsafe { abi::drm_ioctl_msvm_migrate(self.file.as_raw_fd(), arg) }
             .map(drop)
             .map_err(|errno| Error::Ioctl {
+                node: self.path.clone(),
                 op: "MIGRATE",
                 errno,
             })
@@ -421,7 +428,11 @@ impl Device {
         // ranges it names are reached by the device, not by this call.
         unsafe { abi::drm_ioctl_msvm_exec(self.file.as_raw_fd(), arg) }
             .map(drop)
-            .map_err(|errno| Error::Ioctl { op: "EXEC", errno })
+            .map_err(|errno| Error::Ioctl {
+                node: self.path.clone(),
+                op: "EXEC",
+                errno,
+            })
     }
 
     /// Runs `job` on the device's engine over `[addr, addr + len)` (8-byte
@@ -462,6 +473,7 @@ impl Device {
         unsafe { abi::drm_ioctl_msvm_set_attr(self.file.as_raw_fd(), arg) }
             .map(drop)
             .map_err(|errno| Error::Ioctl {
+                node: self.path.clone(),
                 op: "SET_ATTR",
                 errno,
             })
@@ -505,6 +517,7 @@ impl Device {
         unsafe { abi::drm_ioctl_msvm_prefetch(self.file.as_raw_fd(), arg) }
             .map(drop)
             .map_err(|errno| Error::Ioctl {
+                node: self.path.clone(),
                 op: "PREFETCH",
                 errno,
             })
@@ -536,6 +549,7 @@ impl Device {
         unsafe { abi::drm_ioctl_msvm_residency(self.file.as_raw_fd(), arg) }
             .map(drop)
             .map_err(|errno| Error::Ioctl {
+                node: self.path.clone(),
                 op: "RESIDENCY",
                 errno,
             })
@@ -582,7 +596,11 @@ impl Device {
         // SAFETY: `arg` is a valid, exclusively borrowed argument.
         unsafe { abi::drm_ioctl_msvm_stats(self.file.as_raw_fd(), &mut arg) }
             .map(drop)
-            .map_err(|errno| Error::Ioctl { op: "STATS", errno })?;
+            .map_err(|errno| Error::Ioctl {
+                node: self.path.clone(),
+                op: "STATS",
+                errno,
+            })?;
         Ok(arg)
     }
 }

@@ -19,9 +19,11 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// An ioctl failed with an errno.
-    #[error("{op} failed: {errno} ({desc})", desc = errno.desc())]
+    /// An ioctl failed with an errno: the render node it was issued on,
+    /// which ioctl, and the errno (with its text in the message).
+    #[error("{}: {op} failed: {errno}", node.display())]
     Ioctl {
+        node: PathBuf,
         op: &'static str,
         errno: nix::errno::Errno,
     },
@@ -42,3 +44,22 @@ impl Error {
 
 /// The runtime's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ioctl_errors_name_the_node_and_the_errno() {
+        let e = Error::Ioctl {
+            node: "/dev/dri/renderD129".into(),
+            op: "EXEC",
+            errno: nix::errno::Errno::ENOLINK,
+        };
+        assert_eq!(
+            e.to_string(),
+            "/dev/dri/renderD129: EXEC failed: ENOLINK: Link has been severed"
+        );
+        assert_eq!(e.errno(), Some(nix::errno::Errno::ENOLINK));
+    }
+}
