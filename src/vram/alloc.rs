@@ -100,6 +100,10 @@ impl VramPool {
                         chunks[c] = Slot::Creating;
                         c
                     }
+                    // Every chunk holds pages: no room.
+                    None if !chunks.iter().any(|s| matches!(s, Slot::Replicas)) => {
+                        return false;
+                    }
                     None => {
                         // Replicas go before any page has to: a replica
                         // chunk taken back, `Creating` for this grower.

@@ -24,8 +24,8 @@
 //! # Lock order
 //!
 //! `Replicas::reclaim` (held across grace periods) -> the pool's
-//! `shrink_lock` (an idle chunk's pagemap removed for replicas, with the
-//! pool's `grow_lock` tried first, never waited for) -> the chunk table,
+//! `shrink_lock` (an idle chunk's pagemap removed for replicas; it and the
+//! pool's `grow_lock` are only tried, never waited for) -> the chunk table,
 //! and `Replicas::reclaim` -> `Replicas::store`; the mirror lock (a job's window) ->
 //! `Replicas::store`. The chunk table and the store are never held
 //! together; nothing allocates under the store (its table has room for
@@ -37,6 +37,7 @@ use kernel::prelude::*;
 use kernel::sync::atomic::Relaxed;
 use kernel::sync::{new_mutex, Mutex, MutexGuard, Srcu};
 
+use crate::mm::cancel::lock_killable;
 use crate::mm::page::{PageRef, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::PAGE_SIZE;
 
@@ -214,7 +215,11 @@ impl VramPool {
                 return true;
             }
         }
-        let _reclaim = self.replicas.reclaim.lock();
+        // A killed task makes no replica (the wait may be a grace period,
+        // or an idle chunk's removal).
+        let Ok(_reclaim) = lock_killable(&self.replicas.reclaim) else {
+            return false;
+        };
         let pending = {
             let store = self.replicas.store.lock();
             if free(&store) {
@@ -266,7 +271,10 @@ impl VramPool {
             let Some(_grower) = self.grow_lock.try_lock() else {
                 return false;
             };
-            let _pass = self.shrink_lock.lock();
+            // Nor behind a shrink pass, which may take long (a consolidation).
+            let Some(_pass) = self.shrink_lock.try_lock() else {
+                return false;
+            };
             if !(0..self.nchunks).any(|c| self.teardown_if_idle(c, |_| {})) {
                 return false;
             }
@@ -337,7 +345,8 @@ impl VramPool {
     /// pagemap in (no one else can take it meanwhile). Sleeps as
     /// [`VramPool::drop_replicas`] does.
     pub(super) fn take_replica_chunk(&self) -> Option<usize> {
-        let _reclaim = self.replicas.reclaim.lock();
+        // A killed grower takes nothing back (`grow` then says no).
+        let _reclaim = lock_killable(&self.replicas.reclaim).ok()?;
         let c = {
             let store = self.replicas.store.lock();
             // A chunk's blocks are adjacent in the table (added together,
@@ -390,12 +399,25 @@ impl VramPool {
     /// mirror is gone, nothing would tell them stale, and the address may
     /// name another mm later). Their blocks go free after a grace period.
     pub(crate) fn forget_replicas(&self, mm: usize) {
+        let used = |s: &State| matches!(*s, State::Used { mm: m, .. } if m == mm);
+        // Most processes have none: no wait for `reclaim` then (a block
+        // added meanwhile is another VM's of this mm, which forgets it).
+        if !self
+            .replicas
+            .store
+            .lock()
+            .blocks
+            .iter()
+            .any(|b| used(&b.state))
+        {
+            return;
+        }
         // Marked `Pending` under `reclaim`, as every block is: the grace
         // period that frees it begins after this.
         let _reclaim = self.replicas.reclaim.lock();
         let mut store = self.replicas.store.lock();
         for b in store.blocks.iter_mut() {
-            if matches!(b.state, State::Used { mm: m, .. } if m == mm) {
+            if used(&b.state) {
                 b.state = State::Pending;
                 self.stats.replica_dropped.add(1, Relaxed);
             }
