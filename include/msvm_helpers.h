@@ -18,6 +18,7 @@
 #include <linux/workqueue.h>
 
 int msvm_pci_domain_nr(struct pci_dev *pdev);
+unsigned long msvm_pci_bar_flags(struct pci_dev *pdev, int bar);
 
 /* The source selection of migrate_vma (an anonymous enum in migrate.h). */
 enum msvm_migrate_select {
@@ -91,6 +92,16 @@ bool msvm_fatal_signal_pending(void);
 void msvm_cond_resched(void);
 bool msvm_drm_dev_unplugged(struct drm_device *dev);
 int msvm_mutex_lock_killable(struct mutex *lock);
+
+/* src/trace.c: msvm's trace events (include/msvm_trace.h). */
+void msvm_trace_migrate(int dev, bool to_device, u64 start, u64 end, u64 moved, u64 already,
+			u64 busy, u64 no_vram, u64 folios, int result);
+void msvm_trace_cpu_fault(int dev, u64 addr, u64 pages, u64 folios);
+void msvm_trace_evict(int dev, int reason, u64 offset, u64 pages);
+void msvm_trace_shrink(int dev, u64 chunks, u64 moved, u64 home, u64 memmap_freed);
+void msvm_trace_exec(int dev, u32 op, u64 addr, u64 len, u64 vram, u64 p2p, u64 dma,
+		     u64 migrated, int result);
+void msvm_trace_pagemap(int dev, bool create, u32 chunk, u64 bytes);
 
 /*
  * src/zap_huge_pmd.c: what keeps zaps away from 2 MiB device folios moved

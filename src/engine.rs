@@ -91,6 +91,12 @@ pub(crate) struct Job {
 pub(crate) struct Done {
     pub(crate) result: u64,
     pub(crate) migrated: u64,
+    /// Pages the engine used, by path: its own VRAM (replicas included), a
+    /// peer's VRAM over P2P, system RAM by DMA (for the `msvm_exec` trace
+    /// event).
+    pub(crate) vram: u64,
+    pub(crate) p2p: u64,
+    pub(crate) dma: u64,
 }
 
 /// A device-visible address.
@@ -121,6 +127,17 @@ struct PageTable<'a> {
 }
 
 impl PageTable<'_> {
+    /// Adds the table's pages to `done`'s counts by path.
+    fn tally(&self, done: &mut Done) {
+        for e in self.entries.iter() {
+            match e {
+                DevAddr::Vram(_) => done.vram += 1,
+                DevAddr::Peer(_) => done.p2p += 1,
+                DevAddr::Dma(_) => done.dma += 1,
+            }
+        }
+    }
+
     fn with_capacity(n: usize) -> Result<Self> {
         Ok(Self {
             entries: KVec::with_capacity(n, GFP_KERNEL)?,
@@ -358,6 +375,10 @@ impl<'p> Engine<'p> {
                 )
             });
             clock.lap_job(JobPhase::Exec);
+            if res.is_ok() {
+                dst_pt.tally(done);
+                src_pt.tally(done);
+            }
             // Unmap the DMA and P2P mappings while the pages are still valid.
             drop((dst_pt, src_pt));
             drop(guard);

@@ -42,7 +42,7 @@
  *    before it is followed to its host inode), shorter and clearer in C.
  *
  * The workaround for Linux 7.3's zap_huge_pmd() bug is in
- * src/zap_huge_pmd.c.
+ * src/zap_huge_pmd.c; the trace events are in src/trace.c.
  */
 #include <linux/dma-mapping.h>
 #include <linux/highmem.h>
@@ -72,6 +72,11 @@
 int msvm_pci_domain_nr(struct pci_dev *pdev)
 {
 	return pci_domain_nr(pdev->bus);
+}
+
+unsigned long msvm_pci_bar_flags(struct pci_dev *pdev, int bar)
+{
+	return pci_resource_flags(pdev, bar);
 }
 
 int msvm_numa_node_id(void)

@@ -35,6 +35,7 @@ use crate::mm::abi::{
 use crate::mm::{
     cancel::{lock_killable, Cancel},
     pagemap::PAGE_SIZE,
+    trace,
 };
 use crate::placement::{Access, Location, Placement, MAX_RANGES};
 use crate::registry;
@@ -404,7 +405,21 @@ impl File {
             pool.stats.phases.job(&clock);
             done.migrated = migrated;
             Ok(done)
-        })?;
+        });
+        let d = done.unwrap_or_default();
+        trace::Exec {
+            dev: gpu.index,
+            op: arg.op,
+            addr: arg.addr,
+            len: arg.length,
+            vram: d.vram,
+            p2p: d.p2p,
+            dma: d.dma,
+            migrated: d.migrated,
+            result: done.map(|_| ()),
+        }
+        .fire();
+        let done = done?;
         arg.result = done.result;
         arg.migrated = done.migrated;
         Ok(0)

@@ -13,6 +13,7 @@ use crate::mm::migrate::{device_folio_mapcount, Select, VmaMigration};
 use crate::mm::mmap::ExclusiveVma;
 use crate::mm::page::{NewPages, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::PAGE_SIZE;
+use crate::mm::trace;
 use crate::sysmem::large_system_folio;
 use crate::thrash::{self, Place};
 use crate::vram::{Clock, Phase, SizeClass, VramPool};
@@ -211,6 +212,7 @@ fn fault_range(
         pool.stats
             .count_thrash(thrash::moved(mm, start, Place::System));
     }
+    trace::cpu_fault(pool.index(), address, moved, folios);
     if large.is_some() && !fault_moved {
         // The window will count the fault.
         pool.stats.to_system.add(moved, Relaxed);

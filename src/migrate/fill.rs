@@ -228,6 +228,7 @@ pub(super) fn fill_to_device(
     pool.stats.from_peer.add(peers, Relaxed);
     pool.stats.large_to_device.add(large_moved, Relaxed);
     pool.stats.to_device.add(out.moved, Relaxed);
+    out.folios = large_moved;
     Ok(Some(out))
 }
 
@@ -307,5 +308,6 @@ pub(super) fn fill_to_system(
     drop(mig);
     clock.lap(Phase::Install);
     pool.stats.phases.step(step_class(large_moved), &clock);
+    out.folios = large_moved;
     Ok(Some(out))
 }

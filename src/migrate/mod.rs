@@ -42,6 +42,7 @@ use crate::mm::{
     mmap::{ExclusiveVma, MmapWriteGuard},
     page::{large_order, BLOCK_PAGES, BLOCK_SIZE},
     pagemap::PAGE_SIZE,
+    trace,
 };
 use crate::vram::{PoolOps, Use, VramPool};
 
@@ -68,6 +69,8 @@ pub(crate) struct Outcome {
     pub(crate) busy: u64,
     /// Pages that could not move for lack of device memory.
     pub(crate) no_vram: u64,
+    /// 2 MiB folios among the pages moved, which moved whole.
+    pub(crate) folios: u64,
 }
 
 impl Outcome {
@@ -81,6 +84,7 @@ impl Outcome {
             already: self.already - again,
             busy: self.busy,
             no_vram: self.no_vram,
+            folios: self.folios + first.folios,
         }
     }
 
@@ -178,7 +182,8 @@ fn evict_range(
     steps(pool, mm, start, end, Dest::System, cancel)
 }
 
-/// The steps of [`migrate_range`].
+/// The steps of [`migrate_range`], recorded as one `msvm_migrate` trace
+/// event.
 fn steps(
     pool: &VramPool,
     mm: &MmWithUser,
@@ -189,21 +194,38 @@ fn steps(
 ) -> Result<Outcome> {
     let mut out = Outcome::default();
     let mut addr = start;
-    while addr < end {
-        cancel.check()?;
-        let (step, step_end) = if let Dest::Device(u) = dest {
-            device_step(pool, mm, addr, end, u, cancel)?
-        } else {
-            let (step, step_end) = locked_step(pool, mm, addr, end, dest, false)?;
-            (step.ok_or(EAGAIN)?, step_end)
-        };
-        out.moved += step.moved;
-        out.already += step.already;
-        out.busy += step.busy;
-        out.no_vram += step.no_vram;
-        addr = step_end;
+    let res = (|| {
+        while addr < end {
+            cancel.check()?;
+            let (step, step_end) = if let Dest::Device(u) = dest {
+                device_step(pool, mm, addr, end, u, cancel)?
+            } else {
+                let (step, step_end) = locked_step(pool, mm, addr, end, dest, false)?;
+                (step.ok_or(EAGAIN)?, step_end)
+            };
+            out.moved += step.moved;
+            out.already += step.already;
+            out.busy += step.busy;
+            out.no_vram += step.no_vram;
+            out.folios += step.folios;
+            addr = step_end;
+        }
+        Ok(())
+    })();
+    trace::Migrate {
+        dev: pool.index(),
+        to_device: dest.dir() == Direction::ToDevice,
+        start,
+        end,
+        moved: out.moved,
+        already: out.already,
+        busy: out.busy,
+        no_vram: out.no_vram,
+        folios: out.folios,
+        result: res,
     }
-    Ok(out)
+    .fire();
+    res.map(|()| out)
 }
 
 /// A step towards the device ([`locked_step`]) for request `u`, with the

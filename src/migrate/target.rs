@@ -223,12 +223,13 @@ pub(crate) fn to_system(
         }
     }
     let total = u64::from_safe_cast(len / PAGE_SIZE);
-    let (mut moved, mut busy) = (0, 0);
+    let (mut moved, mut busy, mut folios) = (0, 0, 0);
     let mut any = false;
     for pool in pools.iter().flatten() {
         let o = migrate_range(pool, mm, start, len, Dest::System, cancel)?;
         moved += o.moved;
         busy += o.busy;
+        folios += o.folios;
         any = true;
     }
     if !any {
@@ -241,6 +242,7 @@ pub(crate) fn to_system(
         already: total.saturating_sub(moved + busy),
         busy,
         no_vram: 0,
+        folios,
     })
 }
 

@@ -27,3 +27,4 @@ pub(crate) mod page;
 pub(crate) mod pagemap;
 pub(crate) mod pci;
 pub(crate) mod reclaim;
+pub(crate) mod trace;

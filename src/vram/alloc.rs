@@ -12,6 +12,7 @@ use kernel::sync::Arc;
 use crate::mm::cancel::{lock_killable, Cancel};
 use crate::mm::page::{large_order, NewPage, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::{Pagemap, PAGE_SIZE};
+use crate::mm::trace;
 
 use super::{no_mappings, Chunk, Slot, VramPool};
 
@@ -125,6 +126,7 @@ impl VramPool {
                     // Only `grow` (under `grow_lock`) leaves `Creating`.
                     chunks[c] = Slot::Live(map);
                     self.stats.chunks_created.add(1, Relaxed);
+                    trace::pagemap(self.index(), true, c, self.chunk_size);
                     if done {
                         return false;
                     }

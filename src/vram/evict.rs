@@ -13,6 +13,7 @@ use crate::mm::cancel::Cancel;
 use crate::mm::migrate::DeviceMigration;
 use crate::mm::page::{NewPage, PageRef, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::{self, Pagemap, PAGE_SIZE};
+use crate::mm::trace::{self, EvictReason};
 
 use super::{Batch, Chunk, LargeMapping, Slot, VramPool};
 
@@ -256,9 +257,16 @@ impl VramPool {
     pub(super) fn evict_all(&self, c: usize, map: &Pagemap<Chunk>) {
         let mut wait_ms = 1;
         let mut pass = 0u64;
+        let used = u64::from_safe_cast(map.used());
         loop {
             match self.evict(map) {
-                Ok(0) => return,
+                Ok(0) => {
+                    if used > 0 {
+                        let offset = c * self.chunk_size;
+                        trace::evict(self.index(), EvictReason::Teardown, offset, used);
+                    }
+                    return;
+                }
                 Ok(n) if pass % 100 == 11 => {
                     pr_warn!(
                         "msvm: chunk {c}: {n} page(s) still in use after {pass} passes, retrying\n"

@@ -72,6 +72,7 @@ use crate::mm::{
     page::{NewPage, PageRef, BLOCK_SIZE},
     pagemap::{self, Pagemap, PAGE_SIZE},
     reclaim::ReclaimQueue,
+    trace,
 };
 use crate::topology::MAX_DEVICES;
 
@@ -431,11 +432,17 @@ impl VramPool {
         // hotplug lock: see `grow`), the slot `Dying` meanwhile.
         for c in 0..self.nchunks {
             let slot = core::mem::replace(&mut self.chunks.lock()[c], Slot::Dying);
-            if let Some(map) = slot.map() {
+            let had_map = if let Some(map) = slot.map() {
                 self.evict_all(c, map);
-            }
+                true
+            } else {
+                false
+            };
             drop(slot);
             self.chunks.lock()[c] = Slot::Absent;
+            if had_map {
+                trace::pagemap(self.index(), false, c, self.chunk_size);
+            }
         }
     }
 }

@@ -34,6 +34,7 @@ use kernel::sync::Arc;
 use crate::mm::cancel::{lock_killable, Cancel};
 use crate::mm::page::{BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::Pagemap;
+use crate::mm::trace::{self, EvictReason};
 
 use super::evict::Drain;
 use super::lru::{choose, Choice, Policy, Use};
@@ -158,6 +159,13 @@ impl VramPool {
         drop(map);
         drop(pass);
         if freed > 0 {
+            let offset = c * self.chunk_size + b * BLOCK_SIZE;
+            trace::evict(
+                self.index(),
+                EvictReason::Room,
+                offset,
+                u64::from_safe_cast(freed),
+            );
             self.stats.room_blocks.add(1, Relaxed);
             self.stats
                 .room_pages

@@ -9,6 +9,7 @@ use kernel::sync::{atomic::Relaxed, Arc};
 
 use crate::mm::page::BLOCK_PAGES;
 use crate::mm::pagemap::{Pagemap, PAGE_SIZE};
+use crate::mm::trace;
 
 use super::{teardown, Chunk, Slot, VramPool};
 
@@ -102,6 +103,7 @@ impl VramPool {
     fn torn_down(&self, c: usize, freed: fn(usize)) {
         self.chunks.lock()[c] = Slot::Absent;
         self.stats.chunks_destroyed.add(1, Relaxed);
+        trace::pagemap(self.index(), false, c, self.chunk_size);
         self.stats
             .shrink_freed
             .add(u64::from_safe_cast(self.chunk_memmap_bytes()), Relaxed);
@@ -150,9 +152,11 @@ impl VramPool {
         // Memory for reclaim must not wait on reclaim: without the list,
         // one after another.
         let Ok(mut items) = KVec::with_capacity(idle, GFP_NOWAIT) else {
-            return (0..self.nchunks)
+            let n = (0..self.nchunks)
                 .filter(|&c| self.teardown_if_idle(c, freed))
                 .count();
+            self.trace_shrink(n, 0, 0);
+            return n;
         };
         for c in 0..self.nchunks {
             if items.len() == idle {
@@ -176,7 +180,21 @@ impl VramPool {
             0
         };
         teardown::drop_all(self.teardown_queue.queue(), items, workers);
+        self.trace_shrink(n, 0, 0);
         n
+    }
+
+    /// The `msvm_shrink` event of a pass that removed `chunks` pagemaps
+    /// and moved `moved` pages into fuller chunks, `home` to system RAM.
+    fn trace_shrink(&self, chunks: usize, moved: u64, home: u64) {
+        let freed = u64::from_safe_cast(chunks * self.chunk_memmap_bytes());
+        trace::shrink(
+            self.index(),
+            u64::from_safe_cast(chunks),
+            moved,
+            home,
+            freed,
+        );
     }
 
     /// Empties lightly used chunks into fuller ones ([`choose_victim`]) and
@@ -187,19 +205,20 @@ impl VramPool {
         self.stats.shrink_scans.add(1, Relaxed);
         let npages = self.chunk_size / PAGE_SIZE;
         let mut removed = 0;
-        loop {
+        let (mut moved, mut home) = (0, 0);
+        let res = loop {
             // Choose and mark the victim.
             let (victim, info) = {
                 let mut chunks = self.chunks.lock();
                 let live = chunks.iter().map(|s| s.live().map(Chunk::info));
                 let Some((v, info)) = choose_victim(live, npages) else {
-                    break;
+                    break Ok(());
                 };
                 match core::mem::replace(&mut chunks[v], Slot::Dying) {
                     Slot::Live(m) => chunks[v] = Slot::Draining(m),
                     other => {
                         chunks[v] = other;
-                        break;
+                        break Ok(());
                     }
                 }
                 (v, info)
@@ -222,9 +241,11 @@ impl VramPool {
                         Slot::Draining(m) => Slot::Live(m),
                         other => other,
                     };
-                    return Err(e);
+                    break Err(e);
                 }
             };
+            moved += u64::from_safe_cast(drained.moved);
+            home += u64::from_safe_cast(drained.to_system);
             self.stats
                 .shrink_moved
                 .add(u64::from_safe_cast(drained.moved), Relaxed);
@@ -233,11 +254,12 @@ impl VramPool {
                 .add(u64::from_safe_cast(drained.to_system), Relaxed);
             if !self.teardown_if_idle(victim, freed) {
                 // Pages in use that would not move: leave it for later.
-                break;
+                break Ok(());
             }
             removed += 1;
-        }
-        Ok(removed)
+        };
+        self.trace_shrink(removed, moved, home);
+        res.map(|()| removed)
     }
 }
 

@@ -27,6 +27,7 @@ mod soak;
 mod stress;
 mod svm;
 mod sysfs;
+mod trace;
 mod trust;
 mod unplug;
 
@@ -73,6 +74,7 @@ fn main_tests() -> Vec<harness::Test> {
         lifecycle::tests(),
         scenarios::tests(),
         large::tests(),
+        trace::tests(),
     ]
     .into_iter()
     .flatten()
