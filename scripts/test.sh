@@ -4,7 +4,9 @@
 #   2. host: the module with rustfmt --check and clippy (CLIPPY=1), no warnings,
 #   3. guest: boots three emulated GPUs (two behind a PCIe switch, one on its
 #      own root port), loads msvm (its KUnit suites run), runs the integration
-#      tests, unbind/re-bind, PCIe hot-unplug/re-plug and rmmod,
+#      tests, unbind/re-bind, PCIe hot-unplug/re-plug and rmmod; then a
+#      small-RAM boot, a swiotlb=force boot and a boot with generic devices
+#      (NVMe controllers bound at run time),
 #   4. host: parses the guest's KTAP with the kernel's kunit.py.
 # MSVM_GUEST_ARGS adds guest parameters, e.g. msvm_fuzz_calls=, msvm_fuzz_seed=,
 # msvm_stress_secs= (make soak sets long ones).
@@ -57,6 +59,14 @@ msvm_stage guest-swiotlb python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/
 	--append "swiotlb=force,track_hiwater" \
 	--log "$B/test-swiotlb-console.log" --timeout "${MSVM_TEST_TIMEOUT:-900}" || swiotlb_rc=$?
 
+# Generic devices: QEMU NVMe controllers (no nvme driver in the guest)
+# bound at run time (generic_id=, driver_override), one with a 64 MiB
+# controller memory buffer used as a GPU by the core tests, two refused.
+generic_rc=0
+msvm_stage guest-generic python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
+	--initrd "$B/test-initramfs.cpio" --gpus nvme:sw:64,sw,rp,nvme:rp:16,nvme:rp:0 --cmd generic \
+	--log "$B/test-generic-console.log" --timeout "${MSVM_TEST_TIMEOUT:-900}" || generic_rc=$?
+
 echo
 echo "== KUnit (parsed by the kernel's tools/testing/kunit/kunit.py)"
 kunit_rc=0
@@ -69,7 +79,7 @@ awk '/^== msvm: insmod/ { armed = 1 }
 python3 "$MSVM_KSRC/tools/testing/kunit/kunit.py" parse "$B/kunit-ktap.log" \
 	>"$B/kunit.log" 2>&1 || kunit_rc=$?
 sed 's/\x1b\[[0-9;]*m//g' "$B/kunit.log" | grep -vE '^\[..:..:..\] *$' | tail -20
-for suite in msvm_topology msvm_uapi msvm_placement msvm_vram msvm_freemap msvm_lru msvm_thrash msvm_access msvm_block_key msvm_generation; do
+for suite in msvm_device msvm_topology msvm_uapi msvm_placement msvm_vram msvm_freemap msvm_lru msvm_thrash msvm_access msvm_block_key msvm_generation; do
 	grep -q "# Subtest: $suite" "$B/test-console.log" || {
 		echo "KUnit suite $suite did not run"
 		kunit_rc=1
@@ -81,7 +91,8 @@ kunit_pass=${kunit_pass:-0}
 kunit_fail=${kunit_fail:-0}
 
 read -r it_pass it_fail < <(grep -hoE 'msvm-tests: [0-9]+ passed, [0-9]+ failed' \
-	"$B/test-console.log" "$B/test-small-console.log" "$B/test-swiotlb-console.log" |
+	"$B/test-console.log" "$B/test-small-console.log" "$B/test-swiotlb-console.log" \
+	"$B/test-generic-console.log" |
 	awk '{p += $2; f += $4} END {print p + 0, f + 0}')
 host_pass=$(grep -hoE 'test result: [a-zA-Z]+\. [0-9]+ passed' "$B/cargo-test.log" | awk '{s += $4} END {print s + 0}')
 host_fail=$(grep -hoE '; [0-9]+ failed' "$B/cargo-test.log" | awk '{s += $2} END {print s + 0}')
@@ -90,9 +101,10 @@ echo
 echo "== summary (kernel: $MSVM_VARIANT, $(( $(date +%s) - t0 )) s)"
 echo "host cargo tests:     $host_pass passed, $host_fail failed"
 echo "KUnit cases:          $kunit_pass passed, $kunit_fail failed (kunit.py exit $kunit_rc)"
-echo "guest integration:    $it_pass passed, $it_fail failed (guest exit $guest_rc, small-RAM guest exit $small_rc, swiotlb guest exit $swiotlb_rc)"
+echo "guest integration:    $it_pass passed, $it_fail failed (guest exit $guest_rc, small-RAM guest exit $small_rc, swiotlb guest exit $swiotlb_rc, generic-device guest exit $generic_rc)"
 fail=$(( host_fail + kunit_fail + it_fail ))
-if [ "$guest_rc" != 0 ] || [ "$small_rc" != 0 ] || [ "$swiotlb_rc" != 0 ] || [ "$kunit_rc" != 0 ]; then
+if [ "$guest_rc" != 0 ] || [ "$small_rc" != 0 ] || [ "$swiotlb_rc" != 0 ] || [ "$generic_rc" != 0 ] ||
+	[ "$kunit_rc" != 0 ]; then
 	fail=$(( fail + 1 ))
 fi
 [ "$it_pass" -gt 0 ] || fail=$(( fail + 1 ))

@@ -126,7 +126,18 @@ class Topology:
         self.gpus = {}  # id -> device_add arguments, for re-plug
         self.switch_made = False
         chassis = 1
-        for i, kind in enumerate(spec):
+        for i, entry in enumerate(spec):
+            # "sw" / "rp": an ivshmem GPU; "nvme:PLACE:CMB_MIB": an NVMe
+            # controller (no driver in the guest) with a controller memory
+            # buffer of CMB_MIB MiB (0: none) as its prefetchable BAR2, for
+            # msvm's generic devices (bound through new_id).
+            kind, nvme = entry, None
+            if entry.startswith("nvme:"):
+                try:
+                    _, kind, cmb = entry.split(":")
+                    nvme = int(cmb)
+                except ValueError:
+                    raise SystemExit(f"vm.py: bad NVMe entry {entry!r} (want nvme:sw|rp:CMB_MIB)")
             if kind == "sw":
                 # The switch's root port is not a hotplug slot: the GPUs'
                 # downstream ports are. (Nested pciehp slots make lockdep
@@ -145,6 +156,10 @@ class Topology:
             else:
                 raise SystemExit(f"vm.py: unknown GPU placement {kind!r} (want sw or rp)")
             chassis += 1
+            if nvme is not None:
+                cmb = f",cmb_size_mb={nvme}" if nvme else ""
+                self.args += ["-device", f"nvme,serial=msvm{i},bus={port},id=nvme{i}{cmb}"]
+                continue
             pre = ",prealloc=on" if self.prealloc else ""
             self.args += ["-object", f"memory-backend-memfd,id=vram{i},size={vram},share=on{pre}"]
             dev = {"driver": "ivshmem-plain", "memdev": f"vram{i}", "bus": port, "id": f"gpu{i}"}
@@ -229,7 +244,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernel", required=True)
     ap.add_argument("--initrd", required=True)
-    ap.add_argument("--gpus", default="sw,sw,rp", help="comma-separated placements: sw (behind the shared switch) or rp (own root port)")
+    ap.add_argument("--gpus", default="sw,sw,rp", help="comma-separated placements: sw (behind the shared switch) or rp (own root port); nvme:sw|rp:CMB_MIB adds an NVMe controller with a CMB instead of a GPU")
     ap.add_argument("--vram", default="256M", type=parse_size, help="VRAM per GPU (default 256M)")
     ap.add_argument("--mem", default="1G", help="guest RAM (default 1G)")
     ap.add_argument("--smp", default="2")

@@ -4,17 +4,64 @@
 
 use kernel::{device::Bound, num::casts::FromSafeCast, pci, prelude::*, sync::aref::ARef};
 
-use crate::mm::{iomem::WcBar, pci as mmpci};
+use crate::mm::{
+    iomem::WcBar,
+    pci::{self as mmpci, MemBar},
+};
 use crate::registry::{self, GpuNode, Membership, PciAddr, Publication};
 use crate::vram::{OwnedPool, VramPool};
 
-/// The kinds of device msvm drives, from the PCI id table
-/// (`drm::driver::PCI_TABLE`).
+/// The kinds of device msvm drives: those of the PCI id table
+/// (`drm::driver::PCI_TABLE`), and [`GENERIC`].
 pub(crate) struct DeviceKind {
-    /// The BAR that exposes the device's memory.
-    pub(crate) vram_bar: u32,
+    /// The BAR that exposes the device's memory; `None`: the largest
+    /// prefetchable memory BAR ([`generic_bar`]).
+    pub(crate) vram_bar: Option<u32>,
     /// A short name for logs.
     pub(crate) name: &'static str,
+}
+
+/// A device bound at run time, through `new_id` or `driver_override`
+/// (matched with no entry of the id table): its memory is its largest
+/// prefetchable memory BAR, whatever the device is.
+pub(crate) const GENERIC: DeviceKind = DeviceKind {
+    vram_bar: None,
+    name: "generic device",
+};
+
+/// Why a generic device's memory BAR was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BarRefusal {
+    /// The device has no memory BAR at all.
+    NoMemory,
+    /// Its largest memory BAR (no BAR is prefetchable) is not prefetchable:
+    /// it may have side effects on reads, and is not mapped write-combined.
+    NotPrefetchable(MemBar),
+    /// Its largest prefetchable BAR holds less than one chunk.
+    TooSmall(MemBar),
+}
+
+/// The memory BAR of a generic device, among its memory BARs `bars`: the
+/// largest prefetchable one (the lowest numbered of equals), if it holds
+/// `min` bytes (one chunk).
+pub(crate) fn generic_bar(
+    bars: impl Iterator<Item = MemBar> + Clone,
+    min: u64,
+) -> Result<MemBar, BarRefusal> {
+    let largest = |it: &mut dyn Iterator<Item = MemBar>| {
+        it.fold(None, |best: Option<MemBar>, b| match best {
+            Some(x) if x.len >= b.len => Some(x),
+            _ => Some(b),
+        })
+    };
+    match largest(&mut bars.clone().filter(|b| b.prefetchable)) {
+        Some(b) if b.len >= min => Ok(b),
+        Some(b) => Err(BarRefusal::TooSmall(b)),
+        None => {
+            Err(largest(&mut bars.clone())
+                .map_or(BarRefusal::NoMemory, BarRefusal::NotPrefetchable))
+        }
+    }
 }
 
 /// A bound msvm GPU. It is the DRM registration data of the device: the
@@ -51,14 +98,17 @@ impl<'a> Gpu<'a> {
 
     /// Maps the VRAM of `pdev` and adds the device to the topology.
     pub(crate) fn new(pdev: &'a pci::Device<Bound>, kind: &DeviceKind) -> Result<Self> {
-        let bar = WcBar::new(pdev, kind.vram_bar, c"msvm-vram")?;
+        let vram_bar = match kind.vram_bar {
+            Some(b) => b,
+            None => Self::generic_bar(pdev)?,
+        };
+        let bar = WcBar::new(pdev, vram_bar, c"msvm-vram")?;
         let len = {
             let bar = bar.access(pdev.as_ref())?;
             vram_selftest(bar).inspect_err(|e| {
                 dev_err!(
                     pdev.as_ref(),
-                    "VRAM (BAR{}) does not hold data: {e:?}\n",
-                    kind.vram_bar
+                    "VRAM (BAR{vram_bar}) does not hold data: {e:?}\n"
                 )
             })?;
             bar.len()
@@ -98,10 +148,9 @@ impl<'a> Gpu<'a> {
         }
         dev_info!(
             pdev.as_ref(),
-            "gpu{index}: {} at {pci}, {} MiB VRAM (BAR{}, write-combined), {} MiB chunks, owner group {group}\n",
+            "gpu{index}: {} at {pci}, {} MiB VRAM (BAR{vram_bar}, write-combined), {} MiB chunks, owner group {group}\n",
             kind.name,
             len >> 20,
-            kind.vram_bar,
             chunk_size() >> 20
         );
         let vram = VramPool::create(bar, chunk_size(), group, index, &crate::migrate::Migrations)?;
@@ -113,6 +162,41 @@ impl<'a> Gpu<'a> {
             publication: Some(publication),
             _member: member,
         })
+    }
+}
+
+impl Gpu<'_> {
+    /// The memory BAR of a generic device ([`generic_bar`]); a refusal is
+    /// logged, and fails the probe with `ENODEV`.
+    fn generic_bar(pdev: &pci::Device<Bound>) -> Result<u32> {
+        let min = u64::from_safe_cast(chunk_size());
+        let dev = pdev.as_ref();
+        match generic_bar(mmpci::mem_bars(pdev), min) {
+            Ok(b) => Ok(b.bar),
+            Err(BarRefusal::NoMemory) => {
+                dev_err!(dev, "generic device: no memory BAR to use as VRAM\n");
+                Err(ENODEV)
+            }
+            Err(BarRefusal::NotPrefetchable(b)) => {
+                dev_err!(
+                    dev,
+                    "generic device: no prefetchable memory BAR (the largest, BAR{}, {} KiB, is not prefetchable): not usable as VRAM\n",
+                    b.bar,
+                    b.len >> 10
+                );
+                Err(ENODEV)
+            }
+            Err(BarRefusal::TooSmall(b)) => {
+                dev_err!(
+                    dev,
+                    "generic device: BAR{} ({} KiB) is smaller than one chunk ({} MiB, module parameter chunk_mib): not usable as VRAM\n",
+                    b.bar,
+                    b.len >> 10,
+                    min >> 20
+                );
+                Err(ENODEV)
+            }
+        }
     }
 }
 
@@ -145,4 +229,45 @@ fn vram_selftest(vram: &WcBar) -> Result {
         }
     }
     Ok(())
+}
+
+#[kunit_tests(msvm_device)]
+mod tests {
+    use super::*;
+
+    fn bar(bar: u32, mib: u64, prefetchable: bool) -> MemBar {
+        MemBar {
+            bar,
+            len: mib << 20,
+            prefetchable,
+        }
+    }
+
+    #[test]
+    fn generic_takes_the_largest_prefetchable_bar() {
+        // NVMe with a controller memory buffer: registers, CMB, MSI-X.
+        let bars = [bar(0, 1, false), bar(2, 64, true), bar(4, 1, false)];
+        assert_eq!(generic_bar(bars.into_iter(), 64 << 20), Ok(bars[1]));
+        // A larger non-prefetchable BAR does not count; of equals, the first.
+        let bars = [bar(0, 256, false), bar(2, 128, true), bar(4, 128, true)];
+        assert_eq!(generic_bar(bars.into_iter(), 64 << 20), Ok(bars[1]));
+    }
+
+    #[test]
+    fn generic_refuses_small_or_non_prefetchable_memory() {
+        let bars = [bar(0, 1, false), bar(2, 16, true)];
+        assert_eq!(
+            generic_bar(bars.into_iter(), 64 << 20),
+            Err(BarRefusal::TooSmall(bars[1]))
+        );
+        let bars = [bar(0, 1, false), bar(4, 2, false)];
+        assert_eq!(
+            generic_bar(bars.into_iter(), 64 << 20),
+            Err(BarRefusal::NotPrefetchable(bars[1]))
+        );
+        assert_eq!(
+            generic_bar([].into_iter(), 64 << 20),
+            Err(BarRefusal::NoMemory)
+        );
+    }
 }

@@ -35,6 +35,13 @@
  *    floor times), refused for ZONE_DEVICE pages, whose struct page may
  *    have no memory behind it; a racy copy, as above.
  *  - msvm_page_maybe_dma_pinned: folio_maybe_dma_pinned() is an inline.
+ *  - msvm_pci_add_dynid: adds a dynamic id with no driver data (what
+ *    probes as a generic device) to msvm's PCI driver, found by name on
+ *    the PCI bus. The bus iterator keeps the driver from being unregistered
+ *    while the callback runs (bus_remove_driver waits for it), which
+ *    driver_find() does not; and the sysfs new_id file refuses driver data
+ *    that is no id-table entry's, which for a Rust driver is a kernel
+ *    pointer.
  *  - msvm_vma_is_secretmem, msvm_page_is_secretmem: vma_is_secretmem() is
  *    not exported, and the test is a chain of raw field reads (vm_file,
  *    f_inode, i_sb, s_magic; for a page, the folio's mapping, in a union,
@@ -77,6 +84,31 @@ int msvm_pci_domain_nr(struct pci_dev *pdev)
 unsigned long msvm_pci_bar_flags(struct pci_dev *pdev, int bar)
 {
 	return pci_resource_flags(pdev, bar);
+}
+
+struct msvm_dynid {
+	const char *name;
+	unsigned int vendor, device;
+	int ret;
+};
+
+static int msvm_add_dynid_one(struct device_driver *drv, void *data)
+{
+	struct msvm_dynid *d = data;
+
+	if (drv->owner != THIS_MODULE || strcmp(drv->name, d->name))
+		return 0;
+	d->ret = pci_add_dynid(to_pci_driver(drv), d->vendor, d->device, PCI_ANY_ID, PCI_ANY_ID,
+			       0, 0, 0);
+	return 1;
+}
+
+int msvm_pci_add_dynid(const char *name, unsigned int vendor, unsigned int device)
+{
+	struct msvm_dynid d = { .name = name, .vendor = vendor, .device = device, .ret = -ENODEV };
+
+	bus_for_each_drv(&pci_bus_type, NULL, &d, msvm_add_dynid_one);
+	return d.ret;
 }
 
 int msvm_numa_node_id(void)

@@ -74,6 +74,10 @@ module! {
             default: 1,
             description: "Read-mostly ranges (MSVM_ATTR_READ_MOSTLY): 1 jobs read their system pages through read-only replicas in VRAM (default), 0 the attribute is ignored",
         },
+        generic_id: u32 {
+            default: 0,
+            description: "PCI id 0xVVVVDDDD (vendor, device) whose devices are bound as generic devices at load, VRAM = largest prefetchable BAR (as vfio-pci's ids=; see hardware.rst); 0 none",
+        },
         evict: u32 {
             default: 2,
             description: "How a full device makes room: 0 it does not, 1 plain LRU, 2 scan-resistant (two classes, default)",
@@ -91,6 +95,19 @@ struct MsvmModule {
     _shrinker: mm::reclaim::Shrinker<reclaim::Reclaimer>,
 }
 
+/// Binds the devices of module parameter `generic_id`, if set, as generic
+/// devices of driver `name` (registered just before).
+fn add_generic_id(name: &'static CStr) -> Result {
+    let id = module_parameters::generic_id.value();
+    if id == 0 {
+        return Ok(());
+    }
+    // CAST: the halves of a `u32` fit in `u16`.
+    let (vendor, device) = ((id >> 16) as u16, id as u16);
+    mm::pci::add_dynamic_id(name, vendor, device)
+        .inspect_err(|e| pr_err!("msvm: generic_id {vendor:04x}:{device:04x} not added: {e:?}\n"))
+}
+
 impl kernel::InPlaceModule for MsvmModule {
     fn init(module: &'static ThisModule) -> impl PinInit<Self, Error> {
         // SAFETY: module init runs once, before the driver is registered
@@ -100,7 +117,8 @@ impl kernel::InPlaceModule for MsvmModule {
             _driver <- kernel::driver::Registration::new(
                 <Self as kernel::ModuleMetadata>::NAME,
                 module,
-            ),
+            )
+            .pin_chain(|_| add_generic_id(<Self as kernel::ModuleMetadata>::NAME)),
             _debugfs <- debugfs::Debugfs::new(),
             _shrinker: mm::reclaim::Shrinker::register(
                 c"msvm",

@@ -10,7 +10,7 @@ use kernel::{
     prelude::*,
 };
 
-use crate::device::{DeviceKind, Gpu};
+use crate::device::{DeviceKind, Gpu, GENERIC};
 use crate::mm::abi::{
     drm_msvm_exec, drm_msvm_migrate, drm_msvm_prefetch, drm_msvm_query, drm_msvm_residency,
     drm_msvm_set_attr, drm_msvm_stats, drm_msvm_vm_create, drm_msvm_vm_destroy, DRM_MSVM_EXEC,
@@ -30,11 +30,14 @@ pub(crate) type MsvmDevice<Ctx = drm::Normal> = drm::Device<MsvmDriver, Ctx>;
 
 /// Emulated GPU: QEMU's `ivshmem-plain`, whose BAR2 is its memory.
 const IVSHMEM: DeviceKind = DeviceKind {
-    vram_bar: 2,
+    vram_bar: Some(2),
     name: "ivshmem",
 };
 
-// The devices msvm binds. Real device ids go here, with their VRAM BAR.
+// The devices msvm binds, the one place they are listed. Real device ids
+// go here, with their VRAM BAR. Any other device can be bound at run time
+// (`new_id`, `driver_override`) as a `GENERIC` one: see
+// Documentation/hardware.rst.
 kernel::pci_device_table!(
     PCI_TABLE,
     <MsvmDriver as pci::Driver>::IdInfo,
@@ -58,7 +61,9 @@ impl pci::Driver for MsvmDriver {
         pdev: &'bound pci::Device<Core<'_>>,
         info: Option<&'bound Self::IdInfo>,
     ) -> impl PinInit<Self::Data<'bound>, Error> + 'bound {
-        let kind = info.ok_or(ENODEV)?;
+        // No entry: a device bound at run time (`new_id` with no driver
+        // data, or `driver_override`).
+        let kind = info.unwrap_or(&GENERIC);
         pdev.enable_device_mem()?;
         pdev.set_master();
         // The engine reaches system pages and peers' BARs, which may lie

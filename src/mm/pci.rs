@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! PCI helpers the `kernel::pci` abstraction does not offer: the PCI domain
-//! and PCIe peer-to-peer distances.
+//! PCI helpers the `kernel::pci` abstraction does not offer: the PCI domain,
+//! the kind of a BAR, dynamic ids and PCIe peer-to-peer distances.
 
-use kernel::{bindings, device, pci};
+use kernel::{
+    bindings, device, error::to_result, num::casts::FromSafeCast, pci, prelude::*, str::CStr,
+};
 
 use super::bindings as b;
 
@@ -59,4 +61,54 @@ where
         b::pci_p2pdma_distance_many(raw_pci_dev(provider), clients.as_mut_ptr(), 1, false)
     };
     u32::try_from(dist).ok()
+}
+
+/// What a BAR of a device is, for the choice of a generic device's memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MemBar {
+    /// The BAR's number.
+    pub(crate) bar: u32,
+    /// Its size in bytes.
+    pub(crate) len: u64,
+    /// Whether it is prefetchable (the CPU may merge and write-combine).
+    pub(crate) prefetchable: bool,
+}
+
+/// The memory BARs of `pdev` (I/O port BARs, absent ones and the upper
+/// halves of 64-bit BARs left out), by number.
+pub(crate) fn mem_bars(
+    pdev: &pci::Device<device::Bound>,
+) -> impl Iterator<Item = MemBar> + Clone + '_ {
+    (0..6i32).filter_map(move |i| {
+        // SAFETY: `raw_pci_dev(pdev)` is a valid `struct pci_dev` for the
+        // duration of the call (see `raw_pci_dev`); `i` is below
+        // `PCI_STD_NUM_BARS`, a valid index of its resources.
+        let flags = u64::from_safe_cast(unsafe { b::msvm_pci_bar_flags(raw_pci_dev(pdev), i) });
+        let bar = u32::try_from(i).ok()?;
+        let len = pdev.resource_len(bar).ok()?;
+        let (mem, pref) = (
+            u64::from(bindings::IORESOURCE_MEM),
+            u64::from(bindings::IORESOURCE_PREFETCH),
+        );
+        (flags & mem != 0 && len > 0).then_some(MemBar {
+            bar,
+            len,
+            prefetchable: flags & pref != 0,
+        })
+    })
+}
+
+/// Adds PCI id `vendor:device` to this module's PCI driver `name`, with no
+/// driver data, and probes the devices it matches (which probe as generic
+/// devices, `crate::device::GENERIC`). As `vfio-pci`'s `ids=` does: Linux
+/// 7.3's sysfs `new_id` refuses driver data that is no id-table entry's,
+/// which for a Rust driver is a pointer. `ENODEV` if this module has no
+/// PCI driver of that name.
+pub(crate) fn add_dynamic_id(name: &CStr, vendor: u16, device: u16) -> Result {
+    // SAFETY: `name` is a NUL-terminated string valid for the call. The
+    // helper only looks at drivers the PCI bus iterator holds (registered,
+    // and kept so while it runs), and only changes one owned by this module.
+    to_result(unsafe {
+        b::msvm_pci_add_dynid(name.as_char_ptr(), u32::from(vendor), u32::from(device))
+    })
 }

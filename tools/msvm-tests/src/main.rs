@@ -6,7 +6,7 @@
 //! `msvm-tests hold READY GO` parks data on a device across an rmmod; the
 //! other subcommands (fuzz, stress, soak, bench*, pressure, hog, unplug-loop,
 //! oversub-off, oversub-stress, thrash-off, thrash-expiry, access-off,
-//! read-mostly-off) are
+//! read-mostly-off, generic, generic-bind) are
 //! described where they are defined. Output: one `ok`/`not ok` line per
 //! test, then a summary line `N passed, N failed`. The exit status is
 //! non-zero if any test failed.
@@ -16,6 +16,7 @@ mod cases;
 mod cli;
 mod engine;
 mod fuzz;
+mod generic;
 mod harness;
 mod large;
 mod lifecycle;
@@ -94,6 +95,31 @@ const INTEGRITY: &[&str] = &[
     "p2p_device_to_device_migration",
     "migrate_from_unreachable_peer_goes_through_ram",
     "large_folio_to_system_in_small_pages_without_free_folio",
+];
+
+/// The core tests `msvm-tests generic` runs after its own, with a generic
+/// device (bound through `new_id`) in the roles of gpu0 and of the P2P
+/// pair's second device (`tests/guest/generic.sh`).
+const GENERIC: &[&str] = &[
+    "query_matches_sysfs",
+    "indices_are_unique_and_dense",
+    "p2p_matrix_matches_pci_topology",
+    "harness_topology_two_peers_one_isolated",
+    "debugfs_topology_matches_query",
+    "svm_round_trip_by_cpu_fault",
+    "svm_round_trip_explicit_sizes",
+    "svm_second_migrate_reports_already",
+    "svm_write_after_fault_back",
+    "exec_fill_migrates_then_cpu_reads",
+    "exec_checksum_matches_cpu",
+    "exec_copy_unaligned_offsets",
+    "exec_atomic_add_both_paths",
+    "p2p_exec_in_place_on_peer_memory",
+    "p2p_device_to_device_migration",
+    "unreachable_peer_memory_goes_through_ram_for_exec",
+    "migrate_from_unreachable_peer_goes_through_ram",
+    "large_folio_round_trip_whole",
+    "large_folio_to_peer_whole",
 ];
 
 fn main() -> ExitCode {
@@ -183,6 +209,15 @@ fn main() -> ExitCode {
             .filter(|t| INTEGRITY.contains(&t.name))
             .collect(),
         Some("hotplug") => unplug::hotplug_tests(),
+        Some("generic") => generic::tests()
+            .into_iter()
+            .chain(
+                main_tests()
+                    .into_iter()
+                    .filter(|t| GENERIC.contains(&t.name)),
+            )
+            .collect(),
+        Some("generic-bind") => generic::tests(),
         Some("hold") => {
             let (ready, go) = (arg(1, String::new()), arg(2, String::new()));
             if ready.is_empty() || go.is_empty() {
