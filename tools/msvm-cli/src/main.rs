@@ -9,7 +9,8 @@ use msvm_rt::{Device, DeviceInfo};
 #[derive(Parser)]
 #[command(name = "msvm", version, about = "Inspect and drive msvm GPUs")]
 struct Cli {
-    /// Print `info` and `stats` as JSON (for scripts).
+    /// Print `info`, `stats` and `demo` (its steps with the buffer's
+    /// residency after each) as JSON (for scripts).
     #[arg(long, global = true)]
     json: bool,
     #[command(subcommand)]
@@ -71,7 +72,7 @@ fn main() -> ExitCode {
         Command::Info => info(),
         Command::Stats { phases: false } => stats(),
         Command::Stats { phases: true } => phases(),
-        Command::Demo { mib } => demo(mib),
+        Command::Demo { mib } => demo(mib, cli.json),
         Command::Query { node, device } => query(node, device),
         Command::Top { once } => top(once),
     };
@@ -378,7 +379,66 @@ fn top(once: bool) -> msvm_rt::Result<()> {
     }
 }
 
-fn demo(mib: usize) -> msvm_rt::Result<()> {
+/// What `demo` says: lines for people, or, with `--json`, one document of
+/// steps, each with its text and the buffer's residency after it.
+struct Report {
+    json: bool,
+    steps: Vec<serde_json::Value>,
+}
+
+impl Report {
+    fn step(&mut self, text: String) {
+        if self.json {
+            self.steps.push(serde_json::json!({ "text": text }));
+        } else {
+            println!("{text}");
+        }
+    }
+
+    /// RESIDENCY of the buffer, as device `index` answered it.
+    fn residency(&mut self, index: u32, r: &msvm_rt::Residency) {
+        if self.json {
+            if let Some(serde_json::Value::Object(step)) = self.steps.last_mut() {
+                step.insert(
+                    "residency".into(),
+                    serde_json::json!({
+                        "asked": index,
+                        "system": r.system,
+                        "none": r.none,
+                        "devices": r.devices,
+                        "pinned": r.pinned,
+                        "replicas": r.replicas,
+                        "mixed": r.mixed,
+                    }),
+                );
+            }
+            return;
+        }
+        let mut parts: Vec<String> = r
+            .devices
+            .iter()
+            .enumerate()
+            .filter(|(_, &n)| n > 0)
+            .map(|(i, &n)| format!("gpu{i} {} MiB", n >> 20))
+            .collect();
+        if r.system > 0 {
+            parts.push(format!("system RAM {} MiB", r.system >> 20));
+        }
+        println!("   residency: {}", parts.join(", "));
+    }
+
+    fn finish(self) {
+        if self.json {
+            println!("{}", serde_json::json!({ "steps": self.steps }));
+        }
+    }
+}
+
+fn demo(mib: usize, json: bool) -> msvm_rt::Result<()> {
+    let mut rep = Report {
+        json,
+        steps: Vec::new(),
+    };
     use msvm_rt::{Exec, Location};
     let mut devs = Vec::new();
     for node in Device::render_nodes()? {
@@ -416,40 +476,29 @@ fn demo(mib: usize) -> msvm_rt::Result<()> {
     let m = |pages: u64| (pages * 4096) >> 20;
     let b = |bytes: u64| bytes >> 20;
     // RESIDENCY: where the buffer lives now.
-    let whereis = |d: &Device| -> msvm_rt::Result<()> {
-        let r = d.residency(addr, len)?;
-        let mut parts: Vec<String> = r
-            .devices
-            .iter()
-            .enumerate()
-            .filter(|(_, &n)| n > 0)
-            .map(|(i, &n)| format!("gpu{i} {} MiB", n >> 20))
-            .collect();
-        if r.system > 0 {
-            parts.push(format!("system RAM {} MiB", r.system >> 20));
-        }
-        println!("   residency: {}", parts.join(", "));
+    let whereis = |rep: &mut Report, d: &Device| -> msvm_rt::Result<()> {
+        rep.residency(d.index()?, &d.residency(addr, len)?);
         Ok(())
     };
 
     let t = std::time::Instant::now();
     let out = g0.migrate(addr, len, Location::Device)?;
-    println!(
+    rep.step(format!(
         "1. MIGRATE {mib} MiB to gpu0: {} pages moved in {:.0} ms; gpu0 now holds {} MiB of this process",
         out.moved,
         t.elapsed().as_secs_f64() * 1e3,
         m(g0.stats()?.resident)
-    );
-    whereis(g0)?;
+    ));
+    whereis(&mut rep, g0)?;
     let s0 = g0.stats()?;
     let sum = g0.exec(Exec::Checksum, addr, len, false)?;
     let s1 = g0.stats()?;
-    println!(
+    rep.step(format!(
         "2. EXEC CHECKSUM on gpu0: {:#018x}, {}; read {} MiB from its VRAM",
         sum.result,
         same(sum.result),
         b(s1.engine_vram_read - s0.engine_vram_read)
-    );
+    ));
     // A peer of gpu0 over P2P, and a device out of its reach.
     let peer = devs
         .iter()
@@ -462,7 +511,7 @@ fn demo(mib: usize) -> msvm_rt::Result<()> {
         let p0 = pd.stats()?;
         let sum = pd.exec(Exec::Checksum, addr, len, true)?;
         let p1 = pd.stats()?;
-        println!(
+        rep.step(format!(
             "3. EXEC CHECKSUM on gpu{} in place: {}; read {} MiB from gpu0 over P2P, migrated {} pages, \
              gpu0 still holds {} MiB",
             pi.index,
@@ -470,22 +519,22 @@ fn demo(mib: usize) -> msvm_rt::Result<()> {
             b(p1.peer_read[g0i] - p0.peer_read[g0i]),
             sum.migrated,
             m(g0.stats()?.resident)
-        );
-        whereis(pd)?;
+        ));
+        whereis(&mut rep, pd)?;
     }
     if let Some((fi, fd)) = far {
         g0.migrate(addr, len, Location::System)?;
         let f0 = fd.stats()?;
         let sum = fd.exec(Exec::Checksum, addr, len, false)?;
         let f1 = fd.stats()?;
-        println!(
+        rep.step(format!(
             "4. gpu{} has no P2P path to gpu0: the data went through system RAM, then EXEC on gpu{} migrated {} pages to it: {}",
             fi.index,
             fi.index,
             f1.to_device - f0.to_device,
             same(sum.result)
-        );
-        whereis(fd)?;
+        ));
+        whereis(&mut rep, fd)?;
     }
     let ok = words
         .iter()
@@ -495,14 +544,15 @@ fn demo(mib: usize) -> msvm_rt::Result<()> {
         .iter()
         .map(|(_, d)| d.stats().map(|s| s.cpu_faults).unwrap_or(0))
         .sum();
-    println!(
+    rep.step(format!(
         "5. CPU reads the buffer: {} (CPU faults so far on all GPUs: {faults})",
         if ok {
             "every byte intact"
         } else {
             "DATA DIFFERS"
         }
-    );
+    ));
+    rep.finish();
     Ok(())
 }
 

@@ -1,5 +1,6 @@
 //! The `msvm` command line as scripts use it: `--json` output that parses
-//! and agrees with the ioctls, and `msvm top --once`.
+//! and agrees with the ioctls (`info`, `stats`, the residency of `demo`'s
+//! buffer), and `msvm top --once`.
 
 use std::process::Command;
 
@@ -17,6 +18,10 @@ pub fn tests() -> Vec<Test> {
         Test {
             name: "cli_top_once_shows_every_device",
             run: top_once,
+        },
+        Test {
+            name: "cli_json_demo_residency_follows_the_buffer",
+            run: demo_json,
         },
     ]
 }
@@ -99,5 +104,42 @@ fn top_once() -> Outcome {
         out.starts_with("gpu") && rows == n,
         "{rows} device rows of {n}:\n{out}"
     );
+    Ok(())
+}
+
+/// `msvm --json demo`: each step's residency of the 4 MiB buffer says where
+/// the step left it: all of it on gpu0 after the MIGRATE, still there
+/// after a peer's job in place, and on the device out of reach after its
+/// job; the CPU's read finds every byte.
+fn demo_json() -> Outcome {
+    const LEN: u64 = 4 << 20;
+    let out: serde_json::Value = serde_json::from_str(&msvm(&["--json", "demo", "--mib", "4"])?)
+        .map_err(|e| e.to_string())?;
+    let steps = out["steps"].as_array().ok_or("no steps")?;
+    check!(steps.len() >= 3, "{} steps: {out}", steps.len());
+    let first = &steps[0]["residency"];
+    let gpu0 = first["asked"].as_u64().ok_or("step 1: no residency")? as usize;
+    check!(
+        first["devices"][gpu0] == LEN && first["system"] == 0,
+        "after MIGRATE to gpu{gpu0}: {first}"
+    );
+    for s in &steps[1..steps.len() - 1] {
+        let r = &s["residency"];
+        if r.is_null() {
+            continue;
+        }
+        let on: u64 = r["devices"]
+            .as_array()
+            .ok_or("no devices")?
+            .iter()
+            .filter_map(|v| v.as_u64())
+            .sum();
+        check!(
+            on + r["system"].as_u64().unwrap_or(0) == LEN,
+            "step {s}: residency does not add up to the buffer"
+        );
+    }
+    let last = steps.last().and_then(|s| s["text"].as_str()).unwrap_or("");
+    check!(last.contains("every byte intact"), "last step: {last}");
     Ok(())
 }
