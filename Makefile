@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: GPL-2.0
 #
 # msvm's user-facing targets. Kbuild (not this file) describes the module to
-# the kernel build; every target here sets up what it needs first.
+# the kernel build; every target here sets up what it needs first (but make
+# module KDIR=..., which builds against a kernel of your own).
 #
 #   make run           boot 3 emulated GPUs, load msvm, show `msvm info`
 #   make test          everything: host tests, lints, KUnit + guest tests
@@ -11,6 +12,9 @@
 #   make fuzz          make test with a long fuzz (2M calls) and stress (10 min)
 #   make setup         packages, bindgen, kernel source, guest kernel (cached)
 #   make module        build msvm.ko against the cached kernel
+#   make module KDIR=<kernel build tree>
+#                      build msvm.ko against a Linux 7.3 kernel of your own
+#                      (no set-up; the tree is checked first; dkms.conf)
 #   make tools         build the user-space workspace (tools/)
 #   make hmm-tests     the kernel's hmm-tests against test_hmm.ko, in a guest
 #   make upstream-repro  Linux 7.3's zap_huge_pmd() bug: stock vs patched kernel
@@ -18,11 +22,17 @@
 #   make clippy        the module under clippy (CLIPPY=1), warnings fail
 #
 # Variables: MSVM_VARIANT=release|debug (kernel), MSVM_CACHE (cache dir,
-# default ~/.cache/msvm), MSVM_KVM=1 (use /dev/kvm instead of TCG).
+# default ~/.cache/msvm), MSVM_KVM=1 (use /dev/kvm instead of TCG); for
+# make module KDIR=...: RUSTC, BINDGEN, LLVM (the toolchain of that kernel).
 
 .PHONY: all run test bench soak fuzz setup module tools hmm-tests upstream-repro rustfmtcheck rustfmt clippy clean
 
 all: module
+
+# dkms adds CC=clang LD=ld.lld to the make command for a clang-built kernel;
+# they would reach the kernel's make through MAKEFLAGS and override the
+# LLVM= toolchain scripts/build.sh passes (which sets every tool).
+MAKEOVERRIDES := $(filter-out CC=% LD=%,$(MAKEOVERRIDES))
 
 run:
 	scripts/run.sh
@@ -42,8 +52,8 @@ fuzz:
 setup:
 	scripts/setup.sh $(MSVM_VARIANT)
 
-module: setup
-	scripts/build.sh module
+module: $(if $(KDIR),,setup)
+	KDIR='$(KDIR)' scripts/build.sh module
 
 tools:
 	scripts/build.sh tools

@@ -6,6 +6,7 @@
 # tables of GiB/s, ratios, phase splits, latencies and placement, every
 # figure as a "BENCH <name> <value> <unit>" line, and build/bench.svg.
 set -euo pipefail
+unset KDIR # for make module KDIR=...; this uses the project's kernels
 source "$(dirname "$0")/lib.sh"
 export MSVM_VARIANT=release
 MSVM_KDIR=$MSVM_CACHE/build-release

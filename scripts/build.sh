@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Builds msvm's parts against the cached kernel (run scripts/setup.sh first;
-# the Makefile does).
+# the Makefile does), or, with KDIR=<tree> in the environment, msvm.ko
+# against that kernel build tree of the user's own (make module KDIR=...,
+# dkms; no set-up; RUSTC, BINDGEN, LLVM override the toolchain it picks).
+# The kernel tree is checked before anything is compiled
+# (scripts/check-kdir.sh).
 #   build.sh module        msvm.ko (CLIPPY=1 in the environment runs clippy)
 #   build.sh rustfmtcheck  rustfmt --check over the module crate
 #   build.sh tools         the user-space workspace (static binaries)
@@ -10,18 +14,30 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
-[ -f "$MSVM_KDIR/Module.symvers" ] ||
-	msvm_die "no built kernel in $MSVM_KDIR: run 'scripts/setup.sh $MSVM_VARIANT' (or make setup)"
+if [ -n "${KDIR:-}" ]; then
+	msvm_use_kdir "$KDIR"
+else
+	[ -f "$MSVM_KDIR/Module.symvers" ] ||
+		msvm_die "no built kernel in $MSVM_KDIR: run 'scripts/setup.sh $MSVM_VARIANT' (or make setup)"
+fi
 
 kmake() {
 	make -C "$MSVM_KDIR" M="$MSVM_TOP" $(msvm_kmake_args) "$@"
 }
 
+# The tree and toolchain, checked as kmake will use them.
+check_kdir() {
+	RUSTC=$MSVM_RUSTC BINDGEN=$MSVM_BINDGEN LLVM=$MSVM_LLVM CLIPPY_DRIVER=$MSVM_CLIPPY_DRIVER \
+		"$MSVM_TOP/scripts/check-kdir.sh" "$MSVM_KDIR"
+}
+
 case ${1:-module} in
 module)
+	check_kdir
 	kmake ${CLIPPY:+CLIPPY=1} -j"$(nproc)" modules
 	;;
 clippy)
+	check_kdir
 	# Rebuild the Rust objects so that clippy sees them.
 	rm -f "$MSVM_TOP"/src/msvm_main.o
 	kmake CLIPPY=1 -j"$(nproc)" modules 2>&1 | tee "$MSVM_TOP/build/clippy.log"

@@ -4,6 +4,7 @@
 # reference suite for device-private memory, and msvm's benchmark baseline.
 # MSVM_HMM_FILTER=NAME runs only the matching cases.
 set -euo pipefail
+unset KDIR # for make module KDIR=...; this uses the project's kernels
 source "$(dirname "$0")/lib.sh"
 export MSVM_VARIANT=release
 MSVM_KDIR=$MSVM_CACHE/build-release

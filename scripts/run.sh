@@ -3,6 +3,7 @@
 # emulated GPUs (two behind one PCIe switch, one on its own root port), load
 # msvm and show what it drives (`msvm info`).
 set -euo pipefail
+unset KDIR # for make module KDIR=...; this uses the project's kernels
 source "$(dirname "$0")/lib.sh"
 export MSVM_VARIANT=release
 MSVM_KDIR=$MSVM_CACHE/build-release

@@ -11,7 +11,7 @@ source "$(dirname "$0")/lib.sh"
 
 PKGS=(rustc-web rust-web-src clang-22 lld-22 llvm-22 libclang-22-dev flex bison bc
 	libelf-dev libssl-dev cpio busybox-static qemu-system-x86 python3 make gcc libc6-dev
-	xz-utils libdrm-dev rust-web-clippy rsync file python3-matplotlib)
+	xz-utils libdrm-dev rust-web-clippy rsync file python3-matplotlib dkms)
 
 stage_packages() {
 	local missing=() p
@@ -72,6 +72,10 @@ SRC
 	rm -rf "$dl"
 }
 
+# What msvm.ko needs on any kernel, and what the tests need besides: every
+# symbol of both must be in the final .config of the project's kernels.
+MSVM_KCONFIG_LISTS=("$MSVM_TOP/scripts/kconfig/module" "$MSVM_TOP/scripts/kconfig/required")
+
 fragments_for() {
 	echo "$MSVM_TOP/scripts/kconfig/msvm.config"
 	[ "$1" = debug ] && echo "$MSVM_TOP/scripts/kconfig/debug.config"
@@ -98,7 +102,7 @@ stage_kernel() {
 	local variant=$1 kdir=$MSVM_CACHE/build-$1 frags stamp
 	mapfile -t frags < <(fragments_for "$variant")
 	mkdir -p "$kdir"
-	stamp=$( (cat "${frags[@]}" "$MSVM_TOP/scripts/kconfig/required"; "$MSVM_RUSTC" --version; "${MSVM_LLVM}clang" --version | head -1;
+	stamp=$( (cat "${frags[@]}" "${MSVM_KCONFIG_LISTS[@]}"; "$MSVM_RUSTC" --version; "${MSVM_LLVM}clang" --version | head -1;
 		echo "$MSVM_KVER_MAJOR") | sha256sum | cut -c1-16)
 	if [ -f "$kdir/.msvm-stamp" ] && [ "$(cat "$kdir/.msvm-stamp")" = "$stamp" ] &&
 		[ -f "$kdir/arch/x86/boot/bzImage" ]; then
@@ -110,7 +114,7 @@ stage_kernel() {
 	"${mk[@]}" -s tinyconfig >/dev/null
 	"$MSVM_KSRC/scripts/kconfig/merge_config.sh" -m -O "$kdir" "$kdir/.config" "${frags[@]}" >/dev/null
 	"${mk[@]}" -s olddefconfig
-	verify_config "$kdir" "${frags[@]}" "$MSVM_TOP/scripts/kconfig/required"
+	verify_config "$kdir" "${frags[@]}" "${MSVM_KCONFIG_LISTS[@]}"
 	msvm_log "building kernel '$variant' in $kdir (log: $kdir/build.log); a cold build takes ~20 min on 2 cores"
 	local jobs
 	jobs=$(nproc)

@@ -4,6 +4,7 @@
 # (default: debug, then release), one boot each; then the outcomes side by
 # side. Any failure, lost byte or kernel report fails it.
 set -euo pipefail
+unset KDIR # for make module KDIR=...; this uses the project's kernels
 source "$(dirname "$0")/lib.sh"
 B=$MSVM_TOP/build
 mkdir -p "$B"

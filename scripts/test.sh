@@ -2,6 +2,9 @@
 # The README's test command: sets everything up, then
 #   1. host: the user-space workspace (cargo test, clippy -D warnings, fmt),
 #   2. host: the module with rustfmt --check and clippy (CLIPPY=1), no warnings,
+#      and the build checks (scripts/build-check.sh): dkms builds msvm.ko
+#      against the release kernel tree, and a tree without two options msvm
+#      needs is refused before compiling, both named,
 #   3. guest: boots three emulated GPUs (two behind a PCIe switch, one on its
 #      own root port), loads msvm (its KUnit suites run), runs the integration
 #      tests, unbind/re-bind, PCIe hot-unplug/re-plug and rmmod; then a
@@ -16,13 +19,19 @@ set -euo pipefail
 # The tests run on the debug kernel (KASAN, lockdep, kmemleak, DEBUG_VM, ...);
 # MSVM_VARIANT=release runs them on the release kernel.
 MSVM_VARIANT=${MSVM_VARIANT:-debug}
+unset KDIR # for make module KDIR=...; the tests use the project's kernels
 source "$(dirname "$0")/lib.sh"
 export MSVM_VARIANT
 t0=$(date +%s)
 B=$MSVM_TOP/build
 mkdir -p "$B"
 
-"$MSVM_TOP/scripts/setup.sh" "$MSVM_VARIANT"
+# The build checks need the release kernel tree, whatever the tests run on.
+if [ "$MSVM_VARIANT" = release ]; then
+	"$MSVM_TOP/scripts/setup.sh" release
+else
+	"$MSVM_TOP/scripts/setup.sh" release "$MSVM_VARIANT"
+fi
 
 host_tests() {
 	cd "$MSVM_TOP/tools"
@@ -36,6 +45,8 @@ msvm_stage module-rustfmt "$MSVM_TOP/scripts/build.sh" rustfmtcheck
 msvm_stage module-clippy "$MSVM_TOP/scripts/build.sh" clippy >/dev/null # also builds msvm.ko
 msvm_stage tools "$MSVM_TOP/scripts/build.sh" tools
 msvm_stage c-example "$MSVM_TOP/scripts/build.sh" c-example
+build_rc=0
+msvm_stage build-checks "$MSVM_TOP/scripts/build-check.sh" 2>&1 | tee "$B/build-check.log" || build_rc=$?
 "$MSVM_TOP/scripts/mkinitramfs.sh" "$B/test-initramfs.cpio"
 
 guest_rc=0
@@ -96,17 +107,25 @@ read -r it_pass it_fail < <(grep -hoE 'msvm-tests: [0-9]+ passed, [0-9]+ failed'
 	awk '{p += $2; f += $4} END {print p + 0, f + 0}')
 host_pass=$(grep -hoE 'test result: [a-zA-Z]+\. [0-9]+ passed' "$B/cargo-test.log" | awk '{s += $4} END {print s + 0}')
 host_fail=$(grep -hoE '; [0-9]+ failed' "$B/cargo-test.log" | awk '{s += $2} END {print s + 0}')
+read -r build_pass build_fail < <(grep -hoE 'msvm-build: [0-9]+ passed, [0-9]+ failed' "$B/build-check.log" |
+	awk '{p += $2; f += $4} END {print p + 0, f + 0}')
 
 echo
 echo "== summary (kernel: $MSVM_VARIANT, $(( $(date +%s) - t0 )) s)"
 echo "host cargo tests:     $host_pass passed, $host_fail failed"
+echo "build checks:         $build_pass passed, $build_fail failed (exit $build_rc)"
 echo "KUnit cases:          $kunit_pass passed, $kunit_fail failed (kunit.py exit $kunit_rc)"
 echo "guest integration:    $it_pass passed, $it_fail failed (guest exit $guest_rc, small-RAM guest exit $small_rc, swiotlb guest exit $swiotlb_rc, generic-device guest exit $generic_rc)"
-fail=$(( host_fail + kunit_fail + it_fail ))
+fail=$(( host_fail + build_fail + kunit_fail + it_fail ))
 if [ "$guest_rc" != 0 ] || [ "$small_rc" != 0 ] || [ "$swiotlb_rc" != 0 ] || [ "$generic_rc" != 0 ] ||
 	[ "$kunit_rc" != 0 ]; then
 	fail=$(( fail + 1 ))
 fi
+# A build-check run that failed without a failed check (or printed no count).
+if [ "$build_rc" != 0 ] && [ "$build_fail" = 0 ]; then
+	fail=$(( fail + 1 ))
+fi
 [ "$it_pass" -gt 0 ] || fail=$(( fail + 1 ))
-echo "total: $(( host_pass + kunit_pass + it_pass )) passed, $fail failed"
+[ "$build_pass" -gt 0 ] || fail=$(( fail + 1 ))
+echo "total: $(( host_pass + build_pass + kunit_pass + it_pass )) passed, $fail failed"
 [ "$fail" = 0 ]
