@@ -20,6 +20,7 @@
 int msvm_pci_domain_nr(struct pci_dev *pdev);
 unsigned long msvm_pci_bar_flags(struct pci_dev *pdev, int bar);
 int msvm_pci_add_dynid(const char *name, unsigned int vendor, unsigned int device);
+int msvm_pci_enable_mem_managed(struct pci_dev *pdev);
 
 /* The source selection of migrate_vma (an anonymous enum in migrate.h). */
 enum msvm_migrate_select {

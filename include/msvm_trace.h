@@ -3,7 +3,7 @@
  * msvm's trace events (system "msvm" in tracefs): what perf, trace-cmd and
  * bpftrace users see of msvm. Created in src/trace.c, fired from Rust
  * through the msvm_trace_*() functions declared in include/msvm_helpers.h
- * (src/mm/trace.rs). Device numbers are msvm's ("gpuN"); -1 is system RAM.
+ * (src/mm/trace.rs). Device numbers are msvm's ("gpuN").
  * Documentation/reference.rst lists the events and their fields.
  */
 #undef TRACE_SYSTEM

@@ -21,9 +21,9 @@ pub(crate) struct DeviceKind {
     pub(crate) name: &'static str,
 }
 
-/// A device bound at run time, through `new_id` or `driver_override`
-/// (matched with no entry of the id table): its memory is its largest
-/// prefetchable memory BAR, whatever the device is.
+/// A device bound at run time, by module parameter `generic_id` or by
+/// `driver_override` (matched with no entry of the id table): its memory
+/// is its largest prefetchable memory BAR, whatever the device is.
 pub(crate) const GENERIC: DeviceKind = DeviceKind {
     vram_bar: None,
     name: "generic device",
@@ -79,6 +79,10 @@ pub(crate) struct Gpu<'a> {
     _member: Membership,
 }
 
+/// The most device memory msvm uses of one device: the tables sized by it
+/// (chunk slots, block records) stay within what `kmalloc` gives.
+const MAX_VRAM: usize = 64 << 30;
+
 /// Bytes per chunk of device memory (module parameter `chunk_mib`).
 fn chunk_size() -> usize {
     let mib = crate::module_parameters::chunk_mib.value().clamp(2, 1024);
@@ -102,7 +106,16 @@ impl<'a> Gpu<'a> {
             Some(b) => b,
             None => Self::generic_bar(pdev)?,
         };
-        let bar = WcBar::new(pdev, vram_bar, c"msvm-vram")?;
+        let bar_len = pdev.resource_len(vram_bar)?;
+        if bar_len > MAX_VRAM as u64 {
+            dev_warn!(
+                pdev.as_ref(),
+                "BAR{vram_bar} holds {} GiB: msvm uses its first {} GiB\n",
+                bar_len >> 30,
+                MAX_VRAM >> 30
+            );
+        }
+        let bar = WcBar::new(pdev, vram_bar, MAX_VRAM, c"msvm-vram")?;
         let len = {
             let bar = bar.access(pdev.as_ref())?;
             vram_selftest(bar).inspect_err(|e| {

@@ -35,6 +35,10 @@
  *    floor times), refused for ZONE_DEVICE pages, whose struct page may
  *    have no memory behind it; a racy copy, as above.
  *  - msvm_page_maybe_dma_pinned: folio_maybe_dma_pinned() is an inline.
+ *  - msvm_pci_enable_mem_managed: pci_enable_device_mem() paired with a
+ *    device-managed pci_disable_device() (devm_add_action_or_reset() is a
+ *    macro), so that a failed probe or an unbind leaves the device as it
+ *    was found (kernel::pci's enable_device_mem() is not managed).
  *  - msvm_pci_add_dynid: adds a dynamic id with no driver data (what
  *    probes as a generic device) to msvm's PCI driver, found by name on
  *    the PCI bus. The bus iterator keeps the driver from being unregistered
@@ -84,6 +88,20 @@ int msvm_pci_domain_nr(struct pci_dev *pdev)
 unsigned long msvm_pci_bar_flags(struct pci_dev *pdev, int bar)
 {
 	return pci_resource_flags(pdev, bar);
+}
+
+static void msvm_pci_disable(void *pdev)
+{
+	pci_disable_device(pdev);
+}
+
+int msvm_pci_enable_mem_managed(struct pci_dev *pdev)
+{
+	int ret = pci_enable_device_mem(pdev);
+
+	if (ret)
+		return ret;
+	return devm_add_action_or_reset(&pdev->dev, msvm_pci_disable, pdev);
 }
 
 struct msvm_dynid {

@@ -8,9 +8,10 @@
  * trace_*()), so a disabled event costs one call. Without
  * CONFIG_TRACEPOINTS the events compile to nothing.
  */
+#include "msvm_helpers.h"
+
 #define CREATE_TRACE_POINTS
 #include "msvm_trace.h"
-#include "msvm_helpers.h"
 
 void msvm_trace_migrate(int dev, bool to_device, u64 start, u64 end, u64 moved, u64 already,
 			u64 busy, u64 no_vram, u64 folios, int result)

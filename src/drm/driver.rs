@@ -36,16 +36,25 @@ const IVSHMEM: DeviceKind = DeviceKind {
 
 // The devices msvm binds, the one place they are listed. Real device ids
 // go here, with their VRAM BAR. Any other device can be bound at run time
-// (`new_id`, `driver_override`) as a `GENERIC` one: see
-// Documentation/hardware.rst.
+// (module parameter `generic_id`, `driver_override`) as a `GENERIC` one:
+// see Documentation/hardware.rst.
 kernel::pci_device_table!(
     PCI_TABLE,
     <MsvmDriver as pci::Driver>::IdInfo,
     [(
-        pci::DeviceId::from_id(pci::Vendor::REDHAT_QUMRANET, 0x1110),
+        pci::DeviceId::from_id(pci::Vendor::REDHAT_QUMRANET, IVSHMEM_DEVICE),
         IVSHMEM
     )]
 );
+
+/// `ivshmem-plain`'s device id (vendor `REDHAT_QUMRANET`).
+const IVSHMEM_DEVICE: u32 = 0x1110;
+
+/// Whether `vendor:device` has an entry in `PCI_TABLE` (a dynamic id for
+/// it would turn its devices into generic ones: dynamic ids match first).
+pub(crate) fn listed(vendor: u16, device: u16) -> bool {
+    (vendor, u32::from(device)) == (pci::Vendor::REDHAT_QUMRANET.as_raw(), IVSHMEM_DEVICE)
+}
 
 /// What a bound device holds: its DRM registration, which owns the [`Gpu`].
 pub(crate) struct Binding<'bound> {
@@ -61,11 +70,10 @@ impl pci::Driver for MsvmDriver {
         pdev: &'bound pci::Device<Core<'_>>,
         info: Option<&'bound Self::IdInfo>,
     ) -> impl PinInit<Self::Data<'bound>, Error> + 'bound {
-        // No entry: a device bound at run time (`new_id` with no driver
-        // data, or `driver_override`).
+        // No entry: a device bound at run time (a dynamic id with no driver
+        // data, from `generic_id`, or `driver_override`).
         let kind = info.unwrap_or(&GENERIC);
-        pdev.enable_device_mem()?;
-        pdev.set_master();
+        crate::mm::pci::enable_mem_managed(pdev)?;
         // The engine reaches system pages and peers' BARs, which may lie
         // anywhere in the 64-bit space (a large BAR goes above 4 GiB).
         // SAFETY: probe runs before any DMA allocation or mapping of this

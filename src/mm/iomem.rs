@@ -54,14 +54,16 @@ unsafe impl Send for WcBar {}
 unsafe impl Sync for WcBar {}
 
 impl WcBar {
-    /// Requests BAR `bar` of `pdev` under `name` and maps it write-combined,
-    /// for as long as `pdev` is bound (or the returned `Devres` lives).
+    /// Requests BAR `bar` of `pdev` under `name` and maps its first
+    /// `max_len` bytes (all of it if it is smaller) write-combined, for as
+    /// long as `pdev` is bound (or the returned `Devres` lives).
     pub(crate) fn new(
         pdev: &pci::Device<Bound>,
         bar: u32,
+        max_len: usize,
         name: &'static CStr,
     ) -> Result<Devres<Self>> {
-        let len = usize::try_from(pdev.resource_len(bar)?)?;
+        let len = usize::try_from(pdev.resource_len(bar)?)?.min(max_len);
         let phys = pdev.resource_start(bar)?;
         if len == 0 {
             return Err(ENODEV);
@@ -72,8 +74,8 @@ impl WcBar {
         // NUL-terminated string that outlives the region (it is `'static`).
         kernel::error::to_result(unsafe { b::pci_request_region(raw, bar_i, name.as_char_ptr()) })?;
         // SAFETY: as above; BAR `bar` exists (its length is not zero) and is
-        // now ours. A `maxlen` of 0 maps the whole BAR.
-        let base = unsafe { b::pci_iomap_wc(raw, bar_i, 0) };
+        // now ours; `len` is at most its length.
+        let base = unsafe { b::pci_iomap_wc(raw, bar_i, len) };
         let Some(base) = NonNull::new(base) else {
             // SAFETY: we requested this region just above.
             unsafe { b::pci_release_region(raw, bar_i) };

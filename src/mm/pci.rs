@@ -98,6 +98,17 @@ pub(crate) fn mem_bars(
     })
 }
 
+/// Enables memory decoding of `pdev` (not I/O ports, not bus mastering:
+/// msvm's engine is the CPU, the device itself never masters the bus) until
+/// it is unbound or its probe fails: the disable is device-managed.
+pub(crate) fn enable_mem_managed(pdev: &pci::Device<device::Core<'_>>) -> Result {
+    // SAFETY: `raw_pci_dev(pdev)` is a valid `struct pci_dev`, in its
+    // probe (the `Core` context), where device-managed actions may be
+    // added; the action's only argument is that device, which outlives its
+    // devres list.
+    to_result(unsafe { b::msvm_pci_enable_mem_managed(raw_pci_dev(pdev)) })
+}
+
 /// Adds PCI id `vendor:device` to this module's PCI driver `name`, with no
 /// driver data, and probes the devices it matches (which probe as generic
 /// devices, `crate::device::GENERIC`). As `vfio-pci`'s `ids=` does: Linux

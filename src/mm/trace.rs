@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! msvm's trace events (`include/msvm_trace.h`, system `msvm` in tracefs):
-//! one value type per event, whose [`fire`](Migrate::fire) records it if
+//! a function or a value type (whose [`fire`](Migrate::fire)) per event, which records it if
 //! the event is enabled. Device numbers are msvm's device indices; system
 //! RAM has none. `Documentation/reference.rst` lists the events.
 

@@ -52,6 +52,17 @@ for d in $(nvme_devices); do
 	echo >"/sys/bus/pci/devices/$d/driver_override"
 done
 
+echo "== msvm: insmod with a bad generic_id (must fail with EINVAL)"
+for bad in 0x1af41110 0x00001234 0xffff0010; do
+	if insmod /msvm/msvm.ko generic_id=$bad 2>/dev/null; then
+		echo "generic_id=$bad: loaded"
+		rmmod msvm
+		rc=1
+	else
+		echo "generic_id=$bad: refused"
+	fi
+done
+
 echo "== msvm: new_id"
 load_msvm || exit 1
 if echo "$NVME" >/sys/bus/pci/drivers/msvm/new_id 2>/dev/null; then
@@ -60,5 +71,17 @@ else
 	echo "new_id: refused, as Linux 7.3 does for a Rust driver (use generic_id= or driver_override)"
 fi
 unload_msvm || rc=1
+# Every device msvm probed is disabled again (enable count zero, bus
+# mastering off), bound or refused.
+for d in /sys/bus/pci/devices/*; do
+	case "$(cat "$d/vendor"):$(cat "$d/device")" in
+	0x1b36:0x0010 | 0x1af4:0x1110) ;;
+	*) continue ;;
+	esac
+	if [ "$(cat "$d/enable")" != 0 ]; then
+		echo "$(basename "$d"): still enabled after rmmod"
+		rc=1
+	fi
+done
 kmemleak_check || rc=1
 exit $rc

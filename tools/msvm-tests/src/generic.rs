@@ -65,6 +65,11 @@ fn mem_bars(dev: &Path) -> Result<Vec<Bar>, String> {
     Ok(out)
 }
 
+/// Whether `dev` is enabled (its `enable_cnt` is not zero).
+fn enabled(dev: &Path) -> Result<bool, String> {
+    Ok(read(&dev.join("enable"))? != "0")
+}
+
 fn bound_or_refused() -> Outcome {
     let devices = Device::all().map_err(|e| e.to_string())?;
     let chunk = devices
@@ -101,8 +106,10 @@ fn bound_or_refused() -> Outcome {
             log.lines()
                 .any(|l| l.contains(&addr) && l.contains("generic device") && l.contains(what))
         };
+        let on = enabled(&dev)?;
         match best {
             Some(b) if b.size >= chunk => {
+                check!(on, "{addr}: bound, but not enabled");
                 check!(
                     driver.as_deref() == Some("msvm"),
                     "{addr}: BAR{} of {} MiB, driver {driver:?}",
@@ -137,6 +144,7 @@ fn bound_or_refused() -> Outcome {
                     "{addr}: bound to {driver:?} with a {} KiB BAR",
                     b.size >> 10
                 );
+                check!(!on, "{addr}: refused, but left enabled");
                 check!(
                     said(&format!(
                         "BAR{} ({} KiB) is smaller than one chunk",
@@ -153,6 +161,7 @@ fn bound_or_refused() -> Outcome {
                     driver.is_none(),
                     "{addr}: bound to {driver:?} with no prefetchable BAR"
                 );
+                check!(!on, "{addr}: refused, but left enabled");
                 check!(
                     said("no prefetchable memory BAR"),
                     "{addr}: no log line saying it has no prefetchable BAR: {bars:?}"
