@@ -107,7 +107,7 @@ impl<'a> Gpu<'a> {
             None => Self::generic_bar(pdev)?,
         };
         let bar_len = pdev.resource_len(vram_bar)?;
-        if bar_len > MAX_VRAM as u64 {
+        if bar_len > u64::from_safe_cast(MAX_VRAM) {
             dev_warn!(
                 pdev.as_ref(),
                 "BAR{vram_bar} holds {} GiB: msvm uses its first {} GiB\n",

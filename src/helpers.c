@@ -37,8 +37,8 @@
  *  - msvm_page_maybe_dma_pinned: folio_maybe_dma_pinned() is an inline.
  *  - msvm_pci_enable_mem_managed: pci_enable_device_mem() paired with a
  *    device-managed pci_disable_device() (devm_add_action_or_reset() is a
- *    macro), so that a failed probe or an unbind leaves the device as it
- *    was found (kernel::pci's enable_device_mem() is not managed).
+ *    macro), so that a failed probe or an unbind balances the device's
+ *    enable count (kernel::pci's enable_device_mem() is not managed).
  *  - msvm_pci_add_dynid: adds a dynamic id with no driver data (what
  *    probes as a generic device) to msvm's PCI driver, found by name on
  *    the PCI bus. The bus iterator keeps the driver from being unregistered

@@ -37,7 +37,7 @@ const IVSHMEM: DeviceKind = DeviceKind {
 // The devices msvm binds, the one place they are listed. Real device ids
 // go here, with their VRAM BAR. Any other device can be bound at run time
 // (module parameter `generic_id`, `driver_override`) as a `GENERIC` one:
-// see Documentation/hardware.rst.
+// see Documentation/hardware.rst. A new entry's id goes into `listed` too.
 kernel::pci_device_table!(
     PCI_TABLE,
     <MsvmDriver as pci::Driver>::IdInfo,

@@ -31,8 +31,8 @@ use super::pci::raw_pci_dev;
 ///
 /// # Invariants
 ///
-/// - `base` is the `pci_iomap_wc()` mapping of all `len` bytes of BAR `bar`
-///   of `pdev`, and the region is requested by us (`pci_request_region`);
+/// - `base` is the `pci_iomap_wc()` mapping of the first `len` bytes of BAR
+///   `bar` of `pdev`, and the region is requested by us (`pci_request_region`);
 ///   both are released on drop;
 /// - `pdev` is bound to its driver whenever a `WcBar` can be reached: it
 ///   lives in a `Devres` of `pdev`, revoked (and the `WcBar` dropped) before
@@ -120,7 +120,7 @@ impl WcBar {
         self.write(offset, stage)
     }
 
-    /// Size of the BAR in bytes.
+    /// Bytes mapped (the BAR's first, at most all of it).
     pub(crate) fn len(&self) -> usize {
         self.len
     }

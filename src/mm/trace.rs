@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! msvm's trace events (`include/msvm_trace.h`, system `msvm` in tracefs):
-//! a function or a value type (whose [`fire`](Migrate::fire)) per event, which records it if
-//! the event is enabled. Device numbers are msvm's device indices; system
+//! one function, or one value type whose [`fire`](Migrate::fire) records
+//! it, per event; an event is recorded only if it is enabled. Device numbers are msvm's device indices; system
 //! RAM has none. `Documentation/reference.rst` lists the events.
 
 use kernel::{num::casts::FromSafeCast, prelude::*};
