@@ -5,7 +5,8 @@
 # module KDIR=..., which builds against a kernel of your own).
 #
 #   make run           boot 3 emulated GPUs, load msvm, show `msvm info`
-#   make test          everything: host tests, lints, KUnit + guest tests
+#   make test          everything: host tests, lints, build checks (KDIR=,
+#                      DKMS), KUnit + guest tests
 #   make bench         msvm vs test_hmm vs memcpy, one boot, GiB/s and ratios
 #   make soak          10-minute mixed run (stress, unplug/replug, memory
 #                      pressure) on the debug and the release kernel
