@@ -48,19 +48,14 @@ pub(crate) fn generic_bar(
     bars: impl Iterator<Item = MemBar> + Clone,
     min: u64,
 ) -> Result<MemBar, BarRefusal> {
-    let largest = |it: &mut dyn Iterator<Item = MemBar>| {
-        it.fold(None, |best: Option<MemBar>, b| match best {
-            Some(x) if x.len >= b.len => Some(x),
-            _ => Some(b),
-        })
-    };
-    match largest(&mut bars.clone().filter(|b| b.prefetchable)) {
+    // The largest, the lowest numbered of equals.
+    let largest = |a: &MemBar, b: &MemBar| a.len.cmp(&b.len).then(b.bar.cmp(&a.bar));
+    match bars.clone().filter(|b| b.prefetchable).max_by(largest) {
         Some(b) if b.len >= min => Ok(b),
         Some(b) => Err(BarRefusal::TooSmall(b)),
-        None => {
-            Err(largest(&mut bars.clone())
-                .map_or(BarRefusal::NoMemory, BarRefusal::NotPrefetchable))
-        }
+        None => Err(bars
+            .max_by(largest)
+            .map_or(BarRefusal::NoMemory, BarRefusal::NotPrefetchable)),
     }
 }
 

@@ -40,7 +40,8 @@
  *    macro), so that a failed probe or an unbind balances the device's
  *    enable count (kernel::pci's enable_device_mem() is not managed).
  *  - msvm_pci_add_dynid: adds a dynamic id with no driver data (what
- *    probes as a generic device) to msvm's PCI driver, found by name on
+ *    probes as a generic device) to msvm's PCI driver unless its id table
+ *    lists the id (-EEXIST, as new_id does), the driver found by name on
  *    the PCI bus. The bus iterator keeps the driver from being unregistered
  *    while the callback runs (bus_remove_driver waits for it), which
  *    driver_find() does not; and the sysfs new_id file refuses driver data
@@ -113,10 +114,19 @@ struct msvm_dynid {
 static int msvm_add_dynid_one(struct device_driver *drv, void *data)
 {
 	struct msvm_dynid *d = data;
+	struct pci_driver *pdrv = to_pci_driver(drv);
+	const struct pci_device_id *ids;
 
 	if (drv->owner != THIS_MODULE || strcmp(drv->name, d->name))
 		return 0;
-	d->ret = pci_add_dynid(to_pci_driver(drv), d->vendor, d->device, PCI_ANY_ID, PCI_ANY_ID,
+	for (ids = pdrv->id_table; ids && (ids->vendor || ids->subvendor || ids->class_mask);
+	     ids++) {
+		if (ids->vendor == d->vendor && ids->device == d->device) {
+			d->ret = -EEXIST;
+			return 1;
+		}
+	}
+	d->ret = pci_add_dynid(pdrv, d->vendor, d->device, PCI_ANY_ID, PCI_ANY_ID,
 			       0, 0, 0);
 	return 1;
 }

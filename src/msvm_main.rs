@@ -104,14 +104,17 @@ fn add_generic_id(name: &'static CStr) -> Result {
     }
     // CAST: the halves of a `u32` fit in `u16`.
     let (vendor, device) = ((id >> 16) as u16, id as u16);
-    if vendor == 0 || vendor == 0xffff || drm::driver::listed(vendor, device) {
-        pr_err!(
-            "msvm: generic_id {id:#010x}: want 0xVVVVDDDD, a PCI vendor and device id not in msvm's table\n"
-        );
+    if vendor == 0 || vendor == 0xffff {
+        pr_err!("msvm: generic_id {id:#010x}: want 0xVVVVDDDD, a PCI vendor and device id\n");
         return Err(EINVAL);
     }
-    mm::pci::add_dynamic_id(name, vendor, device)
-        .inspect_err(|e| pr_err!("msvm: generic_id {vendor:04x}:{device:04x} not added: {e:?}\n"))
+    mm::pci::add_dynamic_id(name, vendor, device).inspect_err(|&e| {
+        if e == EEXIST {
+            pr_err!("msvm: generic_id {vendor:04x}:{device:04x}: msvm's id table lists it\n");
+        } else {
+            pr_err!("msvm: generic_id {vendor:04x}:{device:04x} not added: {e:?}\n");
+        }
+    })
 }
 
 impl kernel::InPlaceModule for MsvmModule {

@@ -37,24 +37,15 @@ const IVSHMEM: DeviceKind = DeviceKind {
 // The devices msvm binds, the one place they are listed. Real device ids
 // go here, with their VRAM BAR. Any other device can be bound at run time
 // (module parameter `generic_id`, `driver_override`) as a `GENERIC` one:
-// see Documentation/hardware.rst. A new entry's id goes into `listed` too.
+// see Documentation/hardware.rst.
 kernel::pci_device_table!(
     PCI_TABLE,
     <MsvmDriver as pci::Driver>::IdInfo,
     [(
-        pci::DeviceId::from_id(pci::Vendor::REDHAT_QUMRANET, IVSHMEM_DEVICE),
+        pci::DeviceId::from_id(pci::Vendor::REDHAT_QUMRANET, 0x1110),
         IVSHMEM
     )]
 );
-
-/// `ivshmem-plain`'s device id (vendor `REDHAT_QUMRANET`).
-const IVSHMEM_DEVICE: u32 = 0x1110;
-
-/// Whether `vendor:device` has an entry in `PCI_TABLE` (a dynamic id for
-/// it would turn its devices into generic ones: dynamic ids match first).
-pub(crate) fn listed(vendor: u16, device: u16) -> bool {
-    (vendor, u32::from(device)) == (pci::Vendor::REDHAT_QUMRANET.as_raw(), IVSHMEM_DEVICE)
-}
 
 /// What a bound device holds: its DRM registration, which owns the [`Gpu`].
 pub(crate) struct Binding<'bound> {

@@ -113,8 +113,9 @@ pub(crate) fn enable_mem_managed(pdev: &pci::Device<device::Core<'_>>) -> Result
 /// driver data, and probes the devices it matches (which probe as generic
 /// devices, `crate::device::GENERIC`). As `vfio-pci`'s `ids=` does: Linux
 /// 7.3's sysfs `new_id` refuses driver data that is no id-table entry's,
-/// which for a Rust driver is a pointer. `ENODEV` if this module has no
-/// PCI driver of that name.
+/// which for a Rust driver is a pointer. `EEXIST` if the driver's id table
+/// lists the id (dynamic ids match first: its devices would turn generic),
+/// `ENODEV` if this module has no PCI driver of that name.
 pub(crate) fn add_dynamic_id(name: &CStr, vendor: u16, device: u16) -> Result {
     // SAFETY: `name` is a NUL-terminated string valid for the call. The
     // helper only looks at drivers the PCI bus iterator holds (registered,

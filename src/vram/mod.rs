@@ -432,12 +432,10 @@ impl VramPool {
         // hotplug lock: see `grow`), the slot `Dying` meanwhile.
         for c in 0..self.nchunks {
             let slot = core::mem::replace(&mut self.chunks.lock()[c], Slot::Dying);
-            let had_map = if let Some(map) = slot.map() {
+            let had_map = slot.map().is_some();
+            if let Some(map) = slot.map() {
                 self.evict_all(c, map);
-                true
-            } else {
-                false
-            };
+            }
             drop(slot);
             self.chunks.lock()[c] = Slot::Absent;
             if had_map {

@@ -52,7 +52,7 @@ for d in $(nvme_devices); do
 	echo >"/sys/bus/pci/devices/$d/driver_override"
 done
 
-echo "== msvm: insmod with a bad generic_id (must fail with EINVAL)"
+echo "== msvm: insmod with a bad generic_id (must fail: EEXIST for an id of the table, EINVAL for vendor 0 or ffff)"
 for bad in 0x1af41110 0x00001234 0xffff0010; do
 	if insmod /msvm/msvm.ko generic_id=$bad 2>/dev/null; then
 		echo "generic_id=$bad: loaded"
