@@ -121,7 +121,8 @@ static int msvm_add_dynid_one(struct device_driver *drv, void *data)
 		return 0;
 	for (ids = pdrv->id_table; ids && (ids->vendor || ids->subvendor || ids->class_mask);
 	     ids++) {
-		if (ids->vendor == d->vendor && ids->device == d->device) {
+		if ((ids->vendor == PCI_ANY_ID || ids->vendor == d->vendor) &&
+		    (ids->device == PCI_ANY_ID || ids->device == d->device)) {
 			d->ret = -EEXIST;
 			return 1;
 		}
