@@ -74,6 +74,14 @@ pub(crate) struct Stats {
     pub(crate) replica_copied: Atomic<u64>,
     pub(crate) replica_hits: Atomic<u64>,
     pub(crate) replica_dropped: Atomic<u64>,
+    /// dmem cgroup charges (`crate::mm::dmem`): pages of this device
+    /// charged so far (`cg_charged`) and uncharged so far (`cg_uncharged`):
+    /// their difference is what the device's cgroup region holds now;
+    /// pages a migration into it did not move because the process's cgroup
+    /// was at its `dmem.max` (`cg_limited`, also counted in `no_vram`).
+    pub(crate) cg_charged: Atomic<u64>,
+    pub(crate) cg_uncharged: Atomic<u64>,
+    pub(crate) cg_limited: Atomic<u64>,
     /// Engine bytes read from each peer's VRAM over P2P, by peer index.
     pub(crate) peer_read: [Atomic<u64>; MAX_DEVICES],
     /// Engine bytes written to each peer's VRAM over P2P, by peer index.
@@ -83,6 +91,12 @@ pub(crate) struct Stats {
 }
 
 impl Stats {
+    /// Bytes of this device charged to dmem cgroups now.
+    pub(crate) fn cg_bytes(&self) -> u64 {
+        let pages = self.cg_charged.load(Relaxed) - self.cg_uncharged.load(Relaxed).min(self.cg_charged.load(Relaxed));
+        pages * u64::from_safe_cast(crate::mm::pagemap::PAGE_SIZE)
+    }
+
     /// Counts what thrashing detection told a move of this device's.
     pub(crate) fn count_thrash(&self, v: crate::thrash::Verdict) {
         if v == crate::thrash::Verdict::default() {
@@ -142,6 +156,9 @@ impl Stats {
             replica_copied: Atomic::new(0),
             replica_hits: Atomic::new(0),
             replica_dropped: Atomic::new(0),
+            cg_charged: Atomic::new(0),
+            cg_uncharged: Atomic::new(0),
+            cg_limited: Atomic::new(0),
             peer_read: [const { Atomic::new(0) }; MAX_DEVICES],
             peer_written: [const { Atomic::new(0) }; MAX_DEVICES],
             phases: Phases::new(),
