@@ -93,8 +93,11 @@ pub(crate) struct Stats {
 impl Stats {
     /// Bytes of this device charged to dmem cgroups now.
     pub(crate) fn cg_bytes(&self) -> u64 {
-        let pages = self.cg_charged.load(Relaxed) - self.cg_uncharged.load(Relaxed).min(self.cg_charged.load(Relaxed));
-        pages * u64::from_safe_cast(crate::mm::pagemap::PAGE_SIZE)
+        // Uncharged first: a page is charged before it is uncharged, so
+        // the difference read this way never goes below zero.
+        let uncharged = self.cg_uncharged.load(Relaxed);
+        let charged = self.cg_charged.load(Relaxed);
+        charged.saturating_sub(uncharged) * u64::from_safe_cast(crate::mm::pagemap::PAGE_SIZE)
     }
 
     /// Counts what thrashing detection told a move of this device's.
