@@ -22,6 +22,20 @@ unsigned long msvm_pci_bar_flags(struct pci_dev *pdev, int bar);
 int msvm_pci_add_dynid(const char *name, unsigned int vendor, unsigned int device);
 int msvm_pci_enable_mem_managed(struct pci_dev *pdev);
 
+/* The dmem cgroup controller (static inlines without CONFIG_CGROUP_DMEM). */
+struct dmem_cgroup_region;
+struct dmem_cgroup_pool_state;
+struct dmem_cgroup_region *msvm_dmem_register(u64 size, const char *name);
+void msvm_dmem_unregister(struct dmem_cgroup_region *region);
+int msvm_dmem_try_charge(struct dmem_cgroup_region *region, u64 size,
+			 struct dmem_cgroup_pool_state **pool,
+			 struct dmem_cgroup_pool_state **limit_pool);
+void msvm_dmem_uncharge(struct dmem_cgroup_pool_state *pool, u64 size);
+void msvm_dmem_pool_put(struct dmem_cgroup_pool_state *pool);
+bool msvm_dmem_evict_valuable(struct dmem_cgroup_pool_state *limit_pool,
+			      struct dmem_cgroup_pool_state *test_pool,
+			      bool ignore_low, bool *hit_low);
+
 /* The source selection of migrate_vma (an anonymous enum in migrate.h). */
 enum msvm_migrate_select {
 	MSVM_SELECT_SYSTEM = MIGRATE_VMA_SELECT_SYSTEM,

@@ -2,7 +2,9 @@
 
 //! One msvm GPU: a bound PCI device, its VRAM and its place in the topology.
 
-use kernel::{device::Bound, num::casts::FromSafeCast, pci, prelude::*, sync::aref::ARef};
+use kernel::{
+    device::Bound, num::casts::FromSafeCast, pci, prelude::*, str::CString, sync::aref::ARef,
+};
 
 use crate::mm::{
     iomem::WcBar,
@@ -161,7 +163,17 @@ impl<'a> Gpu<'a> {
             len >> 20,
             chunk_size() >> 20
         );
-        let vram = VramPool::create(bar, chunk_size(), group, index, &crate::migrate::Migrations)?;
+        // The name DRM's own drivers give their VRAM in the dmem
+        // controller (`drmm_cgroup_register_region`: `drm/<device>/<name>`).
+        let region = CString::try_from_fmt(fmt!("drm/{pci}/vram"))?;
+        let vram = VramPool::create(
+            bar,
+            chunk_size(),
+            group,
+            index,
+            &crate::migrate::Migrations,
+            &region,
+        )?;
         let publication = registry::publish(index, &vram)?;
         Ok(Self {
             index,

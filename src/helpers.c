@@ -52,10 +52,14 @@
  *    f_inode, i_sb, s_magic; for a page, the folio's mapping, in a union,
  *    read once under RCU and tested for the FOLIO_MAPPING_FLAGS tag bits
  *    before it is followed to its host inode), shorter and clearer in C.
+ *  - msvm_dmem_*: the dmem cgroup controller's API is static inlines
+ *    without CONFIG_CGROUP_DMEM (msvm builds with or without it), and its
+ *    region registration takes a printf-style name.
  *
  * The workaround for Linux 7.3's zap_huge_pmd() bug is in
  * src/zap_huge_pmd.c; the trace events are in src/trace.c.
  */
+#include <linux/cgroup_dmem.h>
 #include <linux/dma-mapping.h>
 #include <linux/highmem.h>
 #include <linux/hmm.h>
@@ -487,4 +491,46 @@ bool msvm_drm_dev_unplugged(struct drm_device *dev)
 int msvm_mutex_lock_killable(struct mutex *lock)
 {
 	return mutex_lock_killable(lock);
+}
+
+/*
+ * The dmem cgroup controller: forwards, because without
+ * CONFIG_CGROUP_DMEM the API is static inlines (register gives NULL, a
+ * charge succeeds with a NULL pool); the printf-style name of
+ * dmem_cgroup_register_region() is given as one string.
+ */
+struct dmem_cgroup_region *msvm_dmem_register(u64 size, const char *name)
+{
+	struct dmem_cgroup_init init = { .size = size };
+
+	return dmem_cgroup_register_region(&init, "%s", name);
+}
+
+void msvm_dmem_unregister(struct dmem_cgroup_region *region)
+{
+	dmem_cgroup_unregister_region(region);
+}
+
+int msvm_dmem_try_charge(struct dmem_cgroup_region *region, u64 size,
+			 struct dmem_cgroup_pool_state **pool,
+			 struct dmem_cgroup_pool_state **limit_pool)
+{
+	return dmem_cgroup_try_charge(region, size, pool, limit_pool);
+}
+
+void msvm_dmem_uncharge(struct dmem_cgroup_pool_state *pool, u64 size)
+{
+	dmem_cgroup_uncharge(pool, size);
+}
+
+void msvm_dmem_pool_put(struct dmem_cgroup_pool_state *pool)
+{
+	dmem_cgroup_pool_state_put(pool);
+}
+
+bool msvm_dmem_evict_valuable(struct dmem_cgroup_pool_state *limit_pool,
+			      struct dmem_cgroup_pool_state *test_pool,
+			      bool ignore_low, bool *hit_low)
+{
+	return dmem_cgroup_state_evict_valuable(limit_pool, test_pool, ignore_low, hit_low);
 }

@@ -13,7 +13,7 @@ use crate::mm::mmap::ExclusiveVma;
 use crate::mm::page::{NewPages, PageRef, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::PAGE_SIZE;
 use crate::sysmem::large_system_folio;
-use crate::vram::{Batch, Clock, Phase, SizeClass, Use, VramPool};
+use crate::vram::{Batch, Clock, Payer, Phase, SizeClass, Use, VramPool};
 
 use super::{whole_block, Outcome};
 
@@ -163,7 +163,7 @@ pub(super) fn fill_to_device(
             skip[i] = true;
             out.already += u64::from_safe_cast(nr);
         } else if src.compound() {
-            match pool.alloc_large()? {
+            match pool.alloc_large(Payer::Caller)? {
                 Some(b) => block = Some(b),
                 // Dropping `mig` restores the source.
                 None => return Ok(None),
@@ -174,7 +174,9 @@ pub(super) fn fill_to_device(
         i += nr;
     }
     // Pages of the batch not handed to the migration go back on drop.
-    let mut batch = pool.alloc(want)?;
+    // Charged to the caller's cgroup: this runs in the ioctl of the VM's
+    // process (its mm is the one that moves).
+    let mut batch = pool.alloc(want, Payer::Caller)?;
     clock.lap(Phase::Alloc);
     let mut filled = [0u16; BLOCK_PAGES];
     let mut from_peer = [false; BLOCK_PAGES];
@@ -188,13 +190,16 @@ pub(super) fn fill_to_device(
         if skip[at] {
             continue;
         }
-        let dst = if src.compound() {
+        let mut dst = if src.compound() {
             block.as_mut()
         } else {
             Some(&mut batch)
         };
-        let Some((dpage, offset)) = dst.and_then(Batch::take) else {
+        let Some((dpage, offset)) = dst.as_deref_mut().and_then(Batch::take) else {
             out.no_vram += u64::from_safe_cast(nr);
+            if dst.is_some_and(Batch::refused) {
+                out.limited += u64::from_safe_cast(nr);
+            }
             continue;
         };
         pool.note_placed(offset, u);

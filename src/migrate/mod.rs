@@ -67,8 +67,13 @@ pub(crate) struct Outcome {
     /// Pages that could not move: the core would not isolate them (pinned,
     /// shared, file-backed, under writeback, ...).
     pub(crate) busy: u64,
-    /// Pages that could not move for lack of device memory.
+    /// Pages that could not move for lack of device memory, or because
+    /// the process's dmem cgroup is at its `dmem.max` for the device.
     pub(crate) no_vram: u64,
+    /// Those of `no_vram` that the cgroup limit kept out (making room on
+    /// the device would not help them: no other cgroup's pages go for
+    /// them).
+    pub(crate) limited: u64,
     /// 2 MiB folios among the pages moved, which moved whole.
     pub(crate) folios: u64,
 }
@@ -84,6 +89,7 @@ impl Outcome {
             already: self.already - again,
             busy: self.busy,
             no_vram: self.no_vram,
+            limited: self.limited,
             folios: self.folios + first.folios,
         }
     }
@@ -207,6 +213,7 @@ fn steps(
             out.already += step.already;
             out.busy += step.busy;
             out.no_vram += step.no_vram;
+            out.limited += step.limited;
             out.folios += step.folios;
             addr = step_end;
         }
@@ -236,7 +243,8 @@ fn steps(
 /// after it, if it found no free 2 MiB block for a whole folio (it moved
 /// nothing then) or too few free device pages: the step runs once more,
 /// over the same range, if the pool has room now (grown, freed meanwhile or
-/// made).
+/// made). Pages the process's dmem cgroup limit kept out get room among the
+/// cgroup's own pages only ([`VramPool::make_room_in_limit`]).
 fn device_step(
     pool: &VramPool,
     mm: &MmWithUser,
@@ -256,9 +264,15 @@ fn device_step(
             let (again, again_end) = locked_step(pool, mm, addr, end, dest, false)?;
             (again.ok_or(EAGAIN)?, again_end)
         }
+        // Room for the pages the device had none for, made by the eviction
+        // policy; for those the cgroup's `dmem.max` kept out, among the
+        // cgroup's own pages only.
         (Some(first), first_end)
             // CAST: `u64` fits in `usize` on 64-bit kernels.
-            if first.no_vram > 0 && room(first.no_vram as usize, false) =>
+            if (first.no_vram > first.limited
+                && room((first.no_vram - first.limited) as usize, false))
+                || (first.limited > 0
+                    && pool.make_room_in_limit(first.limited as usize, u, cancel)) =>
         {
             let (again, again_end) = locked_step(pool, mm, addr, first_end, dest, false)?;
             (again.ok_or(EAGAIN)?.after(&first), again_end)
@@ -266,6 +280,7 @@ fn device_step(
         (Some(first), first_end) => (first, first_end),
     };
     pool.stats.no_vram.add(step.no_vram, Relaxed);
+    pool.stats.cg_limited.add(step.limited, Relaxed);
     Ok((step, step_end))
 }
 

@@ -242,6 +242,7 @@ pub(crate) fn to_system(
         already: total.saturating_sub(moved + busy),
         busy,
         no_vram: 0,
+        limited: 0,
         folios,
     })
 }

@@ -376,6 +376,14 @@ impl DeviceMigration<'_> {
         Some(unsafe { PageRef::from_pfn(pfn) })
     }
 
+    /// The page of destination entry `i`, if one was given (see
+    /// [`VmaMigration::dst_page`]).
+    pub(crate) fn dst_page(&self, i: usize) -> Option<PageRef<'_>> {
+        let pfn = Entry(*self.dst.get(i)?).pfn()?;
+        // SAFETY: as in `VmaMigration::dst_page`.
+        Some(unsafe { PageRef::from_pfn(pfn) })
+    }
+
     /// Gives destination entry `i` the page `dst` (see
     /// [`VmaMigration::set_dst`]).
     pub(crate) fn set_dst(&mut self, i: usize, dst: NewPage, write: bool) -> Result {

@@ -15,6 +15,7 @@ mod bindings;
 pub(crate) mod cancel;
 pub(crate) mod clock;
 pub(crate) mod dma;
+pub(crate) mod dmem;
 pub(crate) mod drm_ioctl;
 pub(crate) mod fault;
 pub(crate) mod freemap;

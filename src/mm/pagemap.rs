@@ -43,6 +43,12 @@ pub(crate) use super::page::PAGE_SIZE;
 
 /// What a device-private pagemap's owner does when the mm core calls.
 pub(crate) trait PagemapOps: Send + Sync + Sized + 'static {
+    /// The last reference to the folio of pages `first..first + nr` of
+    /// this map is gone; they go back on the free map right after this
+    /// returns (nothing can hand them out again before). May run in any
+    /// context that can put a page: must not sleep.
+    fn folio_freeing(&self, first: usize, nr: usize);
+
     /// The last reference to a folio of this map is gone: `freed` of its
     /// pages are back on the map's free map. May run in any context that
     /// can put a page: must not sleep.
@@ -146,9 +152,11 @@ unsafe extern "C" fn folio_free_cb<T: PagemapOps>(folio: *mut bindings::folio) {
     let Some(index) = map.index_of(p) else {
         return;
     };
+    let nr = 1 << p.folio_order();
+    map.data.folio_freeing(index, nr);
     // INVARIANT: the folio's last reference is gone: its pages are free.
     // Neither fails nor allocates.
-    let freed = map.free.lock().put(index, 1 << p.folio_order());
+    let freed = map.free.lock().put(index, nr);
     map.data.folio_freed(freed);
 }
 

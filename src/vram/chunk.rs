@@ -10,6 +10,7 @@ use kernel::sync::aref::ARef;
 use kernel::sync::atomic::{Atomic, Relaxed};
 use kernel::sync::{Arc, Mutex};
 
+use crate::mm::dmem::PageCharges;
 use crate::mm::fault::{Fault, FaultError};
 use crate::mm::pagemap::{Pagemap, PagemapOps};
 
@@ -38,6 +39,9 @@ pub(crate) struct Chunk {
     /// folio moves, is unmapped or remapped: checked when used.
     #[pin]
     pub(super) mappings: Mutex<KVec<Option<LargeMapping>>>,
+    /// The dmem cgroup charge of each page in use (see
+    /// [`VramPool::alloc_charged`]); undone when the page is freed.
+    pub(super) charges: PageCharges,
 }
 
 /// An mm and an address that mapped a 2 MiB device folio whole when it was
@@ -74,6 +78,15 @@ impl Chunk {
 }
 
 impl PagemapOps for Chunk {
+    fn folio_freeing(&self, first: usize, nr: usize) {
+        // Before the pages can be handed out again (and charged anew).
+        let n = self.charges.uncharge(first, nr);
+        self.pool()
+            .stats
+            .cg_uncharged
+            .add(u64::from_safe_cast(n), Relaxed);
+    }
+
     fn folio_freed(&self, freed: usize) {
         self.pool()
             .stats

@@ -15,7 +15,7 @@ use crate::mm::page::{NewPage, PageRef, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::{self, Pagemap, PAGE_SIZE};
 use crate::mm::trace::{self, EvictReason};
 
-use super::{Batch, Chunk, LargeMapping, Slot, VramPool};
+use super::{charges_of, Batch, Chunk, LargeMapping, Slot, VramPool};
 
 /// What a drain moves to system RAM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,7 +151,17 @@ impl VramPool {
             for (i, f) in filled.iter().enumerate().take(n) {
                 match (*f, mig.src(i).migrate()) {
                     (Some((_, nr)), false) => d.stuck += nr,
-                    (Some((true, nr)), true) => d.moved += nr,
+                    (Some((true, nr)), true) => {
+                        // The charge follows the page into the other chunk,
+                        // before the old page is freed (at finalize).
+                        let dst = mig.dst_page(i).and_then(|p| charges_of(p, self.key));
+                        if let Some((to, j)) = dst {
+                            if let Some(c) = map.data().charges.take(first + i) {
+                                to.put(j, c);
+                            }
+                        }
+                        d.moved += nr;
+                    }
                     (Some((false, nr)), true) => {
                         d.to_system += nr;
                         if nr > 1 {

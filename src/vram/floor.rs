@@ -24,7 +24,7 @@ use kernel::time::{Instant, Monotonic};
 use crate::mm::page::{NewPage, BLOCK_PAGES};
 use crate::mm::pagemap::PAGE_SIZE;
 
-use super::VramPool;
+use super::{Payer, VramPool};
 
 /// The paths of the copy floor.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -74,9 +74,9 @@ impl DevicePages {
                 return Err(ENOSPC);
             }
             let mut batch = if large {
-                pool.alloc_large()?.ok_or(ENOSPC)?
+                pool.alloc_large(Payer::Nobody)?.ok_or(ENOSPC)?
             } else {
-                pool.alloc(want)?
+                pool.alloc(want, Payer::Nobody)?
             };
             let before = offsets.len();
             while let Some((page, off)) = batch.take() {

@@ -51,6 +51,7 @@
 //! let go with neither the chunk table nor an mmap lock held (under
 //! `shrink_lock` at most, and the replicas' `reclaim`).
 
+use kernel::num::casts::FromSafeCast;
 use kernel::{
     devres::Devres,
     mm::MmWithUser,
@@ -66,6 +67,7 @@ use kernel::{
 
 use crate::mm::{
     cancel::Cancel,
+    dmem::{PageCharges, Region},
     fault::{Fault, FaultError},
     iomem::WcBar,
     owner::{Owner, OwnerKey},
@@ -88,7 +90,7 @@ mod shrink;
 mod stats;
 mod teardown;
 
-pub(crate) use alloc::Batch;
+pub(crate) use alloc::{Batch, Payer};
 use chunk::{no_mappings, Chunk, LargeMapping};
 pub(crate) use floor::{FloorPath, FLOOR_MAX_PAGES};
 use lru::Lru;
@@ -206,6 +208,12 @@ pub(crate) struct VramPool {
     /// them.
     #[pin]
     replicas: Replicas,
+    /// This device's memory as a region of the dmem cgroup controller:
+    /// every page a process moves in is charged to its cgroup
+    /// ([`Payer::Caller`]), and uncharged when the page is freed. Declared
+    /// after `replicas`, before `me`: unregistered when the pool goes,
+    /// after its last chunk (no charge can come then).
+    region: Region,
     /// The pool's own handle, for the chunks it creates: set by
     /// [`VramPool::create`], taken away by [`VramPool::shutdown`] (no chunk is
     /// created after it, and the cycle pool -> chunk -> pool is broken).
@@ -217,13 +225,15 @@ impl VramPool {
     /// A pool over `bar`, owned by the caller (the pool shuts down when the
     /// returned owner is dropped), in chunks of `chunk_size` bytes (a multiple of the
     /// page size; the BAR's tail that does not fill a chunk is not used),
-    /// of a device in owner group `group`.
+    /// of a device in owner group `group`, its memory registered with the
+    /// dmem cgroup controller as region `region` (`drm/<pci address>/vram`).
     pub(crate) fn create(
         bar: Devres<WcBar>,
         chunk_size: usize,
         group: usize,
         index: usize,
         ops: &'static dyn PoolOps,
+        region: &CStr,
     ) -> Result<OwnedPool> {
         if chunk_size == 0 || chunk_size % PAGE_SIZE != 0 {
             return Err(EINVAL);
@@ -240,6 +250,7 @@ impl VramPool {
         let queue_name = CString::try_from_fmt(fmt!("msvm-teardown/{index}"))?;
         let nblocks = nchunks * chunk_size.div_ceil(BLOCK_SIZE);
         let replicas = Replicas::new(nchunks, chunk_size)?;
+        let region = Region::register(u64::from_safe_cast(nchunks * chunk_size), region)?;
         let pool = Arc::pin_init(
             try_pin_init!(Self {
                 bar,
@@ -257,6 +268,7 @@ impl VramPool {
                 ops,
                 teardown_queue: ReclaimQueue::with_max_active(&queue_name, teardown::WORKERS)?,
                 replicas <- replicas,
+                region,
                 me <- new_mutex!(None),
             }? Error),
             GFP_KERNEL,
@@ -386,6 +398,13 @@ pub(crate) fn locate<'p>(
     let map = pagemap::map_of(page, key)?;
     let chunk = map.data();
     Some((chunk.pool(), chunk.base + map.index_of(page)? * PAGE_SIZE))
+}
+
+/// The charge table of device page `page` and its index there, if its
+/// pagemap has `key`'s owner (alive as long as the page, see [`locate`]).
+fn charges_of<'p>(page: PageRef<'p>, key: &'static GroupKey) -> Option<(&'p PageCharges, usize)> {
+    let map = pagemap::map_of(page, key)?;
+    Some((&map.data().charges, map.index_of(page)?))
 }
 
 /// A device's own handle on its pool: the pool shuts down

@@ -32,6 +32,7 @@ use kernel::sync::atomic::Relaxed;
 use kernel::sync::Arc;
 
 use crate::mm::cancel::{lock_killable, Cancel};
+use crate::mm::dmem::{Evictor, Refusal};
 use crate::mm::page::{BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::Pagemap;
 use crate::mm::trace::{self, EvictReason};
@@ -55,11 +56,51 @@ impl VramPool {
     ///
     /// Never call it with an mmap lock held: it takes the mmap lock of the
     /// mm a 2 MiB folio was migrated in at.
+    ///
+    /// Blocks whose pages `dmem.min` protects stay, and those `dmem.low`
+    /// protects too unless there is nothing else (the dmem controller's
+    /// protection, from the root: a full device is everyone's limit).
     pub(crate) fn make_room(&self, pages: usize, large: bool, u: Use, cancel: &Cancel<'_>) -> bool {
-        let policy = Policy::current();
         // A whole block for a 2 MiB folio when there are free pages enough:
         // the folio moves in small pages rather than push data out.
-        if policy == Policy::Off || (large && self.could_hold(pages)) {
+        if large && self.could_hold(pages) {
+            return false;
+        }
+        self.evict_for(pages, large, u, Evictor::Full { ignore_low: false }, cancel)
+    }
+
+    /// Makes room for `pages` pages of the calling task's dmem cgroup, which
+    /// is at its `dmem.max` for this device, among the pages charged inside
+    /// the cgroup that limits it (its own, its descendants'): never another
+    /// cgroup's. Returns whether the cgroup may have room now (evicted
+    /// something, or no longer at its limit).
+    pub(crate) fn make_room_in_limit(&self, pages: usize, u: Use, cancel: &Cancel<'_>) -> bool {
+        // The limiting pool, learnt from a charge (undone at once if the
+        // cgroup has room again meanwhile).
+        let limit = match self.region.charge_page() {
+            Ok(_) => return true,
+            Err(Refusal::Error(_)) => return false,
+            Err(Refusal::Limit(l)) => l,
+        };
+        let evictor = Evictor::Limit {
+            pool: &limit,
+            ignore_low: false,
+        };
+        self.evict_for(pages, false, u, evictor, cancel)
+    }
+
+    /// Evicts blocks `evictor` may take until `pages` pages are free (see
+    /// [`VramPool::make_room`]).
+    fn evict_for(
+        &self,
+        pages: usize,
+        large: bool,
+        u: Use,
+        evictor: Evictor<'_>,
+        cancel: &Cancel<'_>,
+    ) -> bool {
+        let policy = Policy::current();
+        if policy == Policy::Off {
             return false;
         }
         let mut freed = 0;
@@ -69,7 +110,7 @@ impl VramPool {
             if freed >= pages || cancel.check().is_err() {
                 break;
             }
-            let Some((n, emptied)) = self.evict_one(policy, large, u, cancel) else {
+            let Some((n, emptied)) = self.evict_one(policy, large, u, evictor, cancel) else {
                 break;
             };
             freed += n;
@@ -89,10 +130,11 @@ impl VramPool {
         policy: Policy,
         large: bool,
         u: Use,
+        evictor: Evictor<'_>,
         cancel: &Cancel<'_>,
     ) -> Option<(usize, bool)> {
         let mut pass = lock_killable(&self.shrink_lock).ok()?;
-        let (c, mut map, b) = self.pick(policy, large, u)?;
+        let (c, mut map, b) = self.pick(policy, large, u, evictor)?;
         let index = self.block_of(&map, b);
         let (_, whole) = map.block_use(b);
         // Pages the folio's mm moved.
@@ -183,32 +225,30 @@ impl VramPool {
 
     /// The policy's choice for request `u` among the blocks of the live
     /// chunks that hold pages in use (only blocks that can hold a 2 MiB
-    /// folio, if `large`): the chunk, its pagemap and the block to evict, or
-    /// `None` (nothing for this request, or a block demoted instead).
+    /// folio, if `large`) and that `evictor` may take (those only
+    /// `dmem.low` protects, if there is nothing else): the chunk, its
+    /// pagemap and the block to evict, or `None` (nothing for this request,
+    /// or a block demoted instead).
     fn pick(
         &self,
         policy: Policy,
         large: bool,
         u: Use,
+        evictor: Evictor<'_>,
     ) -> Option<(usize, Arc<Pagemap<Chunk>>, usize)> {
         let chunks = self.chunks.lock();
-        let blocks = chunks.iter().enumerate().flat_map(|(c, slot)| {
-            let map = slot.live().filter(|m| !large || m.data().large);
-            // Whole blocks only, if `large` (a short last one holds none).
-            let nblocks = map.map_or(0, |m| {
-                if large {
-                    m.npages() / BLOCK_PAGES
-                } else {
-                    m.nblocks()
-                }
+        let hit_low = core::cell::Cell::new(false);
+        let choice = self
+            .choose_in(&chunks, policy, large, u, evictor, &hit_low)
+            .or_else(|| {
+                hit_low
+                    .get()
+                    .then(|| {
+                        self.choose_in(&chunks, policy, large, u, evictor.ignoring_low(), &hit_low)
+                    })
+                    .flatten()
             });
-            (0..nblocks).filter_map(move |b| {
-                let m = map?;
-                let (used, _) = m.block_use(b);
-                (used > 0).then(|| (key(c, b), self.lru.get(self.block_of(m, b))))
-            })
-        });
-        let (k, evict) = match choose(policy, blocks, u)? {
+        let (k, evict) = match choice? {
             Choice::Evict(k) => (k, true),
             Choice::Demote(k) => (k, false),
         };
@@ -222,6 +262,45 @@ impl VramPool {
             return None;
         }
         Some((c, map.clone(), b))
+    }
+
+    /// The policy's choice among the blocks of `chunks` that `evictor` may
+    /// take (see [`VramPool::pick`]); `hit_low` is set if `dmem.low` alone
+    /// kept one.
+    fn choose_in(
+        &self,
+        chunks: &[Slot],
+        policy: Policy,
+        large: bool,
+        u: Use,
+        evictor: Evictor<'_>,
+        hit_low: &core::cell::Cell<bool>,
+    ) -> Option<Choice> {
+        let blocks = chunks.iter().enumerate().flat_map(|(c, slot)| {
+            let map = slot.live().filter(|m| !large || m.data().large);
+            // Whole blocks only, if `large` (a short last one holds none).
+            let nblocks = map.map_or(0, |m| {
+                if large {
+                    m.npages() / BLOCK_PAGES
+                } else {
+                    m.nblocks()
+                }
+            });
+            (0..nblocks).filter_map(move |b| {
+                let m = map?;
+                let (used, _) = m.block_use(b);
+                if used == 0 {
+                    return None;
+                }
+                let (ok, low) = m
+                    .data()
+                    .charges
+                    .evictable(b * BLOCK_PAGES, BLOCK_PAGES, evictor);
+                hit_low.set(hit_low.get() || low);
+                ok.then(|| (key(c, b), self.lru.get(self.block_of(m, b))))
+            })
+        });
+        choose(policy, blocks, u)
     }
 
     /// The index in the use table of block `b` of chunk `map`.

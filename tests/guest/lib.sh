@@ -44,3 +44,56 @@ unload_msvm() {
 		return 1
 	fi
 }
+
+# The dmem cgroup controller (VRAM limits per cgroup; cgroup2 is mounted on
+# /sys/fs/cgroup by /init).
+CG=/sys/fs/cgroup
+
+# cg_new NAME [MAX]: a cgroup under the root with the dmem controller, and
+# dmem.max MAX (bytes, K/M/G suffixes) on every msvm device's region.
+cg_new() {
+	grep -qw dmem $CG/cgroup.subtree_control || echo +dmem >$CG/cgroup.subtree_control
+	mkdir $CG/"$1" || return 1
+	[ -z "${2:-}" ] && return 0
+	for r in $(awk '$1 ~ /^drm\// { print $1 }' $CG/dmem.capacity); do
+		echo "$r $2" >$CG/"$1"/dmem.max || return 1
+	done
+}
+
+# cg_run NAME CMD...: runs CMD in cgroup NAME.
+cg_run() {
+	cg_name=$1
+	shift
+	sh -c 'echo $$ >'"$CG/$cg_name"'/cgroup.procs && exec "$@"' sh "$@"
+}
+
+# cg_zero NAME WHEN: one check: no msvm region holds a charge of cgroup
+# NAME any more (WHEN says after what). Prints dmem.current.
+cg_zero() {
+	echo "cgroup $1 dmem.current $2:"
+	sed 's/^/  /' $CG/"$1"/dmem.current
+	if awk '$1 ~ /^drm\// && $2 != 0 { bad = 1 } END { exit bad }' $CG/"$1"/dmem.current; then
+		echo "msvm-tests: 1 passed, 0 failed (cgroup $1: no charge left $2)"
+	else
+		echo "msvm-tests: 0 passed, 1 failed (cgroup $1: charges left $2)"
+		return 1
+	fi
+}
+
+# cg_gone NAME: one check: cgroup NAME is removed and freed within 10 s. A
+# charge never undone keeps a reference to it for good: the root's
+# nr_dying_descendants would not come back to 0.
+cg_gone() {
+	rmdir $CG/"$1" || return 1
+	i=0
+	while grep -q '^nr_dying_descendants [1-9]' $CG/cgroup.stat; do
+		i=$((i + 1))
+		if [ $i -gt 100 ]; then
+			cat $CG/cgroup.stat
+			echo "msvm-tests: 0 passed, 1 failed (cgroup $1 still dying after 10 s: a charge was never undone)"
+			return 1
+		fi
+		sleep 0.1
+	done
+	echo "msvm-tests: 1 passed, 0 failed (cgroup $1 freed: no charge held it)"
+}

@@ -21,11 +21,17 @@ else
 	echo "msvm-tests: 0 passed, 1 failed (msvm-example)"
 	rc=1
 fi
-echo "== msvm-tests fuzz (seed ${msvm_fuzz_seed:-1}, ${msvm_fuzz_calls:-100000} calls)"
-msvm-tests fuzz "${msvm_fuzz_seed:-1}" "${msvm_fuzz_calls:-100000}" "${msvm_fuzz_secs:-300}" || rc=1
-echo "== msvm-tests stress (${msvm_stress_secs:-20} s, 3 processes x 2 threads, 4 KiB pages and THPs, all devices)"
-msvm-tests stress "${msvm_stress_secs:-20}" 3 2 >/tmp/stress.log 2>&1 || rc=1
+echo "== msvm-tests fuzz (seed ${msvm_fuzz_seed:-1}, ${msvm_fuzz_calls:-100000} calls; in a cgroup with dmem.max 16M on every device)"
+cg_new fuzz 16M || rc=1
+cg_run fuzz msvm-tests fuzz "${msvm_fuzz_seed:-1}" "${msvm_fuzz_calls:-100000}" "${msvm_fuzz_secs:-300}" || rc=1
+cg_zero fuzz "after the fuzzer" || rc=1
+cg_gone fuzz || rc=1
+echo "== msvm-tests stress (${msvm_stress_secs:-20} s, 3 processes x 2 threads, 4 KiB pages and THPs, all devices; in a cgroup with dmem.max 48M on every device)"
+cg_new stress 48M || rc=1
+cg_run stress msvm-tests stress "${msvm_stress_secs:-20}" 3 2 >/tmp/stress.log 2>&1 || rc=1
 cat /tmp/stress.log
+cg_zero stress "after the stress run" || rc=1
+cg_gone stress || rc=1
 awk '/^# stress-proc/ { o += $3; b += $4 }
 	END { printf "stress: %d operations, %d MiB verified\n", o, b / 1048576 }' /tmp/stress.log
 echo "== msvm-tests oversub-stress (${msvm_oversub_secs:-20} s, 3 processes on one full device)"
@@ -36,11 +42,22 @@ msvm-tests rebind || rc=1
 echo "== rmmod msvm with data on a device"
 # A process parks data on a device and closes its file; the module goes
 # away under it; its data must have come back to system RAM.
+# It runs in a cgroup of its own: its charges must be undone before the
+# regions go (checked by the cgroup being freed after).
 rm -f /tmp/ready /tmp/go
-msvm-tests hold /tmp/ready /tmp/go &
+cg_new parked || rc=1
+cg_run parked msvm-tests hold /tmp/ready /tmp/go &
 holder=$!
 i=0
 while [ ! -e /tmp/ready ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+echo "cgroup parked dmem.current before rmmod:"
+sed 's/^/  /' $CG/parked/dmem.current
+if grep -q '^drm/.* 1048576$' $CG/parked/dmem.current; then
+	echo "msvm-tests: 1 passed, 0 failed (cgroup parked: 1 MiB charged before rmmod)"
+else
+	echo "msvm-tests: 0 passed, 1 failed (cgroup parked: 1 MiB charged before rmmod)"
+	rc=1
+fi
 if rmmod msvm && [ ! -e /sys/bus/pci/drivers/msvm ] && ! ls /dev/dri/renderD* >/dev/null 2>&1; then
 	echo "rmmod: ok (driver and render nodes gone)"
 else
@@ -54,6 +71,7 @@ else
 	echo "msvm-tests: 0 passed, 1 failed (data parked across rmmod)"
 	rc=1
 fi
+cg_gone parked || rc=1
 
 echo "== msvm-tests oversub-off (msvm loaded with evict=0)"
 dmesg -n 4
@@ -81,10 +99,13 @@ load_msvm thrash_pin_ms=3000 || exit 1
 msvm-tests thrash-expiry 3000 || rc=1
 unload_msvm || rc=1
 
-echo "== msvm-tests hotplug"
+echo "== msvm-tests hotplug (in a cgroup: the unplugged device's charges must be undone)"
 load_msvm || exit 1
 dmesg -n 7
-msvm-tests hotplug || rc=1
+cg_new hotplug || rc=1
+cg_run hotplug msvm-tests hotplug || rc=1
+cg_zero hotplug "after the hot-unplug tests" || rc=1
+cg_gone hotplug || rc=1
 echo "== msvm-tests unplug-loop (${msvm_unplug_rounds:-20} rounds)"
 msvm-tests unplug-loop "${msvm_unplug_rounds:-20}" || rc=1
 unload_msvm || rc=1

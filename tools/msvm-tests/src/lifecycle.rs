@@ -115,9 +115,14 @@ fn idle_chunks() -> Outcome {
 /// Three chunks filled, then three quarters of their pages freed in a
 /// scattered pattern: a consolidating pass packs what is left into one
 /// chunk (device to device), removes the others, and every byte left is
-/// right, for the device and for the CPU.
+/// right, for the device and for the CPU. The process runs in a cgroup of
+/// its own: the dmem charges follow the pages into their new chunk, and go
+/// when the pages are freed.
 fn consolidation() -> Outcome {
     let dev = gpu0()?;
+    let cg = crate::cgroup::Cgroup::new("msvm-test-consolidation")?;
+    let region = crate::cgroup::region(&dev)?;
+    cg.enter()?;
     shrink("idle")?;
     let s0 = st(&dev)?;
     let chunk = s0.chunk_size as usize;
@@ -152,12 +157,22 @@ fn consolidation() -> Outcome {
         "resident {} pages",
         s2.resident
     );
+    let charged = cg.current(&region)?;
+    check!(
+        charged == (len / 4) as u64,
+        "dmem.current {charged} before consolidation"
+    );
     let removed = shrink("all")?;
     let s3 = st(&dev)?;
     check!(
         s3.chunks_live == 1 && removed == 2,
         "after consolidation: live {}, removed {removed}",
         s3.chunks_live
+    );
+    let moved = cg.current(&region)?;
+    check!(
+        moved == charged,
+        "dmem.current {moved} after consolidation, {charged} before: the charges must follow the pages"
     );
     check!(
         s3.shrink_moved - s2.shrink_moved == (2 * chunk / 4 / PAGE) as u64
@@ -184,7 +199,20 @@ fn consolidation() -> Outcome {
     if let Some(i) = m.bytes().iter().zip(&want).position(|(a, b)| a != b) {
         return Err(format!("byte {i} (page {}) differs", i / PAGE));
     }
-    Ok(())
+    // The device pages read by the CPU came home: their charges went.
+    let after = cg.current(&region)?;
+    let left = st(&dev)?.resident * PAGE as u64;
+    check!(
+        after == left,
+        "dmem.current {after} with {left} bytes still on gpu0"
+    );
+    drop(m);
+    check!(
+        cg.current(&region)? == 0,
+        "dmem.current {} after munmap",
+        cg.current(&region)?
+    );
+    crate::cgroup::leave()
 }
 
 /// `msvm-tests pressure`: every device gets idle chunks, then a child

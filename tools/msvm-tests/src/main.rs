@@ -13,6 +13,7 @@
 
 mod bench;
 mod cases;
+mod cgroup;
 mod cli;
 mod engine;
 mod fuzz;
@@ -76,6 +77,7 @@ fn main_tests() -> Vec<harness::Test> {
         scenarios::tests(),
         large::tests(),
         trace::tests(),
+        cgroup::tests(),
     ]
     .into_iter()
     .flatten()

@@ -1,0 +1,374 @@
+//! VRAM limits per cgroup: each device's memory is a region of the kernel's
+//! dmem cgroup controller (`drm/<pci address>/vram`), every page a process
+//! moves in is charged to its cgroup, and `dmem.max` keeps a cgroup's pages
+//! out (or makes room among its own) without touching another cgroup's.
+//! `dmem.current` is checked against msvm's own residency at every step.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use msvm_rt::{Device, Location};
+
+use crate::check;
+use crate::harness::{Outcome, Test};
+use crate::svm::{fill, gpu0, verify, Map, PAGE};
+
+pub fn tests() -> Vec<Test> {
+    vec![
+        Test {
+            name: "cgroup_dmem_region_per_device",
+            run: regions,
+        },
+        Test {
+            name: "cgroup_dmem_max_limits_one_cgroup_not_its_sibling",
+            run: limit,
+        },
+        Test {
+            name: "cgroup_charges_go_with_fault_back_and_migrate_home",
+            run: follow,
+        },
+        Test {
+            name: "cgroup_charges_go_when_a_process_exits_with_pages_on_a_device",
+            run: exit,
+        },
+        Test {
+            name: "cgroup_moved_process_keeps_its_old_charges",
+            run: moved,
+        },
+    ]
+}
+
+const ROOT: &str = "/sys/fs/cgroup";
+const MIB: u64 = 1 << 20;
+
+fn read(path: &Path) -> Result<String, String> {
+    fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn write(path: &Path, what: &str) -> Result<(), String> {
+    fs::write(path, what).map_err(|e| format!("{} <- {what:?}: {e}", path.display()))
+}
+
+/// The dmem region of `dev`'s memory, as the controller names it.
+pub fn region(dev: &Device) -> Result<String, String> {
+    let q = dev.query().map_err(|e| e.to_string())?;
+    Ok(format!("drm/{}/vram", q.pci))
+}
+
+/// The value of `region` in a dmem file (`<region> <value>` lines).
+fn value(text: &str, region: &str) -> Option<String> {
+    text.lines().find_map(|l| {
+        let (r, v) = l.split_once(' ')?;
+        (r == region).then(|| v.trim().to_string())
+    })
+}
+
+/// A cgroup under the root, with the dmem controller; removed on drop (the
+/// calling process moved back to the root first if it is in it).
+pub struct Cgroup {
+    path: PathBuf,
+}
+
+impl Cgroup {
+    pub fn new(name: &str) -> Result<Self, String> {
+        let root = Path::new(ROOT);
+        if !root.join("cgroup.controllers").exists() {
+            return Err(format!("cgroup2 is not mounted on {ROOT}"));
+        }
+        let ctl = read(&root.join("cgroup.subtree_control"))?;
+        if !ctl.split_whitespace().any(|c| c == "dmem") {
+            write(&root.join("cgroup.subtree_control"), "+dmem")?;
+        }
+        let path = root.join(name);
+        // A leftover of an earlier run that failed.
+        let _ = fs::remove_dir(&path);
+        fs::create_dir(&path).map_err(|e| format!("mkdir {}: {e}", path.display()))?;
+        Ok(Self { path })
+    }
+
+    /// Moves the calling process (all its threads) into the cgroup.
+    pub fn enter(&self) -> Result<(), String> {
+        write(
+            &self.path.join("cgroup.procs"),
+            &std::process::id().to_string(),
+        )
+    }
+
+    /// Sets `dmem.max` of `region` (`None`: no limit).
+    pub fn set_max(&self, region: &str, bytes: Option<u64>) -> Result<(), String> {
+        let v = bytes.map_or("max".to_string(), |b| b.to_string());
+        write(&self.path.join("dmem.max"), &format!("{region} {v}"))
+    }
+
+    /// `dmem.current` of `region`, in bytes.
+    pub fn current(&self, region: &str) -> Result<u64, String> {
+        let text = read(&self.path.join("dmem.current"))?;
+        value(&text, region)
+            .ok_or_else(|| format!("no {region} in dmem.current: {text:?}"))?
+            .parse()
+            .map_err(|e| format!("dmem.current of {region}: {e}"))
+    }
+}
+
+/// Moves the calling process back to the root cgroup.
+pub fn leave() -> Result<(), String> {
+    write(
+        &Path::new(ROOT).join("cgroup.procs"),
+        &std::process::id().to_string(),
+    )
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        let procs = fs::read_to_string(self.path.join("cgroup.procs")).unwrap_or_default();
+        if procs
+            .lines()
+            .any(|p| p.trim() == std::process::id().to_string())
+        {
+            let _ = leave();
+        }
+        let _ = fs::remove_dir(&self.path);
+    }
+}
+
+/// Bytes of `m` that RESIDENCY finds in `dev`'s memory.
+fn on_device(dev: &Device, m: &Map) -> Result<u64, String> {
+    let index = dev.index().map_err(|e| e.to_string())? as usize;
+    let r = dev
+        .residency(m.addr(), m.len())
+        .map_err(|e| e.to_string())?;
+    Ok(r.devices[index])
+}
+
+/// Every msvm device is a region whose capacity is its memory in chunks.
+fn regions() -> Outcome {
+    // The controller enabled under the root.
+    drop(Cgroup::new("msvm-test-regions")?);
+    let cap = read(&Path::new(ROOT).join("dmem.capacity"))?;
+    let devs = crate::svm::every_gpu_with_vm()?;
+    check!(!devs.is_empty(), "no GPU");
+    for d in &devs {
+        let r = region(d)?;
+        let size = d.stats().map_err(|e| e.to_string())?.vram_size;
+        check!(
+            value(&cap, &r) == Some(size.to_string()),
+            "{r}: capacity {:?}, VRAM {size}: {cap:?}",
+            value(&cap, &r)
+        );
+    }
+    Ok(())
+}
+
+/// A, limited to 64 MiB of gpu0, moves 128 MiB there: 64 MiB lands, the rest
+/// is `no_vram`. B, unlimited, moves 128 MiB meanwhile: all of it lands. A's
+/// next request makes room among A's own pages only. `dmem.current` is the
+/// residency msvm reports at every step, and every byte is intact.
+fn limit() -> Outcome {
+    let dev = gpu0()?;
+    let r = region(&dev)?;
+    let a = Cgroup::new("msvm-test-a")?;
+    let b = Cgroup::new("msvm-test-b")?;
+    a.set_max(&r, Some(64 * MIB))?;
+    check!(
+        a.current(&r)? == 0 && b.current(&r)? == 0,
+        "fresh cgroups charged"
+    );
+    let pages = |bytes: u64| bytes / PAGE as u64;
+
+    a.enter()?;
+    let mut ma = Map::new(128 * MIB as usize)?;
+    fill(ma.bytes_mut(), 17);
+    let out = dev
+        .migrate_slice(ma.bytes(), Location::Device)
+        .map_err(|e| e.to_string())?;
+    check!(
+        out.moved == pages(64 * MIB) && out.no_vram == pages(64 * MIB),
+        "A over its limit: {out:?}"
+    );
+    let (cur, res) = (a.current(&r)?, on_device(&dev, &ma)?);
+    check!(
+        cur == 64 * MIB && res == cur,
+        "A: dmem.current {cur}, on gpu0 {res}"
+    );
+
+    b.enter()?;
+    let mut mb = Map::new(128 * MIB as usize)?;
+    fill(mb.bytes_mut(), 18);
+    let out = dev
+        .migrate_slice(mb.bytes(), Location::Device)
+        .map_err(|e| e.to_string())?;
+    check!(out.moved == pages(128 * MIB), "B, unlimited: {out:?}");
+    let (cur, res) = (b.current(&r)?, on_device(&dev, &mb)?);
+    check!(
+        cur == 128 * MIB && res == cur,
+        "B: dmem.current {cur}, on gpu0 {res}"
+    );
+    check!(
+        a.current(&r)? == 64 * MIB,
+        "A's charge moved: {}",
+        a.current(&r)?
+    );
+
+    // A's next request: its own older blocks go home to make room for it,
+    // none of B's.
+    a.enter()?;
+    let mut ma2 = Map::new(32 * MIB as usize)?;
+    fill(ma2.bytes_mut(), 19);
+    let out = dev
+        .migrate_slice(ma2.bytes(), Location::Device)
+        .map_err(|e| e.to_string())?;
+    check!(
+        out.moved == pages(32 * MIB),
+        "A's second request, room made among its own pages: {out:?}"
+    );
+    let (cur, res) = (
+        a.current(&r)?,
+        on_device(&dev, &ma)? + on_device(&dev, &ma2)?,
+    );
+    check!(
+        cur == 64 * MIB && res == cur,
+        "A: dmem.current {cur}, on gpu0 {res}"
+    );
+    let res_b = on_device(&dev, &mb)?;
+    check!(
+        res_b == 128 * MIB && b.current(&r)? == res_b,
+        "B lost pages to A: {res_b}"
+    );
+
+    // Every byte, by the CPU (which faults the pages home: no charge left).
+    verify(ma.bytes(), 17)?;
+    verify(mb.bytes(), 18)?;
+    verify(ma2.bytes(), 19)?;
+    check!(
+        a.current(&r)? == 0 && b.current(&r)? == 0,
+        "charges left after fault-back: A {}, B {}",
+        a.current(&r)?,
+        b.current(&r)?
+    );
+    leave()
+}
+
+/// Charges follow the pages: gone after a CPU fault-back and after MIGRATE
+/// to system RAM (consolidation: `lifecycle_consolidation_keeps_data`).
+fn follow() -> Outcome {
+    let dev = gpu0()?;
+    let r = region(&dev)?;
+    let c = Cgroup::new("msvm-test-follow")?;
+    c.enter()?;
+    let mut m = Map::small(8 * MIB as usize)?;
+    fill(m.bytes_mut(), 21);
+    dev.migrate_slice(m.bytes(), Location::Device)
+        .map_err(|e| e.to_string())?;
+    let (cur, res) = (c.current(&r)?, on_device(&dev, &m)?);
+    check!(
+        cur == 8 * MIB && res == cur,
+        "after MIGRATE: dmem.current {cur}, on gpu0 {res}"
+    );
+    verify(m.bytes(), 21)?;
+    check!(c.current(&r)? == 0, "after fault-back: {}", c.current(&r)?);
+
+    dev.migrate_slice(m.bytes(), Location::Device)
+        .map_err(|e| e.to_string())?;
+    check!(c.current(&r)? == 8 * MIB, "again: {}", c.current(&r)?);
+    dev.migrate_slice(m.bytes(), Location::System)
+        .map_err(|e| e.to_string())?;
+    check!(
+        c.current(&r)? == 0,
+        "after MIGRATE home: {}",
+        c.current(&r)?
+    );
+    leave()
+}
+
+/// Waits until `f` says yes, for at most `secs` seconds.
+fn wait(secs: u64, what: &str, f: &mut dyn FnMut() -> Result<bool, String>) -> Outcome {
+    let t = Instant::now();
+    while !f()? {
+        if t.elapsed() > Duration::from_secs(secs) {
+            return Err(format!("timed out waiting for {what}"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// A child that parks 1 MiB on gpu0 and is killed: its cgroup's charge goes
+/// with its address space.
+fn exit() -> Outcome {
+    let dev = gpu0()?;
+    let r = region(&dev)?;
+    let c = Cgroup::new("msvm-test-exit")?;
+    let (ready, go) = ("/tmp/cg-ready", "/tmp/cg-go");
+    let _ = fs::remove_file(ready);
+    let _ = fs::remove_file(go);
+    // The child is born in the cgroup.
+    c.enter()?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let child = std::process::Command::new(exe)
+        .args(["hold", ready, go])
+        .stdout(std::process::Stdio::null())
+        .spawn();
+    leave()?;
+    let mut child = child.map_err(|e| e.to_string())?;
+    let parked = wait(60, "the child's pages", &mut || {
+        Ok(Path::new(ready).exists())
+    });
+    let cur = c.current(&r);
+    let _ = child.kill();
+    let _ = child.wait();
+    parked?;
+    check!(
+        cur.clone()? == MIB,
+        "child's pages on gpu0: dmem.current {cur:?}"
+    );
+    check!(
+        c.current(&r)? == 0,
+        "after the child's exit: {}",
+        c.current(&r)?
+    );
+    Ok(())
+}
+
+/// A process moved to another cgroup keeps the charges of the pages it has
+/// (as memcg does); its new pages are charged to the new cgroup.
+fn moved() -> Outcome {
+    let dev = gpu0()?;
+    let r = region(&dev)?;
+    let (e, f) = (Cgroup::new("msvm-test-e")?, Cgroup::new("msvm-test-f")?);
+    e.enter()?;
+    let mut m1 = Map::new(4 * MIB as usize)?;
+    fill(m1.bytes_mut(), 31);
+    dev.migrate_slice(m1.bytes(), Location::Device)
+        .map_err(|e| e.to_string())?;
+    f.enter()?;
+    check!(
+        e.current(&r)? == 4 * MIB && f.current(&r)? == 0,
+        "after the move: E {}, F {}",
+        e.current(&r)?,
+        f.current(&r)?
+    );
+    let mut m2 = Map::new(4 * MIB as usize)?;
+    fill(m2.bytes_mut(), 32);
+    dev.migrate_slice(m2.bytes(), Location::Device)
+        .map_err(|e| e.to_string())?;
+    check!(
+        e.current(&r)? == 4 * MIB && f.current(&r)? == 4 * MIB,
+        "new pages: E {}, F {}",
+        e.current(&r)?,
+        f.current(&r)?
+    );
+    verify(m1.bytes(), 31)?;
+    check!(
+        e.current(&r)? == 0,
+        "E after its pages went home: {}",
+        e.current(&r)?
+    );
+    verify(m2.bytes(), 32)?;
+    check!(
+        f.current(&r)? == 0,
+        "F after its pages went home: {}",
+        f.current(&r)?
+    );
+    leave()
+}
