@@ -25,6 +25,10 @@ pub fn tests() -> Vec<Test> {
             run: limit,
         },
         Test {
+            name: "cgroup_dmem_min_keeps_pages_on_a_full_device",
+            run: protect,
+        },
+        Test {
             name: "cgroup_charges_go_with_fault_back_and_migrate_home",
             run: follow,
         },
@@ -160,37 +164,21 @@ fn regions() -> Outcome {
     Ok(())
 }
 
-/// A, limited to 64 MiB of gpu0, moves 128 MiB there: 64 MiB lands, the rest
-/// is `no_vram`. B, unlimited, moves 128 MiB meanwhile: all of it lands. A's
-/// next request makes room among A's own pages only. `dmem.current` is the
-/// residency msvm reports at every step, and every byte is intact.
+/// B, unlimited, moves 128 MiB to gpu0; then A, limited to 64 MiB there,
+/// moves 128 MiB: 64 MiB lands, the rest is `no_vram`, and B keeps all of
+/// its pages. A's next request makes room among A's own pages only, though
+/// B's are older. `dmem.current` is the residency msvm reports at every
+/// step (printed), and every byte is intact.
 fn limit() -> Outcome {
     let dev = gpu0()?;
     let r = region(&dev)?;
     let a = Cgroup::new("msvm-test-a")?;
     let b = Cgroup::new("msvm-test-b")?;
     a.set_max(&r, Some(64 * MIB))?;
-    check!(
-        a.current(&r)? == 0 && b.current(&r)? == 0,
-        "fresh cgroups charged"
-    );
+    let (ca, cb) = (a.current(&r)?, b.current(&r)?);
+    println!("# limit: fresh cgroups: dmem.current A {ca}, B {cb}");
+    check!(ca == 0 && cb == 0, "fresh cgroups charged");
     let pages = |bytes: u64| bytes / PAGE as u64;
-
-    a.enter()?;
-    let mut ma = Map::new(128 * MIB as usize)?;
-    fill(ma.bytes_mut(), 17);
-    let out = dev
-        .migrate_slice(ma.bytes(), Location::Device)
-        .map_err(|e| e.to_string())?;
-    check!(
-        out.moved == pages(64 * MIB) && out.no_vram == pages(64 * MIB),
-        "A over its limit: {out:?}"
-    );
-    let (cur, res) = (a.current(&r)?, on_device(&dev, &ma)?);
-    check!(
-        cur == 64 * MIB && res == cur,
-        "A: dmem.current {cur}, on gpu0 {res}"
-    );
 
     b.enter()?;
     let mut mb = Map::new(128 * MIB as usize)?;
@@ -198,53 +186,125 @@ fn limit() -> Outcome {
     let out = dev
         .migrate_slice(mb.bytes(), Location::Device)
         .map_err(|e| e.to_string())?;
+    let (cb, rb) = (b.current(&r)?, on_device(&dev, &mb)?);
+    println!("# limit: B moved 128 MiB: {out:?}; dmem.current B {cb}, B on gpu0 {rb}");
     check!(out.moved == pages(128 * MIB), "B, unlimited: {out:?}");
-    let (cur, res) = (b.current(&r)?, on_device(&dev, &mb)?);
     check!(
-        cur == 128 * MIB && res == cur,
-        "B: dmem.current {cur}, on gpu0 {res}"
+        cb == 128 * MIB && rb == cb,
+        "B: dmem.current {cb}, on gpu0 {rb}"
+    );
+
+    a.enter()?;
+    let mut ma = Map::new(128 * MIB as usize)?;
+    fill(ma.bytes_mut(), 17);
+    let out = dev
+        .migrate_slice(ma.bytes(), Location::Device)
+        .map_err(|e| e.to_string())?;
+    let (ca, ra) = (a.current(&r)?, on_device(&dev, &ma)?);
+    let (cb, rb) = (b.current(&r)?, on_device(&dev, &mb)?);
+    println!(
+        "# limit: A moved 128 MiB: {out:?}; dmem.current A {ca}, A on gpu0 {ra}; B {cb}, B on gpu0 {rb}"
     );
     check!(
-        a.current(&r)? == 64 * MIB,
-        "A's charge moved: {}",
-        a.current(&r)?
+        out.moved == pages(64 * MIB) && out.no_vram == pages(64 * MIB),
+        "A over its limit: {out:?}"
+    );
+    check!(
+        ca == 64 * MIB && ra == ca,
+        "A: dmem.current {ca}, on gpu0 {ra}"
+    );
+    check!(
+        cb == 128 * MIB && rb == cb,
+        "B: dmem.current {cb}, on gpu0 {rb}"
     );
 
     // A's next request: its own older blocks go home to make room for it,
-    // none of B's.
-    a.enter()?;
+    // none of B's (older still).
     let mut ma2 = Map::new(32 * MIB as usize)?;
     fill(ma2.bytes_mut(), 19);
     let out = dev
         .migrate_slice(ma2.bytes(), Location::Device)
         .map_err(|e| e.to_string())?;
+    let (ca, ra) = (
+        a.current(&r)?,
+        on_device(&dev, &ma)? + on_device(&dev, &ma2)?,
+    );
+    let (cb, rb) = (b.current(&r)?, on_device(&dev, &mb)?);
+    println!(
+        "# limit: A moved 32 MiB more: {out:?}; dmem.current A {ca}, A on gpu0 {ra}; B {cb}, B on gpu0 {rb}"
+    );
     check!(
         out.moved == pages(32 * MIB),
         "A's second request, room made among its own pages: {out:?}"
     );
-    let (cur, res) = (
-        a.current(&r)?,
-        on_device(&dev, &ma)? + on_device(&dev, &ma2)?,
+    check!(
+        ca == 64 * MIB && ra == ca,
+        "A: dmem.current {ca}, on gpu0 {ra}"
     );
     check!(
-        cur == 64 * MIB && res == cur,
-        "A: dmem.current {cur}, on gpu0 {res}"
-    );
-    let res_b = on_device(&dev, &mb)?;
-    check!(
-        res_b == 128 * MIB && b.current(&r)? == res_b,
-        "B lost pages to A: {res_b}"
+        cb == 128 * MIB && rb == cb,
+        "B lost pages to A: dmem.current {cb}, on gpu0 {rb}"
     );
 
     // Every byte, by the CPU (which faults the pages home: no charge left).
     verify(ma.bytes(), 17)?;
     verify(mb.bytes(), 18)?;
     verify(ma2.bytes(), 19)?;
+    let (ca, cb) = (a.current(&r)?, b.current(&r)?);
+    println!("# limit: every byte read back by the CPU: dmem.current A {ca}, B {cb}");
     check!(
-        a.current(&r)? == 0 && b.current(&r)? == 0,
-        "charges left after fault-back: A {}, B {}",
-        a.current(&r)?,
-        b.current(&r)?
+        ca == 0 && cb == 0,
+        "charges left after fault-back: A {ca}, B {cb}"
+    );
+    leave()
+}
+
+/// P, with `dmem.min` 64 MiB on gpu0, has 64 MiB there; Q fills the whole
+/// device after it. Making room on the full device evicts the oldest blocks
+/// first, which would be P's: `dmem.min` keeps them, and Q's request gets
+/// what is left.
+fn protect() -> Outcome {
+    let dev = gpu0()?;
+    let r = region(&dev)?;
+    let vram = dev.stats().map_err(|e| e.to_string())?.vram_size;
+    let p = Cgroup::new("msvm-test-p")?;
+    let q = Cgroup::new("msvm-test-q")?;
+    write(&p.path.join("dmem.min"), &format!("{r} {}", 64 * MIB))?;
+    p.enter()?;
+    let mut mp = Map::new(64 * MIB as usize)?;
+    fill(mp.bytes_mut(), 41);
+    dev.migrate_slice(mp.bytes(), Location::Device)
+        .map_err(|e| e.to_string())?;
+    check!(p.current(&r)? == 64 * MIB, "P: {}", p.current(&r)?);
+    q.enter()?;
+    let mut mq = Map::new(vram as usize)?;
+    fill(mq.bytes_mut(), 42);
+    let out = dev
+        .migrate_slice(mq.bytes(), Location::Device)
+        .map_err(|e| e.to_string())?;
+    let (pres, qres) = (on_device(&dev, &mp)?, on_device(&dev, &mq)?);
+    println!(
+        "# protect: Q moved {} pages, no_vram {}; dmem.current P {} Q {}",
+        out.moved,
+        out.no_vram,
+        p.current(&r)?,
+        q.current(&r)?
+    );
+    check!(
+        pres == 64 * MIB && p.current(&r)? == pres,
+        "P's protected pages evicted: {pres} bytes left on gpu0, {out:?}"
+    );
+    check!(
+        qres + pres <= vram && qres == q.current(&r)? && out.no_vram >= 64 * MIB / PAGE as u64,
+        "Q: {qres} bytes on gpu0, {out:?}"
+    );
+    verify(mp.bytes(), 41)?;
+    verify(mq.bytes(), 42)?;
+    check!(
+        p.current(&r)? == 0 && q.current(&r)? == 0,
+        "charges left: P {}, Q {}",
+        p.current(&r)?,
+        q.current(&r)?
     );
     leave()
 }
