@@ -70,8 +70,9 @@ cg_run() {
 # cg_zero NAME WHEN: one check: no msvm region holds a charge of cgroup
 # NAME any more (WHEN says after what). Prints dmem.current.
 cg_zero() {
-	echo "cgroup $1 dmem.current $2:"
-	sed 's/^/  /' $CG/"$1"/dmem.current
+	echo "cgroup $1 dmem.current $2 (dmem.peak: the most it held):"
+	sed 's/^/  current /' $CG/"$1"/dmem.current
+	sed 's/^/  peak /' $CG/"$1"/dmem.peak
 	if awk '$1 ~ /^drm\// && $2 != 0 { bad = 1 } END { exit bad }' $CG/"$1"/dmem.current; then
 		echo "msvm-tests: 1 passed, 0 failed (cgroup $1: no charge left $2)"
 	else
