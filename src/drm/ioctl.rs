@@ -357,6 +357,8 @@ impl File {
             replica_hits: s.replica_hits.load(Relaxed),
             replica_blocks: pool.replica_blocks(),
             replica_dropped: s.replica_dropped.load(Relaxed),
+            cgroup_bytes: s.cg_bytes(),
+            cgroup_limited: s.cg_limited.load(Relaxed),
             reserved: [0; 1],
         };
         Ok(0)

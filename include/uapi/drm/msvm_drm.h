@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 /* Bumped on every ABI addition. */
-#define MSVM_UAPI_VERSION 12
+#define MSVM_UAPI_VERSION 13
 
 /* At most this many msvm devices are bound at once. */
 #define MSVM_MAX_DEVICES 16
@@ -292,6 +292,12 @@ struct drm_msvm_migrate {
  * @replica_blocks: 2 MiB blocks of processes with replicas here now
  * @replica_dropped: such blocks whose replicas were dropped to make room
  *                   (for other replicas, for pages, by a shrink pass)
+ * @cgroup_bytes: bytes of this device's memory charged to dmem cgroups now:
+ *                what its dmem region (drm/<pci address>/vram) holds
+ *                across all cgroups (since ABI version 13)
+ * @cgroup_limited: pages that migrations into this device did not move
+ *                  because the process's cgroup was at its dmem.max (they
+ *                  also count in @no_vram; since ABI version 13)
  * @reserved: zero
  */
 struct drm_msvm_stats {
@@ -348,6 +354,8 @@ struct drm_msvm_stats {
 	__u64 replica_hits;
 	__u64 replica_blocks;
 	__u64 replica_dropped;
+	__u64 cgroup_bytes;
+	__u64 cgroup_limited;
 	__u64 reserved[1];
 };
 

@@ -84,6 +84,8 @@ fn c_layout() -> Vec<(String, u64)> {
                 "replica_hits",
                 "replica_blocks",
                 "replica_dropped",
+                "cgroup_bytes",
+                "cgroup_limited",
                 "reserved",
             ],
         )
@@ -320,6 +322,8 @@ fn layouts_match_the_c_header() {
             replica_hits,
             replica_blocks,
             replica_dropped,
+            cgroup_bytes,
+            cgroup_limited,
             reserved
         ]
     );
