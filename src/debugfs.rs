@@ -25,6 +25,10 @@
 //! - `phases`: where each device's migration steps (by size class) and
 //!   engine jobs spend their time: counts and microseconds per phase (the
 //!   same figures as STATS).
+//! - `cgroup`: each device's dmem cgroup counters (the same figures as
+//!   STATS): the bytes of its memory charged to dmem cgroups now, and the
+//!   pages migrations into it did not move because the process's cgroup
+//!   was at its `dmem.max`.
 
 use kernel::{
     debugfs, fmt,
@@ -58,6 +62,8 @@ pub(crate) struct Debugfs {
     copy_floor: debugfs::File<Floor>,
     #[pin]
     phases: debugfs::File<()>,
+    #[pin]
+    cgroup: debugfs::File<()>,
 }
 
 /// The last `copy_floor` run: bytes per path, and nanoseconds per path and
@@ -111,6 +117,7 @@ impl Debugfs {
                 &write_floor,
             ),
             phases <- dir.read_callback_file(c"phases", (), &show_phases),
+            cgroup <- dir.read_callback_file(c"cgroup", (), &show_cgroup),
         })
     }
 }
@@ -308,6 +315,21 @@ fn show_phases(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
             "{i} {} {} {} {} {}",
             p.jobs, p.place_us, p.walk_us, p.bind_us, p.exec_us
         )?;
+    }
+    Ok(())
+}
+
+/// `cgroup`: per device, its dmem cgroup counters.
+fn show_cgroup(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    let pools: [Option<PoolRef>; MAX_DEVICES] = {
+        let topo = registry::devices();
+        core::array::from_fn(|i| PoolRef::get_locked(&topo, i).ok())
+    };
+    writeln!(f, "gpu cgroup_bytes cgroup_limited")?;
+    for (i, pool) in pools.iter().enumerate() {
+        let Some(pool) = pool else { continue };
+        let s = &pool.stats;
+        writeln!(f, "{i} {} {}", s.cg_bytes(), s.cg_limited.load(Relaxed))?;
     }
     Ok(())
 }
