@@ -248,7 +248,7 @@ fn stats() -> msvm_rt::Result<()> {
         return Ok(());
     }
     println!(
-        "{:<5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10} {:>13}",
+        "{:<5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10} {:>13} {:>14}",
         "gpu",
         "resident",
         "to_dev",
@@ -262,13 +262,14 @@ fn stats() -> msvm_rt::Result<()> {
         "memmap",
         "shrunk",
         "vram",
-        "room/pins/hot"
+        "room/pins/hot",
+        "cgroup/limited"
     );
     for d in &devices {
         let i = d.query()?;
         let s = d.stats()?;
         println!(
-            "{:<5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10} {:>13}",
+            "{:<5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10} {:>13} {:>14}",
             i.index,
             mib(s.resident * 4096),
             mib(s.to_device * 4096),
@@ -287,7 +288,8 @@ fn stats() -> msvm_rt::Result<()> {
             kib(s.memmap_bytes),
             s.chunks_destroyed,
             mib(s.vram_size),
-            format!("{}/{}/{}", s.evict_blocks, s.thrash_pinned, s.access_due)
+            format!("{}/{}/{}", s.evict_blocks, s.thrash_pinned, s.access_due),
+            format!("{}/{}", mib(s.cgroup_bytes), s.cgroup_limited)
         );
     }
     println!(
@@ -297,7 +299,8 @@ fn stats() -> msvm_rt::Result<()> {
          in peers' memory; chunks: live(of which idle)/total, {} MiB each; memmap: RAM their \
          struct pages take; shrunk: pagemaps the shrinker removed; room/pins/hot: 2 MiB blocks \
          evicted to make room, blocks pinned by thrashing detection, and blocks the access \
-         counters found due here)",
+         counters found due here; cgroup/limited: memory of the device charged to dmem cgroups \
+         now, and pages migrations into it left behind because a cgroup was at its dmem.max)",
         devices[0].stats()?.chunk_size >> 20
     );
     Ok(())

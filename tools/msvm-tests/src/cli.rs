@@ -85,6 +85,12 @@ fn json() -> Outcome {
             "gpu{}: stats {st}",
             q.index
         );
+        // The fields of ABI version 13 are there (gauges that may move).
+        check!(
+            st["stats"]["cgroup_bytes"].is_u64() && st["stats"]["cgroup_limited"].is_u64(),
+            "gpu{}: no cgroup counters in stats {st}",
+            q.index
+        );
     }
     Ok(())
 }
