@@ -174,7 +174,8 @@ struct drm_msvm_vm_destroy {
  *        secretmem, hugetlb, VM_IO/VM_PFNMAP, in use by another migration;
  *        towards system RAM, secretmem, hugetlb and special mappings count
  *        as @already: none of their pages can be on a device)
- * @no_vram: out: pages not moved for lack of device memory
+ * @no_vram: out: pages not moved for lack of device memory, or because
+ *           the caller's dmem cgroup is at its dmem.max for the device
  * @reserved: must be zero
  */
 struct drm_msvm_migrate {
@@ -205,6 +206,7 @@ struct drm_msvm_migrate {
  *           (unbind, unplug, module unload)
  * @resident: pages of device memory in use now
  * @no_vram: pages a migration could not move for lack of device memory
+ *           (the cgroup limit's among them: also in @cgroup_limited)
  * @chunks_live: chunks of device memory with a pagemap now
  * @chunks_created: pagemaps created so far
  * @vram_size: bytes of device memory in chunks
@@ -508,7 +510,8 @@ struct drm_msvm_set_attr {
  * @moved: out: pages moved
  * @already: out: pages that were already there
  * @busy: out: pages the kernel would not move
- * @no_vram: out: pages not moved for lack of device memory
+ * @no_vram: out: pages not moved for lack of device memory, or because
+ *           the caller's dmem cgroup is at its dmem.max for the device
  * @reserved: must be zero
  */
 struct drm_msvm_prefetch {

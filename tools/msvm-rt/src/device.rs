@@ -173,7 +173,8 @@ pub struct MigrateOutcome {
     pub already: u64,
     /// Pages the kernel would not move (pinned, shared, file-backed, busy).
     pub busy: u64,
-    /// Pages not moved for lack of device memory.
+    /// Pages not moved for lack of device memory (or because the caller's
+    /// dmem cgroup is at its `dmem.max` for the device).
     pub no_vram: u64,
 }
 

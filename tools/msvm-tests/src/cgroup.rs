@@ -197,9 +197,18 @@ fn limit() -> Outcome {
     a.enter()?;
     let mut ma = Map::new(128 * MIB as usize)?;
     fill(ma.bytes_mut(), 17);
+    let s0 = dev.stats().map_err(|e| e.to_string())?;
     let out = dev
         .migrate_slice(ma.bytes(), Location::Device)
         .map_err(|e| e.to_string())?;
+    let s1 = dev.stats().map_err(|e| e.to_string())?;
+    // STATS: the device's charges, and the pages the limit kept out.
+    check!(
+        s1.cgroup_limited - s0.cgroup_limited == pages(64 * MIB) && s1.cgroup_bytes == 192 * MIB,
+        "STATS: cgroup_limited +{}, cgroup_bytes {}",
+        s1.cgroup_limited - s0.cgroup_limited,
+        s1.cgroup_bytes
+    );
     let (ca, ra) = (a.current(&r)?, on_device(&dev, &ma)?);
     let (cb, rb) = (b.current(&r)?, on_device(&dev, &mb)?);
     println!(
