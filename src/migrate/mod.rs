@@ -269,10 +269,13 @@ fn device_step(
         // cgroup's own pages only.
         (Some(first), first_end)
             // CAST: `u64` fits in `usize` on 64-bit kernels.
-            if (first.no_vram > first.limited
-                && room((first.no_vram - first.limited) as usize, false))
-                || (first.limited > 0
-                    && pool.make_room_in_limit(first.limited as usize, u, cancel)) =>
+            if {
+                let full = first.no_vram > first.limited
+                    && room((first.no_vram - first.limited) as usize, false);
+                let limit = first.limited > 0
+                    && pool.make_room_in_limit(first.limited as usize, u, cancel);
+                full || limit
+            } =>
         {
             let (again, again_end) = locked_step(pool, mm, addr, first_end, dest, false)?;
             (again.ok_or(EAGAIN)?.after(&first), again_end)

@@ -17,9 +17,13 @@
 //!
 //! # Lock order
 //!
-//! None of its own. Charging may sleep (it may allocate the cgroup's pool
-//! for the region, `GFP_KERNEL`): process context, no spinlock held. An
-//! uncharge and [`PageCharges`] work in any context (`folio_free`).
+//! None of its own. Charging takes the controller's global `dmemcg_lock`
+//! (a spinlock, inside) and may sleep (it may allocate the cgroup's pool
+//! for the region, `GFP_KERNEL`): process context, no spinlock held (an
+//! mmap lock is fine: msvm charges during migration steps). An uncharge
+//! and [`PageCharges`] work in any context (`folio_free`);
+//! [`PageCharges::evictable`] holds an RCU read-side section, and the
+//! controller walks the cgroup subtree under it.
 
 use core::ptr::NonNull;
 
@@ -192,13 +196,14 @@ impl Evictor<'_> {
 /// ([`PageCharge::into_raw`]), undone once: by a `take`, a `put` over it,
 /// or the table's drop.
 pub(crate) struct PageCharges {
-    slots: KVec<Atomic<*mut PoolState>>,
+    slots: KVVec<Atomic<*mut PoolState>>,
 }
 
 impl PageCharges {
-    /// A table of `n` empty slots.
+    /// A table of `n` empty slots (8 bytes each: `kvmalloc`, a 64 MiB
+    /// chunk's table is 128 KiB).
     pub(crate) fn new(n: usize) -> Result<Self> {
-        let mut slots = KVec::with_capacity(n, GFP_KERNEL)?;
+        let mut slots = KVVec::with_capacity(n, GFP_KERNEL)?;
         for _ in 0..n {
             slots.push(Atomic::new(core::ptr::null_mut()), GFP_KERNEL)?;
         }
@@ -234,7 +239,8 @@ impl PageCharges {
     }
 
     /// Whether `evictor` may evict every charged page of pages
-    /// `first..first + n` (uncharged pages belong to no cgroup: evictable),
+    /// `first..first + n` (uncharged pages belong to no cgroup: evictable;
+    /// but under a limit, one page at least must be charged inside it),
     /// and whether
     /// `dmem.low` alone kept one (a pass that ignores it would take them).
     /// The pages of one range usually share a pool: each run of pages with
@@ -250,6 +256,9 @@ impl PageCharges {
         let _rcu = rcu::read_lock();
         let mut last = core::ptr::null_mut();
         let mut hit_low = false;
+        // Under a limit, only a range with pages charged inside it is worth
+        // evicting (others free nothing of it).
+        let mut any = !matches!(evictor, Evictor::Limit { .. });
         let end = first.saturating_add(n).min(self.slots.len());
         for slot in self.slots.get(first..end).unwrap_or(&[]) {
             let test = slot.load(Relaxed);
@@ -257,6 +266,7 @@ impl PageCharges {
                 continue;
             }
             last = test;
+            any = true;
             // SAFETY: `test` is a pool alive for the RCU read-side section
             // (see above); `limit` is NULL or a pool we hold a reference to
             // (a `LimitPool`, borrowed for the call); `hit_low` is valid for
@@ -265,7 +275,7 @@ impl PageCharges {
                 return (false, hit_low);
             }
         }
-        (true, hit_low)
+        (any, hit_low)
     }
 }
 

@@ -10,12 +10,12 @@ use kernel::sync::atomic::{Atomic, Relaxed};
 use kernel::sync::Arc;
 
 use crate::mm::cancel::{lock_killable, Cancel};
-use crate::mm::dmem::{PageCharge, PageCharges, Refusal};
+use crate::mm::dmem::PageCharges;
 use crate::mm::page::{large_order, NewPage, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::{Pagemap, PAGE_SIZE};
 use crate::mm::trace;
 
-use super::{no_mappings, Chunk, Slot, VramPool};
+use super::{no_mappings, Charges, Chunk, Payer, Slot, VramPool};
 
 /// Device pages (or large folios) allocated for one migration step, with
 /// their BAR offsets, handed out in order; those not taken are freed on
@@ -23,28 +23,15 @@ use super::{no_mappings, Chunk, Slot, VramPool};
 pub(crate) struct Batch {
     pages: KVec<Option<(NewPage, usize)>>,
     next: usize,
-    /// Pages (or folios) wanted beyond what the caller's dmem cgroup
-    /// allows, not yet told ([`Batch::refused`]).
+    /// Pages wanted beyond what the caller's dmem cgroup allows, not yet
+    /// told ([`Batch::refused`]).
     refused: usize,
 }
 
-/// Whom the pages of an allocation are charged to, in the dmem cgroup
-/// controller.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Payer {
-    /// The cgroup of the calling task: a process's own pages moving in
-    /// (from its ioctls: the process whose memory moves).
-    Caller,
-    /// Nobody: the pool's own pages (the copy floor's, freed at once; a
-    /// consolidation's, which take over the charges of the pages they
-    /// replace).
-    Nobody,
-}
-
 impl Batch {
-    /// Whether a page (or folio) the caller found no page for was one its
-    /// cgroup's `dmem.max` refused (`true` as many times as it refused
-    /// pages; the other missing ones are the device's lack of room).
+    /// Whether a page the caller found no page for was one its cgroup's
+    /// `dmem.max` refused (`true` as many times as it refused pages; the
+    /// other missing ones are the device's lack of room).
     pub(crate) fn refused(&mut self) -> bool {
         let r = self.refused > 0;
         self.refused = self.refused.saturating_sub(1);
@@ -63,9 +50,14 @@ impl VramPool {
     /// Allocates up to `n` device pages, ready to be migration destinations
     /// (one reference, locked), from the chunks there are (see
     /// [`VramPool::grow`]). Takes each chunk's lock once for the whole
-    /// batch. Returns fewer pages when the chunks are full.
+    /// batch. Returns fewer pages when the chunks are full, or when
+    /// `payer`'s cgroup limit refuses more ([`Batch::refused`]).
     pub(crate) fn alloc(&self, n: usize, payer: Payer) -> Result<Batch> {
-        self.alloc_from(n, false, payer)
+        // Charges for the pages the chunks have, at most: a full device
+        // takes no charge it would undo at once.
+        let free = Self::free_pages(&self.chunks.lock());
+        let charges = self.charge(n.min(free), 1, payer)?;
+        self.alloc_from(n, false, charges)
     }
 
     /// Whether this pool's chunks hold 2 MiB folios: whole 2 MiB blocks,
@@ -77,42 +69,22 @@ impl VramPool {
     /// Allocates one large folio (2 MiB, a whole free block of a chunk),
     /// ready to be a migration destination (one reference, locked). `None`
     /// if no chunk has a free block (or the pool holds no large folio): the
-    /// caller then moves the range in small pages.
-    /// An empty batch that says so ([`Batch::refused`]) when the caller's
-    /// cgroup could not be charged the whole folio.
+    /// caller then moves the range in small pages. The folio is charged
+    /// whole to `payer`: an empty batch says if the cgroup's limit refused
+    /// it ([`Batch::refused`]; the folio then stays where it is, whole).
     pub(crate) fn alloc_large(&self, payer: Payer) -> Result<Option<Batch>> {
         if !self.holds_large() {
             return Ok(None);
         }
-        let batch = self.alloc_from(1, true, payer)?;
-        Ok((!batch.pages.is_empty() || batch.refused > 0).then_some(batch))
-    }
-
-    /// Charges up to `pages` pages (whole groups of `whole`) to `payer`:
-    /// the charges, and whether the payer's cgroup limit refused more.
-    /// Nothing is charged for [`Payer::Nobody`] or a kernel without the
-    /// controller.
-    fn charge(&self, pages: usize, whole: usize, payer: Payer) -> Result<(KVec<PageCharge>, bool)> {
-        let mut charges = KVec::new();
-        if payer == Payer::Nobody || !self.region.is_registered() {
-            return Ok((charges, false));
-        }
-        charges.reserve(pages, GFP_KERNEL)?;
-        let mut limited = false;
-        for _ in 0..pages {
-            match self.region.charge_page() {
-                Ok(c) => charges.push_within_capacity(c).map_err(|_| ENOMEM)?,
-                Err(Refusal::Limit(_)) => {
-                    limited = true;
-                    break;
-                }
-                // Those taken are undone on drop.
-                Err(Refusal::Error(e)) => return Err(e),
-            }
-        }
-        // A folio is charged whole or not at all.
-        charges.truncate(charges.len() / whole * whole);
-        Ok((charges, limited))
+        let Some(charges) = self.charge_block(payer)? else {
+            return Ok(Some(Batch {
+                pages: KVec::new(),
+                next: 0,
+                refused: BLOCK_PAGES,
+            }));
+        };
+        let batch = self.alloc_from(1, true, charges)?;
+        Ok((!batch.pages.is_empty()).then_some(batch))
     }
 
     /// Makes `n` free pages (and, with `large`, a free 2 MiB block)
@@ -238,20 +210,17 @@ impl VramPool {
 
     /// Allocates up to `n` pages (or, if `large`, `n` large folios) from
     /// live chunks, fullest first (so that data packs into few pagemaps).
-    /// Each page is charged to `payer` (before the table is locked: a
-    /// charge may sleep); fewer pages if its cgroup limit says so.
-    pub(super) fn alloc_from(&self, n: usize, large: bool, payer: Payer) -> Result<Batch> {
-        let whole = if large { BLOCK_PAGES } else { 1 };
-        let (mut charges, limited) = self.charge(n * whole, whole, payer)?;
-        let charged_n = if limited { charges.len() / whole } else { n };
+    /// Each page takes one of `charges` (taken before, with the table
+    /// unlocked: a charge may sleep); no more pages than they cover.
+    pub(super) fn alloc_from(&self, n: usize, large: bool, mut charges: Charges) -> Result<Batch> {
+        let n = charges.cover(n, if large { BLOCK_PAGES } else { 1 });
         // Pages go into the batch as they are taken: on any error, its drop
         // gives them back (and undoes their charges: they are the pages').
         let mut batch = Batch {
-            pages: KVec::with_capacity(charged_n, GFP_KERNEL)?,
+            pages: KVec::with_capacity(n, GFP_KERNEL)?,
             next: 0,
-            refused: n - charged_n,
+            refused: charges.refused(),
         };
-        let n = charged_n;
         let mut charged = 0u64;
         let mut taken = KVec::with_capacity(n, GFP_KERNEL)?;
         let mut order = KVec::with_capacity(self.nchunks, GFP_KERNEL)?;
@@ -281,8 +250,8 @@ impl VramPool {
                     };
                     chunk.last_alloc.store(seq, Relaxed);
                     for k in 0..BLOCK_PAGES {
-                        if let Some(c) = charges.pop() {
-                            chunk.charges.put(i + k, c);
+                        if let Some(charge) = charges.pop() {
+                            chunk.charges.put(i + k, charge);
                             charged += 1;
                         }
                     }
@@ -298,8 +267,8 @@ impl VramPool {
             }
             chunk.last_alloc.store(seq, Relaxed);
             let got = map.alloc_pages(want, &mut taken, |i, page| {
-                if let Some(c) = charges.pop() {
-                    chunk.charges.put(i, c);
+                if let Some(charge) = charges.pop() {
+                    chunk.charges.put(i, charge);
                     charged += 1;
                 }
                 // The batch has room for `n` pages, and `want` is what is
@@ -320,6 +289,7 @@ impl VramPool {
         let npages = self.chunk_size / PAGE_SIZE;
         // None after `shutdown`: no chunk then.
         let pool = self.me.lock().clone().ok_or(ENODEV)?;
+        let charged = self.region.is_registered();
         let base = c * self.chunk_size;
         let serial = self.stats.chunks_created.load(Relaxed);
         Pagemap::new(self.chunk_size, self.key, c"msvm-vram", |pfn_first| {
@@ -337,7 +307,8 @@ impl VramPool {
                 large,
                 last_alloc: Atomic::new(0),
                 mappings <- new_mutex!(mappings?),
-                charges: PageCharges::new(npages)?,
+                // No slots without the controller: nothing to charge.
+                charges: PageCharges::new(if charged { npages } else { 0 })?,
             }? Error)
         })
     }

@@ -39,8 +39,9 @@ pub(crate) struct Chunk {
     /// folio moves, is unmapped or remapped: checked when used.
     #[pin]
     pub(super) mappings: Mutex<KVec<Option<LargeMapping>>>,
-    /// The dmem cgroup charge of each page in use (see
-    /// [`VramPool::alloc_charged`]); undone when the page is freed.
+    /// The dmem cgroup charge of each page in use (see `charge.rs`),
+    /// undone when the page is freed; no slots on a kernel without the
+    /// controller.
     pub(super) charges: PageCharges,
 }
 

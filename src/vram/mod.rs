@@ -41,6 +41,12 @@
 //! side, on the pool's own teardown queue and in the pass's task (see
 //! `teardown.rs`), each slot `Absent` again as soon as its pagemap is gone.
 //!
+//! The dmem cgroup controller (`charge.rs`, `crate::mm::dmem`): pages are
+//! charged before the chunk table is locked (a charge may sleep), under
+//! the mmap lock of a migration step; charges are undone under the table
+//! (a batch's unused ones) and by `folio_free`; making room asks the
+//! controller which blocks it may evict under the table (an RCU section).
+//!
 //! `memremap_pages` and `memunmap_pages` take the CPU and memory hotplug
 //! locks: under `grow_lock` (a chunk created before a migration step takes
 //! the mmap lock), `shrink_lock` (an emptied chunk removed by a
@@ -79,6 +85,7 @@ use crate::mm::{
 use crate::topology::MAX_DEVICES;
 
 mod alloc;
+mod charge;
 mod chunk;
 mod evict;
 mod floor;
@@ -90,7 +97,8 @@ mod shrink;
 mod stats;
 mod teardown;
 
-pub(crate) use alloc::{Batch, Payer};
+pub(crate) use alloc::Batch;
+pub(crate) use charge::{Charges, Payer};
 use chunk::{no_mappings, Chunk, LargeMapping};
 pub(crate) use floor::{FloorPath, FLOOR_MAX_PAGES};
 use lru::Lru;
@@ -210,9 +218,9 @@ pub(crate) struct VramPool {
     replicas: Replicas,
     /// This device's memory as a region of the dmem cgroup controller:
     /// every page a process moves in is charged to its cgroup
-    /// ([`Payer::Caller`]), and uncharged when the page is freed. Declared
-    /// after `replicas`, before `me`: unregistered when the pool goes,
-    /// after its last chunk (no charge can come then).
+    /// ([`Payer::Caller`]), and uncharged when the page is freed.
+    /// Unregistered when the pool goes: after its last chunk (each holds
+    /// the pool), so no charge can come then.
     region: Region,
     /// The pool's own handle, for the chunks it creates: set by
     /// [`VramPool::create`], taken away by [`VramPool::shutdown`] (no chunk is

@@ -32,7 +32,7 @@ use kernel::sync::atomic::Relaxed;
 use kernel::sync::Arc;
 
 use crate::mm::cancel::{lock_killable, Cancel};
-use crate::mm::dmem::{Evictor, Refusal};
+use crate::mm::dmem::Evictor;
 use crate::mm::page::{BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::Pagemap;
 use crate::mm::trace::{self, EvictReason};
@@ -75,12 +75,10 @@ impl VramPool {
     /// cgroup's. Returns whether the cgroup may have room now (evicted
     /// something, or no longer at its limit).
     pub(crate) fn make_room_in_limit(&self, pages: usize, u: Use, cancel: &Cancel<'_>) -> bool {
-        // The limiting pool, learnt from a charge (undone at once if the
-        // cgroup has room again meanwhile).
-        let limit = match self.region.charge_page() {
-            Ok(_) => return true,
-            Err(Refusal::Error(_)) => return false,
-            Err(Refusal::Limit(l)) => l,
+        // The limiting pool, learnt by charging the pages (undone at once):
+        // none if the cgroup has room for them again meanwhile.
+        let Some(limit) = self.limit_for(pages) else {
+            return true;
         };
         let evictor = Evictor::Limit {
             pool: &limit,
@@ -179,9 +177,21 @@ impl VramPool {
         // Its small pages, the block reserved under the lock allocations
         // hold (refused while a 2 MiB folio is out whole in it: that stays).
         let (before, _) = map.block_use(b);
+        // Reserved only if `evictor` may still take every page in it: an
+        // allocation may have put pages of another cgroup in it since `pick`
+        // (allocations charge their pages' slots under the table's lock).
         let reserved = {
             let _chunks = self.chunks.lock();
-            Pagemap::reserve_block(&map, b)
+            let first = b * BLOCK_PAGES;
+            let (ok, _) = map
+                .data()
+                .charges
+                .evictable(first, BLOCK_PAGES, evictor.ignoring_low());
+            if ok {
+                Pagemap::reserve_block(&map, b)
+            } else {
+                None
+            }
         };
         if let Some(r) = reserved {
             let first = b * BLOCK_PAGES;

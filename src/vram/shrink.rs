@@ -11,7 +11,7 @@ use crate::mm::page::BLOCK_PAGES;
 use crate::mm::pagemap::{Pagemap, PAGE_SIZE};
 use crate::mm::trace;
 
-use super::{teardown, Chunk, Payer, Slot, VramPool};
+use super::{teardown, Charges, Chunk, Slot, VramPool};
 
 /// The removal of an idle chunk's pagemap (taken out of the table, the
 /// slot `Dying`): dropping it removes the pagemap, then frees the slot.
@@ -225,7 +225,7 @@ impl VramPool {
             };
             // Room in the other live chunks (never a new chunk) for its
             // pages, then move.
-            let dest = self.alloc_from(info.used, false, Payer::Nobody);
+            let dest = self.alloc_from(info.used, false, Charges::none());
             let drained = dest.and_then(|dest| {
                 // Only the holder of `shrink_lock`, this pass, takes a
                 // `Draining` slot apart; the clone keeps the pagemap anyway.

@@ -93,8 +93,8 @@ pub(crate) struct Stats {
 impl Stats {
     /// Bytes of this device charged to dmem cgroups now.
     pub(crate) fn cg_bytes(&self) -> u64 {
-        // Uncharged first: a page is charged before it is uncharged, so
-        // the difference read this way never goes below zero.
+        // Two counters read one after the other: a moment's difference can
+        // make them cross, hence the saturation.
         let uncharged = self.cg_uncharged.load(Relaxed);
         let charged = self.cg_charged.load(Relaxed);
         charged.saturating_sub(uncharged) * u64::from_safe_cast(crate::mm::pagemap::PAGE_SIZE)

@@ -25,6 +25,10 @@ pub fn tests() -> Vec<Test> {
             run: limit,
         },
         Test {
+            name: "cgroup_dmem_max_is_exact_in_4k_pages",
+            run: limit_small,
+        },
+        Test {
             name: "cgroup_dmem_min_keeps_pages_on_a_full_device",
             run: protect,
         },
@@ -265,6 +269,38 @@ fn limit() -> Outcome {
         ca == 0 && cb == 0,
         "charges left after fault-back: A {ca}, B {cb}"
     );
+    leave()
+}
+
+/// A limit that is no multiple of 2 MiB, for 4 KiB pages: exactly what it
+/// allows moves, and STATS counts the rest as kept out by the limit.
+fn limit_small() -> Outcome {
+    let dev = gpu0()?;
+    let r = region(&dev)?;
+    let c = Cgroup::new("msvm-test-small")?;
+    c.set_max(&r, Some(1536 * 1024))?;
+    c.enter()?;
+    let mut m = Map::small(4 * MIB as usize)?;
+    fill(m.bytes_mut(), 51);
+    let s0 = dev.stats().map_err(|e| e.to_string())?;
+    let out = dev
+        .migrate_slice(m.bytes(), Location::Device)
+        .map_err(|e| e.to_string())?;
+    let s1 = dev.stats().map_err(|e| e.to_string())?;
+    let (cur, res) = (c.current(&r)?, on_device(&dev, &m)?);
+    println!("# limit 1536K: {out:?}; dmem.current {cur}, on gpu0 {res}");
+    check!(out.moved == 384 && out.no_vram == 640, "{out:?}");
+    check!(
+        cur == 1536 * 1024 && res == cur,
+        "dmem.current {cur}, on gpu0 {res}"
+    );
+    check!(
+        s1.cgroup_limited - s0.cgroup_limited == 640,
+        "STATS cgroup_limited +{}",
+        s1.cgroup_limited - s0.cgroup_limited
+    );
+    verify(m.bytes(), 51)?;
+    check!(c.current(&r)? == 0, "after fault-back: {}", c.current(&r)?);
     leave()
 }
 
