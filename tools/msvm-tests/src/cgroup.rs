@@ -299,6 +299,14 @@ fn limit_small() -> Outcome {
         "STATS cgroup_limited +{}",
         s1.cgroup_limited - s0.cgroup_limited
     );
+    // debugfs says the same.
+    let index = dev.index().map_err(|e| e.to_string())?;
+    let dbg = read(Path::new("/sys/kernel/debug/msvm/cgroup"))?;
+    let want = format!("{index} {} {}", s1.cgroup_bytes, s1.cgroup_limited);
+    check!(
+        s1.cgroup_bytes == cur && dbg.lines().any(|l| l == want),
+        "debugfs cgroup {dbg:?}, STATS {want:?}"
+    );
     verify(m.bytes(), 51)?;
     check!(c.current(&r)? == 0, "after fault-back: {}", c.current(&r)?);
     leave()
