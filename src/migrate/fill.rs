@@ -13,7 +13,7 @@ use crate::mm::mmap::ExclusiveVma;
 use crate::mm::page::{NewPages, PageRef, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::PAGE_SIZE;
 use crate::sysmem::large_system_folio;
-use crate::vram::{Batch, Clock, Payer, Phase, SizeClass, Use, VramPool};
+use crate::vram::{Batch, Clock, Large, Payer, Phase, SizeClass, Use, VramPool};
 
 use super::{whole_block, Outcome};
 
@@ -98,7 +98,8 @@ fn copy_in(pool: &VramPool, src: Option<PageRef<'_>>, nr: usize, offset: usize) 
 /// whole where the step allows; if `fill` finds no 2 MiB destination for
 /// it, the step returns `None` if `grow` and the pool can grow a block or
 /// make room for one (see [`super::device_step`]), and otherwise runs again
-/// in small pages (the core splits the folio when it collects it).
+/// in small pages (the core splits the folio when it collects it), as it
+/// does at once if the caller's cgroup limit refused the folio.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn step(
     pool: &VramPool,
@@ -115,12 +116,13 @@ pub(super) fn step(
         Option<&ExclusiveVma<'_>>,
     ) -> Result<Option<Outcome>>,
 ) -> Result<Option<Outcome>> {
-    if let Some(out) = fill(pool, vma, start, end, large)? {
-        return Ok(Some(out));
-    }
-    // No free block now, but the pool may grow one or make room for one.
-    if grow && (pool.can_grow() || pool.may_make_room_for_block()) {
-        return Ok(None);
+    match fill(pool, vma, start, end, large)? {
+        Some(out) if !out.refused_block => return Ok(Some(out)),
+        // Refused by the caller's cgroup limit: small pages.
+        Some(_) => {}
+        // No free block now, but the pool may grow one or make room for one.
+        None if grow && (pool.can_grow() || pool.may_make_room_for_block()) => return Ok(None),
+        None => {}
     }
     pool.stats.large_fallback.add(1, Relaxed);
     Ok(Some(fill(pool, vma, start, end, None)?.ok_or(EAGAIN)?))
@@ -164,9 +166,18 @@ pub(super) fn fill_to_device(
             out.already += u64::from_safe_cast(nr);
         } else if src.compound() {
             match pool.alloc_large(Payer::Caller)? {
-                Some(b) => block = Some(b),
+                Large::Folio(b) => block = Some(b),
                 // Dropping `mig` restores the source.
-                None => return Ok(None),
+                Large::NoBlock => return Ok(None),
+                // The caller's cgroup limit: the step runs again in small
+                // pages, as many as the limit takes (no room is made for a
+                // block). Dropping `mig` restores the source.
+                Large::Refused => {
+                    return Ok(Some(Outcome {
+                        refused_block: true,
+                        ..Outcome::default()
+                    }))
+                }
             }
         } else {
             want += 1;

@@ -76,6 +76,10 @@ pub(crate) struct Outcome {
     pub(crate) limited: u64,
     /// 2 MiB folios among the pages moved, which moved whole.
     pub(crate) folios: u64,
+    /// Within one step only: nothing moved, because the caller's cgroup
+    /// limit refused the 2 MiB folio the step would have moved whole (the
+    /// step runs again in small pages).
+    pub(crate) refused_block: bool,
 }
 
 impl Outcome {
@@ -91,6 +95,7 @@ impl Outcome {
             no_vram: self.no_vram,
             limited: self.limited,
             folios: self.folios + first.folios,
+            refused_block: false,
         }
     }
 

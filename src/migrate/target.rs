@@ -244,6 +244,7 @@ pub(crate) fn to_system(
         no_vram: 0,
         limited: 0,
         folios,
+        refused_block: false,
     })
 }
 

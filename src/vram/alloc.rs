@@ -28,6 +28,16 @@ pub(crate) struct Batch {
     refused: usize,
 }
 
+/// What [`VramPool::alloc_large`] found.
+pub(crate) enum Large {
+    /// A 2 MiB folio, charged.
+    Folio(Batch),
+    /// No free 2 MiB block (or the pool holds no 2 MiB folios).
+    NoBlock,
+    /// The payer's cgroup limit would not take 2 MiB more.
+    Refused,
+}
+
 impl Batch {
     /// Whether a page the caller found no page for was one its cgroup's
     /// `dmem.max` refused (`true` as many times as it refused pages; the
@@ -56,7 +66,7 @@ impl VramPool {
         // Charges for the pages the chunks have, at most: a full device
         // takes no charge it would undo at once.
         let free = Self::free_pages(&self.chunks.lock());
-        let charges = self.charge(n.min(free), 1, payer)?;
+        let charges = self.charge_capped(n, free, payer)?;
         self.alloc_from(n, false, charges)
     }
 
@@ -67,24 +77,24 @@ impl VramPool {
     }
 
     /// Allocates one large folio (2 MiB, a whole free block of a chunk),
-    /// ready to be a migration destination (one reference, locked). `None`
-    /// if no chunk has a free block (or the pool holds no large folio): the
-    /// caller then moves the range in small pages. The folio is charged
-    /// whole to `payer`: an empty batch says if the cgroup's limit refused
-    /// it ([`Batch::refused`]; the folio then stays where it is, whole).
-    pub(crate) fn alloc_large(&self, payer: Payer) -> Result<Option<Batch>> {
+    /// ready to be a migration destination (one reference, locked), if a
+    /// chunk has a free block (and the pool holds large folios): else the
+    /// caller moves the range in small pages. The folio is charged
+    /// whole to `payer`, or not allocated if the cgroup's limit refuses
+    /// that.
+    pub(crate) fn alloc_large(&self, payer: Payer) -> Result<Large> {
         if !self.holds_large() {
-            return Ok(None);
+            return Ok(Large::NoBlock);
         }
         let Some(charges) = self.charge_block(payer)? else {
-            return Ok(Some(Batch {
-                pages: KVec::new(),
-                next: 0,
-                refused: BLOCK_PAGES,
-            }));
+            return Ok(Large::Refused);
         };
         let batch = self.alloc_from(1, true, charges)?;
-        Ok((!batch.pages.is_empty()).then_some(batch))
+        Ok(if batch.pages.is_empty() {
+            Large::NoBlock
+        } else {
+            Large::Folio(batch)
+        })
     }
 
     /// Makes `n` free pages (and, with `large`, a free 2 MiB block)

@@ -106,7 +106,25 @@ impl VramPool {
 
     /// The cgroup pool that keeps the caller from `pages` more pages of this
     /// device, if its limit does (probed with charges, undone at once).
-    pub(super) fn limit_for(&self, pages: usize) -> Option<LimitPool> {
-        self.charge(pages, 1, Payer::Caller).ok()?.limit.take()
+    pub(super) fn limit_for(&self, pages: usize) -> Result<Option<LimitPool>> {
+        Ok(self.charge(pages, 1, Payer::Caller)?.limit.take())
+    }
+
+    /// Charges for `n` pages to `payer`, but at most `cap` (what the chunks
+    /// have free): if the charges stop at `cap`, one more probe says whether
+    /// the limit would refuse the rest too, so that [`Charges::refused`]
+    /// counts every page the limit keeps out, not only those the device had
+    /// room for (making room on the device would not help them).
+    pub(super) fn charge_capped(&self, n: usize, cap: usize, payer: Payer) -> Result<Charges> {
+        let mut c = self.charge(n.min(cap), 1, payer)?;
+        if c.active && c.limit.is_none() && n > cap {
+            if let Some(l) = self.limit_for(1)? {
+                c.limit = Some(l);
+            }
+        }
+        if c.limit.is_some() {
+            c.refused = n - c.list.len();
+        }
+        Ok(c)
     }
 }

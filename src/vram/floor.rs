@@ -24,7 +24,7 @@ use kernel::time::{Instant, Monotonic};
 use crate::mm::page::{NewPage, BLOCK_PAGES};
 use crate::mm::pagemap::PAGE_SIZE;
 
-use super::{Payer, VramPool};
+use super::{Large, Payer, VramPool};
 
 /// The paths of the copy floor.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -74,7 +74,10 @@ impl DevicePages {
                 return Err(ENOSPC);
             }
             let mut batch = if large {
-                pool.alloc_large(Payer::Nobody)?.ok_or(ENOSPC)?
+                match pool.alloc_large(Payer::Nobody)? {
+                    Large::Folio(b) => b,
+                    Large::NoBlock | Large::Refused => return Err(ENOSPC),
+                }
             } else {
                 pool.alloc(want, Payer::Nobody)?
             };

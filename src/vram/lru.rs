@@ -117,6 +117,12 @@ pub(crate) struct BlockUse {
 }
 
 impl BlockUse {
+    /// Whether the policy may consider the block for request `e` at all:
+    /// not one of the request's own, not stuck.
+    pub(crate) fn candidate(self, e: Epoch) -> bool {
+        self.last != e.0 && !self.stuck
+    }
+
     const fn from_word(w: u64) -> Self {
         Self {
             last: w & EPOCH,
@@ -175,7 +181,7 @@ pub(crate) fn choose(
     let e = u.epoch;
     let mut oldest_inactive: Option<(usize, u64)> = None;
     let mut oldest_active: Option<(usize, u64)> = None;
-    for (i, b) in blocks.filter(|(_, b)| b.last != e.0 && !b.stuck) {
+    for (i, b) in blocks.filter(|(_, b)| b.candidate(e)) {
         let slot = if b.active && policy == Policy::TwoClass {
             &mut oldest_active
         } else {

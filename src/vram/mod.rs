@@ -97,7 +97,7 @@ mod shrink;
 mod stats;
 mod teardown;
 
-pub(crate) use alloc::Batch;
+pub(crate) use alloc::{Batch, Large};
 pub(crate) use charge::{Charges, Payer};
 use chunk::{no_mappings, Chunk, LargeMapping};
 pub(crate) use floor::{FloorPath, FLOOR_MAX_PAGES};

@@ -71,14 +71,21 @@ impl VramPool {
 
     /// Makes room for `pages` pages of the calling task's dmem cgroup, which
     /// is at its `dmem.max` for this device, among the pages charged inside
-    /// the cgroup that limits it (its own, its descendants'): never another
-    /// cgroup's. Returns whether the cgroup may have room now (evicted
-    /// something, or no longer at its limit).
+    /// the cgroup whose limit it hit: its own and its descendants' (and,
+    /// when that limit is an ancestor's, those of the other cgroups under
+    /// it, as TTM does), never any other cgroup's. Returns whether the
+    /// cgroup may have room now (evicted something, or no longer at its
+    /// limit).
     pub(crate) fn make_room_in_limit(&self, pages: usize, u: Use, cancel: &Cancel<'_>) -> bool {
+        if Policy::current() == Policy::Off {
+            return false;
+        }
         // The limiting pool, learnt by charging the pages (undone at once):
         // none if the cgroup has room for them again meanwhile.
-        let Some(limit) = self.limit_for(pages) else {
-            return true;
+        let limit = match self.limit_for(pages) {
+            Ok(Some(l)) => l,
+            Ok(None) => return true,
+            Err(_) => return false,
         };
         let evictor = Evictor::Limit {
             pool: &limit,
@@ -147,8 +154,17 @@ impl VramPool {
                 .get(b)
                 .and_then(|m| m.as_ref().map(|r| (r.mm.clone(), r.addr)));
             let serial = map.data().serial;
+            // Still pages `evictor` may take? The folio may have been freed
+            // and the block given to another cgroup's since `pick`.
+            let (ok, _) =
+                map.data()
+                    .charges
+                    .evictable(b * BLOCK_PAGES, BLOCK_PAGES, evictor.ignoring_low());
             drop(map);
             drop(pass);
+            if !ok {
+                return Some((0, false));
+            }
             let Some(mm) = mapping.as_ref().and_then(|(mm, _)| mm.mmget_not_zero()) else {
                 // No mm reaches it any more: not again until it is freed.
                 self.lru.stuck(index);
@@ -179,7 +195,9 @@ impl VramPool {
         let (before, _) = map.block_use(b);
         // Reserved only if `evictor` may still take every page in it: an
         // allocation may have put pages of another cgroup in it since `pick`
-        // (allocations charge their pages' slots under the table's lock).
+        // (allocations charge their pages' slots under the table's lock; a
+        // consolidation moves charges too, but it runs under `shrink_lock`,
+        // which this holds).
         let reserved = {
             let _chunks = self.chunks.lock();
             let first = b * BLOCK_PAGES;
@@ -299,7 +317,10 @@ impl VramPool {
             (0..nblocks).filter_map(move |b| {
                 let m = map?;
                 let (used, _) = m.block_use(b);
-                if used == 0 {
+                let rec = self.lru.get(self.block_of(m, b));
+                // The controller is asked only of blocks the policy could
+                // take: it walks the cgroup tree for each.
+                if used == 0 || !rec.candidate(u.epoch) {
                     return None;
                 }
                 let (ok, low) = m
@@ -307,7 +328,7 @@ impl VramPool {
                     .charges
                     .evictable(b * BLOCK_PAGES, BLOCK_PAGES, evictor);
                 hit_low.set(hit_low.get() || low);
-                ok.then(|| (key(c, b), self.lru.get(self.block_of(m, b))))
+                ok.then_some((key(c, b), rec))
             })
         });
         choose(policy, blocks, u)

@@ -29,6 +29,14 @@ pub fn tests() -> Vec<Test> {
             run: limit_small,
         },
         Test {
+            name: "cgroup_dmem_max_under_2m_moves_thps_in_4k_pages",
+            run: limit_thp,
+        },
+        Test {
+            name: "cgroup_dmem_max_on_a_full_device_evicts_only_its_own",
+            run: limit_full,
+        },
+        Test {
             name: "cgroup_dmem_min_keeps_pages_on_a_full_device",
             run: protect,
         },
@@ -309,6 +317,71 @@ fn limit_small() -> Outcome {
     );
     verify(m.bytes(), 51)?;
     check!(c.current(&r)? == 0, "after fault-back: {}", c.current(&r)?);
+    leave()
+}
+
+/// A limit of 1 MiB, for THPs: no 2 MiB folio fits, so each is moved in
+/// 4 KiB pages, as many as the limit takes (256), and the rest stays.
+fn limit_thp() -> Outcome {
+    let dev = gpu0()?;
+    let r = region(&dev)?;
+    let c = Cgroup::new("msvm-test-thp")?;
+    c.set_max(&r, Some(MIB))?;
+    c.enter()?;
+    let len = 4 * MIB as usize;
+    let (_big, start) = crate::large::thp_region(len, 61)?;
+    let out = dev
+        .migrate(start, len, Location::Device)
+        .map_err(|e| e.to_string())?;
+    let cur = c.current(&r)?;
+    println!("# limit 1M, THPs: {out:?}; dmem.current {cur}");
+    check!(out.moved == 256 && out.no_vram == 768, "{out:?}");
+    check!(cur == MIB, "dmem.current {cur}");
+    crate::svm::verify(crate::large::bytes(start, len), 61)?;
+    check!(c.current(&r)? == 0, "after fault-back: {}", c.current(&r)?);
+    leave()
+}
+
+/// gpu0 full: B's 192 MiB, then A's 64 MiB, A at its 64 MiB limit. A's next
+/// 32 MiB make room among A's own pages, though B's are older and the
+/// device has no free page: room for a full device would take B's.
+fn limit_full() -> Outcome {
+    let dev = gpu0()?;
+    let r = region(&dev)?;
+    let vram = dev.stats().map_err(|e| e.to_string())?.vram_size;
+    let a = Cgroup::new("msvm-test-fa")?;
+    let b = Cgroup::new("msvm-test-fb")?;
+    a.set_max(&r, Some(64 * MIB))?;
+    b.enter()?;
+    let mut mb = Map::new((vram - 64 * MIB) as usize)?;
+    fill(mb.bytes_mut(), 71);
+    dev.migrate_slice(mb.bytes(), Location::Device)
+        .map_err(|e| e.to_string())?;
+    a.enter()?;
+    let mut ma = Map::new(64 * MIB as usize)?;
+    fill(ma.bytes_mut(), 72);
+    dev.migrate_slice(ma.bytes(), Location::Device)
+        .map_err(|e| e.to_string())?;
+    let free = vram - on_device(&dev, &mb)? - on_device(&dev, &ma)?;
+    check!(free == 0, "gpu0 not full: {free} bytes free");
+    let mut ma2 = Map::new(32 * MIB as usize)?;
+    fill(ma2.bytes_mut(), 73);
+    let out = dev
+        .migrate_slice(ma2.bytes(), Location::Device)
+        .map_err(|e| e.to_string())?;
+    let (ca, rb) = (a.current(&r)?, on_device(&dev, &mb)?);
+    println!("# full: A's 32 MiB more: {out:?}; dmem.current A {ca}; B on gpu0 {rb}");
+    check!(
+        rb == vram - 64 * MIB && b.current(&r)? == rb,
+        "B lost pages to A: {rb} bytes left"
+    );
+    check!(
+        out.moved == 8192 && ca == 64 * MIB,
+        "A: {out:?}, dmem.current {ca}"
+    );
+    verify(mb.bytes(), 71)?;
+    verify(ma.bytes(), 72)?;
+    verify(ma2.bytes(), 73)?;
     leave()
 }
 
