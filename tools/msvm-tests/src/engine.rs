@@ -344,6 +344,13 @@ fn errors() -> Outcome {
 /// CPU reads it: every addition lands exactly once.
 fn races() -> Outcome {
     const ROUNDS: u64 = 40;
+    // A VM that outlives the buffer: its unmap, seen by this VM's mirror,
+    // forgets the access counts the in-place jobs left on the block (the
+    // threads' VMs are gone by then). Left behind, they would move the
+    // block of the next test's buffer at the same address on its first
+    // in-place job (`p2p_exec_in_place_on_peer_memory` failed so, once:
+    // "migrated 38").
+    let _witness = gpu0()?;
     let m = Map::new(64 * PAGE)?;
     let (addr, len) = (m.addr(), m.len());
     let stop = AtomicBool::new(false);
