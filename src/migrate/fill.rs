@@ -118,14 +118,23 @@ pub(super) fn step(
 ) -> Result<Option<Outcome>> {
     match fill(pool, vma, start, end, large)? {
         Some(out) if !out.refused_block => return Ok(Some(out)),
-        // Refused by the caller's cgroup limit: small pages.
+        // Refused by the caller's cgroup limit, which takes some pages
+        // still: small pages (not a `large_fallback`: no lack of a block).
         Some(_) => {}
-        // No free block now, but the pool may grow one or make room for one.
-        None if grow && (pool.can_grow() || pool.may_make_room_for_block()) => return Ok(None),
-        None => {}
+        // No free block now, but the pool may grow one or make room for one
+        // (if it holds 2 MiB folios at all).
+        None if grow
+            && pool.holds_large()
+            && (pool.can_grow() || pool.may_make_room_for_block()) =>
+        {
+            return Ok(None)
+        }
+        None => pool.stats.large_fallback.add(1, Relaxed),
     }
-    pool.stats.large_fallback.add(1, Relaxed);
-    Ok(Some(fill(pool, vma, start, end, None)?.ok_or(EAGAIN)?))
+    let out = fill(pool, vma, start, end, None)?.ok_or(EAGAIN)?;
+    // Without `large`, no step asks for a 2 MiB folio.
+    debug_assert!(!out.refused_block);
+    Ok(Some(out))
 }
 
 /// One step towards the device. With `large`, a whole 2 MiB folio (or hole)
@@ -169,14 +178,26 @@ pub(super) fn fill_to_device(
                 Large::Folio(b) => block = Some(b),
                 // Dropping `mig` restores the source.
                 Large::NoBlock => return Ok(None),
-                // The caller's cgroup limit: the step runs again in small
-                // pages, as many as the limit takes (no room is made for a
-                // block). Dropping `mig` restores the source.
+                // The caller's cgroup limit: if it takes no page at all,
+                // the folio stays whole where it is (the planner may make
+                // room among the cgroup's pages and try again); else the
+                // step runs again in small pages, as many as the limit
+                // takes (no room is made for a block: collecting them
+                // splits the folio). Dropping `mig` restores the source.
                 Large::Refused => {
-                    return Ok(Some(Outcome {
-                        refused_block: true,
-                        ..Outcome::default()
-                    }))
+                    let nr = u64::from_safe_cast(nr);
+                    return Ok(Some(if pool.at_limit()? {
+                        Outcome {
+                            no_vram: nr,
+                            limited: nr,
+                            ..Outcome::default()
+                        }
+                    } else {
+                        Outcome {
+                            refused_block: true,
+                            ..Outcome::default()
+                        }
+                    }));
                 }
             }
         } else {

@@ -111,20 +111,27 @@ impl VramPool {
     }
 
     /// Charges for `n` pages to `payer`, but at most `cap` (what the chunks
-    /// have free): if the charges stop at `cap`, one more probe says whether
-    /// the limit would refuse the rest too, so that [`Charges::refused`]
-    /// counts every page the limit keeps out, not only those the device had
-    /// room for (making room on the device would not help them).
+    /// have free): if the charges stop at `cap`, the rest is probed too
+    /// (charged and undone at once), so that [`Charges::refused`] counts
+    /// every page the limit keeps out, not only those the device had room
+    /// for: room is made on the device only for pages the limit would take.
     pub(super) fn charge_capped(&self, n: usize, cap: usize, payer: Payer) -> Result<Charges> {
         let mut c = self.charge(n.min(cap), 1, payer)?;
-        if c.active && c.limit.is_none() && n > cap {
-            if let Some(l) = self.limit_for(1)? {
-                c.limit = Some(l);
-            }
-        }
         if c.limit.is_some() {
             c.refused = n - c.list.len();
+        } else if c.active && n > cap {
+            let rest = self.charge(n - cap, 1, payer)?;
+            if rest.limit.is_some() {
+                c.refused = rest.refused;
+                c.limit = rest.limit;
+            }
         }
         Ok(c)
+    }
+
+    /// Whether the calling task's cgroup could not take one more page of
+    /// this device (probed with a charge, undone at once).
+    pub(crate) fn at_limit(&self) -> Result<bool> {
+        Ok(self.limit_for(1)?.is_some())
     }
 }

@@ -320,8 +320,9 @@ fn limit_small() -> Outcome {
     leave()
 }
 
-/// A limit of 1 MiB, for THPs: no 2 MiB folio fits, so each is moved in
-/// 4 KiB pages, as many as the limit takes (256), and the rest stays.
+/// A limit of 1 MiB, for THPs: no 2 MiB folio fits, so the first is moved
+/// in 4 KiB pages, as many as the limit takes (256); the second, with the
+/// cgroup at its limit, stays whole in RAM.
 fn limit_thp() -> Outcome {
     let dev = gpu0()?;
     let r = region(&dev)?;
@@ -337,6 +338,10 @@ fn limit_thp() -> Outcome {
     println!("# limit 1M, THPs: {out:?}; dmem.current {cur}");
     check!(out.moved == 256 && out.no_vram == 768, "{out:?}");
     check!(cur == MIB, "dmem.current {cur}");
+    // The first THP was split to move 1 MiB of it; the second, with the
+    // cgroup at its limit, stayed whole.
+    let thps = crate::large::thps_at(start)?;
+    check!(thps == 1, "{thps} THPs left of 2");
     crate::svm::verify(crate::large::bytes(start, len), 61)?;
     check!(c.current(&r)? == 0, "after fault-back: {}", c.current(&r)?);
     leave()

@@ -62,7 +62,7 @@ fn e(x: msvm_rt::Error) -> String {
 }
 
 /// THPs (`AnonHugePages`) in the mapping that contains `addr`.
-fn thps_at(addr: usize) -> Result<u64, String> {
+pub(crate) fn thps_at(addr: usize) -> Result<u64, String> {
     let smaps = std::fs::read_to_string("/proc/self/smaps").map_err(|x| x.to_string())?;
     let mut inside = false;
     for line in smaps.lines() {
