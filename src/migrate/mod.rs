@@ -70,9 +70,9 @@ pub(crate) struct Outcome {
     /// Pages that could not move for lack of device memory, or because
     /// the process's dmem cgroup is at its `dmem.max` for the device.
     pub(crate) no_vram: u64,
-    /// Those of `no_vram` that the cgroup limit kept out (making room on
-    /// the device would not help them: no other cgroup's pages go for
-    /// them).
+    /// Those of `no_vram` that the cgroup limit kept out: room on the device
+    /// would not help them; room for them is made only under that limit
+    /// ([`crate::vram::VramPool::make_room_in_limit`]).
     pub(crate) limited: u64,
     /// 2 MiB folios among the pages moved, which moved whole.
     pub(crate) folios: u64,
