@@ -8,7 +8,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use msvm_rt::{Device, Location};
+use msvm_rt::{Device, Exec, Location, Place};
 
 use crate::check;
 use crate::harness::{Outcome, Test};
@@ -41,7 +41,7 @@ pub fn tests() -> Vec<Test> {
             run: protect,
         },
         Test {
-            name: "cgroup_charges_go_with_fault_back_and_migrate_home",
+            name: "cgroup_charges_of_migrate_prefetch_and_jobs_go_with_the_pages",
             run: follow,
         },
         Test {
@@ -440,8 +440,9 @@ fn protect() -> Outcome {
     leave()
 }
 
-/// Charges follow the pages: gone after a CPU fault-back and after MIGRATE
-/// to system RAM (consolidation: `lifecycle_consolidation_keeps_data`).
+/// Charges follow the pages: taken by MIGRATE, PREFETCH and a job that
+/// migrates; gone after a CPU fault-back and after MIGRATE to system RAM
+/// (consolidation: `lifecycle_consolidation_keeps_data`).
 fn follow() -> Outcome {
     let dev = gpu0()?;
     let r = region(&dev)?;
@@ -469,6 +470,28 @@ fn follow() -> Outcome {
         "after MIGRATE home: {}",
         c.current(&r)?
     );
+
+    // PREFETCH, and a job that migrates its pages first: the same charges.
+    dev.prefetch(m.addr(), m.len(), Place::Here)
+        .map_err(|e| e.to_string())?;
+    check!(
+        c.current(&r)? == 8 * MIB,
+        "after PREFETCH: {}",
+        c.current(&r)?
+    );
+    verify(m.bytes(), 21)?;
+    check!(c.current(&r)? == 0, "after fault-back: {}", c.current(&r)?);
+    let job = dev
+        .exec(Exec::Fill(0x5a5a_5a5a_5a5a_5a5a), m.addr(), m.len(), false)
+        .map_err(|e| e.to_string())?;
+    let (cur, res) = (c.current(&r)?, on_device(&dev, &m)?);
+    check!(
+        cur == 8 * MIB && res == cur,
+        "after an EXEC that migrated {} pages: dmem.current {cur}, on gpu0 {res}",
+        job.migrated
+    );
+    check!(m.bytes().iter().all(|&b| b == 0x5a), "FILL's bytes");
+    check!(c.current(&r)? == 0, "after fault-back: {}", c.current(&r)?);
     leave()
 }
 
