@@ -87,10 +87,10 @@ impl Region {
         };
         let mut pool = core::ptr::null_mut();
         let mut limit = core::ptr::null_mut();
+        let (region, out, out_limit) = (region.as_ptr(), &mut pool, &mut limit);
         // SAFETY: `region` is registered (invariant) while `self` lives;
         // both out pointers are valid for writes.
-        let ret =
-            unsafe { b::msvm_dmem_try_charge(region.as_ptr(), PAGE_BYTES, &mut pool, &mut limit) };
+        let ret = unsafe { b::msvm_dmem_try_charge(region, PAGE_BYTES, out, out_limit) };
         if ret == 0 {
             // INVARIANT: a successful charge of a page; its pool reference
             // is ours.

@@ -41,6 +41,14 @@ use super::evict::Drain;
 use super::lru::{choose, Choice, Policy, Use};
 use super::{Chunk, Slot, VramPool};
 
+/// Whether `evictor` may take the pages of 2 MiB block `b` of `map`, and
+/// whether `dmem.low` alone kept them (see `PageCharges::evictable`).
+fn block_evictable(map: &Pagemap<Chunk>, b: usize, evictor: Evictor<'_>) -> (bool, bool) {
+    map.data()
+        .charges
+        .evictable(b * BLOCK_PAGES, BLOCK_PAGES, evictor)
+}
+
 /// A candidate's key: its chunk and block.
 fn key(c: usize, b: usize) -> usize {
     (c << 16) | b
@@ -156,10 +164,7 @@ impl VramPool {
             let serial = map.data().serial;
             // Still pages `evictor` may take? The folio may have been freed
             // and the block given to another cgroup's since `pick`.
-            let (ok, _) =
-                map.data()
-                    .charges
-                    .evictable(b * BLOCK_PAGES, BLOCK_PAGES, evictor.ignoring_low());
+            let (ok, _) = block_evictable(&map, b, evictor.ignoring_low());
             drop(map);
             drop(pass);
             if !ok {
@@ -200,11 +205,7 @@ impl VramPool {
         // which this holds).
         let reserved = {
             let _chunks = self.chunks.lock();
-            let first = b * BLOCK_PAGES;
-            let (ok, _) = map
-                .data()
-                .charges
-                .evictable(first, BLOCK_PAGES, evictor.ignoring_low());
+            let (ok, _) = block_evictable(&map, b, evictor.ignoring_low());
             if ok {
                 Pagemap::reserve_block(&map, b)
             } else {
@@ -323,10 +324,7 @@ impl VramPool {
                 if used == 0 || !rec.candidate(u.epoch) {
                     return None;
                 }
-                let (ok, low) = m
-                    .data()
-                    .charges
-                    .evictable(b * BLOCK_PAGES, BLOCK_PAGES, evictor);
+                let (ok, low) = block_evictable(m, b, evictor);
                 hit_low.set(hit_low.get() || low);
                 ok.then_some((key(c, b), rec))
             })
