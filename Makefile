@@ -18,7 +18,8 @@
 #                      (no set-up; the tree is checked first; dkms.conf)
 #   make tools         build the user-space workspace (tools/)
 #   make hmm-tests     the kernel's hmm-tests against test_hmm.ko, in a guest
-#   make upstream-repro  Linux 7.3's zap_huge_pmd() bug: stock vs patched kernel
+#   make upstream-repro  Linux 7.3's two core bugs (zap_huge_pmd(),
+#                      migrate_device_range()'s anon_vma): stock vs patched
 #   make rustfmtcheck  rustfmt --check over the module
 #   make clippy        the module under clippy (CLIPPY=1), warnings fail
 #

@@ -82,6 +82,10 @@ bool msvm_mmu_notifier_range_blockable(const struct mmu_notifier_range *range);
 int msvm_mmap_write_lock_killable(struct mm_struct *mm);
 void msvm_mmap_write_downgrade(struct mm_struct *mm);
 void msvm_mmap_write_unlock(struct mm_struct *mm);
+void msvm_mmap_read_lock(struct mm_struct *mm);
+bool msvm_mmap_read_trylock(struct mm_struct *mm);
+void msvm_mmap_read_unlock(struct mm_struct *mm);
+struct vm_area_struct *msvm_vma_lookup(struct mm_struct *mm, unsigned long addr);
 
 
 /* DMA mappings of system pages for a device. */
@@ -128,5 +132,6 @@ void msvm_split_fault_folio(struct vm_area_struct *vma, unsigned long addr,
 			    struct page *head, void *owner);
 int msvm_fault_relock_exclusive(struct vm_fault *vmf, struct mm_struct **mmp);
 struct vm_area_struct *msvm_vma_lookup_exclusive(struct mm_struct *mm, unsigned long addr);
+void msvm_mmap_write_lock_all_vmas(struct mm_struct *mm);
 
 #endif /* _MSVM_HELPERS_H_ */

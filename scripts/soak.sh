@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# `make soak`: the mixed run (tests/guest/soak.sh, msvm-tests soak) for
+# `make soak`: the stress run and the fuzzer under cgroup limits they reach,
+# the full-device stress (2 minutes each), then the mixed run
+# (tests/guest/soak.sh, msvm-tests soak) for
 # MSVM_SOAK_SECS seconds (default 600) on each kernel of MSVM_SOAK_KERNELS
 # (default: debug, then release), one boot each; then the outcomes side by
 # side. Any failure, lost byte or kernel report fails it.
@@ -23,7 +25,7 @@ for k in ${MSVM_SOAK_KERNELS:-debug release}; do
 	msvm_stage "soak-$k" python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
 		--initrd "$B/soak-$k.cpio" --gpus sw,sw,rp --cmd soak \
 		--append "msvm_soak_secs=$SECS" \
-		--log "$B/soak-$k-console.log" --timeout $((SECS + 900)) || krc=$?
+		--log "$B/soak-$k-console.log" --timeout $((SECS + 1800)) || krc=$?
 	[ "$krc" = 0 ] || rc=1
 	result[$k]="exit $krc; $(grep -h '^soak: ' "$B/soak-$k-console.log" | tr '\n' ' ')"
 done

@@ -29,6 +29,15 @@
 //!   STATS): the bytes of its memory charged to dmem cgroups now, and the
 //!   pages migrations into it did not move because the process's cgroup
 //!   was at its `dmem.max`.
+//! - `evict`: per device, how eviction moved its pages: through the mm
+//!   each is recorded in (`by_mm`), by page frame (`by_frame`: only what a
+//!   device going away could not move through a record), and pages
+//!   migrated in (or moved by a consolidation) with no record
+//!   (`unrecorded`).
+//! - `evict_delay_ms`: writing `MS` (at most 10000) makes every eviction
+//!   step wait that long with its pages unmapped, before it finalizes
+//!   (fault injection: tests make a process exit or `munmap` inside that
+//!   window); reading gives the delay and how many steps waited.
 
 use kernel::{
     debugfs, fmt,
@@ -45,7 +54,9 @@ use crate::mm::cancel::Cancel;
 use crate::mm::pagemap::PAGE_SIZE;
 use crate::registry::{self, PoolRef};
 use crate::topology::MAX_DEVICES;
-use crate::vram::{FloorPath, FLOOR_MAX_PAGES};
+use crate::vram::{
+    FloorPath, VramPool, EVICT_DELAYS, EVICT_DELAY_MAX_MS, EVICT_DELAY_MS, FLOOR_MAX_PAGES,
+};
 
 /// The directory and its files; removed when dropped (module exit). A file
 /// keeps its directory's entry alive, so the drop order does not matter.
@@ -64,6 +75,10 @@ pub(crate) struct Debugfs {
     phases: debugfs::File<()>,
     #[pin]
     cgroup: debugfs::File<()>,
+    #[pin]
+    evict: debugfs::File<()>,
+    #[pin]
+    evict_delay_ms: debugfs::File<()>,
 }
 
 /// The last `copy_floor` run: bytes per path, and nanoseconds per path and
@@ -118,6 +133,16 @@ impl Debugfs {
             ),
             phases <- dir.read_callback_file(c"phases", (), &show_phases),
             cgroup <- dir.read_callback_file(c"cgroup", (), &show_cgroup),
+            evict <- dir.read_callback_file(c"evict", (), &show_evict),
+            evict_delay_ms <- dir.read_write_callback_file(
+                c"evict_delay_ms",
+                (),
+                &|(): &(), f: &mut fmt::Formatter<'_>| {
+                    let ms = EVICT_DELAY_MS.load(Relaxed);
+                    writeln!(f, "{ms} {}", EVICT_DELAYS.load(Relaxed))
+                },
+                &write_evict_delay,
+            ),
         })
     }
 }
@@ -146,6 +171,21 @@ fn write_fail_large_system(_: &(), r: &mut UserSliceReader) -> Result {
     let text = core::str::from_utf8(buf[..n].trim_ascii()).map_err(|_| EINVAL)?;
     let count: u64 = text.parse().map_err(|_| EINVAL)?;
     FAIL_LARGE_SYSTEM.store(count, Relaxed);
+    Ok(())
+}
+
+/// `evict_delay_ms`: sets the wait of each eviction step, in milliseconds
+/// (`EINVAL` above [`EVICT_DELAY_MAX_MS`]).
+fn write_evict_delay(_: &(), r: &mut UserSliceReader) -> Result {
+    let mut buf = [0u8; 20];
+    let n = r.len().min(buf.len());
+    r.read_slice(&mut buf[..n])?;
+    let text = core::str::from_utf8(buf[..n].trim_ascii()).map_err(|_| EINVAL)?;
+    let ms: u64 = text.parse().map_err(|_| EINVAL)?;
+    if ms > EVICT_DELAY_MAX_MS {
+        return Err(EINVAL);
+    }
+    EVICT_DELAY_MS.store(ms, Relaxed);
     Ok(())
 }
 
@@ -319,17 +359,42 @@ fn show_phases(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
     Ok(())
 }
 
-/// `cgroup`: per device, its dmem cgroup counters.
-fn show_cgroup(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
+/// Writes `header`, then a `row` for each device, with its pool.
+fn per_device(
+    f: &mut fmt::Formatter<'_>,
+    header: &str,
+    row: impl Fn(&mut fmt::Formatter<'_>, usize, &VramPool) -> fmt::Result,
+) -> fmt::Result {
     let pools: [Option<PoolRef>; MAX_DEVICES] = {
         let topo = registry::devices();
         core::array::from_fn(|i| PoolRef::get_locked(&topo, i).ok())
     };
-    writeln!(f, "gpu cgroup_bytes cgroup_limited")?;
+    writeln!(f, "{header}")?;
     for (i, pool) in pools.iter().enumerate() {
-        let Some(pool) = pool else { continue };
-        let s = &pool.stats;
-        writeln!(f, "{i} {} {}", s.cg_bytes(), s.cg_limited.load(Relaxed))?;
+        if let Some(pool) = pool {
+            row(f, i, pool)?;
+        }
     }
     Ok(())
+}
+
+/// `evict`: per device, how eviction moved its pages.
+fn show_evict(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    per_device(f, "gpu by_mm by_frame unrecorded", |f, i, p| {
+        let s = &p.stats;
+        let (m, fr, u) = (
+            s.by_mm.load(Relaxed),
+            s.by_frame.load(Relaxed),
+            s.unrecorded.load(Relaxed),
+        );
+        writeln!(f, "{i} {m} {fr} {u}")
+    })
+}
+
+/// `cgroup`: per device, its dmem cgroup counters.
+fn show_cgroup(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    per_device(f, "gpu cgroup_bytes cgroup_limited", |f, i, p| {
+        let s = &p.stats;
+        writeln!(f, "{i} {} {}", s.cg_bytes(), s.cg_limited.load(Relaxed))
+    })
 }

@@ -224,6 +224,27 @@ void msvm_mmap_write_unlock(struct mm_struct *mm)
 	mmap_write_unlock(mm);
 }
 
+void msvm_mmap_read_lock(struct mm_struct *mm)
+{
+	mmap_read_lock(mm);
+}
+
+bool msvm_mmap_read_trylock(struct mm_struct *mm)
+{
+	return mmap_read_trylock(mm);
+}
+
+void msvm_mmap_read_unlock(struct mm_struct *mm)
+{
+	mmap_read_unlock(mm);
+}
+
+struct vm_area_struct *msvm_vma_lookup(struct mm_struct *mm, unsigned long addr)
+{
+	mmap_assert_locked(mm);
+	return vma_lookup(mm, addr);
+}
+
 struct page *msvm_alloc_page_vma(struct vm_area_struct *vma, unsigned long addr)
 {
 	return alloc_page_vma(GFP_HIGHUSER_MOVABLE, vma, addr);

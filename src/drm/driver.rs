@@ -17,6 +17,7 @@ use crate::mm::abi::{
     DRM_MSVM_MIGRATE, DRM_MSVM_PREFETCH, DRM_MSVM_QUERY, DRM_MSVM_RESIDENCY, DRM_MSVM_SET_ATTR,
     DRM_MSVM_STATS, DRM_MSVM_VM_CREATE, DRM_MSVM_VM_DESTROY,
 };
+use crate::mm::cancel::{GoingAway, Gone};
 use crate::mm::drm_ioctl::declare_msvm_ioctls;
 
 use super::file::File;
@@ -49,7 +50,14 @@ kernel::pci_device_table!(
 
 /// What a bound device holds: its DRM registration, which owns the [`Gpu`].
 pub(crate) struct Binding<'bound> {
+    /// Dropped first: every msvm ioctl in progress stops at its next step,
+    /// so that the unplug of the DRM device below, which waits for the
+    /// ioctls of every DRM device, does not wait for a long one of another
+    /// GPU.
+    _going: GoingAway,
     _reg: drm::Registration<'bound, MsvmDriver>,
+    /// Dropped last: ioctls need not stop for this device any more.
+    _gone: Gone,
 }
 
 impl pci::Driver for MsvmDriver {
@@ -75,7 +83,11 @@ impl pci::Driver for MsvmDriver {
         // SAFETY: `reg` is stored in the `Binding`, which is dropped when the
         // device is unbound; it is never forgotten.
         let reg = unsafe { drm::Registration::new(pdev.as_ref(), drm, gpu, 0)? };
-        Ok(Binding { _reg: reg })
+        Ok(Binding {
+            _going: GoingAway,
+            _reg: reg,
+            _gone: Gone,
+        })
     }
 }
 

@@ -252,6 +252,17 @@ pub(super) fn fill_to_device(
             pool.note_large_mapping(page, vma.mm(), start + at * PAGE_SIZE);
         }
     }
+    // Where eviction finds each page: through this mm, never by frame.
+    pool.note_mapped(
+        vma.mm(),
+        (0..n).filter(|&i| moved(i)).filter_map(|i| {
+            Some((
+                mig.dst_page(i)?,
+                start + i * PAGE_SIZE,
+                usize::from(filled[i]),
+            ))
+        }),
+    );
     let peers: u64 = (0..n)
         .filter(|&i| from_peer[i] && moved(i))
         .map(|i| u64::from(filled[i]))

@@ -77,6 +77,37 @@ enum Held<'p> {
     Peer(PoolRef),
 }
 
+impl Held<'_> {
+    /// Whether the device is going away (a peer waits for this user then):
+    /// the work on its memory stops.
+    fn withdrawn(&self) -> bool {
+        match self {
+            Held::Here(_) => false,
+            Held::Peer(r) => r.withdrawn(),
+        }
+    }
+
+    /// A migration into this memory: stops when the ioctl does, or when
+    /// the device is going away (`ENOENT`, as for a peer already gone).
+    fn migrate(
+        &self,
+        mm: &MmWithUser,
+        start: usize,
+        len: usize,
+        u: Use,
+        cancel: &Cancel<'_>,
+    ) -> Result<Outcome> {
+        let gone = || self.withdrawn();
+        let cancel = cancel.watching(&gone);
+        match migrate_range(self, mm, start, len, Dest::Device(u), &cancel) {
+            // The peer is going away: as if it were gone already (see
+            // `Target::resolve`; a job's placement then uses system RAM).
+            Err(e) if e == ENODEV && self.withdrawn() => Err(ENOENT),
+            r => r,
+        }
+    }
+}
+
 impl core::ops::Deref for Held<'_> {
     type Target = VramPool;
 
@@ -143,10 +174,7 @@ fn to_device<'p>(
 ) -> Result<Outcome> {
     let (out, owner) = {
         let pool = hold()?;
-        (
-            migrate_range(&pool, mm, start, len, Dest::Device(u), cancel)?,
-            pool.owner(),
-        )
+        (pool.migrate(mm, start, len, u, cancel)?, pool.owner())
     };
     if out.busy == 0 {
         return Ok(out);
@@ -156,7 +184,7 @@ fn to_device<'p>(
     // RAM), then move what is now movable. The owner is a static group token:
     // it outlives the pool.
     fault_in(mm, mirror, owner, start, len, cancel)?;
-    let again = migrate_range(&*hold()?, mm, start, len, Dest::Device(u), cancel)?;
+    let again = hold()?.migrate(mm, start, len, u, cancel)?;
     Ok(again.after(&out))
 }
 
@@ -187,50 +215,57 @@ fn fault_in(
 
 /// Moves the pages of every device to system RAM, one owner group at a time
 /// (a migration collects only the device pages of one owner), through the
-/// first member of each group that is not going away; groups holding no page
-/// are skipped.
+/// first member of each group that is not going away (the next one if it
+/// goes away meanwhile); groups holding no page are skipped.
 pub(crate) fn to_system(
     mm: &MmWithUser,
     start: usize,
     len: usize,
     cancel: &Cancel<'_>,
 ) -> Result<Outcome> {
-    let mut pools: [Option<PoolRef>; MAX_DEVICES] = [const { None }; MAX_DEVICES];
+    // Each device's group, and the groups any member of which holds a page
+    // (a pass of a group that holds none would collect nothing, at the cost
+    // of a walk and an invalidation per step).
+    let mut group_of = [None; MAX_DEVICES];
+    let mut holds = [false; MAX_DEVICES];
     {
         let topo = registry::devices();
-        // The first member of each group that is not going away (a device
-        // going away sends its pages to system RAM itself) goes through the
-        // range, unless no member of its group holds a page: that pass
-        // would collect nothing, at the cost of a walk and an invalidation
-        // per step.
-        let mut first = [false; MAX_DEVICES];
-        let mut holds = [false; MAX_DEVICES];
-        for (i, slot) in pools.iter_mut().enumerate() {
-            let (Some(g), Ok(p)) = (topo.group(i), PoolRef::get_locked(&topo, i)) else {
+        for (i, g) in group_of.iter_mut().enumerate() {
+            let (Some(grp), Ok(p)) = (topo.group(i), PoolRef::get_locked(&topo, i)) else {
                 continue;
             };
-            let g = g % MAX_DEVICES;
-            holds[g] |= p.resident() > 0;
-            if !first[g] {
-                first[g] = true;
-                *slot = Some(p);
-            }
-        }
-        for (i, slot) in pools.iter_mut().enumerate() {
-            if topo.group(i).is_some_and(|g| !holds[g % MAX_DEVICES]) {
-                *slot = None;
-            }
+            *g = Some(grp % MAX_DEVICES);
+            holds[grp % MAX_DEVICES] |= p.resident() > 0;
         }
     }
     let total = u64::from_safe_cast(len / PAGE_SIZE);
     let (mut moved, mut busy, mut folios) = (0, 0, 0);
     let mut any = false;
-    for pool in pools.iter().flatten() {
-        let o = migrate_range(pool, mm, start, len, Dest::System, cancel)?;
-        moved += o.moved;
-        busy += o.busy;
-        folios += o.folios;
-        any = true;
+    for g in (0..MAX_DEVICES).filter(|&g| holds[g]) {
+        // One member of the group goes through the range (a migration
+        // collects the pages of the whole group): the first that is not
+        // going away. One that goes away meanwhile (it waits for this
+        // user) is let go at once, and the next member starts again.
+        for i in (0..MAX_DEVICES).filter(|&i| group_of[i] == Some(g)) {
+            let pool = {
+                let topo = registry::devices();
+                match PoolRef::get_locked(&topo, i) {
+                    Ok(p) if topo.group(i).map(|x| x % MAX_DEVICES) == Some(g) => p,
+                    _ => continue,
+                }
+            };
+            let gone = || pool.withdrawn();
+            let o =
+                match migrate_range(&pool, mm, start, len, Dest::System, &cancel.watching(&gone)) {
+                    Err(e) if e == ENODEV && pool.withdrawn() => continue,
+                    o => o?,
+                };
+            moved += o.moved;
+            busy += o.busy;
+            folios += o.folios;
+            any = true;
+            break;
+        }
     }
     if !any {
         // No device: nothing can be anywhere but in RAM; still check the

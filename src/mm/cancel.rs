@@ -7,8 +7,12 @@
 //! [`Cancel::check`], which reschedules and stops the operation once its
 //! task has a fatal signal pending (`EINTR`: the task is being killed) or
 //! the device it runs on is being unplugged (`ENODEV`: unbind waits for the
-//! ioctls in progress, see `drm_dev_unplug()`). Waits for a lock that a
-//! long operation may hold are killable too ([`lock_killable`]).
+//! ioctls in progress, see `drm_dev_unplug()`), or any other msvm device
+//! began to go away since the ioctl started (`EAGAIN`: `drm_dev_unplug()`
+//! waits for the `drm_dev_enter()` sections of *every* DRM device, one
+//! SRCU for all, and each ioctl runs in one: a long ioctl on one GPU would
+//! hold up the unbind of another). Waits for a lock that a long operation
+//! may hold are killable too ([`lock_killable`]).
 
 use core::marker::PhantomData;
 use core::ptr::NonNull;
@@ -16,10 +20,44 @@ use core::ptr::NonNull;
 use kernel::{
     bindings, drm,
     prelude::*,
-    sync::{lock::Guard, Mutex, MutexGuard},
+    sync::{
+        atomic::{Atomic, Relaxed},
+        lock::Guard,
+        Mutex, MutexGuard,
+    },
 };
 
 use super::bindings as b;
+
+/// msvm devices that began to go away so far (see [`GoingAway`]).
+static GONE: Atomic<u64> = Atomic::new(0);
+
+/// msvm devices going away now: between [`GoingAway`] and [`Gone`].
+static GOING: Atomic<u64> = Atomic::new(0);
+
+/// Held by a bound device and dropped first when it goes (before its DRM
+/// device is unplugged): every ioctl in progress then stops at its next
+/// step ([`Cancel::check`]: `EAGAIN`), so that the unplug's wait for them
+/// ends, until the device is gone ([`Gone`]).
+pub(crate) struct GoingAway;
+
+impl Drop for GoingAway {
+    fn drop(&mut self) {
+        GOING.add(1, Relaxed);
+        GONE.add(1, Relaxed);
+    }
+}
+
+/// Held by a bound device and dropped last when it goes (after its DRM
+/// device is unplugged and its memory torn down): ioctls need not stop for
+/// it any more.
+pub(crate) struct Gone;
+
+impl Drop for Gone {
+    fn drop(&mut self) {
+        GOING.fetch_sub(1, Relaxed);
+    }
+}
 
 /// The stop conditions of one long operation.
 ///
@@ -29,6 +67,13 @@ use super::bindings as b;
 /// DRM device, valid for `'a`.
 pub(crate) struct Cancel<'a> {
     dev: Option<NonNull<bindings::drm_device>>,
+    /// [`GONE`] when the ioctl started (none for the kernel's own work).
+    gone: Option<u64>,
+    /// More work to stop for: true once it must (a peer's memory this
+    /// operation holds is being withdrawn, say).
+    watch: Option<&'a dyn Fn() -> bool>,
+    /// The conditions this one adds to ([`Cancel::watching`]).
+    outer: Option<&'a Cancel<'a>>,
     _dev: PhantomData<&'a ()>,
 }
 
@@ -43,6 +88,9 @@ impl<'a> Cancel<'a> {
         // INVARIANT: `dev` is registered and borrowed for `'a`.
         Self {
             dev: NonNull::new(raw),
+            gone: Some(GONE.load(Relaxed)),
+            watch: None,
+            outer: None,
             _dev: PhantomData,
         }
     }
@@ -53,14 +101,39 @@ impl<'a> Cancel<'a> {
         // INVARIANT: no device.
         Self {
             dev: None,
+            gone: None,
+            watch: None,
+            outer: None,
+            _dev: PhantomData,
+        }
+    }
+
+    /// The same conditions, and `ENODEV` as soon as `gone` says so: for
+    /// the part of an operation that holds another device's memory, which
+    /// that device waits for before it goes (`crate::registry::PoolRef`).
+    pub(crate) fn watching<'b>(&'b self, gone: &'b dyn Fn() -> bool) -> Cancel<'b>
+    where
+        'a: 'b,
+    {
+        // INVARIANT: no device of its own; `self`'s are checked through
+        // `outer`.
+        Cancel {
+            dev: None,
+            gone: None,
+            watch: Some(gone),
+            outer: Some(self),
             _dev: PhantomData,
         }
     }
 
     /// Between two steps: lets other tasks run, then fails with `EINTR` if
     /// the calling task is being killed, `ENODEV` if the device is going
-    /// away.
+    /// away (or what [`Cancel::watching`] watches is), `EAGAIN` if an msvm
+    /// device is going away, or began to since the ioctl started.
     pub(crate) fn check(&self) -> Result {
+        if let Some(outer) = self.outer {
+            outer.check()?;
+        }
         // SAFETY: plain calls about the current task, in process context.
         unsafe { b::msvm_cond_resched() };
         // SAFETY: as above.
@@ -72,6 +145,18 @@ impl<'a> Cancel<'a> {
             if unsafe { b::msvm_drm_dev_unplugged(dev.as_ptr()) } {
                 return Err(ENODEV);
             }
+        }
+        if self.watch.is_some_and(|gone| gone()) {
+            return Err(ENODEV);
+        }
+        // A device going away now, or since the ioctl began: the ioctl may
+        // have entered its `drm_dev_enter()` section before the unplug's
+        // wait for them began, and looked at `GONE` after.
+        if self
+            .gone
+            .is_some_and(|g| GOING.load(Relaxed) != 0 || GONE.load(Relaxed) != g)
+        {
+            return Err(EAGAIN);
         }
         Ok(())
     }

@@ -325,12 +325,12 @@ impl Drop for VmaMigration<'_> {
     }
 }
 
-/// A migration of device page frames `[pfn, pfn + npages)` wherever they
-/// are mapped: eviction of device memory.
+/// A migration of device page frames wherever they are mapped: eviction of
+/// device memory (`migrate_device_pfns`).
 ///
 /// # Invariants
 ///
-/// `src` was filled by `migrate_device_range`; the migration is finalized
+/// `src` was filled by `migrate_device_pfns`; the migration is finalized
 /// exactly once, in `drop`.
 pub(crate) struct DeviceMigration<'m> {
     src: KVec<u64>,
@@ -341,19 +341,23 @@ pub(crate) struct DeviceMigration<'m> {
 }
 
 impl DeviceMigration<'_> {
-    /// Collects the in-use pages among `npages` device page frames from
-    /// `pfn` (see `super::pagemap::Pagemap::device_migration`).
+    /// Collects the in-use pages among the device page frames `pfns` (in
+    /// any order; a large folio's frames one after another, head first,
+    /// or it is skipped with every frame after it).
     ///
     /// # Safety
     ///
     /// The frames must belong to a device-private pagemap of the caller that
     /// outlives the migration.
-    pub(super) unsafe fn range(pfn: usize, npages: usize) -> Result<Self> {
-        let mut src = KVec::from_elem(0u64, npages, GFP_KERNEL)?;
-        let dst = KVec::from_elem(0u64, npages, GFP_KERNEL)?;
-        // SAFETY: `src` has `npages` entries; the frames are ours (caller).
+    pub(super) unsafe fn pfns(pfns: &[usize]) -> Result<Self> {
+        let mut src = KVec::with_capacity(pfns.len(), GFP_KERNEL)?;
+        for &p in pfns {
+            src.push(u64::from_safe_cast(p), GFP_KERNEL)?;
+        }
+        let dst = KVec::from_elem(0u64, pfns.len(), GFP_KERNEL)?;
+        // SAFETY: `src` holds `pfns.len()` frames of ours (caller).
         kernel::error::to_result(unsafe {
-            b::migrate_device_range(src.as_mut_ptr().cast(), pfn, npages)
+            b::migrate_device_pfns(src.as_mut_ptr().cast(), src.len())
         })?;
         // INVARIANT: `src` filled just above; only `drop` finalizes.
         Ok(Self {
@@ -362,6 +366,11 @@ impl DeviceMigration<'_> {
             pages_done: false,
             _map: core::marker::PhantomData,
         })
+    }
+
+    /// Number of entries.
+    pub(crate) fn len(&self) -> usize {
+        self.src.len()
     }
 
     /// Source entry `i`.
@@ -373,14 +382,6 @@ impl DeviceMigration<'_> {
     pub(crate) fn src_page(&self, i: usize) -> Option<PageRef<'_>> {
         let pfn = self.src(i).pfn()?;
         // SAFETY: as in `VmaMigration::src_page`.
-        Some(unsafe { PageRef::from_pfn(pfn) })
-    }
-
-    /// The page of destination entry `i`, if one was given (see
-    /// [`VmaMigration::dst_page`]).
-    pub(crate) fn dst_page(&self, i: usize) -> Option<PageRef<'_>> {
-        let pfn = Entry(*self.dst.get(i)?).pfn()?;
-        // SAFETY: as in `VmaMigration::dst_page`.
         Some(unsafe { PageRef::from_pfn(pfn) })
     }
 
@@ -397,7 +398,7 @@ impl DeviceMigration<'_> {
         if self.pages_done {
             return;
         }
-        // SAFETY: collected by `range` (invariant), arrays of equal length.
+        // SAFETY: collected by `pfns` (invariant), arrays of equal length.
         unsafe {
             b::migrate_device_pages(
                 self.src.as_mut_ptr().cast(),
@@ -414,7 +415,7 @@ impl Drop for DeviceMigration<'_> {
         if !self.pages_done {
             cancel(&mut self.src);
         }
-        // SAFETY: collected by `range`, finalized only here (invariant);
+        // SAFETY: collected by `pfns`, finalized only here (invariant);
         // see `VmaMigration`'s drop for the sources of a cancelled one.
         unsafe {
             b::migrate_device_finalize(

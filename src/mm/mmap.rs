@@ -8,11 +8,12 @@
 //! device-private folio (it drops a reference and a mapping the entry never
 //! held), so such an entry must not meet a zap: msvm creates one only in an
 //! mm it holds this way, for a folio no other mm maps (see
-//! `crate::migrate`). The kernel crate offers the read lock only.
+//! `crate::migrate`). The kernel crate offers the read lock only, and not
+//! as a try: [`MmapRead`] does that too.
 
 use kernel::{
     bindings,
-    mm::{virt::VmaRef, MmWithUser},
+    mm::{virt::VmaRef, Mm, MmWithUser},
     prelude::*,
     types::NotThreadSafe,
 };
@@ -94,5 +95,112 @@ impl Drop for MmapWriteGuard<'_> {
     fn drop(&mut self) {
         // SAFETY: held (invariant), let go once.
         unsafe { b::msvm_mmap_write_unlock(self.mm.as_raw()) };
+    }
+}
+
+/// `mmap_write_lock` of an mm whose users may all be gone (it is exiting:
+/// `exit_mmap()` takes this lock to free its page tables), with every VMA
+/// of it write-locked too, let go on drop. Nothing of the mm is reached
+/// through it: it only keeps every `munmap`, `mremap`, exit and page-table
+/// teardown of the mm out while it lives, and every zap under a VMA lock
+/// alone (`MADV_DONTNEED`) and page fault (see `crate::vram`'s eviction of
+/// a device going away).
+///
+/// # Invariants
+///
+/// The mmap lock of `mm` is held for writing, and every VMA of `mm` is
+/// write-locked.
+pub(crate) struct MmExcluded<'a> {
+    mm: &'a Mm,
+    // The lock is let go by the task that took it.
+    _nts: NotThreadSafe,
+}
+
+impl<'a> MmExcluded<'a> {
+    /// Takes `mm`'s mmap lock for writing and write-locks its VMAs, waiting
+    /// as long as it takes (its holders' work is bounded).
+    pub(crate) fn lock(mm: &'a Mm) -> Self {
+        // SAFETY: `mm` is referenced (the borrow of an `Mm`: its count of
+        // references), so the `mm_struct` and its locks exist, users or
+        // not.
+        unsafe { b::msvm_mmap_write_lock_all_vmas(mm.as_raw()) };
+        // INVARIANT: just taken.
+        Self {
+            mm,
+            _nts: NotThreadSafe,
+        }
+    }
+}
+
+impl Drop for MmExcluded<'_> {
+    fn drop(&mut self) {
+        // SAFETY: held (invariant), let go once; `mmap_write_unlock` also
+        // ends the VMAs' write locks.
+        unsafe { b::msvm_mmap_write_unlock(self.mm.as_raw()) };
+    }
+}
+
+/// How [`MmapRead::lock`] waits for an mmap lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// As long as it takes (the holders' work is bounded).
+    Always,
+    /// Not at all (`EBUSY` if the lock is taken): for work done for
+    /// reclaim.
+    Never,
+}
+
+/// The mmap lock of an mm held for reading, let go on drop: the kernel
+/// crate's read guard, with a try as well.
+///
+/// # Invariants
+///
+/// The mmap lock of `mm` is held for reading.
+pub(crate) struct MmapRead<'a> {
+    mm: &'a MmWithUser,
+    // The lock is let go by the task that took it.
+    _nts: NotThreadSafe,
+}
+
+impl<'a> MmapRead<'a> {
+    /// Takes `mm`'s mmap lock for reading, waiting as `wait` says.
+    pub(crate) fn lock(mm: &'a MmWithUser, wait: Wait) -> Result<Self> {
+        let raw = mm.as_raw();
+        match wait {
+            Wait::Always => {
+                // SAFETY: `mm` has users (the type), so its lock is usable.
+                unsafe { b::msvm_mmap_read_lock(raw) };
+            }
+            Wait::Never => {
+                // SAFETY: as above.
+                if !unsafe { b::msvm_mmap_read_trylock(raw) } {
+                    return Err(EBUSY);
+                }
+            }
+        }
+        // INVARIANT: just taken.
+        Ok(Self {
+            mm,
+            _nts: NotThreadSafe,
+        })
+    }
+
+    /// The VMA at `addr`, if any, for as long as the lock is held.
+    pub(crate) fn vma_lookup(&self, addr: usize) -> Option<&VmaRef> {
+        // SAFETY: the lock is held for reading (invariant).
+        let vma = unsafe { b::msvm_vma_lookup(self.mm.as_raw(), addr) };
+        if vma.is_null() {
+            return None;
+        }
+        // SAFETY: a VMA of the mm, valid while its mmap lock is held, which
+        // the borrow of `self` bounds.
+        Some(unsafe { VmaRef::from_raw(vma) })
+    }
+}
+
+impl Drop for MmapRead<'_> {
+    fn drop(&mut self) {
+        // SAFETY: held (invariant), let go once.
+        unsafe { b::msvm_mmap_read_unlock(self.mm.as_raw()) };
     }
 }

@@ -267,17 +267,20 @@ impl NewPage {
     /// kernel's `copy_highpage()`, the copy of the reference driver
     /// `test_hmm` (the copy floor times it as that driver's copy). Both are
     /// pages msvm allocated, never a user's (which may be secretmem, with
-    /// no kernel mapping). `EINVAL` past either folio, or if either is a
-    /// device page (no memory behind its `struct page`).
+    /// no kernel mapping). `EINVAL` past either folio, if either is a
+    /// device page (no memory behind its `struct page`), or if both are the
+    /// same page (`self` passed as `src` too: a copy onto itself).
     pub(crate) fn copy_page_from(&self, k: usize, src: &NewPage, j: usize) -> Result {
         let dst = self.page().nth(k).ok_or(EINVAL)?;
         let from = src.page().nth(j).ok_or(EINVAL)?;
+        if dst.pfn() == from.pfn() {
+            return Err(EINVAL);
+        }
         // SAFETY: `dst` is a page of our folio and `from` one of `src`'s,
-        // two distinct `NewPage`s (one is borrowed shared, the other
-        // through `self`, but a `NewPage` is never duplicated): valid,
-        // locked and used by nobody else (invariant) for the borrows. Both
-        // were allocated by msvm: system pages with a kernel mapping, or
-        // device pages, which the helper refuses.
+        // two distinct pages (checked above; `src` may be `self`, borrowed
+        // twice shared): valid, locked and used by nobody else (invariant)
+        // for the borrows. Both were allocated by msvm: system pages with a
+        // kernel mapping, or device pages, which the helper refuses.
         to_result(unsafe { b::msvm_copy_highpage(dst.as_ptr(), from.as_ptr()) })
     }
 
@@ -375,5 +378,20 @@ impl Drop for NewPages {
             // (invariant); nobody else has seen it.
             unsafe { b::msvm_put_page(p) };
         }
+    }
+}
+
+#[kernel::macros::kunit_tests(msvm_page)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_onto_itself_is_refused() {
+        let a = NewPage::must().expect("a page");
+        let b = NewPage::must().expect("a page");
+        assert_eq!(a.copy_page_from(0, &a, 0), Err(EINVAL));
+        assert_eq!(a.copy_page_from(0, &b, 0), Ok(()));
+        // Past the (small) folios.
+        assert_eq!(a.copy_page_from(1, &b, 0), Err(EINVAL));
     }
 }

@@ -420,15 +420,20 @@ impl<T: PagemapOps> Pagemap<T> {
         unsafe { NewPage::from_locked(page.as_non_null()) }
     }
 
-    /// An eviction of the pages in use among `n` pages of this map from
-    /// page `first`: `EINVAL` unless they lie in the map.
-    pub(crate) fn device_migration(&self, first: usize, n: usize) -> Result<DeviceMigration<'_>> {
-        if first.checked_add(n).is_none_or(|end| end > self.npages) {
-            return Err(EINVAL);
+    /// An eviction of the pages in use among pages `indices` of this map
+    /// (a large folio's pages one after another, head first): `EINVAL`
+    /// unless they all lie in the map.
+    pub(crate) fn device_migration_of(&self, indices: &[usize]) -> Result<DeviceMigration<'_>> {
+        let mut pfns = KVec::with_capacity(indices.len(), GFP_KERNEL)?;
+        for &i in indices {
+            if i >= self.npages {
+                return Err(EINVAL);
+            }
+            pfns.push(self.pfn_first + i, GFP_KERNEL)?;
         }
         // SAFETY: the frames are this map's, which the borrow keeps alive
         // while the migration lives.
-        unsafe { DeviceMigration::range(self.pfn_first + first, n) }
+        unsafe { DeviceMigration::pfns(&pfns) }
     }
 
     /// The index in this map of `page`, if it is one of its pages.

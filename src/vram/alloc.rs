@@ -15,6 +15,7 @@ use crate::mm::page::{large_order, NewPage, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::{Pagemap, PAGE_SIZE};
 use crate::mm::trace;
 
+use super::records::Records;
 use super::{no_mappings, Charges, Chunk, Payer, Slot, VramPool};
 
 /// Device pages (or large folios) allocated for one migration step, with
@@ -316,7 +317,9 @@ impl VramPool {
                 serial,
                 large,
                 last_alloc: Atomic::new(0),
+                stuck_used: Atomic::new(0),
                 mappings <- new_mutex!(mappings?),
+                records <- Records::new(npages),
                 // No slots without the controller: nothing to charge.
                 charges: PageCharges::new(if charged { npages } else { 0 })?,
             }? Error)

@@ -14,6 +14,7 @@ use crate::mm::dmem::PageCharges;
 use crate::mm::fault::{Fault, FaultError};
 use crate::mm::pagemap::{Pagemap, PagemapOps};
 
+use super::records::Records;
 use super::{ChunkInfo, VramPool};
 
 /// One chunk: the owner data of its pagemap.
@@ -33,12 +34,20 @@ pub(crate) struct Chunk {
     /// The pool's allocation sequence number when this chunk last gave out
     /// pages: lower is colder.
     pub(super) last_alloc: Atomic<u64>,
+    /// One more than the pages in use when a consolidation last failed to
+    /// empty this chunk; 0 if none did, or that was forgotten (see
+    /// [`ChunkInfo::stuck`]).
+    pub(super) stuck_used: Atomic<usize>,
     /// For each 2 MiB block, where the last large folio migrated into it
     /// was mapped: eviction moves such folios to system RAM through that
     /// mapping first ([`VramPool::evict_large_folios`]). Stale once the
     /// folio moves, is unmapped or remapped: checked when used.
     #[pin]
     pub(super) mappings: Mutex<KVec<Option<LargeMapping>>>,
+    /// Where each page in use is mapped (see `records.rs`): eviction moves
+    /// it through that mm.
+    #[pin]
+    pub(super) records: Records,
     /// The dmem cgroup charge of each page in use (see `charge.rs`),
     /// undone when the page is freed; no slots on a kernel without the
     /// controller.
@@ -69,18 +78,27 @@ impl Chunk {
     /// What the shrinker needs to know of the chunk whose pagemap is `map`.
     pub(super) fn info(map: &Pagemap<Chunk>) -> ChunkInfo {
         let counts = map.counts();
+        let used = map.npages() - counts.free;
         ChunkInfo {
-            used: map.npages() - counts.free,
+            used,
             large: counts.whole,
             free_blocks: counts.free_blocks,
             last_alloc: map.data().last_alloc.load(Relaxed),
+            stuck: map.data().stuck_used.load(Relaxed) == used + 1,
         }
+    }
+
+    /// A consolidation could not empty the chunk, `used` pages in use
+    /// (`usize::MAX`: forget it, see `shrink.rs`).
+    pub(super) fn stuck_at(&self, used: usize) {
+        self.stuck_used.store(used.wrapping_add(1), Relaxed);
     }
 }
 
 impl PagemapOps for Chunk {
     fn folio_freeing(&self, first: usize, nr: usize) {
         // Before the pages can be handed out again (and charged anew).
+        self.records.forget(first, nr);
         let n = self.charges.uncharge(first, nr);
         self.pool()
             .stats

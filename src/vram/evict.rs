@@ -3,29 +3,36 @@
 //! Eviction: every page of a chunk to system RAM (or into other chunks, for
 //! a consolidation), 2 MiB folios first through the mms that map them.
 
-use kernel::mm::Mm;
+use kernel::mm::virt::VmaRef;
+use kernel::mm::{Mm, MmWithUser};
 use kernel::num::casts::FromSafeCast;
 use kernel::prelude::*;
 use kernel::sync::aref::ARef;
 use kernel::sync::atomic::Relaxed;
 
 use crate::mm::cancel::Cancel;
-use crate::mm::migrate::DeviceMigration;
+use crate::mm::migrate::{device_folio_mapcount, DeviceMigration, Select, VmaMigration};
+use crate::mm::mmap::{MmExcluded, MmapRead, Wait};
 use crate::mm::page::{NewPage, PageRef, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::{self, Pagemap, PAGE_SIZE};
 use crate::mm::trace::{self, EvictReason};
 
-use super::{charges_of, Batch, Chunk, LargeMapping, Slot, VramPool};
+use super::records::Noting;
+use super::window::evict_window;
+use super::{chunk_of, Batch, Chunk, LargeMapping, Slot, VramPool};
 
 /// What a drain moves to system RAM.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Drain {
     /// Everything, 2 MiB folios too, waiting for system memory as long as
     /// it takes: the data has nowhere else to go (a device going away).
+    /// Pages go through the mms they are recorded in first, then, for what
+    /// is left, by their frames (see [`VramPool::drain_frames`]).
     All,
-    /// Small pages only, as system memory comes without waiting: an
-    /// eviction that may fail (making room, see `room.rs`). The caller
-    /// makes sure no 2 MiB folio is in the range (a reserved block).
+    /// Small pages only, as system memory comes without waiting, and only
+    /// through their mms: an eviction that may fail (making room, see
+    /// `room.rs`). The caller makes sure no 2 MiB folio is in the range (a
+    /// reserved block).
     Room,
 }
 
@@ -36,21 +43,38 @@ pub(super) struct Drained {
     pub(super) moved: usize,
     /// Sent to system RAM.
     pub(super) to_system: usize,
-    /// In use, but would not move.
-    pub(super) stuck: usize,
+    /// Moved through the mm they are mapped in (of `moved` and
+    /// `to_system`).
+    pub(super) by_mm: usize,
+}
+
+/// Where the pages of one drain go.
+struct Dest<'b> {
+    /// Other chunks of the pool (a consolidation), with the stage of its
+    /// BAR to BAR copies; system RAM if `None`.
+    batch: Option<(&'b mut Batch, &'b mut [u8; PAGE_SIZE])>,
+    how: Drain,
+}
+
+/// A page of a drain through its mm: the index of its mm in the chunk's
+/// records, and its address there.
+#[derive(Clone, Copy)]
+struct Mapped {
+    m: usize,
+    addr: usize,
 }
 
 impl VramPool {
     /// Moves every page of chunk `map` that is in use back to system RAM.
     /// Returns how many pages are still in use afterwards (locked by a
-    /// migration in flight, say, which `migrate_device_range` skips without
+    /// migration in flight, say, which `migrate_device_pfns` skips without
     /// a word, or a 2 MiB folio without a 2 MiB system folio to go to).
     fn evict(&self, map: &Pagemap<Chunk>) -> Result<usize> {
-        let d = self.drain(map, None)?;
+        let (d, res) = self.drain_counted(map, 0, map.npages(), None, Drain::All, &Cancel::task());
         self.stats
             .evicted
             .add(u64::from_safe_cast(d.to_system), Relaxed);
-        Ok(map.used())
+        res.map(|()| map.used())
     }
 
     /// Moves every page of chunk `map` that is in use into the pages of
@@ -58,126 +82,414 @@ impl VramPool {
     /// large folios stay, see [`super::choose_victim`]) or, without a batch, to
     /// system RAM.
     pub(super) fn drain(&self, map: &Pagemap<Chunk>, batch: Option<Batch>) -> Result<Drained> {
-        self.drain_range(map, 0, map.npages(), batch, Drain::All)
+        self.drain_range(map, 0, map.npages(), batch, Drain::All, &Cancel::task())
     }
 
     /// [`VramPool::drain`] of pages `[start, end)` of chunk `map` only, the
-    /// way `how` says.
+    /// way `how` says; making room stops on `cancel`.
+    ///
+    /// Pages move through the mm and address each is recorded at
+    /// (`records.rs`), with that mm's mmap lock held: never by their frames
+    /// alone, which Linux 7.3 does without keeping the pages' `anon_vma`
+    /// alive. A consolidation (a batch) and making room leave a page whose
+    /// record is stale, or whose mm is busy (a consolidation only tries the
+    /// lock: it runs for reclaim) or gone, where it is. Only a device going
+    /// away (no batch, [`Drain::All`]) moves what is left by its frames.
     pub(super) fn drain_range(
+        &self,
+        map: &Pagemap<Chunk>,
+        start: usize,
+        end: usize,
+        batch: Option<Batch>,
+        how: Drain,
+        cancel: &Cancel<'_>,
+    ) -> Result<Drained> {
+        let (d, res) = self.drain_counted(map, start, end, batch, how, cancel);
+        res.map(|()| d)
+    }
+
+    /// [`VramPool::drain_range`], with what it moved even if it failed
+    /// part of the way.
+    fn drain_counted(
         &self,
         map: &Pagemap<Chunk>,
         start: usize,
         end: usize,
         mut batch: Option<Batch>,
         how: Drain,
-    ) -> Result<Drained> {
-        // Consolidation (a batch) only packs pages into other chunks: under
-        // the memory pressure that asked for it, sending pages to system RAM
-        // would take RAM. Eviction (no batch) sends them there, whatever it
-        // costs.
-        let to_system_ok = batch.is_none();
-        let base = map.data().base;
+        cancel: &Cancel<'_>,
+    ) -> (Drained, Result) {
+        let end = end.min(map.npages());
         let mut d = Drained::default();
         // The stage of BAR to BAR copies, only for a consolidation.
         let mut stage = match batch {
-            Some(_) => Some(KBox::new([0u8; PAGE_SIZE], GFP_KERNEL)?),
+            Some(_) => match KBox::new([0u8; PAGE_SIZE], GFP_KERNEL) {
+                Ok(b) => Some(b),
+                Err(e) => return (d, Err(e.into())),
+            },
             None => None,
         };
-        // One page table's worth of frames at a time: small arrays, and
-        // pages locked for a short while.
-        let mut first = start;
-        let end = end.min(map.npages());
-        while first < end {
-            let n = (end - first).min(BLOCK_PAGES);
-            let mut mig = map.device_migration(first, n)?;
-            // What each filled entry became (moved: true, or sent to system
-            // RAM),
-            // and how many pages it stands for.
-            let mut filled = [None; BLOCK_PAGES];
-            for (i, f) in filled.iter_mut().enumerate().take(n) {
-                let src = mig.src(i);
-                if mig.src_page(i).is_none() {
-                    continue;
-                }
-                let nr = src.nr_pages();
-                if !src.migrate() {
-                    d.stuck += nr;
-                    continue;
-                }
-                let from = base + (first + i) * PAGE_SIZE;
-                if src.compound() {
-                    // A large folio: the core moves it whole here or not at
-                    // all (it cannot split it without its mapping); only
-                    // eviction moves it, to system RAM.
-                    *f = if to_system_ok && how == Drain::All {
-                        self.evict_large(&mut mig, i, from)?.then_some((false, nr))
-                    } else {
-                        None
-                    };
-                    if f.is_none() {
-                        d.stuck += nr;
-                    }
-                    continue;
-                }
-                if let Some((dpage, off)) = batch.as_mut().and_then(Batch::take) {
-                    {
-                        // A batch came with its stage.
-                        let stage = stage.as_deref_mut().ok_or(EINVAL)?;
-                        let bar = self.bar()?;
-                        bar.copy_from_bar(off, &bar, from, stage)?;
-                    }
-                    mig.set_dst(i, dpage, src.write())?;
-                    *f = Some((true, 1));
-                    continue;
-                }
-                // `must` waits for memory rather than fail: the data has
-                // nowhere else to go; making room only takes what comes.
-                let dst = match (to_system_ok, how) {
-                    (false, _) => None,
-                    (true, Drain::All) => NewPage::must(),
-                    (true, Drain::Room) => NewPage::try_movable(),
-                };
-                let Some(dst) = dst else {
-                    d.stuck += 1;
-                    continue;
-                };
-                self.bar()?.copy_to_page(from, &dst, 0)?;
-                mig.set_dst(i, dst, src.write())?;
-                *f = Some((false, 1));
-            }
-            mig.pages();
-            // The core may still back out of a page (an unexpected
-            // reference): it stays in use here.
-            for (i, f) in filled.iter().enumerate().take(n) {
-                match (*f, mig.src(i).migrate()) {
-                    (Some((_, nr)), false) => d.stuck += nr,
-                    (Some((true, nr)), true) => {
-                        // The charge follows the page into the other chunk,
-                        // before the old page is freed (at finalize).
-                        let dst = mig.dst_page(i).and_then(|p| charges_of(p, self.key));
-                        if let Some((to, j)) = dst {
-                            if let Some(c) = map.data().charges.take(first + i) {
-                                to.put(j, c);
-                            }
-                        }
-                        d.moved += nr;
-                    }
-                    (Some((false, nr)), true) => {
-                        d.to_system += nr;
-                        if nr > 1 {
-                            self.stats.large_to_system.add(1, Relaxed);
-                        }
-                    }
-                    (None, _) => {}
-                }
-            }
-            drop(mig);
-            first += n;
+        let frames = batch.is_none() && how == Drain::All;
+        let dest = Dest {
+            batch: batch.as_mut().zip(stage.as_deref_mut()),
+            how,
+        };
+        let mut res = self.drain_mapped(map, start, end, dest, cancel, &mut d);
+        if frames {
+            // What the mms did not take goes, whatever went wrong there.
+            let r = self.drain_frames(map, start, end, &mut d);
+            res = res.and(r);
         }
         self.stats
             .to_system
             .add(u64::from_safe_cast(d.to_system), Relaxed);
-        Ok(d)
+        self.stats.by_mm.add(u64::from_safe_cast(d.by_mm), Relaxed);
+        (d, res)
+    }
+
+    /// Moves the pages of `[start, end)` of chunk `map` that have records
+    /// through their mms (see [`VramPool::drain_range`]), one mm at a time,
+    /// one run of consecutive addresses at a time.
+    fn drain_mapped(
+        &self,
+        map: &Pagemap<Chunk>,
+        start: usize,
+        end: usize,
+        mut dest: Dest<'_>,
+        cancel: &Cancel<'_>,
+        d: &mut Drained,
+    ) -> Result {
+        let records = &map.data().records;
+        let mut pages = KVVec::new();
+        for i in start..end {
+            let Some(r) = records.get(i) else {
+                continue;
+            };
+            pages.push(
+                Mapped {
+                    m: r.mm,
+                    addr: r.addr,
+                },
+                GFP_KERNEL,
+            )?;
+        }
+        pages.sort_unstable_by_key(|p| (p.m, p.addr));
+        // A device going away waits for every mm's lock. Making room (in
+        // an ioctl, under `shrink_lock`, which an unbind of any device may
+        // come to wait for) and a consolidation (for reclaim) never wait
+        // for another process's mmap lock: a busy mm's pages stay.
+        let wait = match (dest.how, dest.batch.is_some()) {
+            (Drain::All, false) => Wait::Always,
+            _ => Wait::Never,
+        };
+        let mut rest = &pages[..];
+        while let Some(first) = rest.first() {
+            let n = rest.iter().take_while(|p| p.m == first.m).count();
+            let (group, after) = rest.split_at(n);
+            rest = after;
+            // A device going away moves what it can whatever happens; the
+            // others stop when they must.
+            if dest.how == Drain::Room && cancel.check().is_err() {
+                break;
+            }
+            let Some(mm) = records.mm_at(first.m) else {
+                continue;
+            };
+            // An mm whose users are gone is being torn down: its pages go
+            // with it (and a device going away finds them by frame after).
+            let Some(mm) = mm.mmget_not_zero() else {
+                continue;
+            };
+            // Its last user may be this reference now: the mm's teardown
+            // then runs on a workqueue, not under this caller's locks.
+            let mm = MmWithUser::into_mmput_async(mm);
+            // A busy mm (only tried) keeps its pages here.
+            let Ok(guard) = MmapRead::lock(&mm, wait) else {
+                continue;
+            };
+            let mut group = group;
+            while let Some(p) = group.first() {
+                // A run: consecutive addresses within one 2 MiB block of
+                // the address space (a page table's worth).
+                let len = group
+                    .iter()
+                    .enumerate()
+                    .take_while(|(k, q)| {
+                        q.addr == p.addr + k * PAGE_SIZE
+                            && q.addr / BLOCK_SIZE == p.addr / BLOCK_SIZE
+                    })
+                    .count();
+                group = &group[len..];
+                let (mut s, e) = (p.addr, p.addr + len * PAGE_SIZE);
+                while s < e {
+                    let Some(vma) = guard.vma_lookup(s) else {
+                        s += PAGE_SIZE;
+                        continue;
+                    };
+                    let ee = e.min(vma.end());
+                    // A consolidation leaves a 2 MiB device folio mapped
+                    // whole where it is (see `choose_victim`): a small-page
+                    // migration would split it.
+                    let whole = device_folio_mapcount(vma, s & !(BLOCK_SIZE - 1)) != 0;
+                    // Nor does making room (its reserved block holds no
+                    // whole folio: one there is another block's, reached
+                    // through a stale record); a device going away splits
+                    // it.
+                    let keep = dest.batch.is_some() || dest.how == Drain::Room;
+                    if !(whole && keep) {
+                        self.drain_run(map, start, end, vma, &mm, s, ee, &mut dest, d)?;
+                    }
+                    s = ee;
+                }
+                // The pages of the run that did not move stay: their
+                // records were stale, or they were busy. A device going
+                // away goes on whatever happens (`Cancel::task` reschedules).
+                if dest.how == Drain::All {
+                    let _ = Cancel::task().check();
+                } else if cancel.check().is_err() {
+                    break;
+                }
+            }
+            drop(guard);
+        }
+        Ok(())
+    }
+
+    /// Moves the pages of chunk `map` (pages `[start, end)` of it) that
+    /// `[s, e)` of `vma` maps, with the mmap lock of `mm` held (the borrow
+    /// of `vma`): a migration of that VMA range, in which every other page
+    /// found is left where it is.
+    #[allow(clippy::too_many_arguments)]
+    fn drain_run(
+        &self,
+        map: &Pagemap<Chunk>,
+        start: usize,
+        end: usize,
+        vma: &VmaRef,
+        mm: &Mm,
+        s: usize,
+        e: usize,
+        dest: &mut Dest<'_>,
+        d: &mut Drained,
+    ) -> Result {
+        let mig = VmaMigration::setup(vma, s, e, Select::DevicePrivate, None, self.owner(), None);
+        let mut mig = match mig {
+            Ok(m) => m,
+            // A VMA the core will not migrate (DAX, say): no page of ours.
+            Err(e) if e == EINVAL => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let bar_base = map.data().base;
+        let n = mig.npages();
+        // Whether each entry got a destination in another chunk (true) or
+        // in system RAM (false).
+        let mut filled = [None; BLOCK_PAGES];
+        for (j, f) in filled.iter_mut().enumerate().take(n) {
+            let src = mig.src(j);
+            // Ours (this chunk, this range), and collected: the core never
+            // hands a small-page migration a whole folio.
+            let Some(i) = mig
+                .src_page(j)
+                .filter(|_| src.migrate() && !src.compound())
+                .and_then(|p| {
+                    pagemap::map_of(p, self.key)
+                        .filter(|m| core::ptr::eq(*m, map))
+                        .and(map.index_of(p))
+                })
+                .filter(|i| (start..end).contains(i))
+            else {
+                continue;
+            };
+            let from = bar_base + i * PAGE_SIZE;
+            if let Some((batch, stage)) = dest.batch.as_mut() {
+                let Some((dpage, off)) = batch.take() else {
+                    continue;
+                };
+                {
+                    let bar = self.bar()?;
+                    bar.copy_from_bar(off, &bar, from, stage)?;
+                }
+                mig.set_dst(j, dpage, src.write())?;
+                *f = Some(true);
+                continue;
+            }
+            // `must` waits for memory rather than fail: the data has
+            // nowhere else to go; making room only takes what comes.
+            let dst = match dest.how {
+                Drain::All => NewPage::must(),
+                Drain::Room => NewPage::try_movable(),
+            };
+            let Some(dst) = dst else {
+                continue;
+            };
+            self.bar()?.copy_to_page(from, &dst, 0)?;
+            mig.set_dst(j, dst, src.write())?;
+            *f = Some(false);
+        }
+        if filled.iter().any(Option::is_some) {
+            evict_window();
+        }
+        mig.pages();
+        for (j, f) in filled.iter().enumerate().take(n) {
+            let Some(to_chunk) = *f else {
+                continue;
+            };
+            if !mig.src(j).migrate() {
+                // The core backed out (an unexpected reference): it stays.
+                continue;
+            }
+            d.by_mm += 1;
+            if !to_chunk {
+                d.to_system += 1;
+                continue;
+            }
+            d.moved += 1;
+            // The charge and the record follow the page into the other
+            // chunk, before the old page is freed (at finalize).
+            let i = mig.src_page(j).and_then(|p| map.index_of(p));
+            let to = mig.dst_page(j).and_then(|p| chunk_of(p, self.key));
+            if let (Some(i), Some((to, k))) = (i, to) {
+                if let Some(c) = map.data().charges.take(i) {
+                    to.charges.put(k, c);
+                }
+                if to.records.note(k, 1, mm, s + j * PAGE_SIZE, false) == 0 {
+                    self.stats.unrecorded.add(1, Relaxed);
+                }
+            }
+        }
+        drop(mig);
+        Ok(())
+    }
+
+    /// What [`VramPool::drain_mapped`] left in `[start, end)` of chunk
+    /// `map`, to system RAM by page frames (`migrate_device_pfns`): a
+    /// device going away, whose pages must all go.
+    ///
+    /// Pages still recorded (their mm exiting, or `mremap` moved them) go
+    /// first, their mm's mmap lock held for writing and its VMAs
+    /// write-locked: that mm can neither zap them nor free their page
+    /// tables and `anon_vma` (its exit waits) until they are home. Then the
+    /// pages no record leads to (their chunk's table of mms was full), with
+    /// no lock of any mm: Linux 7.3's `migrate_device_pfns()` keeps no
+    /// `anon_vma` alive (see `records.rs`). A recorded page that only a
+    /// fork child maps (its parent unmapped it or exited) races that
+    /// child's exit even in the first pass. See `design.rst`, "Known
+    /// problems".
+    fn drain_frames(
+        &self,
+        map: &Pagemap<Chunk>,
+        start: usize,
+        end: usize,
+        d: &mut Drained,
+    ) -> Result {
+        let records = &map.data().records;
+        // Recorded pages, by mm: (mm index, the 2 MiB block of a page
+        // migrated in as part of a folio, page index). The pages of one
+        // folio (all recorded) go together, in order, head first.
+        let mut left = KVVec::new();
+        for i in start..end {
+            if let Some(r) = records.get(i) {
+                let block = if r.large { i / BLOCK_PAGES + 1 } else { 0 };
+                left.push((r.mm, block, i), GFP_KERNEL)?;
+            }
+        }
+        left.sort_unstable();
+        let mut rest = &left[..];
+        while let Some(&(m, block, _)) = rest.first() {
+            // Small pages of one mm, a page table's worth at most, or one
+            // folio's pages.
+            let n = rest
+                .iter()
+                .take(BLOCK_PAGES)
+                .take_while(|&&(mm, b, _)| mm == m && b == block)
+                .count();
+            let (part, after) = rest.split_at(n);
+            rest = after;
+            let Some(mm) = records.mm_at(m) else {
+                continue;
+            };
+            let mut indices = KVec::with_capacity(part.len(), GFP_KERNEL)?;
+            for &(_, _, i) in part {
+                indices.push(i, GFP_KERNEL)?;
+            }
+            let _excluded = MmExcluded::lock(&mm);
+            let mig = map.device_migration_of(&indices)?;
+            self.frames_step(map, mig, d)?;
+        }
+        // Then the frames no record leads to, one 2 MiB block of the chunk
+        // at a time (a folio's frames stay together). A recorded page the
+        // loop above could not move (busy, or no memory for it right then)
+        // is not taken here with no lock: `evict_all` tries again.
+        let mut first = start;
+        while first < end {
+            let last = ((first / BLOCK_PAGES + 1) * BLOCK_PAGES).min(end);
+            let mut indices = KVec::with_capacity(last - first, GFP_KERNEL)?;
+            for i in (first..last).filter(|&i| records.get(i).is_none()) {
+                indices.push(i, GFP_KERNEL)?;
+            }
+            if !indices.is_empty() {
+                let mig = map.device_migration_of(&indices)?;
+                self.frames_step(map, mig, d)?;
+            }
+            first = last;
+        }
+        Ok(())
+    }
+
+    /// Sends the pages `mig` collected by frame from chunk `map` to system
+    /// RAM.
+    fn frames_step(
+        &self,
+        map: &Pagemap<Chunk>,
+        mut mig: DeviceMigration<'_>,
+        d: &mut Drained,
+    ) -> Result {
+        let base = map.data().base;
+        let n = mig.len();
+        // How many pages each filled entry stands for.
+        let mut filled = KVec::from_elem(0usize, n, GFP_KERNEL)?;
+        for (i, f) in filled.iter_mut().enumerate() {
+            let src = mig.src(i);
+            let Some(index) = mig
+                .src_page(i)
+                .filter(|_| src.migrate())
+                .and_then(|p| map.index_of(p))
+            else {
+                continue;
+            };
+            let from = base + index * PAGE_SIZE;
+            if src.compound() {
+                // A large folio: the core moves it whole here or not at
+                // all (it cannot split it without its mapping).
+                if self.evict_large(&mut mig, i, from)? {
+                    *f = BLOCK_PAGES;
+                }
+                continue;
+            }
+            // `must` waits for memory rather than fail: the data has
+            // nowhere else to go.
+            let Some(dst) = NewPage::must() else {
+                continue;
+            };
+            self.bar()?.copy_to_page(from, &dst, 0)?;
+            mig.set_dst(i, dst, src.write())?;
+            *f = 1;
+        }
+        if filled.iter().any(|&f| f > 0) {
+            evict_window();
+        }
+        mig.pages();
+        for (i, &nr) in filled.iter().enumerate() {
+            if nr > 0 && mig.src(i).migrate() {
+                d.to_system += nr;
+                self.stats.by_frame.add(u64::from_safe_cast(nr), Relaxed);
+                if nr > 1 {
+                    self.stats.large_to_system.add(1, Relaxed);
+                }
+            }
+        }
+        drop(mig);
+        Ok(())
     }
 
     /// Gives the large folio of source entry `i` of `mig` (at BAR offset
@@ -199,7 +511,7 @@ impl VramPool {
     /// access unchecked; under that mm's mmap write lock a folio mapped once
     /// moves whole, and one that fork relatives map too is split, every
     /// mm's PMD of it turned into page-table entries). Eviction
-    /// (`migrate_device_range`) would collect them whole with PMD migration
+    /// (`migrate_device_pfns`) would collect them whole with PMD migration
     /// entries in every mm that maps them, which nothing excludes zaps from
     /// (Linux 7.3's `zap_huge_pmd()` bug, see
     /// `crate::mm::migrate::device_folio_mapcount`). Best effort: a folio
@@ -235,6 +547,41 @@ impl VramPool {
             // just go to system RAM (or stay, if they cannot move).
             let _ = self.ops.evict_range(self, &mm, addr, BLOCK_SIZE, &cancel);
         }
+    }
+
+    /// Notes that the pages `pages` yields, of this pool, were just
+    /// migrated in at their addresses of `mm` (each page, its address, and
+    /// how many pages it stands for: a 2 MiB folio if more than one):
+    /// eviction moves them through that mapping (see `records.rs`). Locks
+    /// each chunk's table once per run of pages in it.
+    pub(crate) fn note_mapped<'p>(
+        &self,
+        mm: &Mm,
+        pages: impl Iterator<Item = (PageRef<'p>, usize, usize)>,
+    ) {
+        let mut missed = 0;
+        let mut noting: Option<(&Chunk, Option<Noting<'_>>)> = None;
+        for (page, addr, nr) in pages {
+            let Some((chunk, i)) = chunk_of(page, self.key) else {
+                continue;
+            };
+            if !noting
+                .as_ref()
+                .is_some_and(|(c, _)| core::ptr::eq(*c, chunk))
+            {
+                // The last chunk's table is let go first.
+                drop(noting.take());
+                noting = Some((chunk, chunk.records.noting(mm)));
+            }
+            let n = noting.as_ref().and_then(|(_, n)| n.as_ref());
+            for k in 0..nr {
+                if !n.is_some_and(|n| n.set(i + k, addr + k * PAGE_SIZE, nr > 1)) {
+                    missed += 1;
+                }
+            }
+        }
+        drop(noting);
+        self.stats.unrecorded.add(missed, Relaxed);
     }
 
     /// Notes that `page`, the head of a 2 MiB folio of this pool, was just

@@ -27,7 +27,11 @@
 //! the pagemaps' free maps; [`VramPool::grow_lock`] and
 //! [`VramPool::shrink_lock`] (shrink passes, making room) ->
 //! `VramPool::chunks` (making room lets go of `shrink_lock` while it moves
-//! a 2 MiB folio through its mm, see `room.rs`);
+//! a 2 MiB folio through its mm, see `room.rs`); `shrink_lock` -> the mmap
+//! lock (read) of an mm a block's small pages are recorded in (making room
+//! waits for it killably, a consolidation only tries it: `evict.rs`);
+//! a chunk's `Records::mms` (`records.rs`) is a leaf, taken under an mmap
+//! lock, under `shrink_lock` or alone;
 //! `VramPool::grow_lock` -> [`VramPool::me`] (a leaf);
 //! `VramPool::grow_lock` -> the replicas' locks (a grower takes a replica
 //! chunk back, across a grace period of their readers) -> `shrink_lock`
@@ -73,7 +77,7 @@ use kernel::{
 
 use crate::mm::{
     cancel::Cancel,
-    dmem::{PageCharges, Region},
+    dmem::Region,
     fault::{Fault, FaultError},
     iomem::WcBar,
     owner::{Owner, OwnerKey},
@@ -91,11 +95,13 @@ mod evict;
 mod floor;
 mod lru;
 mod phases;
+mod records;
 mod replicas;
 mod room;
 mod shrink;
 mod stats;
 mod teardown;
+mod window;
 
 pub(crate) use alloc::{Batch, Large};
 pub(crate) use charge::{Charges, Payer};
@@ -108,6 +114,7 @@ use replicas::Replicas;
 pub(crate) use replicas::Window as ReplicaWindow;
 pub(crate) use shrink::{choose_victim, ChunkInfo};
 pub(crate) use stats::Stats;
+pub(crate) use window::{EVICT_DELAYS, EVICT_DELAY_MAX_MS, EVICT_DELAY_MS};
 
 /// What a pool asks of the layer that moves pages (`crate::migrate`), which
 /// installs it: the pool sits below the migrations that use it, and calls
@@ -408,11 +415,11 @@ pub(crate) fn locate<'p>(
     Some((chunk.pool(), chunk.base + map.index_of(page)? * PAGE_SIZE))
 }
 
-/// The charge table of device page `page` and its index there, if its
-/// pagemap has `key`'s owner (alive as long as the page, see [`locate`]).
-fn charges_of<'p>(page: PageRef<'p>, key: &'static GroupKey) -> Option<(&'p PageCharges, usize)> {
+/// The chunk of device page `page` and its index there, if its pagemap
+/// has `key`'s owner (alive as long as the page, see [`locate`]).
+fn chunk_of<'p>(page: PageRef<'p>, key: &'static GroupKey) -> Option<(&'p Chunk, usize)> {
     let map = pagemap::map_of(page, key)?;
-    Some((&map.data().charges, map.index_of(page)?))
+    Some((map.data(), map.index_of(page)?))
 }
 
 /// A device's own handle on its pool: the pool shuts down

@@ -12,15 +12,19 @@
 //! [`VramPool::evict_large_folios`]), and only so: collecting it by its
 //! frames would put PMD migration entries in every mm that maps it, which
 //! nothing would keep zaps away from (Linux 7.3's `zap_huge_pmd()` bug).
-//! Its small pages move by their frames (`migrate_device_range`) once the
-//! block is reserved ([`Pagemap::reserve_block`], under the chunk table's
-//! lock, which allocations hold while they prepare pages): no page of it is
-//! handed out meanwhile, half-prepared or whole, and no 2 MiB folio can be
-//! in it. A block that is out whole after its mm had its chance stays.
+//! Its small pages move through the mm and address each was migrated in at
+//! (`records.rs`, with that mm's mmap read lock held: never by their
+//! frames) once the block is reserved ([`Pagemap::reserve_block`], under
+//! the chunk table's lock, which allocations hold while they prepare
+//! pages): no page of it is handed out meanwhile, half-prepared or whole,
+//! and no 2 MiB folio can be in it. A block that is out whole after its mm
+//! had its chance stays, and so does a page whose record is stale.
 //!
 //! It runs with no mmap lock held (the caller, `crate::migrate`'s device
 //! step, runs between two tries of its step). It holds the pool's
-//! `shrink_lock` while it picks a block and drains it, so that no shrink
+//! `shrink_lock` while it picks a block and drains it (taking the mmap read
+//! lock of each mm the block's pages are recorded in, killably, and
+//! allocating system pages without waiting), so that no shrink
 //! pass removes the chunk whose pagemap it holds (see the lock order in
 //! `mod.rs`), but not while a 2 MiB folio moves through its mm: that step
 //! may wait for system memory, which msvm's shrinker (whose passes take
@@ -214,7 +218,14 @@ impl VramPool {
         };
         if let Some(r) = reserved {
             let first = b * BLOCK_PAGES;
-            let _ = self.drain_range(r.map(), first, first + BLOCK_PAGES, None, Drain::Room);
+            let _ = self.drain_range(
+                r.map(),
+                first,
+                first + BLOCK_PAGES,
+                None,
+                Drain::Room,
+                cancel,
+            );
         }
         let (after, _) = map.block_use(b);
         let freed = before.saturating_sub(after) + usize::try_from(moved).unwrap_or(0);

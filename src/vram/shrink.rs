@@ -41,6 +41,11 @@ pub(crate) struct ChunkInfo {
     pub(crate) free_blocks: usize,
     /// Allocation sequence number of its last allocation (lower: colder).
     pub(crate) last_alloc: u64,
+    /// A consolidation could not empty it, and no page of it was freed or
+    /// handed out since (pages whose mm is busy or gone, or whose record
+    /// is stale, see `evict.rs`): not a victim again until then, or until
+    /// a pass finds no other.
+    pub(crate) stuck: bool,
 }
 
 /// The chunk a consolidation pass empties next, and what it holds, among
@@ -51,10 +56,12 @@ pub(crate) struct ChunkInfo {
 /// counting the blocks its pages break once the partly used blocks are
 /// full. Allocates nothing, so that the shrinker may use it.
 ///
-/// Large folios stay where they are: moving one means collecting it whole
-/// wherever it is mapped (`migrate_device_range`), with PMD migration
-/// entries in mms nothing excludes zaps from, which Linux 7.3 mishandles
-/// (see `crate::mm::migrate::device_folio_mapcount`).
+/// Large folios stay where they are: moving one means collecting it whole,
+/// with PMD migration entries in every mm that maps it, and only the mm a
+/// consolidation moves pages through is locked; Linux 7.3 mishandles a zap
+/// of such an entry (see `crate::mm::migrate::device_folio_mapcount`). A
+/// chunk a consolidation could not empty is not chosen again until its use
+/// changes ([`ChunkInfo::stuck`]), so that the others get their turn.
 pub(crate) fn choose_victim(
     live: impl Iterator<Item = Option<ChunkInfo>> + Clone,
     npages: usize,
@@ -63,7 +70,7 @@ pub(crate) fn choose_victim(
         .clone()
         .enumerate()
         .filter_map(|(i, c)| c.map(|c| (i, c)))
-        .filter(|(_, c)| c.used > 0 && c.used <= npages / 2 && c.large == 0)
+        .filter(|(_, c)| c.used > 0 && c.used <= npages / 2 && c.large == 0 && !c.stuck)
         .min_by_key(|(_, c)| (c.used, c.last_alloc))?;
     let (room, blocks) = live
         .enumerate()
@@ -212,6 +219,12 @@ impl VramPool {
                 let mut chunks = self.chunks.lock();
                 let live = chunks.iter().map(|s| s.live().map(Chunk::info));
                 let Some((v, info)) = choose_victim(live, npages) else {
+                    // Nothing left to try: the chunks passed over are tried
+                    // again by the next pass (a busy mmap lock, say, may be
+                    // free by then).
+                    for m in chunks.iter().filter_map(Slot::live) {
+                        m.data().stuck_at(usize::MAX);
+                    }
                     break Ok(());
                 };
                 match core::mem::replace(&mut chunks[v], Slot::Dying) {
@@ -253,7 +266,11 @@ impl VramPool {
                 .shrink_to_system
                 .add(u64::from_safe_cast(drained.to_system), Relaxed);
             if !self.teardown_if_idle(victim, freed) {
-                // Pages in use that would not move: leave it for later.
+                // Pages in use that would not move: not a victim again
+                // until its use changes; the next pass takes another.
+                if let Some(m) = self.chunks.lock()[victim].live() {
+                    m.data().stuck_at(m.used());
+                }
                 break Ok(());
             }
             removed += 1;
@@ -273,6 +290,7 @@ mod tests {
             large: 0,
             free_blocks: 0,
             last_alloc,
+            stuck: false,
         })
     }
 
@@ -285,6 +303,19 @@ mod tests {
             Some(2)
         );
         let live = [c(80, 5), c(10, 9), c(20, 3)];
+        assert_eq!(
+            choose_victim(live.iter().copied(), 100).map(|v| v.0),
+            Some(1)
+        );
+    }
+
+    #[test]
+    fn a_stuck_chunk_is_passed_over() {
+        let mut stuck = c(10, 3);
+        if let Some(s) = stuck.as_mut() {
+            s.stuck = true;
+        }
+        let live = [c(80, 5), c(12, 9), stuck];
         assert_eq!(
             choose_victim(live.iter().copied(), 100).map(|v| v.0),
             Some(1)
@@ -327,6 +358,7 @@ mod tests {
                 large,
                 free_blocks,
                 last_alloc,
+                stuck: false,
             })
         };
         // A chunk holding a large folio is never the victim, however
@@ -361,6 +393,7 @@ mod tests {
                     large: 0,
                     free_blocks: 0,
                     last_alloc: 0,
+                    stuck: false,
                 });
             }
             let Some(v) = choose_victim(live.iter().copied(), n).map(|v| v.0) else {

@@ -82,6 +82,16 @@ pub(crate) struct Stats {
     pub(crate) cg_charged: Atomic<u64>,
     pub(crate) cg_uncharged: Atomic<u64>,
     pub(crate) cg_limited: Atomic<u64>,
+    /// How eviction (making room, consolidation, a device's teardown)
+    /// moved this device's pages: through the mm each is recorded in, with
+    /// its mmap lock held (`by_mm`), or by page frame, only what a device
+    /// going away could not move through a record (`by_frame`: stale
+    /// records, with the recorded mm locked, and pages no record leads
+    /// to); pages migrated in that got no record (`unrecorded`: their
+    /// chunk's table of mms was full).
+    pub(crate) by_mm: Atomic<u64>,
+    pub(crate) by_frame: Atomic<u64>,
+    pub(crate) unrecorded: Atomic<u64>,
     /// Engine bytes read from each peer's VRAM over P2P, by peer index.
     pub(crate) peer_read: [Atomic<u64>; MAX_DEVICES],
     /// Engine bytes written to each peer's VRAM over P2P, by peer index.
@@ -162,6 +172,9 @@ impl Stats {
             cg_charged: Atomic::new(0),
             cg_uncharged: Atomic::new(0),
             cg_limited: Atomic::new(0),
+            by_mm: Atomic::new(0),
+            by_frame: Atomic::new(0),
+            unrecorded: Atomic::new(0),
             peer_read: [const { Atomic::new(0) }; MAX_DEVICES],
             peer_written: [const { Atomic::new(0) }; MAX_DEVICES],
             phases: Phases::new(),

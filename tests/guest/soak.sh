@@ -9,6 +9,27 @@ kmemleak_start
 echo "== msvm: insmod"
 load_msvm || exit 1
 secs=${msvm_soak_secs:-600}
+# Eviction racing processes that go away, first: the stress run and the
+# fuzzer in cgroups whose dmem.max they reach (4M and 1M on every device:
+# processes of one cgroup evict each other's pages while a victim is
+# killed), and the full-device stress (processes placing pages there and
+# exiting while the others' make room).
+part=${msvm_soak_part_secs:-120}
+echo "== msvm-tests stress ($part s, 3 processes x 2 threads; in a cgroup with dmem.max 4M on every device)"
+cg_new soakstress 4M || rc=1
+cg_run soakstress msvm-tests stress "$part" 3 2 >/tmp/cgstress.log 2>&1 || rc=1
+grep -v '^ok ' /tmp/cgstress.log
+cg_zero soakstress "after the stress run" || rc=1
+cg_gone soakstress || rc=1
+awk '/^# stress-proc/ { o += $3; b += $4 }
+	END { printf "soak-cgroup-stress: %d operations, %d MiB verified\n", o, b / 1048576 }' /tmp/cgstress.log
+echo "== msvm-tests fuzz (seed ${msvm_fuzz_seed:-7}, 300000 calls; in a cgroup with dmem.max 1M on every device)"
+cg_new soakfuzz 1M || rc=1
+cg_run soakfuzz msvm-tests fuzz "${msvm_fuzz_seed:-7}" 300000 "$part" || rc=1
+cg_zero soakfuzz "after the fuzzer" || rc=1
+cg_gone soakfuzz || rc=1
+echo "== msvm-tests oversub-stress ($part s)"
+msvm-tests oversub-stress "$part" || rc=1
 echo "== msvm-tests soak ($secs s)"
 # Straight to the console: the host reads its unplug requests there.
 { msvm-tests soak "$secs" 2>&1; echo $? >/tmp/soak.rc; } | tee /tmp/soak.log

@@ -21,20 +21,20 @@ else
 	echo "msvm-tests: 0 passed, 1 failed (msvm-example)"
 	rc=1
 fi
-echo "== msvm-tests fuzz (seed ${msvm_fuzz_seed:-1}, ${msvm_fuzz_calls:-100000} calls; in a cgroup with dmem.max 16M on every device)"
-cg_new fuzz 16M || rc=1
+echo "== msvm-tests fuzz (seed ${msvm_fuzz_seed:-1}, ${msvm_fuzz_calls:-100000} calls; in a cgroup with dmem.max 1M on every device)"
+cg_new fuzz 1M || rc=1
 cg_run fuzz msvm-tests fuzz "${msvm_fuzz_seed:-1}" "${msvm_fuzz_calls:-100000}" "${msvm_fuzz_secs:-300}" || rc=1
 cg_zero fuzz "after the fuzzer" || rc=1
 cg_gone fuzz || rc=1
-echo "== msvm-tests stress (${msvm_stress_secs:-20} s, 3 processes x 2 threads, 4 KiB pages and THPs, all devices; in a cgroup with dmem.max 48M on every device)"
-cg_new stress 48M || rc=1
+echo "== msvm-tests stress (${msvm_stress_secs:-20} s, 3 processes x 2 threads, 4 KiB pages and THPs, all devices; in a cgroup with dmem.max 4M on every device)"
+cg_new stress 4M || rc=1
 cg_run stress msvm-tests stress "${msvm_stress_secs:-20}" 3 2 >/tmp/stress.log 2>&1 || rc=1
 cat /tmp/stress.log
 cg_zero stress "after the stress run" || rc=1
 cg_gone stress || rc=1
 awk '/^# stress-proc/ { o += $3; b += $4 }
 	END { printf "stress: %d operations, %d MiB verified\n", o, b / 1048576 }' /tmp/stress.log
-echo "== msvm-tests oversub-stress (${msvm_oversub_secs:-20} s, 3 processes on one full device)"
+echo "== msvm-tests oversub-stress (${msvm_oversub_secs:-20} s, 3 processes on one full device, and processes that place pages there and exit)"
 msvm-tests oversub-stress "${msvm_oversub_secs:-20}" || rc=1
 echo "== msvm-tests rebind"
 msvm-tests rebind || rc=1

@@ -23,6 +23,7 @@ mod large;
 mod lifecycle;
 mod multi;
 mod placement;
+mod race;
 mod replicas;
 mod scenarios;
 mod soak;
@@ -78,6 +79,7 @@ fn main_tests() -> Vec<harness::Test> {
         large::tests(),
         trace::tests(),
         cgroup::tests(),
+        race::tests(),
     ]
     .into_iter()
     .flatten()

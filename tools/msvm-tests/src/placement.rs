@@ -712,7 +712,11 @@ fn oversubscription_explicit() -> Outcome {
 /// on random pieces (placed on access), CPU writes of random pages and CPU
 /// reads of random pieces, all checked against what each process knows it
 /// wrote. Together they need more than the device holds: blocks are evicted
-/// under every other operation, each process's and the others'.
+/// under every other operation, each process's and the others'. A fourth
+/// process churns: its children each place 8 MiB of 4 KiB pages on the full
+/// device and exit at once (every other one is killed instead), so that
+/// blocks of processes going away are evicted while they go (and theirs
+/// evict the others').
 pub fn oversub_stress(secs: u64) -> Result<(), String> {
     use nix::sys::wait::{waitpid, WaitStatus};
     use nix::unistd::{fork, ForkResult};
@@ -740,6 +744,24 @@ pub fn oversub_stress(secs: u64) -> Result<(), String> {
             ForkResult::Parent { child } => children.push(child),
         }
     }
+    // SAFETY: the child runs its loop and exits without returning.
+    match unsafe { fork() }.map_err(|x| x.to_string())? {
+        ForkResult::Child => {
+            let code = match churn(deadline) {
+                Ok(n) => {
+                    println!("# oversub-stress churn: {n} processes placed 8 MiB and went away");
+                    0
+                }
+                Err(x) => {
+                    println!("# oversub-stress churn: {x}");
+                    1
+                }
+            };
+            // SAFETY: leaving the child.
+            unsafe { nix::libc::_exit(code) };
+        }
+        ForkResult::Parent { child } => children.push(child),
+    }
     let mut failed = 0;
     for c in children {
         if !matches!(waitpid(c, None), Ok(WaitStatus::Exited(_, 0))) {
@@ -753,12 +775,62 @@ pub fn oversub_stress(secs: u64) -> Result<(), String> {
         ((after.evict_pages - before.evict_pages) * PAGE as u64) >> 20,
         after.evict_demoted - before.evict_demoted
     );
-    check!(failed == 0, "{failed} of {PROCS} processes failed");
+    check!(failed == 0, "{failed} of {} processes failed", PROCS + 1);
     check!(
         after.evict_blocks > before.evict_blocks,
         "nothing was evicted"
     );
     Ok(())
+}
+
+/// The churn of [`oversub_stress`]: until `deadline`, a child at a time
+/// places 8 MiB of 4 KiB pages on the full device and exits (or, every
+/// other one, is killed as soon as they are there). Returns how many went.
+fn churn(deadline: std::time::Instant) -> Result<u64, String> {
+    use nix::sys::signal::{kill, Signal};
+    use nix::sys::wait::{waitpid, WaitStatus};
+    use nix::unistd::{fork, ForkResult};
+    const LEN: usize = 8 << 20;
+    let mut n = 0u64;
+    while std::time::Instant::now() < deadline {
+        let (r, w) = nix::unistd::pipe().map_err(|x| x.to_string())?;
+        // SAFETY: the child places its pages and exits without returning.
+        match unsafe { fork() }.map_err(|x| x.to_string())? {
+            ForkResult::Child => {
+                let placed = (|| {
+                    let t = trio()?;
+                    let mut m = Map::small(LEN)?;
+                    fill(m.bytes_mut(), n);
+                    if n % 2 == 1 {
+                        // Killed while its pages move in.
+                        let _ = nix::unistd::write(&w, b"x");
+                    }
+                    t.c.migrate(m.addr(), LEN, Location::Device).map_err(e)?;
+                    // Gone with the process.
+                    std::mem::forget(m);
+                    Ok::<_, String>(())
+                })();
+                let _ = nix::unistd::write(&w, b"x");
+                // SAFETY: leaving the child.
+                unsafe { nix::libc::_exit(i32::from(placed.is_err())) };
+            }
+            ForkResult::Parent { child } => {
+                drop(w);
+                let mut b = [0u8; 1];
+                let _ = nix::unistd::read(&r, &mut b);
+                if n % 2 == 1 {
+                    let _ = kill(child, Signal::SIGKILL);
+                }
+                match waitpid(child, None) {
+                    Ok(WaitStatus::Exited(_, 0)) => {}
+                    Ok(WaitStatus::Signaled(_, Signal::SIGKILL, _)) if n % 2 == 1 => {}
+                    other => return Err(format!("churn child {n}: {other:?}")),
+                }
+            }
+        }
+        n += 1;
+    }
+    Ok(n)
 }
 
 /// One process of [`oversub_stress`]: returns the operations it did.

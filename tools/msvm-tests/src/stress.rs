@@ -106,10 +106,11 @@ impl Gpus {
         Ok(&self.devs[r.below(self.devs.len() as u64) as usize])
     }
 
-    /// Whether `e` says the device went, as it may here; if so, the GPUs
-    /// are opened again at the next pick.
+    /// Whether `e` says the device went, as it may here (`ENODEV`; another
+    /// GPU going away stops a call in progress with `EAGAIN`); if so, the
+    /// GPUs are opened again at the next pick.
     fn went(&mut self, e: &msvm_rt::Error) -> bool {
-        let went = self.replug && e.errno() == Some(Errno::ENODEV);
+        let went = self.replug && matches!(e.errno(), Some(Errno::ENODEV) | Some(Errno::EAGAIN));
         if went {
             self.opened = Instant::now() - 2 * REOPEN;
         }

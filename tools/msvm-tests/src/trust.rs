@@ -280,12 +280,16 @@ pub enum Huge {
     Migrate,
     Prefetch,
     Exec,
+    /// A PREFETCH, through the second GPU, to the first (its P2P peer):
+    /// the ioctl holds the first GPU's memory for its whole run.
+    PrefetchToPeer,
 }
 
 const HUGE_LEN: usize = 64 << 40;
 
 /// A child that starts `op` over a 64 TiB mapping and reports, through the
-/// pipe, once it is about to call it. Exits 3 if the ioctl ever returns.
+/// pipe, once it is about to call it. Exits 3 if the ioctl ever returns (4
+/// for [`Huge::PrefetchToPeer`] stopped with `EAGAIN`).
 pub fn huge_child(op: Huge) -> Result<(nix::unistd::Pid, OwnedFd), String> {
     let (rd, wr) = nix::unistd::pipe().map_err(e)?;
     // SAFETY: the child only opens a device, maps memory and makes ioctls.
@@ -293,7 +297,16 @@ pub fn huge_child(op: Huge) -> Result<(nix::unistd::Pid, OwnedFd), String> {
         ForkResult::Child => {
             drop(rd);
             let run = || -> Result<(), String> {
-                let dev = gpu0()?;
+                let (dev, peer) = if matches!(op, Huge::PrefetchToPeer) {
+                    let gpus = crate::sysfs::msvm_gpus()?;
+                    let (g0, g1) = (gpus.first().ok_or("no GPU")?, gpus.get(1).ok_or("one GPU")?);
+                    let dev = msvm_rt::Device::open(&g1.node).map_err(e)?;
+                    dev.vm_create().map_err(e)?;
+                    let peer = msvm_rt::Device::open(&g0.node).map_err(e)?;
+                    (dev, peer.index().map_err(e)?)
+                } else {
+                    (gpu0()?, 0)
+                };
                 // SAFETY: a fresh anonymous mapping aliases nothing.
                 let p = unsafe {
                     mmap_anonymous(
@@ -323,6 +336,18 @@ pub fn huge_child(op: Huge) -> Result<(nix::unistd::Pid, OwnedFd), String> {
                     Huge::Migrate => dev.migrate(addr, HUGE_LEN, Location::Device).map(drop),
                     Huge::Prefetch => dev.prefetch(addr, HUGE_LEN, Place::Here).map(drop),
                     Huge::Exec => dev.exec(Exec::Checksum, addr, HUGE_LEN, false).map(drop),
+                    Huge::PrefetchToPeer => {
+                        let r = dev.prefetch(addr, HUGE_LEN, Place::Device(peer));
+                        // Stopped because a GPU began to go away: exit 4.
+                        if r.as_ref().err().and_then(|x| x.errno())
+                            == Some(nix::errno::Errno::EAGAIN)
+                        {
+                            println!("# child: {op:?} returned: {r:?}");
+                            // SAFETY: leaving the child at once.
+                            unsafe { nix::libc::_exit(4) };
+                        }
+                        r.map(drop)
+                    }
                 };
                 Err(format!("{op:?} returned: {r:?}"))
             };

@@ -31,6 +31,14 @@ pub fn rebind_tests() -> Vec<Test> {
             run: unbind_during_huge_migrate,
         },
         Test {
+            name: "sysfs_unbind_of_a_peer_during_huge_prefetch_to_it",
+            run: unbind_peer_during_huge_prefetch,
+        },
+        Test {
+            name: "sysfs_unbind_with_a_mremapped_device_folio_zapped_meanwhile",
+            run: unbind_mremapped_folio_zapped,
+        },
+        Test {
             name: "sysfs_unbind_while_fork_children_exit",
             run: unbind_while_fork_children_exit,
         },
@@ -123,6 +131,145 @@ fn unbind_during_huge_migrate() -> Outcome {
     check!(
         matches!(st, Some((nix::sys::wait::WaitStatus::Exited(_, 3), _))),
         "the child: {st:?}"
+    );
+    bind_again(&victim.addr)
+}
+
+/// A process PREFETCHes a 64 TiB `MAP_NORESERVE` mapping, through the
+/// second GPU, to the first (its P2P peer), when the first is unbound. The
+/// unplug of the first GPU's DRM device waits for every ioctl in progress
+/// on any DRM device (one SRCU for all), this one too, which also holds the
+/// first GPU's memory: it once waited for the whole 64 TiB. The ioctl stops
+/// with `EAGAIN` at its next step once a GPU begins to go away, so the
+/// unbind completes.
+fn unbind_peer_during_huge_prefetch() -> Outcome {
+    use crate::trust::{huge_child, reap_within, Huge};
+    let victim = sysfs::msvm_gpus()?.into_iter().next().ok_or("no GPU")?;
+    let (pid, rd) = huge_child(Huge::PrefetchToPeer)?;
+    let mut b = [0u8; 1];
+    check!(
+        nix::unistd::read(&rd, &mut b).map_err(|x| x.to_string())? == 1,
+        "the child did not start"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    // Still in its PREFETCH (it ends only with an error).
+    let running = matches!(
+        nix::sys::wait::waitpid(pid, Some(nix::sys::wait::WaitPidFlag::WNOHANG)),
+        Ok(nix::sys::wait::WaitStatus::StillAlive)
+    );
+    let drv = "/sys/bus/pci/drivers/msvm";
+    let addr = victim.addr.clone();
+    let t = Instant::now();
+    let unbind = std::thread::spawn(move || std::fs::write(format!("{drv}/unbind"), addr));
+    // The PREFETCH ends with EAGAIN once the GPU begins to go away, and the
+    // child exits (4).
+    let st = reap_within(pid, Duration::from_secs(30));
+    let stopped = t.elapsed();
+    while !unbind.is_finished() && t.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if st.is_none() {
+        // Let the unbind go on (the test has failed).
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        let _ = nix::sys::wait::waitpid(pid, None);
+    }
+    check!(
+        unbind.is_finished(),
+        "unbind still blocked after 60 s behind the PREFETCH to it"
+    );
+    unbind
+        .join()
+        .map_err(|_| "unbind thread panicked")?
+        .map_err(|x| format!("unbind: {x}"))?;
+    println!(
+        "# the PREFETCH stopped {} ms after the unbind began; the unbind took {} ms",
+        stopped.as_millis(),
+        t.elapsed().as_millis()
+    );
+    check!(running, "the PREFETCH ended before the unbind");
+    check!(
+        matches!(st, Some((nix::sys::wait::WaitStatus::Exited(_, 4), _))),
+        "the child (4: the PREFETCH stopped with EAGAIN): {st:?}"
+    );
+    check!(
+        stopped < Duration::from_secs(5),
+        "the PREFETCH to the peer went on {} ms after the unbind began",
+        stopped.as_millis()
+    );
+    bind_again(&victim.addr)
+}
+
+/// A 2 MiB device folio moved by `mremap()` after it was migrated in (its
+/// record leads to the old address), zapped (`MADV_DONTNEED`) while the
+/// unbind evicts it: the eviction collects it whole by frame, its PMD a
+/// migration entry, and Linux 7.3's `zap_huge_pmd()` mishandles one (the
+/// folio freed under the migration: `VM_BUG_ON` on this kernel). debugfs
+/// `evict_delay_ms` holds the eviction step open; the zap must wait for it
+/// (the mm's mmap lock and every VMA of it held), and the folio's bytes go
+/// home first (read as zero after the zap, as they must).
+fn unbind_mremapped_folio_zapped() -> Outcome {
+    use crate::race::{delays, in_window, Window, WINDOW_MS};
+    const HUGE: usize = 2 << 20;
+    let victim = sysfs::msvm_gpus()?.into_iter().next().ok_or("no GPU")?;
+    let (_old, start) = crate::large::thp_region(HUGE, 97)?;
+    {
+        let dev = Device::open(&victim.node).map_err(|x| x.to_string())?;
+        dev.vm_create().map_err(|x| x.to_string())?;
+        let s0 = dev.stats().map_err(|x| x.to_string())?;
+        dev.migrate(start, HUGE, Location::Device)
+            .map_err(|x| x.to_string())?;
+        let s1 = dev.stats().map_err(|x| x.to_string())?;
+        check!(
+            s1.large_to_device - s0.large_to_device == 1,
+            "the folio did not move whole"
+        );
+    }
+    let (_new, to) = crate::scenarios::huge(HUGE)?;
+    // SAFETY: both ranges are this test's own mappings; `to` is replaced.
+    let moved = unsafe {
+        nix::libc::mremap(
+            start as *mut nix::libc::c_void,
+            HUGE,
+            HUGE,
+            nix::libc::MREMAP_MAYMOVE | nix::libc::MREMAP_FIXED,
+            to as *mut nix::libc::c_void,
+        )
+    };
+    check!(
+        moved as usize == to,
+        "mremap: {}",
+        std::io::Error::last_os_error()
+    );
+    let d0 = delays()?;
+    let window = Window::open(WINDOW_MS)?;
+    let drv = "/sys/bus/pci/drivers/msvm";
+    let addr = victim.addr.clone();
+    let unbind = std::thread::spawn(move || std::fs::write(format!("{drv}/unbind"), addr));
+    let zapped = in_window(d0).and_then(|()| {
+        let t = Instant::now();
+        // SAFETY: advice on this test's own mapping.
+        let r = unsafe {
+            nix::libc::madvise(to as *mut nix::libc::c_void, HUGE, nix::libc::MADV_DONTNEED)
+        };
+        check!(r == 0, "madvise: {}", std::io::Error::last_os_error());
+        Ok(t.elapsed())
+    });
+    let unbound = unbind.join().map_err(|_| "unbind thread panicked")?;
+    drop(window);
+    unbound.map_err(|x| format!("unbind: {x}"))?;
+    let zapped = zapped?;
+    println!(
+        "# the zap waited {} ms for the eviction",
+        zapped.as_millis()
+    );
+    check!(
+        zapped >= Duration::from_millis(WINDOW_MS / 3),
+        "the zap did not wait for the eviction ({} ms)",
+        zapped.as_millis()
+    );
+    check!(
+        crate::large::bytes(to, HUGE).iter().all(|&b| b == 0),
+        "the zapped folio does not read as zero"
     );
     bind_again(&victim.addr)
 }
@@ -479,9 +626,12 @@ pub fn unplug_loop(rounds: u32) -> Outcome {
             let (stop, jobs, moves) = (&stop, &jobs, &moves);
             let peer_exec = s.spawn(move || -> Outcome {
                 while !stop.load(Ordering::Relaxed) {
-                    let r = g0
-                        .exec(msvm_rt::Exec::Checksum, b, blen, true)
-                        .map_err(|e| e.to_string())?;
+                    let r = match g0.exec(msvm_rt::Exec::Checksum, b, blen, true) {
+                        // The victim began to go away during the job: it
+                        // stopped short; again.
+                        Err(e) if e.errno() == Some(Errno::EAGAIN) => continue,
+                        r => r.map_err(|e| e.to_string())?,
+                    };
                     check!(r.result == want_b, "peer job checksum differs");
                     jobs.fetch_add(1, Ordering::Relaxed);
                 }
@@ -492,8 +642,9 @@ pub fn unplug_loop(rounds: u32) -> Outcome {
                     for to in [Location::Device, Location::System] {
                         match victim.migrate(c, clen, to) {
                             Ok(_) => moves.fetch_add(1, Ordering::Relaxed),
-                            // The device is gone.
+                            // The device is gone, or going.
                             Err(e) if e.errno() == Some(Errno::ENODEV) => return Ok(()),
+                            Err(e) if e.errno() == Some(Errno::EAGAIN) => continue,
                             Err(e) => return Err(format!("migration: {e}")),
                         };
                     }
