@@ -560,19 +560,26 @@ impl VramPool {
         pages: impl Iterator<Item = (PageRef<'p>, usize, usize)>,
     ) {
         let mut missed = 0;
-        let mut noting: Option<(&Chunk, Option<Noting<'_>>)> = None;
+        // The chunk of the last page, with its table locked: the pages of
+        // a step come mostly from one chunk, found by frame number alone.
+        let mut noting: Option<(&Pagemap<Chunk>, Option<Noting<'_>>)> = None;
         for (page, addr, nr) in pages {
-            let Some((chunk, i)) = chunk_of(page, self.key) else {
-                continue;
+            let cached = noting.as_ref().and_then(|(m, _)| m.index_of(page));
+            let i = match cached {
+                Some(i) => i,
+                None => {
+                    let Some(map) = pagemap::map_of(page, self.key) else {
+                        continue;
+                    };
+                    let Some(i) = map.index_of(page) else {
+                        continue;
+                    };
+                    // The last chunk's table is let go first.
+                    drop(noting.take());
+                    noting = Some((map, map.data().records.noting(mm)));
+                    i
+                }
             };
-            if !noting
-                .as_ref()
-                .is_some_and(|(c, _)| core::ptr::eq(*c, chunk))
-            {
-                // The last chunk's table is let go first.
-                drop(noting.take());
-                noting = Some((chunk, chunk.records.noting(mm)));
-            }
             let n = noting.as_ref().and_then(|(_, n)| n.as_ref());
             for k in 0..nr {
                 if !n.is_some_and(|n| n.set(i + k, addr + k * PAGE_SIZE, nr > 1)) {
