@@ -79,7 +79,8 @@ static int release_fd;
 
 static void *release(void *arg)
 {
-	struct hmm_dmirror_cmd cmd = { 0 };
+	/* test_hmm checks every command's range: one page at address 0. */
+	struct hmm_dmirror_cmd cmd = { .npages = 1 };
 
 	(void)arg;
 	if (ioctl(release_fd, HMM_DMIRROR_RELEASE, &cmd))
