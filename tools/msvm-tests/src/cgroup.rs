@@ -496,7 +496,21 @@ fn follow() -> Outcome {
 }
 
 /// Waits until `f` says yes, for at most `secs` seconds.
-fn wait(secs: u64, what: &str, f: &mut dyn FnMut() -> Result<bool, String>) -> Outcome {
+/// A child that parks 1 MiB on gpu0 (`msvm-tests hold READY GO`), born in
+/// the calling process's cgroup.
+pub fn spawn_hold(ready: &str, go: &str) -> Result<std::process::Child, String> {
+    let _ = fs::remove_file(ready);
+    let _ = fs::remove_file(go);
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    std::process::Command::new(exe)
+        .args(["hold", ready, go])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())
+}
+
+/// Polls `f` every 50 ms until it holds, for `secs` at most.
+pub fn wait(secs: u64, what: &str, f: &mut dyn FnMut() -> Result<bool, String>) -> Outcome {
     let t = Instant::now();
     while !f()? {
         if t.elapsed() > Duration::from_secs(secs) {
@@ -514,17 +528,11 @@ fn exit() -> Outcome {
     let r = region(&dev)?;
     let c = Cgroup::new("msvm-test-exit")?;
     let (ready, go) = ("/tmp/cg-ready", "/tmp/cg-go");
-    let _ = fs::remove_file(ready);
-    let _ = fs::remove_file(go);
     // The child is born in the cgroup.
     c.enter()?;
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let child = std::process::Command::new(exe)
-        .args(["hold", ready, go])
-        .stdout(std::process::Stdio::null())
-        .spawn();
+    let child = spawn_hold(ready, go);
     leave()?;
-    let mut child = child.map_err(|e| e.to_string())?;
+    let mut child = child?;
     let parked = wait(60, "the child's pages", &mut || {
         Ok(Path::new(ready).exists())
     });

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use msvm_rt::{Device, Location, MigrateOutcome};
 use nix::sys::mman::{mmap_anonymous, mprotect, munmap, MapFlags, ProtFlags};
 
-use crate::cgroup::{leave, region, Cgroup};
+use crate::cgroup::{leave, region, spawn_hold, wait, Cgroup};
 use crate::check;
 use crate::harness::{Outcome, Test};
 use crate::svm::{fill, gpu0, verify, Map, PAGE};
@@ -180,19 +180,12 @@ fn exit() -> Outcome {
     let c = Cgroup::new("msvm-test-race-exit")?;
     c.set_max(&r, Some(MIB as u64))?;
     let (ready, go) = ("/tmp/race-ready", "/tmp/race-go");
-    let _ = fs::remove_file(ready);
-    let _ = fs::remove_file(go);
     c.enter()?;
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let child = std::process::Command::new(exe)
-        .args(["hold", ready, go])
-        .stdout(std::process::Stdio::null())
-        .spawn();
-    let mut child = match child {
+    let mut child = match spawn_hold(ready, go) {
         Ok(ch) => ch,
         Err(e) => {
             leave()?;
-            return Err(e.to_string());
+            return Err(e);
         }
     };
     let res = exit_race(&dev, index, &r, &c, ready, &mut child);
@@ -204,10 +197,9 @@ fn exit() -> Outcome {
     res?;
     // The child's exit_mmap() may run a moment after the eviction let go
     // of its mm (on a workqueue): its charges go then.
-    let t = Instant::now();
-    while c.current(&r)? != 0 && t.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let _ = wait(10, "the child's charges to go", &mut || {
+        Ok(c.current(&r)? == 0)
+    });
     check!(
         c.current(&r)? == 0,
         "after the parent's fault-back and the child's exit: {}",
@@ -225,13 +217,13 @@ fn exit_race(
     ready: &str,
     child: &mut std::process::Child,
 ) -> Outcome {
-    let t = Instant::now();
-    while !Path::new(ready).exists() {
-        if t.elapsed() > Duration::from_secs(60) || child.try_wait().ok().flatten().is_some() {
-            return Err("the child did not park its pages".into());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait(60, "the child's pages", &mut || {
+        check!(
+            child.try_wait().ok().flatten().is_none(),
+            "the child ended before it parked its pages"
+        );
+        Ok(Path::new(ready).exists())
+    })?;
     let held = c.current(r)?;
     let before = evicted(index)?;
     let mut m = Map::small(MIB)?;
