@@ -69,6 +69,21 @@ for size in ("64M", "256M", "1024M"):
     mc = vals.get(f"memcpy_{size}")
     if mc:
         print(f"{'memcpy_' + size:<22}{mc:>9.3f}")
+if any(k.startswith("to_dev_2m_") for k in vals):
+    # The cost of the default: THPs moved in 4 KiB device pages against
+    # the same moves with 2 MiB device folios (large_folios=1).
+    print()
+    print(f"{'THP on, GiB/s':<22}{'default':>9}{'2m fol.':>9}{'def/2m':>8}{'test_hmm':>10}{'2m/hmm':>8}")
+    for size in ("64M", "256M", "1024M"):
+        for op in ("to_dev", "to_sys", "fault_back"):
+            a, b = vals.get(f"{op}_{size}.msvm"), vals.get(f"{op}_2m_{size}.msvm")
+            h = vals.get(f"{op}_{size}.test_hmm")
+            if a is None or b is None:
+                continue
+            vals[f"{op}_{size}.default_vs_2m"] = a / b
+            units[f"{op}_{size}.default_vs_2m"] = "x"
+            print(f"{op + '_' + size:<22}{a:>9.3f}{b:>9.3f}{a / b:>7.2f}x"
+                  + (f"{h:>10.3f}{b / h:>7.2f}x" if h else ""))
 if any(k.endswith(".icount") for k in vals):
     print()
     print(f"{'deterministic (icount)':<22}{'msvm':>9}{'test_hmm':>10}{'msvm/hmm':>10}{'effic.':>8}")

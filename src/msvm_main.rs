@@ -78,6 +78,10 @@ module! {
             default: 0,
             description: "PCI id 0xVVVVDDDD (vendor, device) whose devices are bound as generic devices at load, VRAM = largest prefetchable BAR (as vfio-pci's ids=; see hardware.rst); 0 none",
         },
+        large_folios: u32 {
+            default: 0,
+            description: "2 MiB device folios: 1 moves THPs (and 2 MiB of untouched memory) to and from devices whole, which needs the zap_huge_pmd() fix of Documentation/upstream/zap_huge_pmd.rst (on a stock 7.3 a device going away can then corrupt memory); 0 in 4 KiB pages (default)",
+        },
         evict: u32 {
             default: 2,
             description: "How a full device makes room: 0 it does not, 1 plain LRU, 2 scan-resistant (two classes, default)",

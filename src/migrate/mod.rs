@@ -40,11 +40,11 @@ use crate::mm::{
     fault::{Fault, FaultError},
     migrate::vma_is_secretmem,
     mmap::{ExclusiveVma, MmapWriteGuard},
-    page::{large_order, BLOCK_PAGES, BLOCK_SIZE},
+    page::{BLOCK_PAGES, BLOCK_SIZE},
     pagemap::PAGE_SIZE,
     trace,
 };
-use crate::vram::{PoolOps, Use, VramPool};
+use crate::vram::{large_folios, PoolOps, Use, VramPool};
 
 mod fault;
 mod fill;
@@ -364,7 +364,7 @@ fn one_step(
 /// rest under the lock the step runs with): such a step runs with the mmap
 /// lock held for writing.
 fn whole_block(vma: &VmaRef, addr: usize, end: usize) -> bool {
-    large_order() != 0
+    large_folios()
         && addr % BLOCK_SIZE == 0
         && end.min(vma.end()) >= addr + BLOCK_SIZE
         && vma.flags() & flags::NOHUGEPAGE == 0

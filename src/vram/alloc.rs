@@ -57,6 +57,20 @@ impl Batch {
     }
 }
 
+/// Whether device memory takes 2 MiB folios whole (module parameter
+/// `large_folios`, on a kernel that migrates such folios): off by default.
+/// A PMD-mapped device folio is what Linux 7.3's `zap_huge_pmd()` bug
+/// needs: evicted by frame when no mapping of it can be locked (a fork
+/// child maps it alone, see `evict.rs`), its PMD migration entry can be
+/// zapped, and the folio is freed under the migration. With 4 KiB device
+/// pages only, no device page is ever mapped by a PMD. The parameter is
+/// read at load only (it has no sysfs file), so every pool of the module
+/// agrees: no peer hands over a 2 MiB device folio either.
+pub(crate) fn large_folios() -> bool {
+    crate::module_parameters::large_folios.value() != 0
+        && large_order() == BLOCK_PAGES.trailing_zeros()
+}
+
 impl VramPool {
     /// Allocates up to `n` device pages, ready to be migration destinations
     /// (one reference, locked), from the chunks there are (see
@@ -72,9 +86,9 @@ impl VramPool {
     }
 
     /// Whether this pool's chunks hold 2 MiB folios: whole 2 MiB blocks,
-    /// on a kernel that migrates large folios.
+    /// with [`large_folios`] on.
     pub(crate) fn holds_large(&self) -> bool {
-        self.chunk_size % BLOCK_SIZE == 0 && large_order() == BLOCK_PAGES.trailing_zeros()
+        self.chunk_size % BLOCK_SIZE == 0 && large_folios()
     }
 
     /// Allocates one large folio (2 MiB, a whole free block of a chunk),
@@ -307,9 +321,7 @@ impl VramPool {
             // Large folios need the kernel's support, and frames (and BAR
             // offsets) aligned to them (the pagemap checks its frames again
             // when it hands one out).
-            let large = large_order() == BLOCK_PAGES.trailing_zeros()
-                && pfn_first % BLOCK_PAGES == 0
-                && base % BLOCK_SIZE == 0;
+            let large = large_folios() && pfn_first % BLOCK_PAGES == 0 && base % BLOCK_SIZE == 0;
             let mappings = no_mappings(if large { npages / BLOCK_PAGES } else { 0 });
             try_pin_init!(Chunk {
                 pool,

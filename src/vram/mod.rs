@@ -103,7 +103,7 @@ mod stats;
 mod teardown;
 mod window;
 
-pub(crate) use alloc::{Batch, Large};
+pub(crate) use alloc::{large_folios, Batch, Large};
 pub(crate) use charge::{Charges, Payer};
 use chunk::{no_mappings, Chunk, LargeMapping};
 pub(crate) use floor::{FloorPath, FLOOR_MAX_PAGES};

@@ -1,6 +1,7 @@
 #!/bin/sh
 # The README's "make bench", guest side: msvm and the kernel's test_hmm
-# moving the same sizes the same ways, in one boot, THP on and off.
+# moving the same sizes the same ways, in one boot, THP on and off; then
+# msvm again with 2 MiB device folios on (large_folios=1, THP on).
 . /msvm/guest/lib.sh
 dmesg -n 4
 insmod /msvm/test_hmm.ko || exit 1
@@ -22,10 +23,24 @@ for size in 64 256 1024; do
 	done
 done
 echo always >$thp
+# What the default (no 2 MiB device folios) costs: the THP moves again,
+# with msvm moving them whole.
+echo "== 2 MiB device folios (msvm large_folios=1), THP always"
+if rmmod msvm && load_msvm large_folios=1; then
+	for size in 64 256 1024; do
+		echo "== $size MiB, THP always, large_folios=1"
+		msvm-tests bench $size _2m || rc=1
+	done
+	# Latencies of 2 MiB folios among them (move_2m, cpu_fault_2m).
+	echo "== latency (large_folios=1)"
+	msvm-tests bench-latency || rc=1
+	rmmod msvm && load_msvm || exit 1
+else
+	rc=1
+	load_msvm || exit 1
+fi
 echo "== multi-device, 64 MiB"
 msvm-tests bench-p2p 64 || rc=1
-echo "== latency"
-msvm-tests bench-latency || rc=1
 echo "== pagemap lifecycle"
 msvm-tests bench-lifecycle || rc=1
 for mib in 16 256; do

@@ -6,7 +6,7 @@
 # memory buffer (prefetchable BAR2) behind the switch, bound and used as a
 # GPU; one with a 16 MiB buffer (less than a chunk) and one with none (no
 # prefetchable BAR), both refused with a log line.
-#  1. insmod msvm generic_id=0x1b360010: the core tests run with the NVMe
+#  1. insmod msvm generic_id=0x1b360010 large_folios=1: the core tests run with the NVMe
 #     device as gpu0 and as the P2P pair's second device.
 #  2. insmod msvm, then driver_override and drivers_probe on each NVMe
 #     controller: bound or refused the same way.
@@ -21,9 +21,9 @@ nvme_devices() {
 	done
 }
 
-echo "== msvm: insmod generic_id=0x1b360010"
+echo "== msvm: insmod generic_id=0x1b360010 large_folios=1"
 kmemleak_start
-load_msvm generic_id=0x1b360010 || exit 1
+load_msvm generic_id=0x1b360010 large_folios=1 || exit 1
 dmesg | grep 'generic device'
 msvm info || rc=1
 echo "== msvm-tests generic"

@@ -8,8 +8,8 @@
 rc=0
 hw=/sys/kernel/debug/swiotlb/io_tlb_used_hiwater
 grep -q 'swiotlb=force' /proc/cmdline || { echo "integrity: not booted with swiotlb=force"; exit 1; }
-echo "== msvm: insmod"
-load_msvm || exit 1
+echo "== msvm: insmod large_folios=1 (the 2 MiB paths copy too)"
+load_msvm large_folios=1 || exit 1
 echo "== msvm-tests integrity (swiotlb=force)"
 msvm-tests integrity || rc=1
 used=$(cat $hw 2>/dev/null || echo 0)

@@ -3,8 +3,11 @@
 # msvm_only= (kernel command line; commas stand for spaces), e.g.
 #   python3 scripts/vm.py ... --cmd only --append msvm_only=placement
 #   python3 scripts/vm.py ... --cmd only --append msvm_only=unplug-loop,3
+# msvm_params= are the module's parameters, the same way (e.g.
+# msvm_params=large_folios=1,evict=0).
 . /msvm/guest/lib.sh
-load_msvm || exit 1
+# shellcheck disable=SC2046 # split on purpose
+load_msvm $(echo "${msvm_params:-}" | tr ',' ' ') || exit 1
 # msvm_dump_after=SECS: if the run is still going after SECS, dump every
 # task's state to the console (needs CONFIG_MAGIC_SYSRQ, as in a kernel
 # built to chase a hang; without it this says so once).

@@ -6,7 +6,7 @@
 . /msvm/guest/lib.sh
 rc=0
 kmemleak_start
-echo "== msvm: insmod"
+echo "== msvm: insmod (its defaults: 4 KiB device pages only)"
 load_msvm || exit 1
 secs=${msvm_soak_secs:-600}
 # Eviction racing processes that go away, first: the stress run and the

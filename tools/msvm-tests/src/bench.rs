@@ -3,7 +3,8 @@
 //!
 //! `msvm-tests bench SIZE_MIB TAG` prints
 //! `BENCH <op><TAG>_<SIZE>M.msvm <GiB/s> GiB/s` lines and
-//! `BENCH memcpy<TAG>_<SIZE>M <GiB/s> GiB/s` (TAG is empty or `_4k`).
+//! `BENCH memcpy<TAG>_<SIZE>M <GiB/s> GiB/s` (TAG is empty or `_4k`, THP
+//! on or off; `_2m` for msvm loaded with `large_folios=1`, THP on).
 
 use std::num::NonZeroUsize;
 use std::ptr::NonNull;
@@ -176,7 +177,12 @@ pub fn run(mib: usize, tag: &str) -> Result<(), String> {
     }
     // The same bytes through the same copies, with no mm work.
     let floor = copy_floor(dev.index().map_err(|e| e.to_string())?, mib)?;
-    let size = if tag.is_empty() { "2m" } else { "4k" };
+    // The floor of the size the moves took: 2 MiB folios if any moved
+    // whole (THPs, with msvm's `large_folios=1`), 4 KiB pages otherwise.
+    let whole = counts
+        .iter()
+        .any(|(_, before, now)| now.large_to_device > before.large_to_device);
+    let size = if whole { "2m" } else { "4k" };
     for (op, secs, path) in [
         ("to_dev", best[0], "to_dev"),
         ("to_sys", best[1], "to_sys"),
@@ -193,7 +199,10 @@ pub fn run(mib: usize, tag: &str) -> Result<(), String> {
     // test_hmm's copy of the same bytes (copy_highpage(), system RAM to
     // system RAM): make bench takes it out of test_hmm's time to compare
     // the two drivers' mm work.
-    if let Some(&(_, f)) = floor.iter().find(|(n, _)| *n == format!("ram_{size}")) {
+    // test_hmm moves THPs whole whatever msvm does: its copy's size
+    // follows THP (off only with tag `_4k`).
+    let hmm_size = if tag == "_4k" { "4k" } else { "2m" };
+    if let Some(&(_, f)) = floor.iter().find(|(n, _)| *n == format!("ram_{hmm_size}")) {
         println!("BENCH copy_highpage{tag}_{mib}M.ms {:.3} ms", f * 1e3);
     }
     for (op, before, now) in &counts {

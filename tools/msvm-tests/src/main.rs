@@ -4,7 +4,7 @@
 //! the sysfs unbind/re-bind test; `msvm-tests hotplug` the hot-unplug test,
 //! which asks the host harness (scripts/vm.py) to unplug and re-plug a GPU;
 //! `msvm-tests hold READY GO` parks data on a device across an rmmod; the
-//! other subcommands (fuzz, stress, soak, bench*, pressure, hog, unplug-loop,
+//! other subcommands (defaults, fuzz, stress, soak, bench*, pressure, hog, unplug-loop,
 //! oversub-off, oversub-stress, thrash-off, thrash-expiry, access-off,
 //! read-mostly-off, generic, generic-bind) are
 //! described where they are defined. Output: one `ok`/`not ok` line per
@@ -15,6 +15,7 @@ mod bench;
 mod cases;
 mod cgroup;
 mod cli;
+mod defaults;
 mod engine;
 mod fuzz;
 mod generic;
@@ -61,6 +62,15 @@ fn finish(name: &str, res: Result<(), String>, summary: Option<&str>) -> ExitCod
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// The tests of `tests` whose names contain argument 1 (all without it).
+fn named(tests: Vec<harness::Test>) -> Vec<harness::Test> {
+    let only = arg(1, String::new());
+    tests
+        .into_iter()
+        .filter(|t| t.name.contains(&only))
+        .collect()
 }
 
 /// Every test of the main run, in order.
@@ -198,13 +208,7 @@ fn main() -> ExitCode {
             let res = unplug::unplug_loop(arg(1, 20));
             return finish("unplug-loop", res, Some("unplug loop"));
         }
-        Some("rebind") => {
-            let only = arg(1, String::new());
-            unplug::rebind_tests()
-                .into_iter()
-                .filter(|t| t.name.contains(&only))
-                .collect()
-        }
+        Some("rebind") => named(unplug::rebind_tests()),
         // The data-integrity tests, for a boot with bounce buffers
         // (`swiotlb=force`): every path that copies or writes through a
         // DMA mapping.
@@ -213,6 +217,8 @@ fn main() -> ExitCode {
             .filter(|t| INTEGRITY.contains(&t.name))
             .collect(),
         Some("hotplug") => unplug::hotplug_tests(),
+        // With msvm loaded with no parameter (2 MiB device folios off).
+        Some("defaults") => named(defaults::tests()),
         Some("generic") => generic::tests()
             .into_iter()
             .chain(
@@ -234,7 +240,8 @@ fn main() -> ExitCode {
             let all = main_tests()
                 .into_iter()
                 .chain(unplug::rebind_tests())
-                .chain(unplug::hotplug_tests());
+                .chain(unplug::hotplug_tests())
+                .chain(defaults::tests());
             for t in all {
                 println!("{}", t.name);
             }

@@ -1,6 +1,7 @@
 //! `msvm-tests stress SECS PROCS THREADS [small]`: processes x threads,
 //! each with its own region (1 MiB of 4 KiB pages, or for one thread of
-//! each process 4 MiB of THPs: 2 MiB device folios; `small` gives every
+//! each process 4 MiB of THPs: 2 MiB device folios with msvm's
+//! `large_folios=1`, 4 KiB pages by default; `small` gives every
 //! thread 4 KiB pages),
 //! migrating it to random devices and back, running engine
 //! jobs on it from random devices (in place or not), rewriting it from the
