@@ -55,10 +55,17 @@ fn pressure(node: &std::path::Path, deadline: Instant) -> Outcome {
         // Two chunks' worth (64 MiB chunks): at least one ends up idle.
         let idle = Map::new(128 << 20)?;
         // Another GPU going away (the soak unplugs gpu1 all along) stops a
-        // call in progress with EAGAIN: once more.
-        for again in [true, false] {
+        // call with EAGAIN for as long as it goes (seconds, its pages
+        // evicted first): again, a little later, for up to a minute.
+        let t = Instant::now();
+        loop {
             match dev.migrate(idle.addr(), idle.len(), msvm_rt::Location::Device) {
-                Err(e) if again && e.errno() == Some(nix::errno::Errno::EAGAIN) => continue,
+                Err(e)
+                    if e.errno() == Some(nix::errno::Errno::EAGAIN)
+                        && t.elapsed() < Duration::from_secs(60) =>
+                {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
                 r => {
                     r.map_err(|e| e.to_string())?;
                     break;
