@@ -11,8 +11,9 @@ kmemleak_start
 
 # The main run loads msvm with 2 MiB device folios on (large_folios=1):
 # every path of the module, the 2 MiB ones with the rest. The loads after
-# it take the defaults (2 MiB device folios off: what makes a device going
-# away safe on a stock 7.3, see design.rst) but where a test needs them.
+# it take the defaults (2 MiB device folios off: no device page that Linux
+# 7.3's zap_huge_pmd() bug can meet, see design.rst) but where a test
+# needs 2 MiB folios.
 echo "== msvm: insmod large_folios=1 (KUnit suites run now)"
 load_msvm large_folios=1 || exit 1
 echo "== msvm-tests"
