@@ -13,6 +13,9 @@
 #   4. host: parses the guest's KTAP with the kernel's kunit.py.
 # MSVM_GUEST_ARGS adds guest parameters, e.g. msvm_fuzz_calls=, msvm_fuzz_seed=,
 # msvm_stress_secs= (make soak sets long ones).
+# Guest timeouts: the main guest runs 8 to 10 minutes under TCG on a good
+# boot, and a boot can be up to twice as slow: it gets 30 minutes, the others
+# 15; MSVM_TEST_TIMEOUT sets one timeout for all four.
 # Any failure, or any kernel splat in the guest console (other than a known
 # report of the kernel itself, see scripts/vm.py), fails the command.
 set -euo pipefail
@@ -53,7 +56,7 @@ guest_rc=0
 msvm_stage guest python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
 	--initrd "$B/test-initramfs.cpio" --gpus sw,sw,rp --cmd test \
 	--append "${MSVM_GUEST_ARGS:-}" \
-	--log "$B/test-console.log" --timeout "${MSVM_TEST_TIMEOUT:-900}" || guest_rc=$?
+	--log "$B/test-console.log" --timeout "${MSVM_TEST_TIMEOUT:-1800}" || guest_rc=$?
 
 # The small-RAM guest: four 1 GiB GPUs, 512 MiB of RAM, the shrinker under
 # real memory pressure.
@@ -116,6 +119,17 @@ echo "host cargo tests:     $host_pass passed, $host_fail failed"
 echo "build checks:         $build_pass passed, $build_fail failed (exit $build_rc)"
 echo "KUnit cases:          $kunit_pass passed, $kunit_fail failed (kunit.py exit $kunit_rc)"
 echo "guest integration:    $it_pass passed, $it_fail failed (guest exit $guest_rc, small-RAM guest exit $small_rc, swiotlb guest exit $swiotlb_rc, generic-device guest exit $generic_rc)"
+# A guest that failed: where it was (its last section) and its last line,
+# so that the summary says it.
+guest_where() {
+	[ "$2" = 0 ] && return
+	echo "  $1 guest (exit $2) was in: $(grep -aE '^== ' "$3" 2>/dev/null | tail -1)"
+	echo "  its last console line: $(grep -av '^[[:space:]]*$' "$3" 2>/dev/null | tail -1 | cut -c1-200)"
+}
+guest_where main "$guest_rc" "$B/test-console.log"
+guest_where small-RAM "$small_rc" "$B/test-small-console.log"
+guest_where swiotlb "$swiotlb_rc" "$B/test-swiotlb-console.log"
+guest_where generic-device "$generic_rc" "$B/test-generic-console.log"
 fail=$(( host_fail + build_fail + kunit_fail + it_fail ))
 if [ "$guest_rc" != 0 ] || [ "$small_rc" != 0 ] || [ "$swiotlb_rc" != 0 ] || [ "$generic_rc" != 0 ] ||
 	[ "$kunit_rc" != 0 ]; then
