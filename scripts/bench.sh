@@ -170,6 +170,24 @@ if any(f"latency_{p}_p50_us" in vals for p in paths):
     if v and q:
         print(f"{'p2p / vram p50':<24}{q / v:>8.2f}x")
     print()
+if "warm_job_64M.overhead" in vals:
+    p = lambda k: vals.get(k, float("nan"))
+    print(f"{'device page tables (gpu0)':<32}")
+    print(f"{'warm 64 MiB job: whole/engine':<32}{p('warm_job_64M.overhead'):>8.3f}x  (faulting: {p('warm_job_64M.overhead_fault'):.3f}x)")
+    print(f"{'fault latency, us':<24}{'first p50':>10}{'p99':>9}{'max':>9}{'warm p50':>10}{'p99':>9}{'max':>9}")
+    for path in ("own", "p2p", "dma", "move_4k", "move_64k", "move_2m"):
+        k = f"latency_fault_{path}"
+        print(f"{path:<24}" + "".join(f"{p(f'{k}_{w}_{q}_us'):>{10 if q == 'p50' else 9}.1f}"
+                                      for w in ("first", "warm") for q in ("p50", "p99", "max")))
+    print(f"{'warm p2p / warm own p50':<32}{p('latency_fault_p2p_warm_p50_us') / p('latency_fault_own_warm_p50_us'):>8.2f}x")
+    print(f"{'first move_4k / first p2p p50':<32}{p('latency_fault_move_4k_first_p50_us') / p('latency_fault_p2p_first_p50_us'):>8.2f}x")
+    f, q = p("first_touch_64M.faulting"), p("first_touch_64M.prefetched")
+    print(f"{'first touch 64 MiB, GiB/s':<32}faulting {f:.3f}, prefetched {q:.3f}: {f / q:.2f}x")
+    i = [p(f"invalidate_64M_{n}dev_us") for n in (1, 2, 3)]
+    z = [p(f"invalidate_64M_{n}dev_zap_us") for n in (1, 2, 3)]
+    print(f"{'munmap 64 MiB on 1/2/3 devices':<32}{i[0]:.0f} / {i[1]:.0f} / {i[2]:.0f} us; zapping {z[0]:.0f} / {z[1]:.0f} / {z[2]:.0f} us"
+          f" (3-device zap / 3 over 1-device: {z[2] / 3 / z[0]:.2f}x)")
+    print()
 lc = [k for k in ("pagemap_create_16M", "pagemap_teardown_16M", "first_touch_16M",
       "pagemap_create_64M", "pagemap_teardown_64M", "first_touch_64M", "warm_touch_64M",
       "pagemap_create_256M", "pagemap_teardown_256M", "first_touch_256M",

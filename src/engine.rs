@@ -3,15 +3,28 @@
 //! The emulated GPU engine: runs a job over a process's virtual addresses as
 //! a device would.
 //!
-//! A job resolves its pages like hardware: [`Mirror::fault`]
-//! (`hmm_range_fault` with the device's owner, so that its own device pages
-//! come back as they are) under the VM's mirror sequence, then it builds a
-//! device page table of device-visible addresses only: a VRAM offset for a
-//! page in this device's memory, a DMA address for a page in system RAM.
-//! The executor sees nothing else; the address decoder turns a device
-//! address into a CPU access (the BAR mapping for VRAM; for a DMA address,
-//! the page that the job's own DMA mapping table says it maps, like an
-//! IOMMU walk). Counters record the bytes read and written per memory kind.
+//! A job runs in windows of up to 2 MiB (a block of its destination). A
+//! window whose every page has an entry in the VM's device page table
+//! (`crate::mm::devpt`, kept across jobs and zapped by the mirror's
+//! invalidations) with the access the job needs runs straight from it:
+//! no walk, no mapping (`pt_hits`). Any other window faults
+//! (`pt_faults`): it resolves its pages like hardware servicing a fault,
+//! [`Mirror::fault`] (`hmm_range_fault` with the device's owner, so that
+//! its own device pages come back as they are) under the VM's mirror
+//! sequence, builds the window's table of device-visible addresses (a VRAM
+//! offset for a page in this device's memory, a DMA address for a page in
+//! system RAM, a bus address for a peer's page), runs, and binds into the
+//! VM's table the entries that stay valid until the mm changes them: its
+//! own memory's pages, and the pages of ranges whose access policy is "in
+//! place" (not read-mostly ones: their jobs read replicas). A page used in
+//! place only because migrating it failed, or because the job asked to run
+//! in place, is not bound: the next job's placement pass tries again, as
+//! before.
+//!
+//! The executor sees device addresses only; the address decoder turns a
+//! device address into a CPU access (the BAR mapping for VRAM; for a DMA
+//! address, the page that the mapping maps, like an IOMMU walk). Counters
+//! record the bytes read and written per memory kind.
 //!
 //! Before the job runs, its placement pass (`crate::migrate::place`) moves
 //! the pages of its ranges as their attributes say: by default to this
@@ -41,9 +54,10 @@ use crate::generation;
 use crate::migrate::{check_job_vmas, read_only_anon};
 use crate::mm::{
     cancel::Cancel,
-    dma::{DmaPage, PeerMap},
+    devpt::{Bind, DevPt, Mapping, Spare},
+    dma::{DmaPage, PeerMap, SysPage},
     hmm::{HmmPfn, Mirror, Pages},
-    page::{BLOCK_PAGES, BLOCK_SIZE},
+    page::{PageRef, BLOCK_PAGES, BLOCK_SIZE},
     pagemap::PAGE_SIZE,
 };
 use crate::vram::{Clock, Epoch, JobPhase, ReplicaWindow, VramPool};
@@ -110,6 +124,24 @@ enum DevAddr {
     Peer(u64),
 }
 
+/// Where the decoder found a device address: what the engine accesses.
+#[derive(Clone, Copy)]
+enum Target<'a> {
+    /// This device's VRAM at the offset.
+    Vram(usize),
+    /// A system page (by DMA).
+    Sys(SysPage<'a>),
+    /// A peer's VRAM at the offset (over P2P).
+    Peer(&'a VramPool, usize),
+}
+
+/// A device page table as the executor walks it: the target of each page
+/// of a window.
+trait Decode {
+    /// Where the window's page `i` is.
+    fn at(&self, i: usize) -> Result<Target<'_>>;
+}
+
 /// A P2P mapping of a peer page, with what the decoder needs to reach it.
 struct PeerPage<'a> {
     map: PeerMap<'a>,
@@ -124,6 +156,42 @@ struct PageTable<'a> {
     dma: KVec<DmaPage<'a>>,
     /// Sorted by address: the decoder's view of the P2P mappings.
     p2p: KVec<PeerPage<'a>>,
+}
+
+impl Decode for PageTable<'_> {
+    fn at(&self, i: usize) -> Result<Target<'_>> {
+        Ok(match *self.entries.get(i).ok_or(EFAULT)? {
+            DevAddr::Vram(off) => Target::Vram(off),
+            DevAddr::Dma(d) => Target::Sys(decode_dma(self, d)?.sys()),
+            DevAddr::Peer(d) => {
+                let (pool, off) = decode_peer(self, d)?;
+                Target::Peer(pool, off)
+            }
+        })
+    }
+}
+
+/// The VM's device page table from address `first`, as a window's table.
+struct TableView<'t> {
+    table: &'t DevPt,
+    /// This device's pool.
+    pool: &'t VramPool,
+    first: usize,
+}
+
+impl Decode for TableView<'_> {
+    fn at(&self, i: usize) -> Result<Target<'_>> {
+        Ok(
+            match self.table.get(self.first + i * PAGE_SIZE).ok_or(EFAULT)? {
+                Mapping::Own(page) => Target::Vram(self.pool.offset_of(page).ok_or(EFAULT)?),
+                Mapping::Dma(page) => Target::Sys(page),
+                Mapping::Peer(page) => {
+                    let (pool, off) = self.pool.locate(page).ok_or(EFAULT)?;
+                    Target::Peer(pool, off)
+                }
+            },
+        )
+    }
 }
 
 impl PageTable<'_> {
@@ -169,6 +237,10 @@ pub(crate) struct Engine<'p> {
     epoch: Epoch,
     /// Which of the job's ranges it reads through replicas.
     replicate: Replicate,
+    /// The ranges whose pages outside this device's memory a fault binds
+    /// into the VM's device page table (access policy "in place", not
+    /// read-mostly): sorted, disjoint, page-aligned.
+    keep: KVec<(usize, usize)>,
 }
 
 /// Which ranges of a job read the system pages of read-mostly ranges
@@ -187,6 +259,7 @@ impl<'p> Engine<'p> {
         dev: &'p kernel::device::Device<kernel::device::Bound>,
         epoch: Epoch,
         replicate: Replicate,
+        keep: KVec<(usize, usize)>,
     ) -> Result<Self> {
         Ok(Self {
             pool,
@@ -194,7 +267,122 @@ impl<'p> Engine<'p> {
             buf: KBox::new([0; PAGE_SIZE], GFP_KERNEL)?,
             epoch,
             replicate,
+            keep,
         })
+    }
+
+    /// How a fault binds the page at `addr` into the VM's table, if it
+    /// does (see the module's documentation).
+    fn binding(&self, addr: usize, page: PageRef<'_>) -> Option<Bind> {
+        let kept = || {
+            let i = self.keep.partition_point(|&(_, end)| end <= addr);
+            self.keep.get(i).is_some_and(|&(start, _)| start <= addr)
+        };
+        match self.pool.locate(page) {
+            Some((pool, _)) if self.pool.is(pool) => Some(Bind::Own),
+            Some((pool, off)) if kept() => {
+                let phys = pool.bar().ok()?.phys(off);
+                Some(Bind::Peer { phys })
+            }
+            Some(_) => None,
+            None if kept() && !page.is_device_private() => Some(Bind::Dma),
+            None => None,
+        }
+    }
+
+    /// Runs bytes `[off, off + n)` of the job from the VM's device page
+    /// table, if every page they use has an entry with the access the job
+    /// needs; `None` if one does not (the window faults). `guard` is the
+    /// mirror's lock.
+    #[allow(clippy::too_many_arguments)]
+    fn warm(
+        &mut self,
+        table: &DevPt,
+        key: usize,
+        job: &Job,
+        (off, n): (usize, usize),
+        write: bool,
+        done: &mut Done,
+    ) -> Option<Result> {
+        let dst = job.addr + off;
+        let dst_first = dst & !(PAGE_SIZE - 1);
+        let dst_pages = (dst + n - dst_first).div_ceil(PAGE_SIZE);
+        let src = match job.op {
+            Op::Copy { src } => Some(src + off),
+            _ => None,
+        };
+        let src_first = src.map_or(0, |s| s & !(PAGE_SIZE - 1));
+        let src_pages = src.map_or(0, |s| (s + n - src_first).div_ceil(PAGE_SIZE));
+        if !table.covers(dst_first, dst_pages, write) || !table.covers(src_first, src_pages, false)
+        {
+            return None;
+        }
+        let pool = self.pool;
+        let dst_v = TableView {
+            table,
+            pool,
+            first: dst_first,
+        };
+        let src_v = TableView {
+            table,
+            pool,
+            first: src_first,
+        };
+        // What a fault's bind would count: uses for the eviction policy,
+        // accesses to memory not this device's for the access counters,
+        // pages by path.
+        let r = self
+            .account(&dst_v, dst_pages, key, done)
+            .and_then(|()| self.account(&src_v, src_pages, key, done))
+            .and_then(|()| {
+                self.execute(
+                    job.op,
+                    &dst_v,
+                    dst - dst_first,
+                    &src_v,
+                    src.map_or(0, |s| s - src_first),
+                    n,
+                    done,
+                )
+            });
+        Some(r)
+    }
+
+    /// Counts the use of `pages` pages of `view`, a window of the VM's
+    /// table, as [`Self::page_table`] counts a faulting window's.
+    fn account(&self, view: &TableView<'_>, pages: usize, key: usize, done: &mut Done) -> Result {
+        let on = access::enabled();
+        let mut remote = (view.first, 0u64);
+        let count = |(at, n): (usize, u64)| {
+            if on && n > 0 {
+                access::add(key, self.pool.index(), at, n);
+                self.pool.stats.access_counted.add(n, Relaxed);
+            }
+        };
+        for i in 0..pages {
+            let at = view.first + i * PAGE_SIZE;
+            if at % BLOCK_SIZE == 0 {
+                count(remote);
+                remote = (at, 0);
+            }
+            match view.at(i)? {
+                Target::Vram(off) => {
+                    self.pool.note_used(off, self.epoch);
+                    done.vram += 1;
+                }
+                Target::Peer(pool, off) => {
+                    pool.note_used(off, self.epoch);
+                    done.p2p += 1;
+                    remote.1 += 1;
+                }
+                Target::Sys(_) => {
+                    done.dma += 1;
+                    remote.1 += 1;
+                }
+            }
+        }
+        count(remote);
+        Ok(())
     }
 
     /// Runs `job` on the process behind `mm`, mirrored by `mirror`. The
@@ -271,6 +459,21 @@ impl<'p> Engine<'p> {
         // invalidation first (checked before the walk, to take no room for
         // a writable range, and after it, to make replicas).
         let sealed = |first: usize, end: usize| read_only_anon(&mm.mmap_read_lock(), first, end);
+        // Without a fault, if the VM's table maps the window; else the
+        // leaves the fault's binding needs, allocated before the lock.
+        let missing = {
+            let guard = mirror.lock();
+            let table = guard.table();
+            if let Some(r) = self.warm(table, key, job, (off, n), write, done) {
+                drop(guard);
+                self.pool.stats.pt_hits.add(1, Relaxed);
+                clock.lap_job(JobPhase::Exec);
+                return r;
+            }
+            table.missing_leaves(dst_first, dst_pages) + table.missing_leaves(src_first, src_pages)
+        };
+        self.pool.stats.pt_faults.add(1, Relaxed);
+        let mut spare = Spare::new(missing)?;
         let mut cow_breaks = 0;
         loop {
             cancel.check()?;
@@ -302,9 +505,9 @@ impl<'p> Engine<'p> {
             let replicas = replicas.filter(|&(_, (first, end), ..)| sealed(first, end));
             clock.lap_job(JobPhase::Walk);
             // The tables' room, made before the lock (nothing below
-            // allocates under it: see `page_table`); declared after the
-            // guard, they go (unmapping their pages) before it does.
-            let guard;
+            // allocates under it: see `page_table`); they go (unmapping
+            // their pages) before the guard does.
+            let mut guard;
             let mut dst_pt = PageTable::with_capacity(dst_pages)?;
             let mut src_pt = PageTable::with_capacity(src_pages)?;
             guard = mirror.lock();
@@ -381,6 +584,17 @@ impl<'p> Engine<'p> {
             }
             // Unmap the DMA and P2P mappings while the pages are still valid.
             drop((dst_pt, src_pt));
+            // The fault's entries that stay valid until the mm changes
+            // them go into the VM's table (the walks are still valid: the
+            // lock was held throughout).
+            let (dev, counters) = (self.dev, self.pool.pt_counters());
+            let mut bound = guard.bind(&dst_walk, dev, counters, &mut spare, |a, p| {
+                self.binding(a, p)
+            })?;
+            if let Some(w) = &src_walk {
+                bound += guard.bind(w, dev, counters, &mut spare, |a, p| self.binding(a, p))?;
+            }
+            self.pool.stats.pt_bound.add(bound, Relaxed);
             drop(guard);
             clock.lap_job(JobPhase::Bind);
             return res;
@@ -474,12 +688,12 @@ impl<'p> Engine<'p> {
     /// Runs `op` over `n` bytes from `doff` of the `dst` table (and `soff`
     /// of the `src` table).
     #[allow(clippy::too_many_arguments)]
-    fn execute(
+    fn execute<D: Decode>(
         &mut self,
         op: Op,
-        dst: &PageTable<'_>,
+        dst: &D,
         doff: usize,
-        src: &PageTable<'_>,
+        src: &D,
         soff: usize,
         n: usize,
         done: &mut Done,
@@ -489,7 +703,7 @@ impl<'p> Engine<'p> {
         let mut k = 0;
         while k < n {
             let d = doff + k;
-            let (dp, dpo) = (dst.entries[d / PAGE_SIZE], d % PAGE_SIZE);
+            let (dp, dpo) = (dst.at(d / PAGE_SIZE)?, d % PAGE_SIZE);
             let mut step = (PAGE_SIZE - dpo).min(n - k);
             match op {
                 Op::Fill(v) => {
@@ -497,20 +711,20 @@ impl<'p> Engine<'p> {
                     for (i, b) in buf[..step].iter_mut().enumerate() {
                         *b = bytes[(d + i) % 8];
                     }
-                    dev_write(pool, dst, dp, dpo, &buf[..step])?;
+                    dev_write(pool, dp, dpo, &buf[..step])?;
                 }
                 Op::Checksum => {
-                    dev_read(pool, dst, dp, dpo, &mut buf[..step])?;
+                    dev_read(pool, dp, dpo, &mut buf[..step])?;
                     done.result = fnv1a(done.result, &buf[..step]);
                 }
                 Op::Copy { .. } => {
                     let s = soff + k;
-                    let (sp, spo) = (src.entries[s / PAGE_SIZE], s % PAGE_SIZE);
+                    let (sp, spo) = (src.at(s / PAGE_SIZE)?, s % PAGE_SIZE);
                     step = step.min(PAGE_SIZE - spo);
-                    dev_read(pool, src, sp, spo, &mut buf[..step])?;
-                    dev_write(pool, dst, dp, dpo, &buf[..step])?;
+                    dev_read(pool, sp, spo, &mut buf[..step])?;
+                    dev_write(pool, dp, dpo, &buf[..step])?;
                 }
-                Op::AtomicAdd(v) => dev_add(pool, dst, dp, dpo, step, v)?,
+                Op::AtomicAdd(v) => dev_add(pool, dp, dpo, step, v)?,
             }
             k += step;
         }
@@ -518,23 +732,22 @@ impl<'p> Engine<'p> {
     }
 }
 
-/// The address decoder: reads `buf.len()` bytes at `off` of the page at
-/// device address `a`.
-fn dev_read(pool: &VramPool, pt: &PageTable<'_>, a: DevAddr, off: usize, buf: &mut [u8]) -> Result {
+/// The address decoder's access: reads `buf.len()` bytes at `off` of the
+/// page at `a`.
+fn dev_read(pool: &VramPool, a: Target<'_>, off: usize, buf: &mut [u8]) -> Result {
     let s = &pool.stats;
     match a {
-        DevAddr::Vram(base) => {
+        Target::Vram(base) => {
             pool.bar()?.read(base + off, buf)?;
             s.engine_vram_read
                 .add(u64::from_safe_cast(buf.len()), Relaxed);
         }
-        DevAddr::Dma(d) => {
-            decode_dma(pt, d)?.read(off, buf);
+        Target::Sys(page) => {
+            page.read(off, buf);
             s.engine_sys_read
                 .add(u64::from_safe_cast(buf.len()), Relaxed);
         }
-        DevAddr::Peer(d) => {
-            let (peer, base) = decode_peer(pt, d)?;
+        Target::Peer(peer, base) => {
             peer.bar()?.read(base + off, buf)?;
             s.count_p2p(peer.index(), buf.len(), 0);
         }
@@ -543,21 +756,20 @@ fn dev_read(pool: &VramPool, pt: &PageTable<'_>, a: DevAddr, off: usize, buf: &m
 }
 
 /// The address decoder, for writes.
-fn dev_write(pool: &VramPool, pt: &PageTable<'_>, a: DevAddr, off: usize, buf: &[u8]) -> Result {
+fn dev_write(pool: &VramPool, a: Target<'_>, off: usize, buf: &[u8]) -> Result {
     let s = &pool.stats;
     match a {
-        DevAddr::Vram(base) => {
+        Target::Vram(base) => {
             pool.bar()?.write(base + off, buf)?;
             s.engine_vram_written
                 .add(u64::from_safe_cast(buf.len()), Relaxed);
         }
-        DevAddr::Dma(d) => {
-            decode_dma(pt, d)?.write(off, buf);
+        Target::Sys(page) => {
+            page.write(off, buf);
             s.engine_sys_written
                 .add(u64::from_safe_cast(buf.len()), Relaxed);
         }
-        DevAddr::Peer(d) => {
-            let (peer, base) = decode_peer(pt, d)?;
+        Target::Peer(peer, base) => {
             peer.bar()?.write(base + off, buf)?;
             s.count_p2p(peer.index(), 0, buf.len());
         }
@@ -566,29 +778,20 @@ fn dev_write(pool: &VramPool, pt: &PageTable<'_>, a: DevAddr, off: usize, buf: &
 }
 
 /// Adds `v` to each `u64` of `[off, off + len)` of the page at `a`.
-fn dev_add(
-    pool: &VramPool,
-    pt: &PageTable<'_>,
-    a: DevAddr,
-    off: usize,
-    len: usize,
-    v: u64,
-) -> Result {
+fn dev_add(pool: &VramPool, a: Target<'_>, off: usize, len: usize, v: u64) -> Result {
     let s = &pool.stats;
     match a {
-        DevAddr::Vram(base) => {
+        Target::Vram(base) => {
             vram_add(pool, base + off, len, v)?;
             let len = u64::from_safe_cast(len);
             s.engine_vram_read.add(len, Relaxed);
             s.engine_vram_written.add(len, Relaxed);
         }
-        DevAddr::Peer(d) => {
-            let (peer, base) = decode_peer(pt, d)?;
+        Target::Peer(peer, base) => {
             vram_add(peer, base + off, len, v)?;
             s.count_p2p(peer.index(), len, len);
         }
-        DevAddr::Dma(d) => {
-            let page = decode_dma(pt, d)?;
+        Target::Sys(page) => {
             for w in (off..off + len).step_by(8) {
                 page.add_u64(w, v);
             }

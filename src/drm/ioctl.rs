@@ -208,7 +208,11 @@ impl File {
         }
         with_vm(file, |vm, _mm| {
             vm.attrs_mut()
-                .set(req.start, req.start + req.len, req.placement, MAX_RANGES)
+                .set(req.start, req.start + req.len, req.placement, MAX_RANGES)?;
+            // What the device maps of the range was mapped under the old
+            // attributes: its pages fault again, under the new ones.
+            vm.mirror().lock().zap(req.start, req.start + req.len);
+            Ok(())
         })?;
         Ok(0)
     }
@@ -303,6 +307,7 @@ impl File {
         let s = &pool.stats;
         let (live, cached) = pool.chunk_counts();
         let ph = s.phases.read();
+        let pt = pool.pt_counters();
         *arg = drm_msvm_stats {
             to_device: s.to_device.load(Relaxed),
             to_system: s.to_system.load(Relaxed),
@@ -359,6 +364,13 @@ impl File {
             replica_dropped: s.replica_dropped.load(Relaxed),
             cgroup_bytes: s.cg_bytes(),
             cgroup_limited: s.cg_limited.load(Relaxed),
+            pt_hits: s.pt_hits.load(Relaxed),
+            pt_faults: s.pt_faults.load(Relaxed),
+            pt_bound: s.pt_bound.load(Relaxed),
+            pt_invalidations: pt.invalidations.load(Relaxed),
+            pt_zapped: pt.zapped.load(Relaxed),
+            pt_zap_ns: pt.zap_ns.load(Relaxed),
+            pt_bytes: pt.bytes.load(Relaxed),
             reserved: [0; 1],
         };
         Ok(0)
@@ -387,11 +399,35 @@ impl File {
             }
             // Which range reads read-mostly pages through replicas.
             let mut read_mostly = [false; 2];
+            // The ranges whose pages a fault maps where they are, kept in
+            // the VM's device page table.
+            let mut keep = KVec::new();
+            // A range the VM's device page table maps whole, with the
+            // access the job needs, takes no fault: like a GPU's, its job
+            // runs without a placement pass.
+            let mapped = {
+                let guard = vm.mirror().lock();
+                let covers = |(a, n): (usize, usize), write: bool| {
+                    let first = a & !(PAGE_SIZE - 1);
+                    let pages = (a + n - first).div_ceil(PAGE_SIZE);
+                    n != 0 && guard.table().covers(first, pages, write)
+                };
+                let write = !matches!(job.op, Op::Checksum);
+                [covers(ranges[0], write), covers(ranges[1], false)]
+            };
             for (k, (a, n)) in ranges.into_iter().enumerate().filter(|r| r.1 .1 != 0) {
                 let first = a & !(PAGE_SIZE - 1);
                 let end = (a + n).next_multiple_of(PAGE_SIZE);
                 let pieces = vm.attrs().pieces(first, end)?;
                 read_mostly[k] = pieces.iter().all(|p| p.placement.replicated());
+                for p in pieces.iter() {
+                    if p.placement.access == Access::InPlace && !p.placement.replicated() {
+                        keep.push((p.start, p.end), GFP_KERNEL)?;
+                    }
+                }
+                if mapped[k] {
+                    continue;
+                }
                 let (mirror, in_place) = (vm.mirror(), job.in_place);
                 migrated += place(
                     pool, mm, mirror, &pieces, in_place, epoch, &mut memo, &cancel,
@@ -402,7 +438,16 @@ impl File {
                 dst: matches!(job.op, Op::Checksum) && read_mostly[0],
                 src: matches!(job.op, Op::Copy { .. }) && read_mostly[1],
             };
-            let mut engine = Engine::new(pool, gpu.device(), epoch, replicate)?;
+            keep.sort_unstable();
+            // COPY's ranges may overlap: one span each.
+            let mut spans: KVec<(usize, usize)> = KVec::with_capacity(keep.len(), GFP_KERNEL)?;
+            for (start, end) in keep {
+                match spans.last_mut() {
+                    Some(last) if start <= last.1 => last.1 = last.1.max(end),
+                    _ => spans.push((start, end), GFP_KERNEL)?,
+                }
+            }
+            let mut engine = Engine::new(pool, gpu.device(), epoch, replicate, spans)?;
             let mut done = engine.run(mm, vm.mirror(), &job, &mut clock, &cancel)?;
             pool.stats.phases.job(&clock);
             done.migrated = migrated;

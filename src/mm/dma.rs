@@ -41,26 +41,9 @@ impl<'a> DmaPage<'a> {
     /// (swiotlb still copies the page into the bounce buffer at map,
     /// whatever the attribute says; nothing reads that copy.)
     pub(crate) fn map(dev: &'a device::Device<Bound>, page: PageRef<'a>) -> Option<Self> {
-        if page.is_device_private() || page.is_secretmem() {
-            return None;
-        }
-        // SAFETY: `dev` is a live device (the borrow) and `page` a valid page
-        // for `'a`, which the mapping cannot outlive; one page from offset 0
-        // is inside it.
-        let addr = unsafe {
-            bindings::dma_map_page_attrs(
-                raw(dev),
-                page.as_ptr(),
-                0,
-                PAGE_SIZE,
-                bindings::dma_data_direction::DMA_BIDIRECTIONAL,
-                // No CPU sync, at map or unmap: see above.
-                usize::from_safe_cast(bindings::DMA_ATTR_SKIP_CPU_SYNC),
-            )
-        };
-        // INVARIANT: unless it is an error, `addr` is the mapping of `page`
-        // for `dev` just made.
-        mapped(dev, addr).then_some(Self { dev, page, addr })
+        let addr = map_page(dev, page)?;
+        // INVARIANT: `addr` is the mapping of `page` for `dev` just made.
+        Some(Self { dev, page, addr })
     }
 
     /// The device-visible address of the page.
@@ -72,22 +55,62 @@ impl<'a> DmaPage<'a> {
     pub(crate) fn page(&self) -> PageRef<'a> {
         self.page
     }
+
+    /// The page, for the engine's accesses.
+    pub(crate) fn sys(&self) -> SysPage<'a> {
+        // INVARIANT: `map` mapped only a system page in the direct map,
+        // valid for `'a`.
+        SysPage { page: self.page }
+    }
 }
 
 impl Drop for DmaPage<'_> {
     fn drop(&mut self) {
-        // SAFETY: a live mapping for `dev` (invariant).
-        unsafe {
-            bindings::dma_unmap_page_attrs(
-                raw(self.dev),
-                self.addr,
-                PAGE_SIZE,
-                bindings::dma_data_direction::DMA_BIDIRECTIONAL,
-                // As mapped (`DmaPage::map`).
-                usize::from_safe_cast(bindings::DMA_ATTR_SKIP_CPU_SYNC),
-            )
-        };
+        // SAFETY: a live mapping for `dev` (invariant), dropped once.
+        unsafe { unmap_page(self.dev, self.addr) };
     }
+}
+
+/// Maps `page`, a system page, for `dev` (as [`DmaPage::map`] says): its
+/// DMA address, which [`unmap_page`] must unmap; `None` if it cannot be
+/// mapped or the kernel must not touch it.
+pub(super) fn map_page(dev: &device::Device<Bound>, page: PageRef<'_>) -> Option<u64> {
+    if page.is_device_private() || page.is_secretmem() {
+        return None;
+    }
+    // SAFETY: `dev` is a live device (the borrow) and `page` a valid page;
+    // one page from offset 0 is inside it.
+    let addr = unsafe {
+        bindings::dma_map_page_attrs(
+            raw(dev),
+            page.as_ptr(),
+            0,
+            PAGE_SIZE,
+            bindings::dma_data_direction::DMA_BIDIRECTIONAL,
+            // No CPU sync, at map or unmap: see `DmaPage::map`.
+            usize::from_safe_cast(bindings::DMA_ATTR_SKIP_CPU_SYNC),
+        )
+    };
+    mapped(dev, addr).then_some(addr)
+}
+
+/// Unmaps a mapping [`map_page`] made.
+///
+/// # Safety
+///
+/// `addr` is a live mapping [`map_page`] made for `dev`, not unmapped yet.
+pub(super) unsafe fn unmap_page(dev: &device::Device, addr: u64) {
+    // SAFETY: a live mapping for `dev` (the caller's promise).
+    unsafe {
+        bindings::dma_unmap_page_attrs(
+            raw(dev),
+            addr,
+            PAGE_SIZE,
+            bindings::dma_data_direction::DMA_BIDIRECTIONAL,
+            // As mapped.
+            usize::from_safe_cast(bindings::DMA_ATTR_SKIP_CPU_SYNC),
+        )
+    };
 }
 
 /// A page of a peer device's memory (a piece of its BAR) mapped for P2P
@@ -109,20 +132,10 @@ pub(crate) struct PeerMap<'a> {
 impl<'a> PeerMap<'a> {
     /// Maps the page of peer memory at CPU physical address `phys` for `dev`.
     pub(crate) fn map(dev: &'a device::Device<Bound>, phys: u64) -> Option<Self> {
-        // SAFETY: `dev` is live (the borrow); `phys` is a page of a peer's
-        // BAR that the caller keeps mapped while this mapping lives.
-        let addr = unsafe {
-            bindings::dma_map_resource(
-                raw(dev),
-                phys,
-                PAGE_SIZE,
-                bindings::dma_data_direction::DMA_BIDIRECTIONAL,
-                0,
-            )
-        };
-        // INVARIANT: unless it is an error, `addr` is the mapping of the
-        // page at `phys` for `dev` just made.
-        mapped(dev, addr).then_some(Self { dev, addr })
+        let addr = map_peer(dev, phys)?;
+        // INVARIANT: `addr` is the mapping of the page at `phys` for `dev`
+        // just made.
+        Some(Self { dev, addr })
     }
 
     /// The device-visible (bus) address of the peer page.
@@ -133,30 +146,59 @@ impl<'a> PeerMap<'a> {
 
 impl Drop for PeerMap<'_> {
     fn drop(&mut self) {
-        // SAFETY: a live mapping for `dev` (invariant).
-        unsafe {
-            bindings::dma_unmap_resource(
-                raw(self.dev),
-                self.addr,
-                PAGE_SIZE,
-                bindings::dma_data_direction::DMA_BIDIRECTIONAL,
-                0,
-            )
-        };
+        // SAFETY: a live mapping for `dev` (invariant), dropped once.
+        unsafe { unmap_peer(self.dev, self.addr) };
     }
+}
+
+/// Maps the page of peer memory at CPU physical address `phys` for `dev`
+/// (as [`PeerMap::map`] says): its bus address, which [`unmap_peer`] must
+/// unmap.
+pub(super) fn map_peer(dev: &device::Device<Bound>, phys: u64) -> Option<u64> {
+    // SAFETY: `dev` is live (the borrow). Mapping an address is no access:
+    // what the mapping reaches is the user's business (`PeerMap`, the
+    // device page table keep the peer's page in place while they use it).
+    let addr = unsafe {
+        bindings::dma_map_resource(
+            raw(dev),
+            phys,
+            PAGE_SIZE,
+            bindings::dma_data_direction::DMA_BIDIRECTIONAL,
+            0,
+        )
+    };
+    mapped(dev, addr).then_some(addr)
+}
+
+/// Unmaps a mapping [`map_peer`] made.
+///
+/// # Safety
+///
+/// `addr` is a live mapping [`map_peer`] made for `dev`, not unmapped yet.
+pub(super) unsafe fn unmap_peer(dev: &device::Device, addr: u64) {
+    // SAFETY: a live mapping for `dev` (the caller's promise).
+    unsafe {
+        bindings::dma_unmap_resource(
+            raw(dev),
+            addr,
+            PAGE_SIZE,
+            bindings::dma_data_direction::DMA_BIDIRECTIONAL,
+            0,
+        )
+    };
 }
 
 /// Whether `addr`, just returned by a `dma_map_*` call for `dev`, is a
 /// mapping rather than the error value (`dma_mapping_error`, which also
 /// tells `CONFIG_DMA_API_DEBUG` that the result was checked).
-fn mapped(dev: &device::Device<Bound>, addr: u64) -> bool {
+fn mapped(dev: &device::Device, addr: u64) -> bool {
     // SAFETY: `dev` is a live device (the borrow); the call only compares
     // `addr` (and records the check for DMA API debugging).
     unsafe { b::msvm_dma_mapping_error(raw(dev), addr) == 0 }
 }
 
 /// `device::Device` is `#[repr(transparent)]` over `Opaque<bindings::device>`.
-fn raw(dev: &device::Device<Bound>) -> *mut bindings::device {
+fn raw(dev: &device::Device) -> *mut bindings::device {
     core::ptr::from_ref(dev)
         .cast::<bindings::device>()
         .cast_mut()
@@ -175,16 +217,31 @@ fn raw(dev: &device::Device<Bound>) -> *mut bindings::device {
 /// write is undefined behaviour (which is why `kernel::page`'s
 /// `read_raw`/`write_raw` make their callers rule out races, as these
 /// methods cannot). The add is an atomic access, race-free, so it is Rust.
-impl DmaPage<'_> {
+///
+/// # Invariants
+///
+/// `page` is a valid system page for `'a` (not device-private), in the
+/// direct map (not secretmem).
+#[derive(Clone, Copy)]
+pub(crate) struct SysPage<'a> {
+    page: PageRef<'a>,
+}
+
+impl<'a> SysPage<'a> {
+    /// `page`, if it is a system page in the direct map; it must be mapped
+    /// for DMA by whoever hands it to the engine.
+    pub(super) fn new(page: PageRef<'a>) -> Option<Self> {
+        // INVARIANT: checked here; valid for `'a` (the `PageRef`'s).
+        (!page.is_device_private() && !page.is_secretmem()).then_some(Self { page })
+    }
+
     /// Copies `buf.len()` bytes at `off` of the page into `buf`.
     pub(crate) fn read(&self, off: usize, buf: &mut [u8]) {
         assert!(off + buf.len() <= PAGE_SIZE);
         // CAST: both at most `PAGE_SIZE` (asserted), which fits in `u32`.
         let (off, len) = (off as u32, buf.len() as u32);
-        // SAFETY: in bounds (asserted); the page is a valid system page
-        // (mapped for DMA, so not device-private) that the mapping's owner
-        // keeps alive, and it is in the direct map (`map` refuses
-        // secretmem pages).
+        // SAFETY: in bounds (asserted); the page is a valid system page in
+        // the direct map (invariant).
         unsafe { b::msvm_page_read(self.page.as_ptr(), off, buf.as_mut_ptr().cast(), len) };
     }
 
@@ -201,9 +258,8 @@ impl DmaPage<'_> {
     /// `atomic64_add` (relaxed, wrapping).
     pub(crate) fn add_u64(&self, off: usize, value: u64) {
         assert!(off % 8 == 0 && off + 8 <= PAGE_SIZE);
-        // SAFETY: the page is a valid system page (mapped for DMA, so not
-        // device-private) that the mapping's owner keeps alive, and it is
-        // in the direct map (`map` refuses secretmem pages).
+        // SAFETY: the page is a valid system page in the direct map
+        // (invariant).
         let base = unsafe { bindings::kmap_local_page(self.page.as_ptr()) };
         // SAFETY: `base` maps the whole page and is page aligned, so `off`
         // (8-byte aligned and the word in bounds, asserted) gives an aligned

@@ -12,18 +12,27 @@
 //! notifier's callback) before it lets the mm core go on. The types carry
 //! the protocol: a page is only had from [`Pages`], which borrows the
 //! guard, so no safe code can use a page found by a walk that went stale.
+//!
+//! The lock also holds the device page table of the mirror
+//! ([`DevPt`]): a valid walk's pages are bound into it
+//! ([`MirrorGuard::bind`]), and every invalidation zaps the entries of its
+//! range before it returns, so that the device may use them across jobs
+//! without walking again.
 
 use core::marker::PhantomPinned;
 
 use kernel::{
+    device::{Bound, Device},
     mm::MmWithUser,
     new_mutex,
     prelude::*,
-    sync::{Mutex, MutexGuard},
+    sync::{atomic::Relaxed, Arc, Mutex, MutexGuard},
+    time::{Instant, Monotonic},
     types::Opaque,
 };
 
 use super::bindings as b;
+use super::devpt::{Bind, Counters, DevPt, Spare};
 use super::owner::Owner;
 use super::page::{PageRef, PAGE_SIZE};
 
@@ -43,9 +52,9 @@ pub(crate) struct Mirror {
     /// Held by users of the pages a walk found, and by every invalidation
     /// (from inside the mm core, under its locks, possibly from reclaim):
     /// never allocate memory that can reclaim under it, never take
-    /// `mmap_lock` or migrate under it.
+    /// `mmap_lock` or migrate under it. It holds the device page table.
     #[pin]
-    lock: Mutex<()>,
+    lock: Mutex<DevPt>,
     start: usize,
     end: usize,
     inserted: bool,
@@ -98,7 +107,7 @@ unsafe extern "C" fn invalidate_cb(
     };
     // Users hold the lock while they use pages of the range: an
     // invalidation waits for them (or, if it may not sleep, fails).
-    let _guard = if blockable {
+    let mut guard = if blockable {
         mirror.lock.lock()
     } else {
         match mirror.lock.try_lock() {
@@ -110,6 +119,19 @@ unsafe extern "C" fn invalidate_cb(
     // under the lock after this sees both, one before sees neither.
     let unmap = event == kernel::bindings::mmu_notifier_event_MMU_NOTIFY_UNMAP;
     (mirror.on_invalidate)(mm, start, end, unmap);
+    // The device's entries of the range go before the mm core changes
+    // them (and the device's TLB with them: the emulated device caches
+    // nothing else).
+    let t0 = Instant::<Monotonic>::now();
+    let zapped = guard.zap(start, end);
+    if zapped > 0 {
+        if let Some(c) = guard.counters() {
+            c.invalidations.add(1, Relaxed);
+            c.zapped.add(zapped, Relaxed);
+            // CAST: an elapsed time is not negative.
+            c.zap_ns.add(t0.elapsed().as_nanos() as u64, Relaxed);
+        }
+    }
     // SAFETY: `sub` is the notifier being invalidated, valid for the
     // callback, and its lock is held as `mmu_interval_set_seq` requires.
     unsafe { b::msvm_mmu_interval_set_seq(sub, cur_seq) };
@@ -137,7 +159,7 @@ impl Mirror {
                     // SAFETY: all-zeroes is the expected state before insert.
                     unsafe { core::ptr::write_bytes(p, 0, 1) };
                 }),
-                lock <- new_mutex!(()),
+                lock <- new_mutex!(DevPt::new()),
                 start,
                 end,
                 // INVARIANT: not inserted yet; `sub` is the first field
@@ -165,7 +187,7 @@ impl Mirror {
     pub(crate) fn lock(&self) -> MirrorGuard<'_> {
         MirrorGuard {
             mirror: self,
-            _guard: self.lock.lock(),
+            guard: self.lock.lock(),
         }
     }
 
@@ -236,6 +258,7 @@ impl Mirror {
         kernel::error::to_result(unsafe { b::hmm_range_fault_unlocked_timeout(&mut range, 0) })?;
         Ok(Walk {
             mirror: self,
+            start,
             pfns,
             seq: range.notifier_seq,
         })
@@ -264,6 +287,7 @@ impl Mirror {
         kernel::error::to_result(unsafe { b::hmm_range_fault(&mut range) })?;
         Ok(Walk {
             mirror: self,
+            start,
             pfns,
             seq: range.notifier_seq,
         })
@@ -314,6 +338,8 @@ impl HmmPfn {
 /// address).
 pub(crate) struct Walk<'m, 'p> {
     mirror: &'m Mirror,
+    /// The address of the first entry.
+    start: usize,
     pfns: &'p [HmmPfn],
     seq: usize,
 }
@@ -321,14 +347,14 @@ pub(crate) struct Walk<'m, 'p> {
 /// A [`Mirror`]'s lock, held.
 pub(crate) struct MirrorGuard<'a> {
     mirror: &'a Mirror,
-    _guard: MutexGuard<'a, ()>,
+    guard: MutexGuard<'a, DevPt>,
 }
 
 impl MirrorGuard<'_> {
-    /// The pages of `walk`, valid while this guard is held; `EAGAIN` if an
-    /// invalidation came since the walk (walk again), `EINVAL` if `walk`
-    /// is another mirror's.
-    pub(crate) fn pages<'g>(&'g self, walk: &'g Walk<'_, '_>) -> Result<Pages<'g>> {
+    /// Whether `walk` is this mirror's and no invalidation came since it:
+    /// `EAGAIN` if one did (walk again), `EINVAL` if it is another
+    /// mirror's.
+    fn check(&self, walk: &Walk<'_, '_>) -> Result {
         if !core::ptr::eq(walk.mirror, self.mirror) {
             return Err(EINVAL);
         }
@@ -337,9 +363,63 @@ impl MirrorGuard<'_> {
         if unsafe { b::msvm_mmu_interval_read_retry(self.mirror.sub.get(), walk.seq) } {
             return Err(EAGAIN);
         }
+        Ok(())
+    }
+
+    /// The pages of `walk`, valid while this guard is held; `EAGAIN` if an
+    /// invalidation came since the walk (walk again), `EINVAL` if `walk`
+    /// is another mirror's.
+    pub(crate) fn pages<'g>(&'g self, walk: &'g Walk<'_, '_>) -> Result<Pages<'g>> {
+        self.check(walk)?;
         // INVARIANT: no invalidation came since the walk, and none can
         // complete while `self` holds the lock: the pages stay as found.
         Ok(Pages { pfns: walk.pfns })
+    }
+
+    /// The device page table.
+    pub(crate) fn table(&self) -> &DevPt {
+        &self.guard
+    }
+
+    /// Zaps the device page table's entries of `[start, end)` (the
+    /// range's placement changed: its pages must fault again). Returns the
+    /// entries removed.
+    pub(crate) fn zap(&mut self, start: usize, end: usize) -> u64 {
+        self.guard.zap(start, end)
+    }
+
+    /// Binds the pages of `walk` into the device page table of `dev`, as
+    /// `how` says for each (its address and page; `None` leaves the page
+    /// out), writable where the walk found them writable; leaves come from
+    /// `spare`. The same errors as [`Self::pages`]; the pages bound.
+    pub(crate) fn bind(
+        &mut self,
+        walk: &Walk<'_, '_>,
+        dev: &Device<Bound>,
+        counters: &Arc<Counters>,
+        spare: &mut Spare,
+        mut how: impl FnMut(usize, PageRef<'_>) -> Option<Bind>,
+    ) -> Result<u64> {
+        self.check(walk)?;
+        let mut bound = 0;
+        for (i, e) in walk.pfns.iter().enumerate() {
+            let Some(pfn) = e.pfn() else { continue };
+            // SAFETY: a page the walk found, which no invalidation changed
+            // since (checked above) and none can while the lock is held.
+            let page = unsafe { PageRef::from_pfn(pfn) };
+            let addr = walk.start + i * PAGE_SIZE;
+            let Some(b) = how(addr, page) else { continue };
+            // SAFETY: the lock is held (`self`); the walk found `page` at
+            // `addr`, with write access if the entry says so, and is still
+            // valid (checked above).
+            if unsafe {
+                self.guard
+                    .set(dev, counters, addr, page, b, e.writable(), spare)?
+            } {
+                bound += 1;
+            }
+        }
+        Ok(bound)
     }
 }
 

@@ -14,6 +14,7 @@ pub(crate) mod abi;
 mod bindings;
 pub(crate) mod cancel;
 pub(crate) mod clock;
+pub(crate) mod devpt;
 pub(crate) mod dma;
 pub(crate) mod dmem;
 pub(crate) mod drm_ioctl;

@@ -77,6 +77,7 @@ use kernel::{
 
 use crate::mm::{
     cancel::Cancel,
+    devpt::Counters,
     dmem::Region,
     fault::{Fault, FaultError},
     iomem::WcBar,
@@ -209,6 +210,9 @@ pub(crate) struct VramPool {
     #[pin]
     pub(crate) atomics: Mutex<()>,
     pub(crate) stats: Stats,
+    /// The counters its VMs' device page tables keep (which may outlive
+    /// the pool).
+    pt: Arc<Counters>,
     /// The use of each 2 MiB block of the BAR: what makes room when the
     /// pool is full (see `room.rs`).
     lru: Lru,
@@ -278,6 +282,7 @@ impl VramPool {
                 grow_lock <- new_mutex!(()),
                 atomics <- new_mutex!(()),
                 stats: Stats::new(),
+                pt: Counters::new()?,
                 lru: Lru::new(nblocks)?,
                 index,
                 ops,
@@ -290,6 +295,11 @@ impl VramPool {
         )?;
         *pool.me.lock() = Some(pool.clone());
         Ok(OwnedPool(pool))
+    }
+
+    /// The counters of its VMs' device page tables.
+    pub(crate) fn pt_counters(&self) -> &Arc<Counters> {
+        &self.pt
     }
 
     /// msvm index of the device.

@@ -92,6 +92,14 @@ pub(crate) struct Stats {
     pub(crate) by_mm: Atomic<u64>,
     pub(crate) by_frame: Atomic<u64>,
     pub(crate) unrecorded: Atomic<u64>,
+    /// The device page tables (`crate::mm::devpt`): windows of jobs that
+    /// found every page they use mapped and ran without a fault
+    /// (`pt_hits`), windows that faulted (`pt_faults`: an entry missing or
+    /// without the access the job needs), and entries those faults wrote
+    /// (`pt_bound`).
+    pub(crate) pt_hits: Atomic<u64>,
+    pub(crate) pt_faults: Atomic<u64>,
+    pub(crate) pt_bound: Atomic<u64>,
     /// Engine bytes read from each peer's VRAM over P2P, by peer index.
     pub(crate) peer_read: [Atomic<u64>; MAX_DEVICES],
     /// Engine bytes written to each peer's VRAM over P2P, by peer index.
@@ -175,6 +183,9 @@ impl Stats {
             by_mm: Atomic::new(0),
             by_frame: Atomic::new(0),
             unrecorded: Atomic::new(0),
+            pt_hits: Atomic::new(0),
+            pt_faults: Atomic::new(0),
+            pt_bound: Atomic::new(0),
             peer_read: [const { Atomic::new(0) }; MAX_DEVICES],
             peer_written: [const { Atomic::new(0) }; MAX_DEVICES],
             phases: Phases::new(),

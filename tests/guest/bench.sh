@@ -34,6 +34,10 @@ if rmmod msvm && load_msvm large_folios=1; then
 	# Latencies of 2 MiB folios among them (move_2m, cpu_fault_2m).
 	echo "== latency (large_folios=1)"
 	msvm-tests bench-latency || rc=1
+	# Device page tables: warm jobs, fault latencies (move_2m a folio),
+	# first touch, invalidation.
+	echo "== device page tables (large_folios=1)"
+	msvm-tests bench-devpt || rc=1
 	rmmod msvm && load_msvm || exit 1
 else
 	rc=1

@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 /* Bumped on every ABI addition. */
-#define MSVM_UAPI_VERSION 13
+#define MSVM_UAPI_VERSION 14
 
 /* At most this many msvm devices are bound at once. */
 #define MSVM_MAX_DEVICES 16
@@ -300,6 +300,21 @@ struct drm_msvm_migrate {
  * @cgroup_limited: pages that migrations into this device did not move
  *                  because the process's cgroup was at its dmem.max (they
  *                  also count in @no_vram; since ABI version 13)
+ * @pt_hits: windows (up to 2 MiB of a job's destination) that this
+ *           device's jobs ran straight from their VM's device page table:
+ *           every page mapped with the access the job needs, no fault
+ *           (since ABI version 14)
+ * @pt_faults: windows that faulted: a page unmapped or mapped without the
+ *             access the job needs; each was serviced (placement pass,
+ *             page-table walk) and its pages bound
+ * @pt_bound: device page-table entries those faults wrote
+ * @pt_invalidations: invalidations of the process's page tables (munmap,
+ *                    mprotect, migration, CPU copy-on-write, exit, ...)
+ *                    that zapped entries of this device's tables
+ * @pt_zapped: entries they zapped
+ * @pt_zap_ns: nanoseconds they spent zapping (and invalidating the
+ *             device's TLB)
+ * @pt_bytes: bytes the device page tables of this device's VMs take now
  * @reserved: zero
  */
 struct drm_msvm_stats {
@@ -358,6 +373,13 @@ struct drm_msvm_stats {
 	__u64 replica_dropped;
 	__u64 cgroup_bytes;
 	__u64 cgroup_limited;
+	__u64 pt_hits;
+	__u64 pt_faults;
+	__u64 pt_bound;
+	__u64 pt_invalidations;
+	__u64 pt_zapped;
+	__u64 pt_zap_ns;
+	__u64 pt_bytes;
 	__u64 reserved[1];
 };
 

@@ -4,7 +4,7 @@
 //! which compiles a small C program against the real header.
 
 /// `MSVM_UAPI_VERSION`.
-pub const MSVM_UAPI_VERSION: u32 = 13;
+pub const MSVM_UAPI_VERSION: u32 = 14;
 /// `MSVM_MAX_DEVICES`.
 pub const MSVM_MAX_DEVICES: u32 = 16;
 /// `MSVM_SIZE_4K`: a migration step in 4 KiB pages.
@@ -198,6 +198,13 @@ pub struct DrmMsvmStats {
     pub replica_dropped: u64,
     pub cgroup_bytes: u64,
     pub cgroup_limited: u64,
+    pub pt_hits: u64,
+    pub pt_faults: u64,
+    pub pt_bound: u64,
+    pub pt_invalidations: u64,
+    pub pt_zapped: u64,
+    pub pt_zap_ns: u64,
+    pub pt_bytes: u64,
     pub reserved: [u64; 1],
 }
 

@@ -86,6 +86,13 @@ fn c_layout() -> Vec<(String, u64)> {
                 "replica_dropped",
                 "cgroup_bytes",
                 "cgroup_limited",
+                "pt_hits",
+                "pt_faults",
+                "pt_bound",
+                "pt_invalidations",
+                "pt_zapped",
+                "pt_zap_ns",
+                "pt_bytes",
                 "reserved",
             ],
         )
@@ -324,6 +331,13 @@ fn layouts_match_the_c_header() {
             replica_dropped,
             cgroup_bytes,
             cgroup_limited,
+            pt_hits,
+            pt_faults,
+            pt_bound,
+            pt_invalidations,
+            pt_zapped,
+            pt_zap_ns,
+            pt_bytes,
             reserved
         ]
     );

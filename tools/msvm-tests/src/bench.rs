@@ -856,3 +856,186 @@ pub fn run_read_shared() -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Attributes with the access policy `access`, and the access counters off
+/// (they would move in-place pages after 256 jobs).
+fn attrs(access: msvm_rt::Access) -> msvm_rt::Attributes {
+    msvm_rt::Attributes {
+        preferred: msvm_rt::Place::Default,
+        access,
+        thrash: true,
+        counters: false,
+        read_mostly: false,
+    }
+}
+
+/// `msvm-tests bench-devpt`: what the device page tables buy.
+///
+/// - `warm_job_64M.overhead`: a CHECKSUM over 64 MiB of gpu0 already
+///   mapped in its VM's table, its whole time (the ioctl) over its engine
+///   time (STATS `job_exec_us`), the median of 5; `.overhead_fault` the
+///   same of the job that faulted it in (what every job paid before the
+///   tables), `.faults` the windows the warm jobs faulted (0).
+/// - `latency_fault_<path>_{first,warm}_{p50,p99,max}_us`: a 4 KiB CHECKSUM
+///   on gpu0 whose page is in its own VRAM (`own`), gpu1's over P2P
+///   (`p2p`), system RAM (`dma`), or must move to gpu0 first (`move_4k`,
+///   `move_64k`: 64 KiB, `move_2m`: a THP): first touch (a fault: the
+///   entries zapped by SET_ATTR, or the pages sent back to system RAM,
+///   untimed, before each) and warm (mapped).
+/// - `first_touch_64M.{faulting,prefetched}` (GiB/s): a CHECKSUM that
+///   faults its way through 64 MiB of system RAM (moving it to gpu0), and
+///   the PREFETCH to gpu0 then the same job; the best of 3.
+/// - `invalidate_64M_{1,2,3}dev_us`: munmap of 64 MiB of system RAM mapped
+///   in place (DMA) in the tables of 1, 2 and 3 devices, and `_zap_us` the
+///   part of it the zapping took (STATS `pt_zap_ns`, all devices); the
+///   best of 3.
+pub fn run_devpt() -> Result<(), String> {
+    use crate::svm::Map;
+    use msvm_rt::Access;
+    let e = |x: msvm_rt::Error| x.to_string();
+    let (a, b, c) = crate::multi::devices()?;
+    let st = |d: &msvm_rt::Device| d.stats().map_err(e);
+    let len = 64 << 20;
+    let pages = (len / PAGE) as u64;
+
+    // Warm job overhead.
+    let m = Map::new(len)?;
+    let p = m.addr();
+    let out = a.migrate(p, len, Location::Device).map_err(e)?;
+    if out.moved + out.already != pages {
+        return Err(format!("park: {out:?}"));
+    }
+    let timed = |d: &msvm_rt::Device| -> Result<(f64, f64), String> {
+        let s0 = st(d)?;
+        let t = Instant::now();
+        d.exec(Exec::Checksum, p, len, false).map_err(e)?;
+        let wall = t.elapsed().as_secs_f64();
+        let s1 = st(d)?;
+        Ok((wall, (s1.job_exec_us - s0.job_exec_us) as f64 * 1e-6))
+    };
+    let (w, x) = timed(&a)?;
+    println!("BENCH warm_job_64M.overhead_fault {:.3} x", w / x);
+    let f0 = st(&a)?.pt_faults;
+    let mut ratios = Vec::new();
+    for _ in 0..5 {
+        let (w, x) = timed(&a)?;
+        ratios.push(w / x);
+    }
+    ratios.sort_by(f64::total_cmp);
+    println!("BENCH warm_job_64M.overhead {:.3} x", ratios[2]);
+    println!(
+        "BENCH warm_job_64M.faults {} windows",
+        st(&a)?.pt_faults - f0
+    );
+    drop(m);
+
+    // Fault latency, first touch and warm.
+    let job = |p: usize, len: usize| a.exec(Exec::Checksum, p, len, false).map(drop).map_err(e);
+    let mv = |d: &msvm_rt::Device, p: usize, len: usize, to| -> Result<(), String> {
+        d.migrate(p, len, to).map(drop).map_err(e)
+    };
+    let none = || Ok(());
+    let m = Map::small(PAGE)?;
+    let p = m.addr();
+    for (path, home) in [("own", Some(&a)), ("p2p", Some(&b)), ("dma", None)] {
+        let access = if path == "own" {
+            Access::Migrate
+        } else {
+            Access::InPlace
+        };
+        a.set_attr(p, PAGE, attrs(access)).map_err(e)?;
+        match home {
+            Some(d) => mv(d, p, PAGE, Location::Device)?,
+            None => mv(&a, p, PAGE, Location::System)?,
+        }
+        // SET_ATTR zaps the range's entries, and moves nothing.
+        let zap = || a.set_attr(p, PAGE, attrs(access)).map_err(e);
+        let f0 = st(&a)?.pt_faults;
+        let mut s = sample(zap, || job(p, PAGE))?;
+        if st(&a)?.pt_faults - f0 != SAMPLES as u64 {
+            return Err(format!("{path}: a first touch did not fault"));
+        }
+        report_latency(&format!("fault_{path}_first"), &mut s);
+        let h0 = st(&a)?.pt_hits;
+        let mut s = sample(none, || job(p, PAGE))?;
+        if st(&a)?.pt_hits - h0 != SAMPLES as u64 {
+            return Err(format!("{path}: a warm job faulted"));
+        }
+        report_latency(&format!("fault_{path}_warm"), &mut s);
+    }
+    a.set_attr(p, PAGE, attrs(Access::Migrate)).map_err(e)?;
+    mv(&a, p, PAGE, Location::System)?;
+    drop(m);
+    for (path, len, large) in [
+        ("move_4k", PAGE, false),
+        ("move_64k", 64 << 10, false),
+        ("move_2m", HUGE, true),
+    ] {
+        let (_m, p) = filled(len, large, 7)?;
+        let mut s = sample(|| mv(&a, p, len, Location::System), || job(p, len))?;
+        report_latency(&format!("fault_{path}_first"), &mut s);
+        let mut s = sample(none, || job(p, len))?;
+        report_latency(&format!("fault_{path}_warm"), &mut s);
+    }
+
+    // First touch of 64 MiB: faulting, and prefetched.
+    let best = |mut f: Box<dyn FnMut() -> Result<f64, String> + '_>| -> Result<f64, String> {
+        let mut v = f64::INFINITY;
+        for _ in 0..3 {
+            v = v.min(f()?);
+        }
+        Ok(v)
+    };
+    let (m, p) = filled(len, false, 3)?;
+    let faulting = best(Box::new(|| {
+        mv(&a, p, len, Location::System)?;
+        let t = Instant::now();
+        job(p, len)?;
+        Ok(t.elapsed().as_secs_f64())
+    }))?;
+    let prefetched = best(Box::new(|| {
+        mv(&a, p, len, Location::System)?;
+        let t = Instant::now();
+        a.prefetch(p, len, msvm_rt::Place::Here).map_err(e)?;
+        job(p, len)?;
+        Ok(t.elapsed().as_secs_f64())
+    }))?;
+    println!(
+        "BENCH first_touch_64M.faulting {:.3} GiB/s",
+        gibps(len, faulting)
+    );
+    println!(
+        "BENCH first_touch_64M.prefetched {:.3} GiB/s",
+        gibps(len, prefetched)
+    );
+    mv(&a, p, len, Location::System)?;
+    drop(m);
+
+    // Invalidation of 64 MiB mapped on 1, 2, 3 devices.
+    for n in 1..=3 {
+        let devs = [&a, &b, &c];
+        let (mut us, mut zap_us) = (f64::INFINITY, f64::INFINITY);
+        for _ in 0..3 {
+            let (m, p) = filled(len, false, 5)?;
+            for d in &devs[..n] {
+                d.set_attr(p, len, attrs(Access::InPlace)).map_err(e)?;
+                d.exec(Exec::Checksum, p, len, false).map_err(e)?;
+            }
+            let zapped = |f: fn(&msvm_rt::Stats) -> u64| -> Result<u64, String> {
+                devs[..n].iter().map(|d| st(d).map(|s| f(&s))).sum()
+            };
+            let (z0, ns0) = (zapped(|s| s.pt_zapped)?, zapped(|s| s.pt_zap_ns)?);
+            let t = Instant::now();
+            drop(m);
+            us = us.min(t.elapsed().as_secs_f64() * 1e6);
+            let (z1, ns1) = (zapped(|s| s.pt_zapped)?, zapped(|s| s.pt_zap_ns)?);
+            if z1 - z0 != pages * n as u64 {
+                return Err(format!("{n} devices: {} entries zapped", z1 - z0));
+            }
+            zap_us = zap_us.min((ns1 - ns0) as f64 * 1e-3);
+        }
+        println!("BENCH invalidate_64M_{n}dev_us {us:.1} us");
+        println!("BENCH invalidate_64M_{n}dev_zap_us {zap_us:.1} us");
+    }
+    Ok(())
+}

@@ -16,6 +16,7 @@ mod cases;
 mod cgroup;
 mod cli;
 mod defaults;
+mod devpt;
 mod engine;
 mod fuzz;
 mod generic;
@@ -81,6 +82,7 @@ fn main_tests() -> Vec<harness::Test> {
         svm::tests(),
         trust::tests(),
         engine::tests(),
+        devpt::tests(),
         multi::tests(),
         placement::tests(),
         replicas::tests(),
@@ -155,6 +157,7 @@ fn main() -> ExitCode {
         Some("soak") => return finish("soak", soak::run(arg(1, 600)), Some("soak")),
         Some("bench-p2p") => return finish("bench-p2p", bench::run_p2p(arg(1, 64)), None),
         Some("bench-latency") => return finish("bench-latency", bench::run_latency(), None),
+        Some("bench-devpt") => return finish("bench-devpt", bench::run_devpt(), None),
         Some("bench-oversub") => {
             let res = bench::run_oversub(&arg(1, "on".to_string()));
             return finish("bench-oversub", res, None);

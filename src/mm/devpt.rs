@@ -1,0 +1,477 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A device page table: what one device maps of one mirrored address
+//! space, kept across jobs, as a GPU keeps its page tables for a VM (Xe's
+//! PPGTT, UVM's GPU page tables).
+//!
+//! An entry maps one 4 KiB page of the process to where the device reaches
+//! it: a page of the device's own memory, a system page by a DMA address,
+//! or a page of a peer's memory by a P2P bus address, with its write
+//! permission. The table is a sparse radix of one level: a leaf of 512
+//! entries per 2 MiB block of the address space that has any, in a red-black
+//! tree keyed by the block's index.
+//!
+//! The table lives in the lock of its [`Mirror`](super::hmm::Mirror): it is
+//! filled only from a walk that is still valid under that lock
+//! ([`MirrorGuard::bind`](super::hmm::MirrorGuard::bind)), read only under
+//! it, and every invalidation of the mirror zaps the entries of its range
+//! under it before the mm core changes the process's page tables (and
+//! unmaps their DMA and P2P mappings). So an entry that is in the table
+//! names a page that is still mapped at its address, with at least the
+//! entry's permission: the page stays valid while the lock is held, which
+//! is what lets the device use it without walking the process's page
+//! tables again.
+//!
+//! Nothing here allocates under the lock: a leaf is allocated before the
+//! lock is taken ([`Spare`]) and only moved in; zapping frees.
+
+use kernel::{
+    device::{Bound, Device},
+    prelude::*,
+    rbtree::{RBTree, RBTreeNodeReservation},
+    sync::{
+        aref::ARef,
+        atomic::{Atomic, Relaxed},
+        Arc,
+    },
+};
+
+use super::dma::{self, SysPage};
+use super::page::{PageRef, BLOCK_PAGES, BLOCK_SIZE, PAGE_SIZE};
+
+/// What the device reaches an entry's page through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Bind {
+    /// A page of the table's device's own memory.
+    Own,
+    /// A system page, by a DMA mapping made for the device.
+    Dma,
+    /// A page of a peer's memory, by a P2P mapping of its CPU physical
+    /// address `phys` (the peer's BAR) made for the device.
+    Peer { phys: u64 },
+}
+
+/// The page an entry maps, as the engine's address decoder finds it (the
+/// emulated device reaches a page by CPU: see `crate::engine`).
+#[derive(Clone, Copy)]
+pub(crate) enum Mapping<'t> {
+    /// A page of the device's own memory.
+    Own(PageRef<'t>),
+    /// A system page, mapped for DMA.
+    Dma(SysPage<'t>),
+    /// A page of a peer's memory, mapped for P2P.
+    Peer(PageRef<'t>),
+}
+
+// An entry: word 0 holds the kind (bits 61..63: 0 is no entry), the write
+// bit (60) and the page frame; word 1 the DMA or bus address.
+const KIND_SHIFT: u32 = 61;
+const KIND_OWN: u64 = 1;
+const KIND_DMA: u64 = 2;
+const KIND_PEER: u64 = 3;
+const WRITABLE: u64 = 1 << 60;
+const PFN_MASK: u64 = WRITABLE - 1;
+
+#[derive(Clone, Copy, Default, Zeroable)]
+struct Pte {
+    word: u64,
+    addr: u64,
+}
+
+impl Pte {
+    fn kind(self) -> u64 {
+        self.word >> KIND_SHIFT
+    }
+
+    fn pfn(self) -> usize {
+        // CAST: a page frame number fits a `usize`.
+        (self.word & PFN_MASK) as usize
+    }
+}
+
+/// The entries of one 2 MiB block (8 KiB: one `kmalloc-8k` object), and
+/// how many are in use.
+struct Leaf {
+    ptes: KBox<[Pte; BLOCK_PAGES]>,
+    live: usize,
+}
+
+/// Bytes one leaf takes: its entries and count, and its tree node (a
+/// `kmalloc-64` object).
+pub(crate) const LEAF_BYTES: usize = core::mem::size_of::<[Pte; BLOCK_PAGES]>() + 64;
+
+/// Counters of the tables of one device, shared by its tables (which may
+/// outlive it: an open file's VM stays after an unbind).
+pub(crate) struct Counters {
+    /// Bytes the device's tables take now.
+    pub(crate) bytes: Atomic<u64>,
+    /// Invalidations that zapped entries.
+    pub(crate) invalidations: Atomic<u64>,
+    /// Entries they zapped.
+    pub(crate) zapped: Atomic<u64>,
+    /// Nanoseconds the zapping took (TLB invalidation included: the
+    /// emulated device has no TLB beyond the table).
+    pub(crate) zap_ns: Atomic<u64>,
+}
+
+impl Counters {
+    /// New counters, for a device.
+    pub(crate) fn new() -> Result<Arc<Self>> {
+        let c = Self {
+            bytes: Atomic::new(0),
+            invalidations: Atomic::new(0),
+            zapped: Atomic::new(0),
+            zap_ns: Atomic::new(0),
+        };
+        Ok(Arc::new(c, GFP_KERNEL)?)
+    }
+}
+
+/// A leaf and its tree node, allocated.
+type SpareLeaf = (RBTreeNodeReservation<usize, Leaf>, Leaf);
+
+/// Leaves allocated before the lock is taken, for a bind to move in.
+pub(crate) struct Spare {
+    leaves: KVec<SpareLeaf>,
+}
+
+impl Spare {
+    /// Room for `n` new leaves.
+    pub(crate) fn new(n: usize) -> Result<Self> {
+        let mut leaves = KVec::with_capacity(n, GFP_KERNEL)?;
+        for _ in 0..n {
+            let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
+            let ptes = KBox::init(pin_init::init_zeroed(), GFP_KERNEL)?;
+            leaves.push((node, Leaf { ptes, live: 0 }), GFP_KERNEL)?;
+        }
+        Ok(Self { leaves })
+    }
+}
+
+/// One device's page table of one mirrored mm.
+///
+/// # Invariants
+///
+/// - Every entry of kind own, DMA or peer names a page that the mirrored mm
+///   maps at the entry's address with at least its permission, and no
+///   invalidation of that address has ended since it was made (the mirror
+///   zaps first): the page is valid while the mirror's lock is held.
+/// - A DMA entry's address is a live mapping of its page for `dev`
+///   ([`dma::map_page`]), a peer entry's a live mapping of a peer page for
+///   `dev` ([`dma::map_peer`]); `dev` is set once an entry has been made.
+/// - `leaves` counts each leaf's live entries, and holds no empty leaf.
+pub(crate) struct DevPt {
+    dev: Option<ARef<Device>>,
+    leaves: RBTree<usize, Leaf>,
+    counters: Option<Arc<Counters>>,
+}
+
+impl DevPt {
+    /// An empty table.
+    pub(crate) fn new() -> Self {
+        // INVARIANT: no entries.
+        Self {
+            dev: None,
+            leaves: RBTree::new(),
+            counters: None,
+        }
+    }
+
+    /// What the entry of the page at `addr` maps, if there is one. Its
+    /// page is valid for as long as the table is borrowed (the mirror's
+    /// lock is held).
+    pub(crate) fn get(&self, addr: usize) -> Option<Mapping<'_>> {
+        let leaf = self.leaves.get(&(addr / BLOCK_SIZE))?;
+        let pte = leaf.ptes[addr % BLOCK_SIZE / PAGE_SIZE];
+        Some(match pte.kind() {
+            // SAFETY: an entry's page is valid while the table is borrowed
+            // (invariant), and so for the returned lifetime.
+            KIND_OWN => Mapping::Own(unsafe { PageRef::from_pfn(pte.pfn()) }),
+            KIND_DMA => {
+                // SAFETY: as above.
+                let page = unsafe { PageRef::from_pfn(pte.pfn()) };
+                Mapping::Dma(SysPage::new(page)?)
+            }
+            // SAFETY: as above.
+            KIND_PEER => Mapping::Peer(unsafe { PageRef::from_pfn(pte.pfn()) }),
+            _ => return None,
+        })
+    }
+
+    /// Whether every page of `[first, first + pages * PAGE_SIZE)` has an
+    /// entry, writable if `write`.
+    pub(crate) fn covers(&self, first: usize, pages: usize, write: bool) -> bool {
+        let mut at = first & !(PAGE_SIZE - 1);
+        let end = at + pages * PAGE_SIZE;
+        while at < end {
+            let Some(leaf) = self.leaves.get(&(at / BLOCK_SIZE)) else {
+                return false;
+            };
+            let stop = ((at / BLOCK_SIZE + 1) * BLOCK_SIZE).min(end);
+            let from = at % BLOCK_SIZE / PAGE_SIZE;
+            let to = from + (stop - at) / PAGE_SIZE;
+            let ok = leaf.ptes[from..to]
+                .iter()
+                .all(|p| p.kind() != 0 && (!write || p.word & WRITABLE != 0));
+            if !ok {
+                return false;
+            }
+            at = stop;
+        }
+        true
+    }
+
+    /// The leaves `[first, first + pages * PAGE_SIZE)` lacks.
+    pub(crate) fn missing_leaves(&self, first: usize, pages: usize) -> usize {
+        if pages == 0 {
+            return 0;
+        }
+        let last = (first + pages * PAGE_SIZE - 1) / BLOCK_SIZE;
+        (first / BLOCK_SIZE..=last)
+            .filter(|b| self.leaves.get(b).is_none())
+            .count()
+    }
+
+    /// Bytes the table takes.
+    pub(crate) fn bytes(&self) -> usize {
+        self.leaves.iter().count() * LEAF_BYTES
+    }
+
+    /// Writes the entry of the page at `addr`: `page`, reached as `how`,
+    /// writable if `writable`; a leaf it needs comes from `spare`. Returns
+    /// whether it made the entry (not without a leaf, nor if the mapping
+    /// failed: the table is a cache, a missing entry only faults again).
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the mirror's lock, and `page` is mapped at `addr`
+    /// by the mirrored mm (writable if `writable`), as a walk found that is
+    /// still valid under the lock.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn set(
+        &mut self,
+        dev: &Device<Bound>,
+        counters: &Arc<Counters>,
+        addr: usize,
+        page: PageRef<'_>,
+        how: Bind,
+        writable: bool,
+        spare: &mut Spare,
+    ) -> Result<bool> {
+        let own: &Device = dev;
+        match &self.dev {
+            // A table is one device's.
+            Some(d) if !core::ptr::eq::<Device>(&**d, own) => return Err(EINVAL),
+            Some(_) => {}
+            None => self.dev = Some(own.into()),
+        }
+        if self.counters.is_none() {
+            self.counters = Some(counters.clone());
+        }
+        let block = addr / BLOCK_SIZE;
+        if self.leaves.get(&block).is_none() {
+            let Some((node, leaf)) = spare.leaves.pop() else {
+                return Ok(false);
+            };
+            self.leaves.insert(node.into_node(block, leaf));
+            self.count_bytes(LEAF_BYTES, true);
+        }
+        // Drop what the entry held first (a refault of a mapped page).
+        self.clear(addr);
+        let (kind, a) = match how {
+            Bind::Own => (KIND_OWN, 0),
+            Bind::Dma => match dma::map_page(dev, page) {
+                Some(a) => (KIND_DMA, a),
+                None => return self.unneeded(block),
+            },
+            Bind::Peer { phys } => match dma::map_peer(dev, phys) {
+                Some(a) => (KIND_PEER, a),
+                None => return self.unneeded(block),
+            },
+        };
+        let Some(leaf) = self.leaves.get_mut(&block) else {
+            return Err(EINVAL);
+        };
+        // CAST: a page frame number fits 60 bits.
+        let word = kind << KIND_SHIFT | if writable { WRITABLE } else { 0 } | page.pfn() as u64;
+        // INVARIANT: the caller's promise for the page; the mapping was
+        // just made for `dev`, the table's device; the leaf counts it.
+        leaf.ptes[addr % BLOCK_SIZE / PAGE_SIZE] = Pte { word, addr: a };
+        leaf.live += 1;
+        Ok(true)
+    }
+
+    /// After a failed mapping: drops the block's leaf if it is empty.
+    fn unneeded(&mut self, block: usize) -> Result<bool> {
+        if self.leaves.get(&block).is_some_and(|l| l.live == 0) {
+            self.leaves.remove(&block);
+            self.count_bytes(LEAF_BYTES, false);
+        }
+        Ok(false)
+    }
+
+    fn count_bytes(&self, n: usize, add: bool) {
+        if let Some(c) = &self.counters {
+            // CAST: a byte count fits a `u64`.
+            let n = n as u64;
+            if add {
+                c.bytes.add(n, Relaxed);
+            } else {
+                c.bytes.add(n.wrapping_neg(), Relaxed);
+            }
+        }
+    }
+
+    /// Removes the entry of the page at `addr`, if any (keeps its leaf).
+    fn clear(&mut self, addr: usize) -> bool {
+        let dev = self.dev.clone();
+        let Some(leaf) = self.leaves.get_mut(&(addr / BLOCK_SIZE)) else {
+            return false;
+        };
+        let i = addr % BLOCK_SIZE / PAGE_SIZE;
+        let pte = core::mem::take(&mut leaf.ptes[i]);
+        if pte.kind() == 0 {
+            return false;
+        }
+        leaf.live -= 1;
+        unmap(dev.as_deref(), pte);
+        true
+    }
+
+    /// Zaps the entries of `[start, end)`, unmapping what they map, and
+    /// frees the leaves left empty. Returns the entries removed.
+    pub(crate) fn zap(&mut self, start: usize, end: usize) -> u64 {
+        if start >= end || self.leaves.iter().next().is_none() {
+            return 0;
+        }
+        let dev = self.dev.clone();
+        let (first, last) = (start / BLOCK_SIZE, (end - 1) / BLOCK_SIZE);
+        let mut zapped = 0;
+        let mut freed = 0;
+        let mut cursor = self.leaves.cursor_lower_bound_mut(&first);
+        // The last block zapped: removing a tree's last node leaves the
+        // cursor on the one before, which is done.
+        let mut done = None;
+        while let Some(mut c) = cursor {
+            let (&block, leaf) = c.current_mut();
+            if block > last || done.is_some_and(|d| block <= d) {
+                break;
+            }
+            done = Some(block);
+            let base = block * BLOCK_SIZE;
+            let from = start.max(base) - base;
+            let to = end.min(base + BLOCK_SIZE) - base;
+            for pte in &mut leaf.ptes[from / PAGE_SIZE..to.div_ceil(PAGE_SIZE)] {
+                let p = core::mem::take(pte);
+                if p.kind() != 0 {
+                    leaf.live -= 1;
+                    zapped += 1;
+                    unmap(dev.as_deref(), p);
+                }
+            }
+            cursor = if leaf.live == 0 {
+                freed += 1;
+                let (next, _node) = c.remove_current();
+                next
+            } else {
+                c.move_next()
+            };
+        }
+        self.count_bytes(freed * LEAF_BYTES, false);
+        zapped
+    }
+
+    /// The device counters this table reports to, once it has entries.
+    pub(crate) fn counters(&self) -> Option<&Arc<Counters>> {
+        self.counters.as_ref()
+    }
+}
+
+impl Default for DevPt {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for DevPt {
+    fn drop(&mut self) {
+        self.zap(0, usize::MAX);
+    }
+}
+
+/// Unmaps what entry `pte`, just removed from a table of `dev`, mapped.
+fn unmap(dev: Option<&Device>, pte: Pte) {
+    let Some(dev) = dev else { return };
+    match pte.kind() {
+        // SAFETY: a DMA entry's address is a live mapping of `dev`'s
+        // (`DevPt` invariant), removed from the table, so unmapped once.
+        KIND_DMA => unsafe { dma::unmap_page(dev, pte.addr) },
+        // SAFETY: as above, for a peer entry.
+        KIND_PEER => unsafe { dma::unmap_peer(dev, pte.addr) },
+        _ => {}
+    }
+}
+
+#[kunit_tests(msvm_devpt)]
+mod tests {
+    use super::*;
+
+    /// Own entries (which map nothing) put straight into a table, as `set`
+    /// does once it has its leaf.
+    fn own(t: &mut DevPt, addr: usize, writable: bool) {
+        let block = addr / BLOCK_SIZE;
+        if t.leaves.get(&block).is_none() {
+            let mut s = Spare::new(1).unwrap();
+            let (node, leaf) = s.leaves.pop().unwrap();
+            t.leaves.insert(node.into_node(block, leaf));
+        }
+        let leaf = t.leaves.get_mut(&block).unwrap();
+        let w = if writable { WRITABLE } else { 0 };
+        leaf.ptes[addr % BLOCK_SIZE / PAGE_SIZE] = Pte {
+            word: KIND_OWN << KIND_SHIFT | w | 1,
+            addr: 0,
+        };
+        leaf.live += 1;
+    }
+
+    #[test]
+    fn covers_needs_every_entry_and_its_permission() {
+        let mut t = DevPt::new();
+        let a = 5 * BLOCK_SIZE - 2 * PAGE_SIZE;
+        for i in 0..4 {
+            own(&mut t, a + i * PAGE_SIZE, i != 3);
+        }
+        assert!(t.covers(a, 4, false));
+        assert!(t.covers(a, 3, true));
+        assert!(!t.covers(a, 4, true));
+        assert!(!t.covers(a, 5, false));
+        assert!(!t.covers(a - PAGE_SIZE, 2, false));
+        assert_eq!(t.missing_leaves(a, 4), 0);
+        assert_eq!(t.missing_leaves(a, 2 * BLOCK_PAGES), 1);
+    }
+
+    #[test]
+    fn zap_removes_the_range_and_frees_empty_leaves() {
+        let mut t = DevPt::new();
+        for b in [1usize, 2, 7] {
+            for i in 0..BLOCK_PAGES {
+                own(&mut t, b * BLOCK_SIZE + i * PAGE_SIZE, true);
+            }
+        }
+        assert_eq!(t.bytes(), 3 * LEAF_BYTES);
+        // Half of block 1 and all of block 2.
+        let start = BLOCK_SIZE + BLOCK_SIZE / 2;
+        assert_eq!(
+            t.zap(start, 3 * BLOCK_SIZE),
+            (BLOCK_PAGES / 2 + BLOCK_PAGES) as u64
+        );
+        assert_eq!(t.bytes(), 2 * LEAF_BYTES);
+        assert!(t.covers(BLOCK_SIZE, BLOCK_PAGES / 2, true));
+        assert!(!t.covers(start, 1, false));
+        assert!(t.covers(7 * BLOCK_SIZE, BLOCK_PAGES, true));
+        // A range with no entries, then everything.
+        assert_eq!(t.zap(3 * BLOCK_SIZE, 7 * BLOCK_SIZE), 0);
+        assert_eq!(t.zap(0, usize::MAX), (BLOCK_PAGES / 2 + BLOCK_PAGES) as u64);
+        assert_eq!(t.bytes(), 0);
+    }
+}
