@@ -90,6 +90,8 @@ struct vm_area_struct *msvm_vma_lookup(struct mm_struct *mm, unsigned long addr)
 
 /* DMA mappings of system pages for a device. */
 int msvm_dma_mapping_error(struct device *dev, dma_addr_t addr);
+bool msvm_dma_force_bounce(struct device *dev);
+void msvm_page_written(struct page *page);
 
 /* CPU access to system pages (the engine's address decoder). */
 void msvm_page_read(struct page *page, unsigned int off, void *buf, unsigned int len);
@@ -122,6 +124,8 @@ void msvm_trace_shrink(int dev, u64 chunks, u64 moved, u64 home, u64 memmap_free
 void msvm_trace_exec(int dev, u32 op, u64 addr, u64 len, u64 vram, u64 p2p, u64 dma,
 		     u64 migrated, int result);
 void msvm_trace_pagemap(int dev, bool create, u32 chunk, u64 bytes);
+void msvm_trace_pt_fault(int dev, u64 addr, u64 pages, u64 bound, int result);
+void msvm_trace_pt_invalidate(int dev, u64 start, u64 end, u64 zapped, u64 ns);
 
 /*
  * src/zap_huge_pmd.c: what keeps zaps away from 2 MiB device folios moved

@@ -172,6 +172,50 @@ TRACE_EVENT(msvm_pagemap,
 		  __entry->create ? "create" : "destroy", __entry->chunk, __entry->bytes)
 );
 
+/* A window of a job that faulted: resolved, run and bound (device page tables). */
+TRACE_EVENT(msvm_pt_fault,
+	TP_PROTO(int dev, u64 addr, u64 pages, u64 bound, int result),
+	TP_ARGS(dev, addr, pages, bound, result),
+	TP_STRUCT__entry(
+		__field(int, dev)
+		__field(u64, addr)
+		__field(u64, pages)
+		__field(u64, bound)
+		__field(int, result)
+	),
+	TP_fast_assign(
+		__entry->dev = dev;
+		__entry->addr = addr;
+		__entry->pages = pages;
+		__entry->bound = bound;
+		__entry->result = result;
+	),
+	TP_printk("gpu%d addr=0x%llx pages=%llu bound=%llu result=%d", __entry->dev,
+		  __entry->addr, __entry->pages, __entry->bound, __entry->result)
+);
+
+/* An invalidation of a process's page tables that zapped a device page table's entries. */
+TRACE_EVENT(msvm_pt_invalidate,
+	TP_PROTO(int dev, u64 start, u64 end, u64 zapped, u64 ns),
+	TP_ARGS(dev, start, end, zapped, ns),
+	TP_STRUCT__entry(
+		__field(int, dev)
+		__field(u64, start)
+		__field(u64, end)
+		__field(u64, zapped)
+		__field(u64, ns)
+	),
+	TP_fast_assign(
+		__entry->dev = dev;
+		__entry->start = start;
+		__entry->end = end;
+		__entry->zapped = zapped;
+		__entry->ns = ns;
+	),
+	TP_printk("gpu%d start=0x%llx end=0x%llx zapped=%llu ns=%llu", __entry->dev,
+		  __entry->start, __entry->end, __entry->zapped, __entry->ns)
+);
+
 #endif /* _MSVM_TRACE_H */
 
 /* This part must be outside the include guard. */

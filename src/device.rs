@@ -226,6 +226,10 @@ impl Drop for Gpu<'_> {
         // (their work is bounded: a prefetch or a job) before the pool's
         // shutdown sends every page to system RAM.
         drop(self.publication.take());
+        // Its VMs' device page tables let go of their DMA and P2P mappings
+        // while the device is still bound (the VMs may outlive it: their
+        // files stay open).
+        self.vram.pt_tables().gone();
         // Then `vram`, dropped after this, shuts the pool down.
     }
 }

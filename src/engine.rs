@@ -59,6 +59,7 @@ use crate::mm::{
     hmm::{HmmPfn, Mirror, Pages},
     page::{PageRef, BLOCK_PAGES, BLOCK_SIZE},
     pagemap::PAGE_SIZE,
+    trace,
 };
 use crate::vram::{Clock, Epoch, JobPhase, ReplicaWindow, VramPool};
 
@@ -73,6 +74,48 @@ pub(crate) fn check(mm: &MmWithUser, job: &Job) -> Result {
         check_job_vmas(&guard, src, src + job.len, false)?;
     }
     Ok(())
+}
+
+/// Binds the pages of `[start, start + len)` that are in `pool`'s memory
+/// into the VM's device page table ("bind ahead", after a PREFETCH to the
+/// device: Xe's prefetch `VM_BIND`, UVM's `cudaMemPrefetchAsync`), so that
+/// the jobs then take no fault. Walks without faulting anything in; a block
+/// an invalidation keeps changing is left to fault. Returns the entries
+/// written.
+pub(crate) fn bind_ahead(
+    pool: &VramPool,
+    dev: &kernel::device::Device<kernel::device::Bound>,
+    mm: &MmWithUser,
+    mirror: &Mirror,
+    (start, len): (usize, usize),
+    cancel: &Cancel<'_>,
+) -> Result<u64> {
+    let mut pfns = KVec::from_elem(HmmPfn::NONE, BLOCK_PAGES, GFP_KERNEL)?;
+    let own = |_: usize, page: PageRef<'_>| pool.offset_of(page).map(|_| Bind::Own);
+    let end = start + len;
+    let mut bound = 0;
+    let mut at = start;
+    while at < end {
+        let next = ((at / BLOCK_SIZE + 1) * BLOCK_SIZE).min(end);
+        let n = (next - at) / PAGE_SIZE;
+        for _ in 0..8 {
+            cancel.check()?;
+            let missing = mirror.lock().table().missing_leaves(at, n);
+            let mut spare = Spare::new(missing)?;
+            let walk = match mirror.snapshot(mm, at, &mut pfns[..n], pool.owner()) {
+                Err(e) if e == EBUSY => continue,
+                r => r?,
+            };
+            match mirror.lock().bind(&walk, dev, &mut spare, own) {
+                Err(e) if e == EAGAIN => continue,
+                r => bound += r?,
+            }
+            break;
+        }
+        at = next;
+    }
+    pool.stats.pt_bound.add(bound, Relaxed);
+    Ok(bound)
 }
 
 /// What a job does.
@@ -237,10 +280,29 @@ pub(crate) struct Engine<'p> {
     epoch: Epoch,
     /// Which of the job's ranges it reads through replicas.
     replicate: Replicate,
-    /// The ranges whose pages outside this device's memory a fault binds
-    /// into the VM's device page table (access policy "in place", not
-    /// read-mostly): sorted, disjoint, page-aligned.
-    keep: KVec<(usize, usize)>,
+    /// What a fault binds into the VM's device page table.
+    keep: Keep,
+}
+
+/// The ranges of a job whose pages a fault binds into the VM's device page
+/// table where they are: each sorted, disjoint, page-aligned.
+#[derive(Default)]
+pub(crate) struct Keep {
+    /// Pages in this device's memory: where the range's attributes keep
+    /// them there (preferred location this device, access policy "in
+    /// place", read-mostly), not pages a placement pass should move away.
+    pub(crate) own: KVec<(usize, usize)>,
+    /// Pages elsewhere (system RAM, a peer): where the access policy is
+    /// "in place" (not read-mostly: jobs read replicas of those).
+    pub(crate) remote: KVec<(usize, usize)>,
+}
+
+impl Keep {
+    /// Whether `addr` lies in one of `spans`.
+    fn has(spans: &[(usize, usize)], addr: usize) -> bool {
+        let i = spans.partition_point(|&(_, end)| end <= addr);
+        spans.get(i).is_some_and(|&(start, _)| start <= addr)
+    }
 }
 
 /// Which ranges of a job read the system pages of read-mostly ranges
@@ -259,7 +321,7 @@ impl<'p> Engine<'p> {
         dev: &'p kernel::device::Device<kernel::device::Bound>,
         epoch: Epoch,
         replicate: Replicate,
-        keep: KVec<(usize, usize)>,
+        keep: Keep,
     ) -> Result<Self> {
         Ok(Self {
             pool,
@@ -274,12 +336,11 @@ impl<'p> Engine<'p> {
     /// How a fault binds the page at `addr` into the VM's table, if it
     /// does (see the module's documentation).
     fn binding(&self, addr: usize, page: PageRef<'_>) -> Option<Bind> {
-        let kept = || {
-            let i = self.keep.partition_point(|&(_, end)| end <= addr);
-            self.keep.get(i).is_some_and(|&(start, _)| start <= addr)
-        };
+        let kept = || Keep::has(&self.keep.remote, addr);
         match self.pool.locate(page) {
-            Some((pool, _)) if self.pool.is(pool) => Some(Bind::Own),
+            Some((pool, _)) if self.pool.is(pool) => {
+                Keep::has(&self.keep.own, addr).then_some(Bind::Own)
+            }
             Some((pool, off)) if kept() => {
                 let phys = pool.bar().ok()?.phys(off);
                 Some(Bind::Peer { phys })
@@ -404,6 +465,8 @@ impl<'p> Engine<'p> {
         }
         let mut off = 0;
         while off < job.len {
+            // Between windows (a warm one checks nothing else).
+            cancel.check()?;
             // A window ends at a 2 MiB block boundary of the destination.
             let a = job.addr + off;
             let wend = (a / BLOCK_SIZE + 1) * BLOCK_SIZE;
@@ -582,21 +645,30 @@ impl<'p> Engine<'p> {
                 dst_pt.tally(done);
                 src_pt.tally(done);
             }
-            // Unmap the DMA and P2P mappings while the pages are still valid.
+            // What the job may have written by DMA is marked so (a clean
+            // writable page is dropped by reclaim); then the DMA and P2P
+            // mappings go, while the pages are still valid.
+            if write {
+                dst_pt.dma.iter().for_each(|m| m.sys().written());
+            }
             drop((dst_pt, src_pt));
             // The fault's entries that stay valid until the mm changes
             // them go into the VM's table (the walks are still valid: the
             // lock was held throughout).
-            let (dev, counters) = (self.dev, self.pool.pt_counters());
-            let mut bound = guard.bind(&dst_walk, dev, counters, &mut spare, |a, p| {
-                self.binding(a, p)
-            })?;
+            // (A bind that fails only binds less: the job's result stands.)
+            let dev = self.dev;
+            let mut bound = guard
+                .bind(&dst_walk, dev, &mut spare, |a, p| self.binding(a, p))
+                .unwrap_or(0);
             if let Some(w) = &src_walk {
-                bound += guard.bind(w, dev, counters, &mut spare, |a, p| self.binding(a, p))?;
+                bound += guard
+                    .bind(w, dev, &mut spare, |a, p| self.binding(a, p))
+                    .unwrap_or(0);
             }
             self.pool.stats.pt_bound.add(bound, Relaxed);
             drop(guard);
             clock.lap_job(JobPhase::Bind);
+            trace::pt_fault(self.pool.index(), dst_first, dst_pages, bound, &res);
             return res;
         }
     }

@@ -78,6 +78,7 @@
 #include <linux/topology.h>
 #include <linux/sched/mm.h>
 #include <linux/sched/signal.h>
+#include <linux/swiotlb.h>
 #include <linux/fs.h>
 #include <linux/mutex.h>
 #include <uapi/linux/magic.h>
@@ -410,6 +411,26 @@ bool msvm_mmu_notifier_range_blockable(const struct mmu_notifier_range *range)
 int msvm_dma_mapping_error(struct device *dev, dma_addr_t addr)
 {
 	return dma_mapping_error(dev, addr);
+}
+
+bool msvm_dma_force_bounce(struct device *dev)
+{
+	return is_swiotlb_force_bounce(dev);
+}
+
+void msvm_page_written(struct page *page)
+{
+	struct folio *folio = page_folio(page);
+
+	/*
+	 * An anonymous page mapped writable may be clean (MADV_FREE cleans
+	 * it and keeps it writable): what a device wrote through a DMA
+	 * mapping must not be dropped as still free. No lock is needed: an
+	 * anonymous folio is not truncated, and a swap-cache one's dirty
+	 * hook only sets the flag.
+	 */
+	if (folio_test_anon(folio))
+		folio_mark_dirty(folio);
 }
 
 void msvm_page_read(struct page *page, unsigned int off, void *buf, unsigned int len)

@@ -74,6 +74,21 @@ impl Placement {
     pub(crate) fn replicated(&self) -> bool {
         self.read_mostly && crate::module_parameters::read_mostly.value() != 0
     }
+
+    /// Whether the range's pages in the memory of the device whose VM has
+    /// these attributes stay there: no placement pass of its jobs moves
+    /// them elsewhere (the device is the preferred location, or its pages
+    /// are used where they are). Its device page table keeps such pages.
+    pub(crate) fn keeps_here(&self) -> bool {
+        self.preferred == Location::Default || self.access == Access::InPlace || self.replicated()
+    }
+
+    /// Whether the range's pages outside that device's memory are used
+    /// where they are (access policy "in place", not read-mostly: jobs
+    /// read replicas of those). Its device page table keeps such pages.
+    pub(crate) fn keeps_remote(&self) -> bool {
+        self.access == Access::InPlace && !self.replicated()
+    }
 }
 
 /// One stored range: `[start, end)` with its attributes.

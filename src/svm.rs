@@ -8,9 +8,14 @@
 //! [`crate::drm::file::File::vm`] is taken first; the mm's locks nest
 //! inside it (see `src/drm/file.rs`).
 
-use kernel::{mm::Mm, mm::MmWithUser, prelude::*, sync::aref::ARef};
+use kernel::{
+    mm::Mm,
+    mm::MmWithUser,
+    prelude::*,
+    sync::{aref::ARef, Arc},
+};
 
-use crate::mm::hmm::Mirror;
+use crate::mm::hmm::{Mirror, Tables};
 use crate::placement::Attrs;
 
 /// The mirrored part of the address space: all of user space.
@@ -47,11 +52,16 @@ pub(crate) struct Vm {
 }
 
 impl Vm {
-    /// A VM on the calling process's address space.
-    pub(crate) fn for_current() -> Result<Self> {
+    /// A VM on the calling process's address space, for device `dev`,
+    /// whose device page tables are `tables`.
+    pub(crate) fn for_current(
+        dev: &kernel::device::Device<kernel::device::Bound>,
+        tables: &Arc<Tables>,
+    ) -> Result<Self> {
         let task = kernel::current!();
         let mm = task.mm().ok_or(EINVAL)?;
-        let mirror = Mirror::new(mm, MIRROR_START, MIRROR_LEN, invalidated)?;
+        let range = (MIRROR_START, MIRROR_LEN);
+        let mirror = Mirror::new(mm, range, invalidated, (dev, tables))?;
         Ok(Self {
             mm: ARef::from(&**mm),
             mirror,

@@ -45,3 +45,13 @@ void msvm_trace_pagemap(int dev, bool create, u32 chunk, u64 bytes)
 {
 	trace_msvm_pagemap(dev, create, chunk, bytes);
 }
+
+void msvm_trace_pt_fault(int dev, u64 addr, u64 pages, u64 bound, int result)
+{
+	trace_msvm_pt_fault(dev, addr, pages, bound, result);
+}
+
+void msvm_trace_pt_invalidate(int dev, u64 start, u64 end, u64 zapped, u64 ns)
+{
+	trace_msvm_pt_invalidate(dev, start, end, zapped, ns);
+}

@@ -24,7 +24,7 @@ use kernel::{
 };
 
 use crate::device::Gpu;
-use crate::engine::{Engine, Op, Replicate};
+use crate::engine::{Engine, Keep, Op, Replicate};
 use crate::migrate::{place, prefetch as move_to, Direction, Memo, Outcome, Target};
 use crate::mm::abi::{
     drm_msvm_exec, drm_msvm_migrate, drm_msvm_prefetch, drm_msvm_query, drm_msvm_residency,
@@ -60,6 +60,20 @@ macro_rules! put_outcome {
         arg.busy = out.busy;
         arg.no_vram = out.no_vram;
     }};
+}
+
+/// `spans`, sorted and merged where they touch or overlap (COPY's two
+/// ranges may).
+fn disjoint(mut spans: KVec<(usize, usize)>) -> Result<KVec<(usize, usize)>> {
+    spans.sort_unstable();
+    let mut out: KVec<(usize, usize)> = KVec::with_capacity(spans.len(), GFP_KERNEL)?;
+    for (start, end) in spans {
+        match out.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => out.push((start, end), GFP_KERNEL)?,
+        }
+    }
+    Ok(out)
 }
 
 /// Runs `f` on the file's VM and its process's mm, if the caller is that
@@ -133,7 +147,7 @@ impl File {
     /// `DRM_IOCTL_MSVM_VM_CREATE`.
     pub(crate) fn vm_create(
         _dev: &MsvmDevice<drm::Registered>,
-        _gpu: &Gpu<'_>,
+        gpu: &Gpu<'_>,
         arg: &mut drm_msvm_vm_create,
         file: &drm::File<File>,
     ) -> Result<u32> {
@@ -143,7 +157,7 @@ impl File {
         if vm.is_some() {
             return Err(EBUSY);
         }
-        *vm = Some(Vm::for_current()?);
+        *vm = Some(Vm::for_current(gpu.device(), gpu.vram().pt_tables())?);
         Ok(0)
     }
 
@@ -233,7 +247,7 @@ impl File {
         let target = Target::resolve(gpu.vram(), loc)?;
         let cancel = Cancel::ioctl(dev);
         let out: Outcome = with_vm(file, |vm, mm| {
-            move_to(
+            let out = move_to(
                 gpu.vram(),
                 mm,
                 vm.mirror(),
@@ -242,7 +256,20 @@ impl File {
                 len,
                 Use::explicit(),
                 &cancel,
-            )
+            )?;
+            // To this device: its jobs then run without a fault, where the
+            // range's attributes keep the pages here (elsewhere, a job's
+            // placement pass moves them on).
+            if target == Target::Here {
+                let (pool, dev) = (gpu.vram(), gpu.device());
+                for p in vm.attrs().pieces(start, start + len)?.iter() {
+                    if p.placement.keeps_here() {
+                        let span = (p.start, p.end - p.start);
+                        crate::engine::bind_ahead(pool, dev, mm, vm.mirror(), span, &cancel)?;
+                    }
+                }
+            }
+            Ok(out)
         })?;
         put_outcome!(arg, out);
         Ok(0)
@@ -307,7 +334,7 @@ impl File {
         let s = &pool.stats;
         let (live, cached) = pool.chunk_counts();
         let ph = s.phases.read();
-        let pt = pool.pt_counters();
+        let pt = &pool.pt_tables().counters;
         *arg = drm_msvm_stats {
             to_device: s.to_device.load(Relaxed),
             to_system: s.to_system.load(Relaxed),
@@ -400,8 +427,8 @@ impl File {
             // Which range reads read-mostly pages through replicas.
             let mut read_mostly = [false; 2];
             // The ranges whose pages a fault maps where they are, kept in
-            // the VM's device page table.
-            let mut keep = KVec::new();
+            // the VM's device page table: pages here, pages elsewhere.
+            let (mut own, mut remote) = (KVec::new(), KVec::new());
             // A range the VM's device page table maps whole, with the
             // access the job needs, takes no fault: like a GPU's, its job
             // runs without a placement pass.
@@ -421,8 +448,11 @@ impl File {
                 let pieces = vm.attrs().pieces(first, end)?;
                 read_mostly[k] = pieces.iter().all(|p| p.placement.replicated());
                 for p in pieces.iter() {
-                    if p.placement.access == Access::InPlace && !p.placement.replicated() {
-                        keep.push((p.start, p.end), GFP_KERNEL)?;
+                    if p.placement.keeps_here() {
+                        own.push((p.start, p.end), GFP_KERNEL)?;
+                    }
+                    if p.placement.keeps_remote() {
+                        remote.push((p.start, p.end), GFP_KERNEL)?;
                     }
                 }
                 if mapped[k] {
@@ -438,16 +468,11 @@ impl File {
                 dst: matches!(job.op, Op::Checksum) && read_mostly[0],
                 src: matches!(job.op, Op::Copy { .. }) && read_mostly[1],
             };
-            keep.sort_unstable();
-            // COPY's ranges may overlap: one span each.
-            let mut spans: KVec<(usize, usize)> = KVec::with_capacity(keep.len(), GFP_KERNEL)?;
-            for (start, end) in keep {
-                match spans.last_mut() {
-                    Some(last) if start <= last.1 => last.1 = last.1.max(end),
-                    _ => spans.push((start, end), GFP_KERNEL)?,
-                }
-            }
-            let mut engine = Engine::new(pool, gpu.device(), epoch, replicate, spans)?;
+            let keep = Keep {
+                own: disjoint(own)?,
+                remote: disjoint(remote)?,
+            };
+            let mut engine = Engine::new(pool, gpu.device(), epoch, replicate, keep)?;
             let mut done = engine.run(mm, vm.mirror(), &job, &mut clock, &cancel)?;
             pool.stats.phases.job(&clock);
             done.migrated = migrated;

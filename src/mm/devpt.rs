@@ -32,7 +32,6 @@ use kernel::{
     sync::{
         aref::ARef,
         atomic::{Atomic, Relaxed},
-        Arc,
     },
 };
 
@@ -100,9 +99,10 @@ struct Leaf {
 /// `kmalloc-64` object).
 pub(crate) const LEAF_BYTES: usize = core::mem::size_of::<[Pte; BLOCK_PAGES]>() + 64;
 
-/// Counters of the tables of one device, shared by its tables (which may
-/// outlive it: an open file's VM stays after an unbind).
+/// Counters of the tables of one device.
 pub(crate) struct Counters {
+    /// The device's msvm index.
+    pub(crate) index: usize,
     /// Bytes the device's tables take now.
     pub(crate) bytes: Atomic<u64>,
     /// Invalidations that zapped entries.
@@ -115,15 +115,22 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
-    /// New counters, for a device.
-    pub(crate) fn new() -> Result<Arc<Self>> {
-        let c = Self {
+    /// New counters, for device `index`.
+    pub(crate) fn new(index: usize) -> Self {
+        Self {
+            index,
             bytes: Atomic::new(0),
             invalidations: Atomic::new(0),
             zapped: Atomic::new(0),
             zap_ns: Atomic::new(0),
-        };
-        Ok(Arc::new(c, GFP_KERNEL)?)
+        }
+    }
+
+    fn count_bytes(&self, n: usize, add: bool) {
+        // CAST: a byte count fits a `u64`.
+        let n = n as u64;
+        self.bytes
+            .add(if add { n } else { n.wrapping_neg() }, Relaxed);
     }
 }
 
@@ -136,12 +143,13 @@ pub(crate) struct Spare {
 }
 
 impl Spare {
-    /// Room for `n` new leaves.
+    /// Room for `n` new leaves (charged to the caller's memory cgroup, as
+    /// page tables are).
     pub(crate) fn new(n: usize) -> Result<Self> {
         let mut leaves = KVec::with_capacity(n, GFP_KERNEL)?;
         for _ in 0..n {
-            let node = RBTreeNodeReservation::new(GFP_KERNEL)?;
-            let ptes = KBox::init(pin_init::init_zeroed(), GFP_KERNEL)?;
+            let node = RBTreeNodeReservation::new(GFP_KERNEL_ACCOUNT)?;
+            let ptes = KBox::init(pin_init::init_zeroed(), GFP_KERNEL_ACCOUNT)?;
             leaves.push((node, Leaf { ptes, live: 0 }), GFP_KERNEL)?;
         }
         Ok(Self { leaves })
@@ -158,22 +166,27 @@ impl Spare {
 ///   zaps first): the page is valid while the mirror's lock is held.
 /// - A DMA entry's address is a live mapping of its page for `dev`
 ///   ([`dma::map_page`]), a peer entry's a live mapping of a peer page for
-///   `dev` ([`dma::map_peer`]); `dev` is set once an entry has been made.
+///   `dev` ([`dma::map_peer`]); such entries exist only while `dev` is set,
+///   and `dev` is set only while the device is bound (it is detached, and
+///   the table emptied, before the device's DMA is torn down: see
+///   `Tables::gone` in `hmm.rs`).
 /// - `leaves` counts each leaf's live entries, and holds no empty leaf.
 pub(crate) struct DevPt {
     dev: Option<ARef<Device>>,
     leaves: RBTree<usize, Leaf>,
-    counters: Option<Arc<Counters>>,
 }
 
 impl DevPt {
-    /// An empty table.
-    pub(crate) fn new() -> Self {
-        // INVARIANT: no entries.
+    /// An empty table of device `dev` (`None`: a table that binds nothing).
+    pub(crate) fn new(dev: Option<&Device<Bound>>) -> Self {
+        // INVARIANT: no entries; `dev` is bound (the borrow), and the
+        // caller detaches the table before it is unbound.
         Self {
-            dev: None,
+            dev: dev.map(|d| {
+                let d: &Device = d;
+                d.into()
+            }),
             leaves: RBTree::new(),
-            counters: None,
         }
     }
 
@@ -202,7 +215,9 @@ impl DevPt {
     /// entry, writable if `write`.
     pub(crate) fn covers(&self, first: usize, pages: usize, write: bool) -> bool {
         let mut at = first & !(PAGE_SIZE - 1);
-        let end = at + pages * PAGE_SIZE;
+        let Some(end) = pages.checked_mul(PAGE_SIZE).and_then(|l| at.checked_add(l)) else {
+            return false;
+        };
         while at < end {
             let Some(leaf) = self.leaves.get(&(at / BLOCK_SIZE)) else {
                 return false;
@@ -239,8 +254,11 @@ impl DevPt {
 
     /// Writes the entry of the page at `addr`: `page`, reached as `how`,
     /// writable if `writable`; a leaf it needs comes from `spare`. Returns
-    /// whether it made the entry (not without a leaf, nor if the mapping
-    /// failed: the table is a cache, a missing entry only faults again).
+    /// whether it made the entry: not for another device than the table's
+    /// (or a detached table), nor without a leaf, nor a DMA entry when the
+    /// device's mappings bounce (they would hold the shared bounce pool),
+    /// nor if the mapping failed: the table is a cache, a missing entry only
+    /// faults again.
     ///
     /// # Safety
     ///
@@ -251,7 +269,7 @@ impl DevPt {
     pub(super) unsafe fn set(
         &mut self,
         dev: &Device<Bound>,
-        counters: &Arc<Counters>,
+        counters: &Counters,
         addr: usize,
         page: PageRef<'_>,
         how: Bind,
@@ -259,14 +277,11 @@ impl DevPt {
         spare: &mut Spare,
     ) -> Result<bool> {
         let own: &Device = dev;
-        match &self.dev {
-            // A table is one device's.
-            Some(d) if !core::ptr::eq::<Device>(&**d, own) => return Err(EINVAL),
-            Some(_) => {}
-            None => self.dev = Some(own.into()),
+        if !self.dev.as_deref().is_some_and(|d| core::ptr::eq(d, own)) {
+            return Ok(false);
         }
-        if self.counters.is_none() {
-            self.counters = Some(counters.clone());
+        if how == Bind::Dma && dma::force_bounce(dev) {
+            return Ok(false);
         }
         let block = addr / BLOCK_SIZE;
         if self.leaves.get(&block).is_none() {
@@ -274,7 +289,7 @@ impl DevPt {
                 return Ok(false);
             };
             self.leaves.insert(node.into_node(block, leaf));
-            self.count_bytes(LEAF_BYTES, true);
+            counters.count_bytes(LEAF_BYTES, true);
         }
         // Drop what the entry held first (a refault of a mapped page).
         self.clear(addr);
@@ -282,44 +297,36 @@ impl DevPt {
             Bind::Own => (KIND_OWN, 0),
             Bind::Dma => match dma::map_page(dev, page) {
                 Some(a) => (KIND_DMA, a),
-                None => return self.unneeded(block),
+                None => return Ok(self.unneeded(block, counters)),
             },
             Bind::Peer { phys } => match dma::map_peer(dev, phys) {
                 Some(a) => (KIND_PEER, a),
-                None => return self.unneeded(block),
+                None => return Ok(self.unneeded(block, counters)),
             },
-        };
-        let Some(leaf) = self.leaves.get_mut(&block) else {
-            return Err(EINVAL);
         };
         // CAST: a page frame number fits 60 bits.
         let word = kind << KIND_SHIFT | if writable { WRITABLE } else { 0 } | page.pfn() as u64;
+        let pte = Pte { word, addr: a };
+        let Some(leaf) = self.leaves.get_mut(&block) else {
+            // Not reached: the leaf was made above, under the same lock.
+            unmap(Some(own), pte);
+            return Ok(false);
+        };
         // INVARIANT: the caller's promise for the page; the mapping was
-        // just made for `dev`, the table's device; the leaf counts it.
-        leaf.ptes[addr % BLOCK_SIZE / PAGE_SIZE] = Pte { word, addr: a };
+        // just made for `dev`, the table's (bound) device; the leaf counts
+        // it.
+        leaf.ptes[addr % BLOCK_SIZE / PAGE_SIZE] = pte;
         leaf.live += 1;
         Ok(true)
     }
 
     /// After a failed mapping: drops the block's leaf if it is empty.
-    fn unneeded(&mut self, block: usize) -> Result<bool> {
+    fn unneeded(&mut self, block: usize, counters: &Counters) -> bool {
         if self.leaves.get(&block).is_some_and(|l| l.live == 0) {
             self.leaves.remove(&block);
-            self.count_bytes(LEAF_BYTES, false);
+            counters.count_bytes(LEAF_BYTES, false);
         }
-        Ok(false)
-    }
-
-    fn count_bytes(&self, n: usize, add: bool) {
-        if let Some(c) = &self.counters {
-            // CAST: a byte count fits a `u64`.
-            let n = n as u64;
-            if add {
-                c.bytes.add(n, Relaxed);
-            } else {
-                c.bytes.add(n.wrapping_neg(), Relaxed);
-            }
-        }
+        false
     }
 
     /// Removes the entry of the page at `addr`, if any (keeps its leaf).
@@ -338,9 +345,18 @@ impl DevPt {
         true
     }
 
-    /// Zaps the entries of `[start, end)`, unmapping what they map, and
-    /// frees the leaves left empty. Returns the entries removed.
-    pub(crate) fn zap(&mut self, start: usize, end: usize) -> u64 {
+    /// Zaps the entries of `[start, end)` (`end` 0: to the top of the
+    /// address space), unmapping what they map, and frees the leaves left
+    /// empty (counted in `counters`, if given); reschedules between leaves
+    /// if `resched`. Returns the entries removed.
+    pub(crate) fn zap(
+        &mut self,
+        start: usize,
+        end: usize,
+        counters: Option<&Counters>,
+        resched: bool,
+    ) -> u64 {
+        let end = if end == 0 { usize::MAX } else { end };
         if start >= end || self.leaves.iter().next().is_none() {
             return 0;
         }
@@ -360,7 +376,7 @@ impl DevPt {
             done = Some(block);
             let base = block * BLOCK_SIZE;
             let from = start.max(base) - base;
-            let to = end.min(base + BLOCK_SIZE) - base;
+            let to = end.min(base.saturating_add(BLOCK_SIZE)) - base;
             for pte in &mut leaf.ptes[from / PAGE_SIZE..to.div_ceil(PAGE_SIZE)] {
                 let p = core::mem::take(pte);
                 if p.kind() != 0 {
@@ -376,35 +392,48 @@ impl DevPt {
             } else {
                 c.move_next()
             };
+            if resched {
+                super::cancel::cond_resched();
+            }
         }
-        self.count_bytes(freed * LEAF_BYTES, false);
+        if let Some(c) = counters {
+            c.count_bytes(freed * LEAF_BYTES, false);
+        }
         zapped
     }
 
-    /// The device counters this table reports to, once it has entries.
-    pub(crate) fn counters(&self) -> Option<&Arc<Counters>> {
-        self.counters.as_ref()
-    }
-}
-
-impl Default for DevPt {
-    fn default() -> Self {
-        Self::new()
+    /// Empties the table and forgets its device, which goes: it binds
+    /// nothing after this.
+    pub(crate) fn detach(&mut self, counters: &Counters) {
+        self.zap(0, usize::MAX, Some(counters), true);
+        // INVARIANT: no entries left, and none made without a device.
+        self.dev = None;
     }
 }
 
 impl Drop for DevPt {
     fn drop(&mut self) {
-        self.zap(0, usize::MAX);
+        self.zap(0, usize::MAX, None, false);
     }
 }
 
-/// Unmaps what entry `pte`, just removed from a table of `dev`, mapped.
+/// Unmaps what entry `pte`, just removed from a table of `dev`, mapped; a
+/// system page the device could write is marked written first.
 fn unmap(dev: Option<&Device>, pte: Pte) {
+    if pte.kind() == KIND_DMA && pte.word & WRITABLE != 0 {
+        // SAFETY: the entry was in the table until now, and its page is
+        // still valid: its invalidation (or the table's owner) holds the
+        // mirror's lock.
+        let page = unsafe { PageRef::from_pfn(pte.pfn()) };
+        if let Some(p) = SysPage::new(page) {
+            p.written();
+        }
+    }
     let Some(dev) = dev else { return };
     match pte.kind() {
-        // SAFETY: a DMA entry's address is a live mapping of `dev`'s
-        // (`DevPt` invariant), removed from the table, so unmapped once.
+        // SAFETY: a DMA entry's address is a live mapping of `dev`'s, which
+        // is bound (`DevPt` invariant); removed from the table, it is
+        // unmapped once.
         KIND_DMA => unsafe { dma::unmap_page(dev, pte.addr) },
         // SAFETY: as above, for a peer entry.
         KIND_PEER => unsafe { dma::unmap_peer(dev, pte.addr) },
@@ -436,7 +465,7 @@ mod tests {
 
     #[test]
     fn covers_needs_every_entry_and_its_permission() {
-        let mut t = DevPt::new();
+        let mut t = DevPt::new(None);
         let a = 5 * BLOCK_SIZE - 2 * PAGE_SIZE;
         for i in 0..4 {
             own(&mut t, a + i * PAGE_SIZE, i != 3);
@@ -452,7 +481,7 @@ mod tests {
 
     #[test]
     fn zap_removes_the_range_and_frees_empty_leaves() {
-        let mut t = DevPt::new();
+        let mut t = DevPt::new(None);
         for b in [1usize, 2, 7] {
             for i in 0..BLOCK_PAGES {
                 own(&mut t, b * BLOCK_SIZE + i * PAGE_SIZE, true);
@@ -462,7 +491,7 @@ mod tests {
         // Half of block 1 and all of block 2.
         let start = BLOCK_SIZE + BLOCK_SIZE / 2;
         assert_eq!(
-            t.zap(start, 3 * BLOCK_SIZE),
+            t.zap(start, 3 * BLOCK_SIZE, None, false),
             (BLOCK_PAGES / 2 + BLOCK_PAGES) as u64
         );
         assert_eq!(t.bytes(), 2 * LEAF_BYTES);
@@ -470,8 +499,9 @@ mod tests {
         assert!(!t.covers(start, 1, false));
         assert!(t.covers(7 * BLOCK_SIZE, BLOCK_PAGES, true));
         // A range with no entries, then everything.
-        assert_eq!(t.zap(3 * BLOCK_SIZE, 7 * BLOCK_SIZE), 0);
-        assert_eq!(t.zap(0, usize::MAX), (BLOCK_PAGES / 2 + BLOCK_PAGES) as u64);
+        assert_eq!(t.zap(3 * BLOCK_SIZE, 7 * BLOCK_SIZE, None, false), 0);
+        let z = t.zap(0, 0, None, false);
+        assert_eq!(z, (BLOCK_PAGES / 2 + BLOCK_PAGES) as u64);
         assert_eq!(t.bytes(), 0);
     }
 }

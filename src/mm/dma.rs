@@ -188,6 +188,14 @@ pub(super) unsafe fn unmap_peer(dev: &device::Device, addr: u64) {
     };
 }
 
+/// Whether every streaming mapping for `dev` goes through a bounce buffer
+/// (`swiotlb=force`, SEV/TDX guests): a pool shared by all devices, which
+/// long-lived mappings must not hold.
+pub(super) fn force_bounce(dev: &device::Device) -> bool {
+    // SAFETY: `dev` is a live device (the borrow); the call reads a field.
+    unsafe { b::msvm_dma_force_bounce(raw(dev)) }
+}
+
 /// Whether `addr`, just returned by a `dma_map_*` call for `dev`, is a
 /// mapping rather than the error value (`dma_mapping_error`, which also
 /// tells `CONFIG_DMA_API_DEBUG` that the result was checked).
@@ -233,6 +241,15 @@ impl<'a> SysPage<'a> {
     pub(super) fn new(page: PageRef<'a>) -> Option<Self> {
         // INVARIANT: checked here; valid for `'a` (the `PageRef`'s).
         (!page.is_device_private() && !page.is_secretmem()).then_some(Self { page })
+    }
+
+    /// The device may have written the page through a mapping of its PTE
+    /// that the walk found writable: an anonymous page is marked dirty, so
+    /// that reclaim does not drop it as clean (after `MADV_FREE`, a
+    /// writable PTE may be clean, and a write by DMA does not dirty it).
+    pub(crate) fn written(&self) {
+        // SAFETY: the page is a valid system page (invariant).
+        unsafe { b::msvm_page_written(self.page.as_ptr()) };
     }
 
     /// Copies `buf.len()` bytes at `off` of the page into `buf`.

@@ -36,14 +36,59 @@ use super::devpt::{Bind, Counters, DevPt, Spare};
 use super::owner::Owner;
 use super::page::{PageRef, PAGE_SIZE};
 
+/// The device page tables of one device: their counters, and the mirrors
+/// that hold them, so that they are emptied before the device goes.
+///
+/// # Invariants
+///
+/// Every address in `mirrors` is that of a live, pinned [`Mirror`] whose
+/// table is this device's: a mirror adds itself once pinned and removes
+/// itself in its drop, before it is freed, both under the lock. `None`
+/// once the device is gone.
+#[pin_data]
+pub(crate) struct Tables {
+    pub(crate) counters: Counters,
+    #[pin]
+    mirrors: Mutex<Option<KVec<usize>>>,
+}
+
+impl Tables {
+    /// The tables of device `index`, none yet.
+    pub(crate) fn new(index: usize) -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Self {
+                counters: Counters::new(index),
+                mirrors <- new_mutex!(Some(KVec::new())),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// The device goes: empties every table of it (their DMA and P2P
+    /// mappings are unmapped) and detaches them, and refuses new ones
+    /// (`ENODEV`). Called while the device is still bound, with no mirror
+    /// lock held.
+    pub(crate) fn gone(&self) {
+        let mut list = self.mirrors.lock();
+        for &a in list.iter().flatten() {
+            // SAFETY: a registered mirror is alive while the lock is held
+            // (invariant).
+            let m = unsafe { &*(a as *const Mirror) };
+            m.lock.lock().detach(&self.counters);
+        }
+        // INVARIANT: no mirror is registered any more.
+        *list = None;
+    }
+}
+
 /// An interval notifier on `[start, end)` of an mm, and the lock its
-/// invalidations take.
+/// invalidations take, which holds the device page table of one device.
 ///
 /// # Invariants
 ///
 /// If `inserted`, `sub` is registered with the mm for `[start, end)` and
 /// stays so until drop, and `sub` is the first field so that the callback
-/// finds the `Mirror`.
+/// finds the `Mirror`. If `registered`, its address is in `tables`.
 #[repr(C)]
 #[pin_data(PinnedDrop)]
 pub(crate) struct Mirror {
@@ -58,6 +103,9 @@ pub(crate) struct Mirror {
     start: usize,
     end: usize,
     inserted: bool,
+    /// The tables of its device.
+    tables: Arc<Tables>,
+    registered: bool,
     /// Told of each invalidation in the range: the mm's address (a key
     /// only), the range, and whether it is an unmap.
     on_invalidate: fn(usize, usize, usize, bool),
@@ -66,7 +114,8 @@ pub(crate) struct Mirror {
 }
 
 // SAFETY: the notifier is driven by the mm core's own locking; the rest is
-// a mutex and plain values.
+// a mutex (around the device page table, whose pages and mappings any
+// thread may use under it), an `Arc` and plain values.
 unsafe impl Send for Mirror {}
 // SAFETY: see `Send`.
 unsafe impl Sync for Mirror {}
@@ -123,14 +172,15 @@ unsafe extern "C" fn invalidate_cb(
     // them (and the device's TLB with them: the emulated device caches
     // nothing else).
     let t0 = Instant::<Monotonic>::now();
-    let zapped = guard.zap(start, end);
+    let c = &mirror.tables.counters;
+    let zapped = guard.zap(start, end, Some(c), blockable);
     if zapped > 0 {
-        if let Some(c) = guard.counters() {
-            c.invalidations.add(1, Relaxed);
-            c.zapped.add(zapped, Relaxed);
-            // CAST: an elapsed time is not negative.
-            c.zap_ns.add(t0.elapsed().as_nanos() as u64, Relaxed);
-        }
+        // CAST: an elapsed time is not negative.
+        let ns = t0.elapsed().as_nanos() as u64;
+        c.invalidations.add(1, Relaxed);
+        c.zapped.add(zapped, Relaxed);
+        c.zap_ns.add(ns, Relaxed);
+        super::trace::pt_invalidate(c.index, start, end, zapped, ns);
     }
     // SAFETY: `sub` is the notifier being invalidated, valid for the
     // callback, and its lock is held as `mmu_interval_set_seq` requires.
@@ -145,12 +195,14 @@ impl Mirror {
     /// address space when the process exits). It is called before the mm
     /// core changes the page tables, under the mirror's lock, before the
     /// new sequence is published (an invalidation that fails, unable to
-    /// sleep, calls nothing): it must neither sleep nor allocate.
+    /// sleep, calls nothing): it must neither sleep nor allocate. Its device
+    /// page table is `dev`'s, one of `tables` (`ENODEV` if that device is
+    /// gone).
     pub(crate) fn new(
         mm: &MmWithUser,
-        start: usize,
-        len: usize,
+        (start, len): (usize, usize),
         on_invalidate: fn(usize, usize, usize, bool),
+        (dev, tables): (&Device<Bound>, &Arc<Tables>),
     ) -> Result<Pin<KBox<Self>>> {
         let end = start.checked_add(len).ok_or(EINVAL)?;
         let mut m = KBox::pin_init(
@@ -159,12 +211,14 @@ impl Mirror {
                     // SAFETY: all-zeroes is the expected state before insert.
                     unsafe { core::ptr::write_bytes(p, 0, 1) };
                 }),
-                lock <- new_mutex!(DevPt::new()),
+                lock <- new_mutex!(DevPt::new(Some(dev))),
                 start,
                 end,
                 // INVARIANT: not inserted yet; `sub` is the first field
-                // (`#[repr(C)]`).
+                // (`#[repr(C)]`); not registered yet.
                 inserted: false,
+                tables: tables.clone(),
+                registered: false,
                 on_invalidate,
                 _pin: PhantomPinned,
             }? Error),
@@ -178,6 +232,15 @@ impl Mirror {
         // SAFETY: setting a flag moves nothing.
         // INVARIANT: inserted just above, for `[start, end)`.
         unsafe { m.as_mut().get_unchecked_mut() }.inserted = true;
+        {
+            let mut guard = tables.mirrors.lock();
+            let list = (*guard).as_mut().ok_or(ENODEV)?;
+            // CAST: an address, kept to find the pinned mirror again.
+            list.push(core::ptr::from_ref::<Self>(&*m) as usize, GFP_KERNEL)?;
+        }
+        // SAFETY: setting a flag moves nothing.
+        // INVARIANT: its address was added just above.
+        unsafe { m.as_mut().get_unchecked_mut() }.registered = true;
         Ok(m)
     }
 
@@ -297,6 +360,19 @@ impl Mirror {
 #[pinned_drop]
 impl PinnedDrop for Mirror {
     fn drop(self: Pin<&mut Self>) {
+        // The table is emptied, and the mirror forgotten by its device's
+        // tables, under their lock: the device cannot go meanwhile (its
+        // mappings are unmapped while it is bound).
+        {
+            let mut list = self.tables.mirrors.lock();
+            if self.registered {
+                let me = core::ptr::from_ref::<Self>(&*self) as usize;
+                if let Some(l) = (*list).as_mut() {
+                    l.retain(|a| *a != me);
+                }
+            }
+            self.lock.lock().detach(&self.tables.counters);
+        }
         if self.inserted {
             // SAFETY: inserted (invariant); this waits for running callbacks.
             unsafe { b::mmu_interval_notifier_remove(self.sub.get()) };
@@ -385,7 +461,8 @@ impl MirrorGuard<'_> {
     /// range's placement changed: its pages must fault again). Returns the
     /// entries removed.
     pub(crate) fn zap(&mut self, start: usize, end: usize) -> u64 {
-        self.guard.zap(start, end)
+        let c = &self.mirror.tables.counters;
+        self.guard.zap(start, end, Some(c), true)
     }
 
     /// Binds the pages of `walk` into the device page table of `dev`, as
@@ -396,7 +473,6 @@ impl MirrorGuard<'_> {
         &mut self,
         walk: &Walk<'_, '_>,
         dev: &Device<Bound>,
-        counters: &Arc<Counters>,
         spare: &mut Spare,
         mut how: impl FnMut(usize, PageRef<'_>) -> Option<Bind>,
     ) -> Result<u64> {
@@ -409,13 +485,11 @@ impl MirrorGuard<'_> {
             let page = unsafe { PageRef::from_pfn(pfn) };
             let addr = walk.start + i * PAGE_SIZE;
             let Some(b) = how(addr, page) else { continue };
+            let c = &self.mirror.tables.counters;
             // SAFETY: the lock is held (`self`); the walk found `page` at
             // `addr`, with write access if the entry says so, and is still
             // valid (checked above).
-            if unsafe {
-                self.guard
-                    .set(dev, counters, addr, page, b, e.writable(), spare)?
-            } {
+            if unsafe { self.guard.set(dev, c, addr, page, b, e.writable(), spare)? } {
                 bound += 1;
             }
         }

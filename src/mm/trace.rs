@@ -134,3 +134,19 @@ pub(crate) fn pagemap(dev: usize, create: bool, chunk: usize, bytes: usize) {
     // SAFETY: the function takes plain values and only records them.
     unsafe { b::msvm_trace_pagemap(self::dev(dev), create, chunk, u64::from_safe_cast(bytes)) }
 }
+
+/// `msvm_pt_fault`: a window of a job of device `dev` (`pages` pages from
+/// `addr`) faulted; its service bound `bound` entries.
+pub(crate) fn pt_fault(dev: usize, addr: usize, pages: usize, bound: u64, r: &Result) {
+    let (addr, pages) = (u64::from_safe_cast(addr), u64::from_safe_cast(pages));
+    // SAFETY: the function takes plain values and only records them.
+    unsafe { b::msvm_trace_pt_fault(self::dev(dev), addr, pages, bound, result(r)) }
+}
+
+/// `msvm_pt_invalidate`: an invalidation of `[start, end)` zapped `zapped`
+/// entries of a device page table of device `dev` in `ns` nanoseconds.
+pub(crate) fn pt_invalidate(dev: usize, start: usize, end: usize, zapped: u64, ns: u64) {
+    let (start, end) = (u64::from_safe_cast(start), u64::from_safe_cast(end));
+    // SAFETY: the function takes plain values and only records them.
+    unsafe { b::msvm_trace_pt_invalidate(self::dev(dev), start, end, zapped, ns) }
+}

@@ -77,9 +77,9 @@ use kernel::{
 
 use crate::mm::{
     cancel::Cancel,
-    devpt::Counters,
     dmem::Region,
     fault::{Fault, FaultError},
+    hmm::Tables,
     iomem::WcBar,
     owner::{Owner, OwnerKey},
     page::{NewPage, PageRef, BLOCK_SIZE},
@@ -210,9 +210,8 @@ pub(crate) struct VramPool {
     #[pin]
     pub(crate) atomics: Mutex<()>,
     pub(crate) stats: Stats,
-    /// The counters its VMs' device page tables keep (which may outlive
-    /// the pool).
-    pt: Arc<Counters>,
+    /// Its VMs' device page tables (which may outlive the pool).
+    pt: Arc<Tables>,
     /// The use of each 2 MiB block of the BAR: what makes room when the
     /// pool is full (see `room.rs`).
     lru: Lru,
@@ -282,7 +281,7 @@ impl VramPool {
                 grow_lock <- new_mutex!(()),
                 atomics <- new_mutex!(()),
                 stats: Stats::new(),
-                pt: Counters::new()?,
+                pt: Tables::new(index)?,
                 lru: Lru::new(nblocks)?,
                 index,
                 ops,
@@ -297,8 +296,8 @@ impl VramPool {
         Ok(OwnedPool(pool))
     }
 
-    /// The counters of its VMs' device page tables.
-    pub(crate) fn pt_counters(&self) -> &Arc<Counters> {
+    /// Its VMs' device page tables.
+    pub(crate) fn pt_tables(&self) -> &Arc<Tables> {
         &self.pt
     }
 

@@ -10,7 +10,7 @@ use std::ptr::NonNull;
 
 use msvm_rt::{Access, Attributes, Device, Exec, Location, Place, Stats};
 use nix::errno::Errno;
-use nix::sys::mman::{mprotect, ProtFlags};
+use nix::sys::mman::{madvise, mprotect, MmapAdvise, ProtFlags};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult};
 
@@ -23,6 +23,14 @@ pub fn tests() -> Vec<Test> {
         Test {
             name: "devpt_warm_job_takes_no_fault",
             run: warm_job_takes_no_fault,
+        },
+        Test {
+            name: "devpt_prefetch_binds_ahead",
+            run: prefetch_binds_ahead,
+        },
+        Test {
+            name: "devpt_device_writes_to_lazily_freed_pages_survive_pageout",
+            run: device_writes_to_lazily_freed_pages_survive_pageout,
         },
         Test {
             name: "devpt_cpu_write_after_bind_is_seen",
@@ -204,6 +212,96 @@ fn warm_job_takes_no_fault() -> Outcome {
         "second checksum {:#x}, want {want:#x}",
         j2.result
     );
+    Ok(())
+}
+
+/// `madvise(advice)` over `m`.
+fn advise(m: &Map, advice: MmapAdvise) -> Outcome {
+    let p = NonNull::new(m.addr() as *mut std::ffi::c_void).ok_or("null map")?;
+    // SAFETY: our own mapping; the advice changes no memory a reference of
+    // ours spans (the callers hold none across this call).
+    unsafe { madvise(p, m.len(), advice) }.map_err(|x| format!("madvise {advice:?}: {x}"))
+}
+
+/// Pages freed lazily (`MADV_FREE`: clean, still mapped writable, which a
+/// write of the device through a DMA mapping does not dirty) that gpu0's
+/// engine then writes in place, once by a job in place and once through
+/// entries its table keeps (range in place): reclaim (`MADV_PAGEOUT`) must
+/// keep what the device wrote, not discard the pages as still free (the
+/// CPU would read zeros).
+fn device_writes_to_lazily_freed_pages_survive_pageout() -> Outcome {
+    let dev = gpu0()?;
+    const LEN: usize = HUGE;
+    for kept in [false, true] {
+        let (_outer, mut m) = aligned(LEN)?;
+        fill(m.bytes_mut(), 311);
+        if kept {
+            dev.set_attr(m.addr(), LEN, IN_PLACE).map_err(e)?;
+        }
+        advise(&m, MmapAdvise::MADV_FREE)?;
+        let v = 0x5eed_0000_0000_0001 + u64::from(kept);
+        dev.exec(Exec::Fill(v), m.addr(), LEN, true)
+            .map_err(|x| format!("FILL in place: {x}"))?;
+        advise(&m, MmapAdvise::MADV_PAGEOUT)?;
+        let bad = not_filled(m.bytes(), v);
+        check!(
+            bad.is_none(),
+            "{}: after MADV_PAGEOUT, byte {:?} is not the device's fill {v:#x}",
+            if kept {
+                "kept entries"
+            } else {
+                "a job in place"
+            },
+            bad.map(|w| w * 8)
+        );
+    }
+    Ok(())
+}
+
+/// 4 MiB of system RAM PREFETCHed to gpu0: the prefetch moves every page
+/// and binds it ("bind ahead"), so that the CHECKSUM that follows takes no
+/// fault at all. A PREFETCH back to system RAM zaps the entries (the
+/// moves invalidate), binds nothing, and the next job faults again.
+fn prefetch_binds_ahead() -> Outcome {
+    let dev = gpu0()?;
+    const LEN: usize = 2 * HUGE;
+    let (pages, windows) = ((LEN / PAGE) as u64, (LEN / HUGE) as u64);
+    let (_outer, mut m) = aligned(LEN)?;
+    fill(m.bytes_mut(), 307);
+    let want = msvm_rt::checksum(m.bytes());
+    let s0 = stats(&dev)?;
+    let out = dev.prefetch(m.addr(), LEN, Place::Here).map_err(e)?;
+    let s1 = stats(&dev)?;
+    check!(out.moved == pages, "PREFETCH: {out:?}");
+    check!(
+        pt(&s0, &s1) == (0, 0, pages),
+        "PREFETCH: hits/faults/bound {:?}, want (0, 0, {pages})",
+        pt(&s0, &s1)
+    );
+    let j = checksum_job(&dev, &m, false)?;
+    let s2 = stats(&dev)?;
+    check!(
+        pt(&s1, &s2) == (windows, 0, 0),
+        "job after PREFETCH: hits/faults/bound {:?}, want ({windows}, 0, 0)",
+        pt(&s1, &s2)
+    );
+    check!(j.result == want, "checksum {:#x}, want {want:#x}", j.result);
+    dev.prefetch(m.addr(), LEN, Place::System).map_err(e)?;
+    let s3 = stats(&dev)?;
+    check!(
+        zaps(&s2, &s3).1 == pages && pt(&s2, &s3).2 == 0,
+        "PREFETCH to system RAM: zapped {:?}, bound {}",
+        zaps(&s2, &s3),
+        pt(&s2, &s3).2
+    );
+    let j = checksum_job(&dev, &m, false)?;
+    let s4 = stats(&dev)?;
+    check!(
+        pt(&s3, &s4) == (0, windows, pages),
+        "job after PREFETCH to system RAM: hits/faults/bound {:?}, want (0, {windows}, {pages})",
+        pt(&s3, &s4)
+    );
+    check!(j.result == want, "checksum {:#x}, want {want:#x}", j.result);
     Ok(())
 }
 

@@ -1,7 +1,8 @@
 //! msvm's trace events as tracefs shows them to perf, trace-cmd and
 //! bpftrace users: the `msvm` event system, and the fields of the events
-//! that a migration, a job (in own VRAM, over P2P), a CPU fault and a move
-//! home record.
+//! that a migration, a job (in own VRAM, over P2P) and the faults of its
+//! windows, a CPU fault and the invalidation it makes, and a move home
+//! record.
 
 use std::collections::HashMap;
 use std::fs;
@@ -21,13 +22,15 @@ pub fn tests() -> Vec<Test> {
 }
 
 const TRACEFS: &str = "/sys/kernel/tracing";
-const EVENTS: [&str; 6] = [
+const EVENTS: [&str; 8] = [
     "msvm_migrate",
     "msvm_cpu_fault",
     "msvm_evict",
     "msvm_shrink",
     "msvm_exec",
     "msvm_pagemap",
+    "msvm_pt_fault",
+    "msvm_pt_invalidate",
 ];
 
 fn write(file: &str, what: &str) -> Result<(), String> {
@@ -199,6 +202,39 @@ fn events() -> Outcome {
             moved > 0 && moved + already == 256
         }),
         "no msvm_migrate home of the rest: {ev:?}"
+    );
+    // The job's windows faulted (nothing was mapped yet) and bound every
+    // page (gpu0's own); the CPU fault's invalidation zapped some of them.
+    let num = |f: &HashMap<String, String>, k: &str| -> Option<u64> {
+        let v = f.get(k)?;
+        match v.strip_prefix("0x") {
+            Some(h) => u64::from_str_radix(h, 16).ok(),
+            None => v.parse().ok(),
+        }
+    };
+    let (lo, hi) = (start as u64, end as u64);
+    let bound: u64 = ev
+        .iter()
+        .filter(|(n, f)| {
+            n == "msvm_pt_fault"
+                && f.get("dev") == Some(&g)
+                && f.get("result").is_some_and(|r| r == "0")
+                && num(f, "addr").is_some_and(|a| a + 0x20_0000 > lo && a < hi)
+        })
+        .filter_map(|(_, f)| num(f, "bound"))
+        .sum();
+    check!(
+        bound == 256,
+        "msvm_pt_fault of {g} bound {bound} pages of the job's 256: {ev:?}"
+    );
+    let a = (start + PAGE) as u64;
+    check!(
+        ev.iter().any(|(n, f)| n == "msvm_pt_invalidate"
+            && f.get("dev") == Some(&g)
+            && num(f, "start").is_some_and(|s| s <= a)
+            && num(f, "end").is_some_and(|e| e > a)
+            && num(f, "zapped").is_some_and(|z| z > 0)),
+        "no msvm_pt_invalidate of {g} over {a:#x} that zapped entries: {ev:?}"
     );
     Ok(())
 }

@@ -348,8 +348,52 @@ fn sysfs_unbind_and_rebind() -> Outcome {
     let info = Device::open(&victim.node)
         .and_then(|d| d.query())
         .map_err(|e| e.to_string())?;
+    // A VM that outlives the unbind, its device page table holding DMA
+    // mappings of system pages (a range used in place) and entries of the
+    // device's own pages: the unbind empties the table first; the VM's
+    // later invalidations and its end find nothing to unmap.
+    let held = Device::open(&victim.node).map_err(|e| e.to_string())?;
+    held.vm_create().map_err(|e| e.to_string())?;
+    let (mut sys, mut own) = (
+        svm::Map::new(64 * svm::PAGE)?,
+        svm::Map::new(64 * svm::PAGE)?,
+    );
+    svm::fill(sys.bytes_mut(), 21);
+    svm::fill(own.bytes_mut(), 22);
+    let in_place = msvm_rt::Attributes {
+        preferred: msvm_rt::Place::Default,
+        access: msvm_rt::Access::InPlace,
+        thrash: true,
+        counters: false,
+        read_mostly: false,
+    };
+    held.set_attr(sys.addr(), sys.len(), in_place)
+        .map_err(|e| e.to_string())?;
+    let s0 = held.stats().map_err(|e| e.to_string())?;
+    for m in [&sys, &own] {
+        held.exec(msvm_rt::Exec::Checksum, m.addr(), m.len(), false)
+            .map_err(|e| format!("CHECKSUM: {e}"))?;
+    }
+    let s1 = held.stats().map_err(|e| e.to_string())?;
+    check!(
+        s1.pt_bound - s0.pt_bound == 128,
+        "bound {} entries before the unbind, want 128",
+        s1.pt_bound - s0.pt_bound
+    );
     let drv = "/sys/bus/pci/drivers/msvm";
     std::fs::write(format!("{drv}/unbind"), &victim.addr).map_err(|e| format!("unbind: {e}"))?;
+    // The VM's pages came home intact; its invalidations (the CPU writes,
+    // the unmaps) find its table empty.
+    svm::verify(own.bytes(), 22)
+        .map_err(|e| format!("the device's pages after the unbind: {e}"))?;
+    svm::verify(sys.bytes(), 21).map_err(|e| format!("the pages used in place: {e}"))?;
+    own.bytes_mut()[0] ^= 1;
+    sys.bytes_mut()[0] ^= 1;
+    check!(
+        held.stats().is_err(),
+        "STATS on the unbound device's file worked"
+    );
+    drop((sys, own, held));
     let gone = addrs()?;
     check!(!gone.contains(&victim.addr), "{} still bound", victim.addr);
     check!(
