@@ -7,6 +7,7 @@ use kernel::{
 };
 
 use crate::mm::{
+    hmm::Tables,
     iomem::WcBar,
     pci::{self as mmpci, MemBar},
 };
@@ -173,6 +174,7 @@ impl<'a> Gpu<'a> {
             index,
             &crate::migrate::Migrations,
             &region,
+            Tables::new(pdev.as_ref(), index)?,
         )?;
         let publication = registry::publish(index, &vram)?;
         Ok(Self {
@@ -227,8 +229,9 @@ impl Drop for Gpu<'_> {
         // shutdown sends every page to system RAM.
         drop(self.publication.take());
         // Its VMs' device page tables let go of their DMA and P2P mappings
-        // while the device is still bound (the VMs may outlive it: their
-        // files stay open).
+        // now, before the pool's shutdown (the VMs may outlive the device:
+        // their files stay open; a device-managed action would do it at
+        // the unbind's end otherwise).
         self.vram.pt_tables().gone();
         // Then `vram`, dropped after this, shuts the pool down.
     }

@@ -406,6 +406,15 @@ impl<'p> Engine<'p> {
                     done,
                 )
             });
+        // What the job may have written by DMA is marked so (see the
+        // faulting path).
+        if write {
+            for i in 0..dst_pages {
+                if let Ok(Target::Sys(p)) = dst_v.at(i) {
+                    p.written();
+                }
+            }
+        }
         Some(r)
     }
 

@@ -423,13 +423,17 @@ void msvm_page_written(struct page *page)
 	struct folio *folio = page_folio(page);
 
 	/*
-	 * An anonymous page mapped writable may be clean (MADV_FREE cleans
-	 * it and keeps it writable): what a device wrote through a DMA
-	 * mapping must not be dropped as still free. No lock is needed: an
-	 * anonymous folio is not truncated, and a swap-cache one's dirty
-	 * hook only sets the flag.
+	 * A swap-backed page (anonymous, shmem) may be mapped writable and
+	 * clean (MADV_FREE cleans an anonymous one and keeps it writable; a
+	 * shared shmem mapping has no write-notify, so a read fault maps it
+	 * writable and clean): what a device wrote through a DMA mapping must
+	 * not be dropped as clean. Their dirty hooks only set the flag
+	 * (noop_dirty_folio), so no folio lock is needed; the page is mapped
+	 * (the caller's walk is valid), so it is not being truncated. File
+	 * systems that account dirty pages write-protect clean ones, so the
+	 * write fault already dirtied them.
 	 */
-	if (folio_test_anon(folio))
+	if (folio_test_anon(folio) || folio_test_swapbacked(folio))
 		folio_mark_dirty(folio);
 }
 

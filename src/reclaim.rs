@@ -14,6 +14,9 @@
 //! into fuller ones (pages that do not fit stay) and removes those
 //! pagemaps.
 //!
+//! Device page tables count too (`crate::mm::devpt`): a pass empties the
+//! tables of the VMs not running a job (they refault).
+//!
 //! The same passes run synchronously from debugfs (`shrink`), for tests.
 //!
 //! # Lock order
@@ -38,7 +41,8 @@ use crate::topology::MAX_DEVICES;
 
 /// How hard the next work run shrinks: [`IDLE`] or [`CONSOLIDATE`].
 static WANT: Atomic<u64> = Atomic::new(0);
-/// Bytes of struct pages the shrink passes freed so far (all devices).
+/// Bytes the shrink passes freed so far (all devices): struct pages, and
+/// device page tables.
 static FREED: Atomic<u64> = Atomic::new(0);
 
 /// A shrink pass removed a pagemap whose struct pages took `bytes`.
@@ -135,7 +139,9 @@ fn reclaimable() -> Option<(usize, usize)> {
     let mut total = (0, 0);
     for p in pools(false)?.iter().flatten() {
         let (idle, light) = p.reclaimable()?;
-        total.0 += idle;
+        // CAST: a byte count of tables in memory fits a `usize`.
+        let tables = p.pt_tables().counters.bytes.load(Relaxed) as usize;
+        total.0 += idle + tables;
         total.1 += light;
     }
     Some(total)
@@ -150,7 +156,9 @@ pub(crate) fn shrink_all(level: u64, side_by_side: bool) -> usize {
         return 0;
     };
     for p in pools.iter().flatten() {
-        // Replicas first: copies, dropped without moving a page.
+        // Device page tables first: they refault.
+        note_freed(p.pt_tables().shrink());
+        // Replicas then: copies, dropped without moving a page.
         p.drop_replicas();
         let n = p.trim_idle(note_freed, side_by_side);
         removed += n;

@@ -52,16 +52,13 @@ pub(crate) struct Vm {
 }
 
 impl Vm {
-    /// A VM on the calling process's address space, for device `dev`,
-    /// whose device page tables are `tables`.
-    pub(crate) fn for_current(
-        dev: &kernel::device::Device<kernel::device::Bound>,
-        tables: &Arc<Tables>,
-    ) -> Result<Self> {
+    /// A VM on the calling process's address space, for the device whose
+    /// device page tables are `tables`.
+    pub(crate) fn for_current(tables: &Arc<Tables>) -> Result<Self> {
         let task = kernel::current!();
         let mm = task.mm().ok_or(EINVAL)?;
         let range = (MIRROR_START, MIRROR_LEN);
-        let mirror = Mirror::new(mm, range, invalidated, (dev, tables))?;
+        let mirror = Mirror::new(mm, range, invalidated, tables)?;
         Ok(Self {
             mm: ARef::from(&**mm),
             mirror,

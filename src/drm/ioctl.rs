@@ -34,6 +34,7 @@ use crate::mm::abi::{
 };
 use crate::mm::{
     cancel::{lock_killable, Cancel},
+    hmm::Mirror,
     pagemap::PAGE_SIZE,
     trace,
 };
@@ -60,6 +61,35 @@ macro_rules! put_outcome {
         arg.busy = out.busy;
         arg.no_vram = out.no_vram;
     }};
+}
+
+/// Whether the VM's device page table maps all of `[a, a + n)` (not
+/// empty), writable if `write`: looked at 64 MiB at a time, the lock
+/// dropped between (it is the one invalidations wait for).
+fn mapped(
+    mirror: &Mirror,
+    (a, n): (usize, usize),
+    write: bool,
+    cancel: &Cancel<'_>,
+) -> Result<bool> {
+    const STEP: usize = 64 << 20;
+    if n == 0 {
+        return Ok(false);
+    }
+    let (mut at, end) = (a & !(PAGE_SIZE - 1), a + n);
+    while at < end {
+        cancel.check()?;
+        let next = (at + STEP).min(end);
+        if !mirror
+            .lock()
+            .table()
+            .covers(at, (next - at).div_ceil(PAGE_SIZE), write)
+        {
+            return Ok(false);
+        }
+        at = next;
+    }
+    Ok(true)
 }
 
 /// `spans`, sorted and merged where they touch or overlap (COPY's two
@@ -157,7 +187,7 @@ impl File {
         if vm.is_some() {
             return Err(EBUSY);
         }
-        *vm = Some(Vm::for_current(gpu.device(), gpu.vram().pt_tables())?);
+        *vm = Some(Vm::for_current(gpu.vram().pt_tables())?);
         Ok(0)
     }
 
@@ -265,7 +295,12 @@ impl File {
                 for p in vm.attrs().pieces(start, start + len)?.iter() {
                     if p.placement.keeps_here() {
                         let span = (p.start, p.end - p.start);
-                        crate::engine::bind_ahead(pool, dev, mm, vm.mirror(), span, &cancel)?;
+                        // Binding ahead only saves faults: the moves
+                        // stand whatever it meets but a fatal signal.
+                        match crate::engine::bind_ahead(pool, dev, mm, vm.mirror(), span, &cancel) {
+                            Err(e) if e == EINTR => return Err(e),
+                            _ => {}
+                        }
                     }
                 }
             }
@@ -432,16 +467,11 @@ impl File {
             // A range the VM's device page table maps whole, with the
             // access the job needs, takes no fault: like a GPU's, its job
             // runs without a placement pass.
-            let mapped = {
-                let guard = vm.mirror().lock();
-                let covers = |(a, n): (usize, usize), write: bool| {
-                    let first = a & !(PAGE_SIZE - 1);
-                    let pages = (a + n - first).div_ceil(PAGE_SIZE);
-                    n != 0 && guard.table().covers(first, pages, write)
-                };
-                let write = !matches!(job.op, Op::Checksum);
-                [covers(ranges[0], write), covers(ranges[1], false)]
-            };
+            let write = !matches!(job.op, Op::Checksum);
+            let mapped = [
+                mapped(vm.mirror(), ranges[0], write, &cancel)?,
+                mapped(vm.mirror(), ranges[1], false, &cancel)?,
+            ];
             for (k, (a, n)) in ranges.into_iter().enumerate().filter(|r| r.1 .1 != 0) {
                 let first = a & !(PAGE_SIZE - 1);
                 let end = (a + n).next_multiple_of(PAGE_SIZE);

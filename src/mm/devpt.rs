@@ -177,15 +177,17 @@ pub(crate) struct DevPt {
 }
 
 impl DevPt {
-    /// An empty table of device `dev` (`None`: a table that binds nothing).
-    pub(crate) fn new(dev: Option<&Device<Bound>>) -> Self {
-        // INVARIANT: no entries; `dev` is bound (the borrow), and the
-        // caller detaches the table before it is unbound.
+    /// An empty table of device `dev` (`None`: a table that binds
+    /// nothing).
+    ///
+    /// # Safety
+    ///
+    /// `dev` is bound, and the table is detached ([`Self::detach`]) before
+    /// it is unbound.
+    pub(super) unsafe fn new(dev: Option<ARef<Device>>) -> Self {
+        // INVARIANT: no entries; the caller's promise for `dev`.
         Self {
-            dev: dev.map(|d| {
-                let d: &Device = d;
-                d.into()
-            }),
+            dev,
             leaves: RBTree::new(),
         }
     }
@@ -417,18 +419,8 @@ impl Drop for DevPt {
     }
 }
 
-/// Unmaps what entry `pte`, just removed from a table of `dev`, mapped; a
-/// system page the device could write is marked written first.
+/// Unmaps what entry `pte`, just removed from a table of `dev`, mapped.
 fn unmap(dev: Option<&Device>, pte: Pte) {
-    if pte.kind() == KIND_DMA && pte.word & WRITABLE != 0 {
-        // SAFETY: the entry was in the table until now, and its page is
-        // still valid: its invalidation (or the table's owner) holds the
-        // mirror's lock.
-        let page = unsafe { PageRef::from_pfn(pte.pfn()) };
-        if let Some(p) = SysPage::new(page) {
-            p.written();
-        }
-    }
     let Some(dev) = dev else { return };
     match pte.kind() {
         // SAFETY: a DMA entry's address is a live mapping of `dev`'s, which
@@ -465,7 +457,8 @@ mod tests {
 
     #[test]
     fn covers_needs_every_entry_and_its_permission() {
-        let mut t = DevPt::new(None);
+        // SAFETY: no device.
+        let mut t = unsafe { DevPt::new(None) };
         let a = 5 * BLOCK_SIZE - 2 * PAGE_SIZE;
         for i in 0..4 {
             own(&mut t, a + i * PAGE_SIZE, i != 3);
@@ -481,7 +474,8 @@ mod tests {
 
     #[test]
     fn zap_removes_the_range_and_frees_empty_leaves() {
-        let mut t = DevPt::new(None);
+        // SAFETY: no device.
+        let mut t = unsafe { DevPt::new(None) };
         for b in [1usize, 2, 7] {
             for i in 0..BLOCK_PAGES {
                 own(&mut t, b * BLOCK_SIZE + i * PAGE_SIZE, true);

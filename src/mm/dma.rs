@@ -244,9 +244,10 @@ impl<'a> SysPage<'a> {
     }
 
     /// The device may have written the page through a mapping of its PTE
-    /// that the walk found writable: an anonymous page is marked dirty, so
-    /// that reclaim does not drop it as clean (after `MADV_FREE`, a
-    /// writable PTE may be clean, and a write by DMA does not dirty it).
+    /// that the walk found writable: a swap-backed page (anonymous, shmem)
+    /// is marked dirty, so that reclaim does not drop it as clean (after
+    /// `MADV_FREE`, or in a shared shmem mapping, a writable PTE may be
+    /// clean, and a write by DMA does not dirty it).
     pub(crate) fn written(&self) {
         // SAFETY: the page is a valid system page (invariant).
         unsafe { b::msvm_page_written(self.page.as_ptr()) };

@@ -26,7 +26,7 @@ use kernel::{
     mm::MmWithUser,
     new_mutex,
     prelude::*,
-    sync::{atomic::Relaxed, Arc, Mutex, MutexGuard},
+    sync::{aref::ARef, atomic::Relaxed, Arc, Mutex, MutexGuard},
     time::{Instant, Monotonic},
     types::Opaque,
 };
@@ -36,38 +36,79 @@ use super::devpt::{Bind, Counters, DevPt, Spare};
 use super::owner::Owner;
 use super::page::{PageRef, PAGE_SIZE};
 
-/// The device page tables of one device: their counters, and the mirrors
-/// that hold them, so that they are emptied before the device goes.
+/// The device page tables of one device: the device, their counters, and
+/// the mirrors that hold them, so that they are emptied before the device
+/// goes.
 ///
 /// # Invariants
 ///
 /// Every address in `mirrors` is that of a live, pinned [`Mirror`] whose
-/// table is this device's: a mirror adds itself once pinned and removes
-/// itself in its drop, before it is freed, both under the lock. `None`
-/// once the device is gone.
+/// table is `dev`'s: a mirror adds itself once pinned and removes itself
+/// in its drop, before it is freed, both under the lock. `mirrors` is
+/// `None` once the device is gone; until then `dev` is bound: the tables
+/// are emptied ([`Tables::gone`]) by a device-managed action at the latest,
+/// which runs before the device's DMA is torn down.
 #[pin_data]
 pub(crate) struct Tables {
+    dev: ARef<Device>,
     pub(crate) counters: Counters,
     #[pin]
     mirrors: Mutex<Option<KVec<usize>>>,
 }
 
+/// Empties a device's tables when it is unbound (a device-managed action).
+struct Gone(Arc<Tables>);
+
+impl Drop for Gone {
+    fn drop(&mut self) {
+        self.0.gone();
+    }
+}
+
 impl Tables {
-    /// The tables of device `index`, none yet.
-    pub(crate) fn new(index: usize) -> Result<Arc<Self>> {
-        Arc::pin_init(
+    /// The tables of device `dev`, msvm's device `index`, none yet.
+    pub(crate) fn new(dev: &Device<Bound>, index: usize) -> Result<Arc<Self>> {
+        let d: &Device = dev;
+        let t = Arc::pin_init(
             pin_init!(Self {
+                dev: d.into(),
                 counters: Counters::new(index),
                 mirrors <- new_mutex!(Some(KVec::new())),
             }),
             GFP_KERNEL,
-        )
+        )?;
+        // INVARIANT: the device is bound now (the borrow), and the action
+        // empties the tables when it is unbound, before its DMA goes.
+        kernel::devres::register(dev, Gone(t.clone()), GFP_KERNEL)?;
+        Ok(t)
+    }
+
+    /// Under memory pressure: empties the tables of the VMs that are not
+    /// running a job (their mirror's lock is free), which refault. Only
+    /// tries locks (a VM being created holds the list's while it
+    /// allocates). Returns the bytes freed.
+    pub(crate) fn shrink(&self) -> usize {
+        let Some(list) = self.mirrors.try_lock() else {
+            return 0;
+        };
+        let mut freed = 0;
+        for &a in list.iter().flatten() {
+            // SAFETY: a registered mirror is alive while the lock is held
+            // (invariant).
+            let m = unsafe { &*(a as *const Mirror) };
+            if let Some(mut t) = m.lock.try_lock() {
+                let before = t.bytes();
+                t.zap(0, usize::MAX, Some(&self.counters), true);
+                freed += before - t.bytes();
+            }
+        }
+        freed
     }
 
     /// The device goes: empties every table of it (their DMA and P2P
     /// mappings are unmapped) and detaches them, and refuses new ones
     /// (`ENODEV`). Called while the device is still bound, with no mirror
-    /// lock held.
+    /// lock held; again, it does nothing.
     pub(crate) fn gone(&self) {
         let mut list = self.mirrors.lock();
         for &a in list.iter().flatten() {
@@ -105,7 +146,6 @@ pub(crate) struct Mirror {
     inserted: bool,
     /// The tables of its device.
     tables: Arc<Tables>,
-    registered: bool,
     /// Told of each invalidation in the range: the mm's address (a key
     /// only), the range, and whether it is an unmap.
     on_invalidate: fn(usize, usize, usize, bool),
@@ -196,13 +236,12 @@ impl Mirror {
     /// core changes the page tables, under the mirror's lock, before the
     /// new sequence is published (an invalidation that fails, unable to
     /// sleep, calls nothing): it must neither sleep nor allocate. Its device
-    /// page table is `dev`'s, one of `tables` (`ENODEV` if that device is
-    /// gone).
+    /// page table is one of `tables` (`ENODEV` if their device is gone).
     pub(crate) fn new(
         mm: &MmWithUser,
         (start, len): (usize, usize),
         on_invalidate: fn(usize, usize, usize, bool),
-        (dev, tables): (&Device<Bound>, &Arc<Tables>),
+        tables: &Arc<Tables>,
     ) -> Result<Pin<KBox<Self>>> {
         let end = start.checked_add(len).ok_or(EINVAL)?;
         let mut m = KBox::pin_init(
@@ -211,14 +250,16 @@ impl Mirror {
                     // SAFETY: all-zeroes is the expected state before insert.
                     unsafe { core::ptr::write_bytes(p, 0, 1) };
                 }),
-                lock <- new_mutex!(DevPt::new(Some(dev))),
+                // SAFETY: the tables' device is bound until they are gone
+                // (invariant), and they empty and detach this table before
+                // (`Tables::gone`), or it does itself first (its drop).
+                lock <- new_mutex!(unsafe { DevPt::new(Some(tables.dev.clone())) }),
                 start,
                 end,
                 // INVARIANT: not inserted yet; `sub` is the first field
-                // (`#[repr(C)]`); not registered yet.
+                // (`#[repr(C)]`).
                 inserted: false,
                 tables: tables.clone(),
-                registered: false,
                 on_invalidate,
                 _pin: PhantomPinned,
             }? Error),
@@ -232,15 +273,12 @@ impl Mirror {
         // SAFETY: setting a flag moves nothing.
         // INVARIANT: inserted just above, for `[start, end)`.
         unsafe { m.as_mut().get_unchecked_mut() }.inserted = true;
-        {
-            let mut guard = tables.mirrors.lock();
-            let list = (*guard).as_mut().ok_or(ENODEV)?;
-            // CAST: an address, kept to find the pinned mirror again.
-            list.push(core::ptr::from_ref::<Self>(&*m) as usize, GFP_KERNEL)?;
-        }
-        // SAFETY: setting a flag moves nothing.
-        // INVARIANT: its address was added just above.
-        unsafe { m.as_mut().get_unchecked_mut() }.registered = true;
+        let mut guard = tables.mirrors.lock();
+        let list = (*guard).as_mut().ok_or(ENODEV)?;
+        // CAST: an address, kept to find the pinned mirror again.
+        // INVARIANT (`Tables`): pinned; its drop removes it.
+        list.push(core::ptr::from_ref::<Self>(&*m) as usize, GFP_KERNEL)?;
+        drop(guard);
         Ok(m)
     }
 
@@ -365,11 +403,9 @@ impl PinnedDrop for Mirror {
         // mappings are unmapped while it is bound).
         {
             let mut list = self.tables.mirrors.lock();
-            if self.registered {
-                let me = core::ptr::from_ref::<Self>(&*self) as usize;
-                if let Some(l) = (*list).as_mut() {
-                    l.retain(|a| *a != me);
-                }
+            let me = core::ptr::from_ref::<Self>(&*self) as usize;
+            if let Some(l) = (*list).as_mut() {
+                l.retain(|a| *a != me);
             }
             self.lock.lock().detach(&self.tables.counters);
         }

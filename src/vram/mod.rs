@@ -252,6 +252,7 @@ impl VramPool {
         index: usize,
         ops: &'static dyn PoolOps,
         region: &CStr,
+        pt: Arc<Tables>,
     ) -> Result<OwnedPool> {
         if chunk_size == 0 || chunk_size % PAGE_SIZE != 0 {
             return Err(EINVAL);
@@ -281,7 +282,7 @@ impl VramPool {
                 grow_lock <- new_mutex!(()),
                 atomics <- new_mutex!(()),
                 stats: Stats::new(),
-                pt: Tables::new(index)?,
+                pt,
                 lru: Lru::new(nblocks)?,
                 index,
                 ops,

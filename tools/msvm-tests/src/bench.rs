@@ -470,6 +470,14 @@ fn filled(len: usize, large: bool, byte: u8) -> Result<(crate::svm::Map, usize),
     Ok((m, p))
 }
 
+/// The jobs whose pages must first move to gpu0, by name: 4 KiB, 64 KiB
+/// (4 KiB pages) and a 2 MiB THP (whether it is one).
+const MOVES: [(&str, usize, bool); 3] = [
+    ("move_4k", PAGE, false),
+    ("move_64k", 64 << 10, false),
+    ("move_2m", HUGE, true),
+];
+
 /// `msvm-tests bench-latency`: latency distributions of the smallest engine
 /// jobs on gpu0 by where their page is (its own VRAM, its peer gpu1's over
 /// P2P, system RAM by DMA), of a job whose pages must first move to gpu0
@@ -519,11 +527,7 @@ pub fn run_latency() -> Result<(), String> {
     drop(m);
     // A job whose pages must first move to gpu0: CHECKSUM over 4 KiB,
     // 64 KiB (4 KiB pages) and a 2 MiB THP, sent back untimed each time.
-    for (path, len, large) in [
-        ("move_4k", PAGE, false),
-        ("move_64k", 64 << 10, false),
-        ("move_2m", HUGE, true),
-    ] {
+    for (path, len, large) in MOVES {
         let (_m, p) = filled(len, large, 7)?;
         let mut s = sample(
             || mv(&a, p, len, Location::System),
@@ -966,11 +970,7 @@ pub fn run_devpt() -> Result<(), String> {
     a.set_attr(p, PAGE, attrs(Access::Migrate)).map_err(e)?;
     mv(&a, p, PAGE, Location::System)?;
     drop(m);
-    for (path, len, large) in [
-        ("move_4k", PAGE, false),
-        ("move_64k", 64 << 10, false),
-        ("move_2m", HUGE, true),
-    ] {
+    for (path, len, large) in MOVES {
         let (_m, p) = filled(len, large, 7)?;
         let mut s = sample(|| mv(&a, p, len, Location::System), || job(p, len))?;
         report_latency(&format!("fault_{path}_first"), &mut s);

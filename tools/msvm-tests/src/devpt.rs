@@ -29,8 +29,12 @@ pub fn tests() -> Vec<Test> {
             run: prefetch_binds_ahead,
         },
         Test {
-            name: "devpt_device_writes_to_lazily_freed_pages_survive_pageout",
-            run: device_writes_to_lazily_freed_pages_survive_pageout,
+            name: "devpt_device_writes_to_clean_pages_survive_pageout",
+            run: device_writes_to_clean_pages_survive_pageout,
+        },
+        Test {
+            name: "devpt_shrink_pass_empties_idle_tables",
+            run: shrink_pass_empties_idle_tables,
         },
         Test {
             name: "devpt_cpu_write_after_bind_is_seen",
@@ -223,38 +227,89 @@ fn advise(m: &Map, advice: MmapAdvise) -> Outcome {
     unsafe { madvise(p, m.len(), advice) }.map_err(|x| format!("madvise {advice:?}: {x}"))
 }
 
-/// Pages freed lazily (`MADV_FREE`: clean, still mapped writable, which a
-/// write of the device through a DMA mapping does not dirty) that gpu0's
-/// engine then writes in place, once by a job in place and once through
-/// entries its table keeps (range in place): reclaim (`MADV_PAGEOUT`) must
-/// keep what the device wrote, not discard the pages as still free (the
-/// CPU would read zeros).
-fn device_writes_to_lazily_freed_pages_survive_pageout() -> Outcome {
+/// Pages mapped writable but clean, which a write of the device through a
+/// DMA mapping does not dirty: private ones freed lazily (`MADV_FREE`),
+/// and shared anonymous (shmem) ones only read by the CPU (no
+/// write-notify: a read fault maps them writable and clean). gpu0's engine
+/// writes them in place: by a job in place, through entries its table
+/// keeps (range in place), and the shmem ones by a job in place; reclaim
+/// (`MADV_PAGEOUT`) must keep what the device wrote, not drop the pages as
+/// clean (the CPU would read zeros).
+fn device_writes_to_clean_pages_survive_pageout() -> Outcome {
     let dev = gpu0()?;
     const LEN: usize = HUGE;
-    for kept in [false, true] {
-        let (_outer, mut m) = aligned(LEN)?;
-        fill(m.bytes_mut(), 311);
+    for (case, kept, shmem) in [
+        ("lazily freed, a job in place", false, false),
+        ("lazily freed, kept entries", true, false),
+        ("shmem read by the CPU, a job in place", false, true),
+    ] {
+        let (_outer, mut m) = if shmem {
+            (None, Map::shared(LEN)?)
+        } else {
+            let (o, m) = aligned(LEN)?;
+            (Some(o), m)
+        };
+        if shmem {
+            // Read faults only: every page mapped writable and clean.
+            let sum: u64 = m.bytes().iter().step_by(PAGE).map(|&b| u64::from(b)).sum();
+            check!(sum == 0, "{case}: a fresh page is not zero");
+        } else {
+            fill(m.bytes_mut(), 311);
+            advise(&m, MmapAdvise::MADV_FREE)?;
+        }
         if kept {
             dev.set_attr(m.addr(), LEN, IN_PLACE).map_err(e)?;
         }
-        advise(&m, MmapAdvise::MADV_FREE)?;
-        let v = 0x5eed_0000_0000_0001 + u64::from(kept);
+        let v = 0x5eed_0000_0000_0001 + u64::from(kept) + 2 * u64::from(shmem);
         dev.exec(Exec::Fill(v), m.addr(), LEN, true)
-            .map_err(|x| format!("FILL in place: {x}"))?;
+            .map_err(|x| format!("{case}: FILL in place: {x}"))?;
         advise(&m, MmapAdvise::MADV_PAGEOUT)?;
         let bad = not_filled(m.bytes(), v);
         check!(
             bad.is_none(),
-            "{}: after MADV_PAGEOUT, byte {:?} is not the device's fill {v:#x}",
-            if kept {
-                "kept entries"
-            } else {
-                "a job in place"
-            },
+            "{case}: after MADV_PAGEOUT, byte {:?} is not the device's fill {v:#x}",
             bad.map(|w| w * 8)
         );
     }
+    Ok(())
+}
+
+/// 4 MiB on gpu0, bound by a CHECKSUM: a shrink pass (debugfs `shrink`,
+/// what the shrinker's work runs under memory pressure) empties the tables
+/// of the VMs not running a job, gpu0's bytes of tables drop to none; the
+/// next CHECKSUM faults both windows in again and reads the same bytes.
+fn shrink_pass_empties_idle_tables() -> Outcome {
+    let dev = gpu0()?;
+    const LEN: usize = 2 * HUGE;
+    let (pages, windows) = ((LEN / PAGE) as u64, (LEN / HUGE) as u64);
+    let (_outer, mut m) = aligned(LEN)?;
+    fill(m.bytes_mut(), 313);
+    let want = msvm_rt::checksum(m.bytes());
+    park(&dev, &m)?;
+    checksum_job(&dev, &m, false)?;
+    let s0 = stats(&dev)?;
+    check!(
+        s0.pt_bytes > 0,
+        "no table memory after a job: {}",
+        s0.pt_bytes
+    );
+    crate::lifecycle::shrink("idle")?;
+    let s1 = stats(&dev)?;
+    check!(
+        s1.pt_bytes == 0 && zaps(&s0, &s1) == (0, 0),
+        "after a shrink pass: {} bytes of tables, invalidations/zapped {:?}",
+        s1.pt_bytes,
+        zaps(&s0, &s1)
+    );
+    let j = checksum_job(&dev, &m, false)?;
+    let s2 = stats(&dev)?;
+    check!(
+        pt(&s1, &s2) == (0, windows, pages) && s2.to_device == s1.to_device,
+        "job after the shrink pass: hits/faults/bound {:?}, to_device +{}",
+        pt(&s1, &s2),
+        s2.to_device - s1.to_device
+    );
+    check!(j.result == want, "checksum {:#x}, want {want:#x}", j.result);
     Ok(())
 }
 

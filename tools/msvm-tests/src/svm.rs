@@ -122,6 +122,24 @@ impl Map {
         })
     }
 
+    /// A fresh shared anonymous (shmem) read-write mapping of `len` bytes.
+    pub fn shared(len: usize) -> Result<Self, String> {
+        // SAFETY: a fresh anonymous mapping aliases nothing.
+        let ptr = unsafe {
+            mmap_anonymous(
+                None,
+                NonZeroUsize::new(len).ok_or("empty map")?,
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_SHARED,
+            )
+        }
+        .map_err(|e| format!("mmap shared {len}: {e}"))?;
+        Ok(Self {
+            ptr: ptr.cast(),
+            len,
+        })
+    }
+
     /// A fresh read-write mapping over `[addr, addr + len)`, which becomes
     /// the returned map's (it unmaps it when dropped).
     ///
