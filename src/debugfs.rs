@@ -147,7 +147,8 @@ impl Debugfs {
     }
 }
 
-/// `shrink`: runs a shrink pass over every device.
+/// `shrink`: runs a shrink pass over every device (device page tables of
+/// VMs not running a job, replicas, idle chunks; `all`: also consolidation).
 fn write_shrink(removed: &Atomic<u64>, r: &mut UserSliceReader) -> Result {
     let mut buf = [0u8; 8];
     let n = r.len().min(buf.len());

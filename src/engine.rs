@@ -108,7 +108,11 @@ pub(crate) fn bind_ahead(
             };
             match mirror.lock().bind(&walk, dev, &mut spare, own) {
                 Err(e) if e == EAGAIN => continue,
-                r => bound += r?,
+                Ok(n) => bound += n,
+                Err(e) => {
+                    pool.stats.pt_bound.add(bound, Relaxed);
+                    return Err(e);
+                }
             }
             break;
         }

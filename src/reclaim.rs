@@ -39,7 +39,8 @@ use crate::mm::reclaim::{ReclaimQueue, ShrinkerOps};
 use crate::registry::{self, PoolRef};
 use crate::topology::MAX_DEVICES;
 
-/// How hard the next work run shrinks: [`IDLE`] or [`CONSOLIDATE`].
+/// How hard the next work run shrinks: [`TABLES`], [`IDLE`] or
+/// [`CONSOLIDATE`].
 static WANT: Atomic<u64> = Atomic::new(0);
 /// Bytes the shrink passes freed so far (all devices): struct pages, and
 /// device page tables.
@@ -58,10 +59,13 @@ static WAITING: Atomic<u32> = Atomic::new(0);
 /// How long a scan that may sleep waits for the work to show progress.
 const SCAN_WAIT_MS: u32 = 100;
 
-/// Remove idle chunks' pagemaps.
-pub(crate) const IDLE: u64 = 1;
+/// Empty the device page tables of the VMs not running a job (every level
+/// does).
+pub(crate) const TABLES: u64 = 1;
+/// Also drop replicas and remove idle chunks' pagemaps.
+pub(crate) const IDLE: u64 = 2;
 /// Also empty lightly used chunks into fuller ones.
-pub(crate) const CONSOLIDATE: u64 = 2;
+pub(crate) const CONSOLIDATE: u64 = 3;
 
 /// The shrinker's objects are struct pages: a count is that many times
 /// `struct_page_size()` bytes. (So fine a unit makes reclaim call the
@@ -134,20 +138,21 @@ fn pools(blocking: bool) -> Option<[Option<PoolRef>; MAX_DEVICES]> {
 }
 
 /// What the shrinker could free on every device, in bytes: idle chunks,
-/// and chunks a consolidation would empty. `None` if a lock was busy.
-fn reclaimable() -> Option<(usize, usize)> {
-    let mut total = (0, 0);
+/// chunks a consolidation would empty, device page tables (those of VMs
+/// running a job stay). `None` if a lock was busy.
+fn reclaimable() -> Option<(usize, usize, usize)> {
+    let mut total = (0, 0, 0);
     for p in pools(false)?.iter().flatten() {
         let (idle, light) = p.reclaimable()?;
-        // CAST: a byte count of tables in memory fits a `usize`.
-        let tables = p.pt_tables().counters.bytes.load(Relaxed) as usize;
-        total.0 += idle + tables;
+        total.0 += idle;
         total.1 += light;
+        // CAST: a byte count of tables in memory fits a `usize`.
+        total.2 += p.pt_tables().counters.bytes.load(Relaxed) as usize;
     }
     Some(total)
 }
 
-/// One shrink pass over every device at `level` ([`IDLE`] or
+/// One shrink pass over every device at `level` ([`TABLES`], [`IDLE`] or
 /// [`CONSOLIDATE`]), idle chunks removed side by side if `side_by_side`
 /// (see `VramPool::trim_idle`): returns the pagemaps removed.
 pub(crate) fn shrink_all(level: u64, side_by_side: bool) -> usize {
@@ -158,6 +163,9 @@ pub(crate) fn shrink_all(level: u64, side_by_side: bool) -> usize {
     for p in pools.iter().flatten() {
         // Device page tables first: they refault.
         note_freed(p.pt_tables().shrink());
+        if level < IDLE {
+            continue;
+        }
         // Replicas then: copies, dropped without moving a page.
         p.drop_replicas();
         let n = p.trim_idle(note_freed, side_by_side);
@@ -175,18 +183,23 @@ pub(crate) fn shrink_all(level: u64, side_by_side: bool) -> usize {
 impl ShrinkerOps for Reclaimer {
     fn count(&self) -> Option<usize> {
         // A busy lock means "nothing now", not "nothing at all".
-        let Some((idle, light)) = reclaimable() else {
+        let Some((idle, light, tables)) = reclaimable() else {
             return Some(0);
         };
-        (idle + light > 0).then(|| units(idle + light))
+        (idle + light + tables > 0).then(|| units(idle + light + tables))
     }
 
     fn scan(&self, may_sleep: bool) -> Option<usize> {
-        let (idle, light) = reclaimable()?;
+        let (idle, light, tables) = reclaimable()?;
+        // The chunks decide the level; tables alone ask for a pass that
+        // empties them, which nobody waits for (those of VMs running a job
+        // stay, so it may free nothing).
         let (level, freed) = if idle > 0 {
             (IDLE, idle)
         } else if light > 0 {
             (CONSOLIDATE, light)
+        } else if tables > 0 {
+            (TABLES, 0)
         } else {
             return Some(0);
         };
@@ -194,6 +207,10 @@ impl ShrinkerOps for Reclaimer {
         // the pending run sees the new level).
         if level == CONSOLIDATE {
             WANT.store(CONSOLIDATE, Release);
+        } else if level == IDLE {
+            if WANT.cmpxchg(0, IDLE, Full).is_err() {
+                let _ = WANT.cmpxchg(TABLES, IDLE, Full);
+            }
         } else {
             let _ = WANT.cmpxchg(0, level, Full);
         }
@@ -203,7 +220,11 @@ impl ShrinkerOps for Reclaimer {
         // Never wait for the work from the work itself (its allocations may
         // enter reclaim), and let one reclaimer wait at a time: the others
         // take the estimate.
-        if !may_sleep || WORKER.load(Acquire) == me || WAITING.cmpxchg(0, 1, Full).is_err() {
+        if level == TABLES
+            || !may_sleep
+            || WORKER.load(Acquire) == me
+            || WAITING.cmpxchg(0, 1, Full).is_err()
+        {
             return Some(units(freed));
         }
         let freed_now = wait_for_work(before);

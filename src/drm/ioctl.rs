@@ -299,7 +299,8 @@ impl File {
                         // stand whatever it meets but a fatal signal.
                         match crate::engine::bind_ahead(pool, dev, mm, vm.mirror(), span, &cancel) {
                             Err(e) if e == EINTR => return Err(e),
-                            _ => {}
+                            Err(_) => break,
+                            Ok(_) => {}
                         }
                     }
                 }

@@ -404,6 +404,19 @@ impl DevPt {
         zapped
     }
 
+    /// Makes the table `dev`'s (an empty one, or one that was detached).
+    ///
+    /// # Safety
+    ///
+    /// As for [`Self::new`]: `dev` is bound, and the table is detached
+    /// before it is unbound.
+    pub(super) unsafe fn attach(&mut self, dev: ARef<Device>) {
+        // A table holds one device's mappings only.
+        self.zap(0, usize::MAX, None, false);
+        // INVARIANT: no entries; the caller's promise for `dev`.
+        self.dev = Some(dev);
+    }
+
     /// Empties the table and forgets its device, which goes: it binds
     /// nothing after this.
     pub(crate) fn detach(&mut self, counters: &Counters) {

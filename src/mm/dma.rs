@@ -247,7 +247,10 @@ impl<'a> SysPage<'a> {
     /// that the walk found writable: a swap-backed page (anonymous, shmem)
     /// is marked dirty, so that reclaim does not drop it as clean (after
     /// `MADV_FREE`, or in a shared shmem mapping, a writable PTE may be
-    /// clean, and a write by DMA does not dirty it).
+    /// clean, and a write by DMA does not dirty it). Meant for a page still
+    /// mapped where a valid walk or entry found it (under the mirror's
+    /// lock), which cannot be truncated meanwhile; anywhere else it only
+    /// sets the flag of a folio whose dirty hook does nothing more.
     pub(crate) fn written(&self) {
         // SAFETY: the page is a valid system page (invariant).
         unsafe { b::msvm_page_written(self.page.as_ptr()) };

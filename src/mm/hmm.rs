@@ -129,7 +129,8 @@ impl Tables {
 ///
 /// If `inserted`, `sub` is registered with the mm for `[start, end)` and
 /// stays so until drop, and `sub` is the first field so that the callback
-/// finds the `Mirror`. If `registered`, its address is in `tables`.
+/// finds the `Mirror`. Its table is attached to its device (may bind) only
+/// while its address is in `tables`.
 #[repr(C)]
 #[pin_data(PinnedDrop)]
 pub(crate) struct Mirror {
@@ -250,10 +251,8 @@ impl Mirror {
                     // SAFETY: all-zeroes is the expected state before insert.
                     unsafe { core::ptr::write_bytes(p, 0, 1) };
                 }),
-                // SAFETY: the tables' device is bound until they are gone
-                // (invariant), and they empty and detach this table before
-                // (`Tables::gone`), or it does itself first (its drop).
-                lock <- new_mutex!(unsafe { DevPt::new(Some(tables.dev.clone())) }),
+                // SAFETY: no device: attached below, once registered.
+                lock <- new_mutex!(unsafe { DevPt::new(None) }),
                 start,
                 end,
                 // INVARIANT: not inserted yet; `sub` is the first field
@@ -273,12 +272,18 @@ impl Mirror {
         // SAFETY: setting a flag moves nothing.
         // INVARIANT: inserted just above, for `[start, end)`.
         unsafe { m.as_mut().get_unchecked_mut() }.inserted = true;
-        let mut guard = tables.mirrors.lock();
-        let list = (*guard).as_mut().ok_or(ENODEV)?;
-        // CAST: an address, kept to find the pinned mirror again.
-        // INVARIANT (`Tables`): pinned; its drop removes it.
-        list.push(core::ptr::from_ref::<Self>(&*m) as usize, GFP_KERNEL)?;
-        drop(guard);
+        {
+            let mut guard = tables.mirrors.lock();
+            let list = (*guard).as_mut().ok_or(ENODEV)?;
+            // CAST: an address, kept to find the pinned mirror again.
+            // INVARIANT (`Tables`): pinned; its drop removes it.
+            list.push(core::ptr::from_ref::<Self>(&*m) as usize, GFP_KERNEL)?;
+            // SAFETY: the device is bound while the list is (`Tables`
+            // invariant), and the mirror is on it: `Tables::gone` detaches
+            // the table before the device is unbound, or the mirror's drop
+            // does first.
+            unsafe { m.lock.lock().attach(tables.dev.clone()) };
+        }
         Ok(m)
     }
 
