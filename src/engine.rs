@@ -90,10 +90,26 @@ pub(crate) fn bind_ahead(
     (start, len): (usize, usize),
     cancel: &Cancel<'_>,
 ) -> Result<u64> {
+    let mut bound = 0;
+    // Counted whatever ends it: what it bound stays bound.
+    let r = bind_range(pool, dev, mm, mirror, (start, len), cancel, &mut bound);
+    pool.stats.pt_bound.add(bound, Relaxed);
+    r.map(|()| bound)
+}
+
+/// [`bind_ahead`]'s walk, adding the entries written to `bound`.
+fn bind_range(
+    pool: &VramPool,
+    dev: &kernel::device::Device<kernel::device::Bound>,
+    mm: &MmWithUser,
+    mirror: &Mirror,
+    (start, len): (usize, usize),
+    cancel: &Cancel<'_>,
+    bound: &mut u64,
+) -> Result {
     let mut pfns = KVec::from_elem(HmmPfn::NONE, BLOCK_PAGES, GFP_KERNEL)?;
     let own = |_: usize, page: PageRef<'_>| pool.offset_of(page).map(|_| Bind::Own);
     let end = start + len;
-    let mut bound = 0;
     let mut at = start;
     while at < end {
         let next = ((at / BLOCK_SIZE + 1) * BLOCK_SIZE).min(end);
@@ -108,18 +124,13 @@ pub(crate) fn bind_ahead(
             };
             match mirror.lock().bind(&walk, dev, &mut spare, own) {
                 Err(e) if e == EAGAIN => continue,
-                Ok(n) => bound += n,
-                Err(e) => {
-                    pool.stats.pt_bound.add(bound, Relaxed);
-                    return Err(e);
-                }
+                r => *bound += r?,
             }
             break;
         }
         at = next;
     }
-    pool.stats.pt_bound.add(bound, Relaxed);
-    Ok(bound)
+    Ok(())
 }
 
 /// What a job does.

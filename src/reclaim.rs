@@ -182,7 +182,9 @@ pub(crate) fn shrink_all(level: u64, side_by_side: bool) -> usize {
 
 impl ShrinkerOps for Reclaimer {
     fn count(&self) -> Option<usize> {
-        // A busy lock means "nothing now", not "nothing at all".
+        // A busy lock means "nothing now", not "nothing at all". The
+        // tables of VMs running a job count too: a pass frees them once
+        // the job is done.
         let Some((idle, light, tables)) = reclaimable() else {
             return Some(0);
         };
@@ -203,16 +205,14 @@ impl ShrinkerOps for Reclaimer {
         } else {
             return Some(0);
         };
-        // Raise the wanted level; queue the run unless it is pending (then
-        // the pending run sees the new level).
-        if level == CONSOLIDATE {
-            WANT.store(CONSOLIDATE, Release);
-        } else if level == IDLE {
-            if WANT.cmpxchg(0, IDLE, Full).is_err() {
-                let _ = WANT.cmpxchg(TABLES, IDLE, Full);
+        // Raise the wanted level (never lower it); queue the run unless it
+        // is pending (then the pending run sees the new level).
+        let mut cur = WANT.load(Relaxed);
+        while cur < level {
+            match WANT.cmpxchg(cur, level, Full) {
+                Ok(_) => break,
+                Err(now) => cur = now,
             }
-        } else {
-            let _ = WANT.cmpxchg(0, level, Full);
         }
         let before = FREED.load(Acquire);
         let _ = self.queue.queue().enqueue(self.work.clone());

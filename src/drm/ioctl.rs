@@ -292,7 +292,9 @@ impl File {
             // placement pass moves them on).
             if target == Target::Here {
                 let (pool, dev) = (gpu.vram(), gpu.device());
-                for p in vm.attrs().pieces(start, start + len)?.iter() {
+                // (No pieces, no memory: the moves stand.)
+                let pieces = vm.attrs().pieces(start, start + len).unwrap_or_default();
+                for p in pieces.iter() {
                     if p.placement.keeps_here() {
                         let span = (p.start, p.end - p.start);
                         // Binding ahead only saves faults: the moves

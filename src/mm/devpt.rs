@@ -411,7 +411,9 @@ impl DevPt {
     /// As for [`Self::new`]: `dev` is bound, and the table is detached
     /// before it is unbound.
     pub(super) unsafe fn attach(&mut self, dev: ARef<Device>) {
-        // A table holds one device's mappings only.
+        // A detached table is empty (`detach` emptied it, or it is new):
+        // a table holds one device's mappings only.
+        debug_assert!(self.leaves.iter().next().is_none());
         self.zap(0, usize::MAX, None, false);
         // INVARIANT: no entries; the caller's promise for `dev`.
         self.dev = Some(dev);
