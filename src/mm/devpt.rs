@@ -293,8 +293,17 @@ impl DevPt {
             self.leaves.insert(node.into_node(block, leaf));
             counters.count_bytes(LEAF_BYTES, true);
         }
+        let Some(leaf) = self.leaves.get_mut(&block) else {
+            // Not reached: the leaf is there, under the same lock.
+            return Ok(false);
+        };
+        let i = addr % BLOCK_SIZE / PAGE_SIZE;
         // Drop what the entry held first (a refault of a mapped page).
-        self.clear(addr);
+        let old = core::mem::take(&mut leaf.ptes[i]);
+        if old.kind() != 0 {
+            leaf.live -= 1;
+            unmap(Some(own), old);
+        }
         let (kind, a) = match how {
             Bind::Own => (KIND_OWN, 0),
             Bind::Dma => match dma::map_page(dev, page) {
@@ -308,16 +317,10 @@ impl DevPt {
         };
         // CAST: a page frame number fits 60 bits.
         let word = kind << KIND_SHIFT | if writable { WRITABLE } else { 0 } | page.pfn() as u64;
-        let pte = Pte { word, addr: a };
-        let Some(leaf) = self.leaves.get_mut(&block) else {
-            // Not reached: the leaf was made above, under the same lock.
-            unmap(Some(own), pte);
-            return Ok(false);
-        };
         // INVARIANT: the caller's promise for the page; the mapping was
         // just made for `dev`, the table's (bound) device; the leaf counts
         // it.
-        leaf.ptes[addr % BLOCK_SIZE / PAGE_SIZE] = pte;
+        leaf.ptes[i] = Pte { word, addr: a };
         leaf.live += 1;
         Ok(true)
     }
@@ -329,22 +332,6 @@ impl DevPt {
             counters.count_bytes(LEAF_BYTES, false);
         }
         false
-    }
-
-    /// Removes the entry of the page at `addr`, if any (keeps its leaf).
-    fn clear(&mut self, addr: usize) -> bool {
-        let dev = self.dev.clone();
-        let Some(leaf) = self.leaves.get_mut(&(addr / BLOCK_SIZE)) else {
-            return false;
-        };
-        let i = addr % BLOCK_SIZE / PAGE_SIZE;
-        let pte = core::mem::take(&mut leaf.ptes[i]);
-        if pte.kind() == 0 {
-            return false;
-        }
-        leaf.live -= 1;
-        unmap(dev.as_deref(), pte);
-        true
     }
 
     /// Zaps the entries of `[start, end)` (`end` 0: to the top of the
