@@ -90,47 +90,37 @@ pub(crate) fn bind_ahead(
     (start, len): (usize, usize),
     cancel: &Cancel<'_>,
 ) -> Result<u64> {
-    let mut bound = 0;
-    // Counted whatever ends it: what it bound stays bound.
-    let r = bind_range(pool, dev, mm, mirror, (start, len), cancel, &mut bound);
-    pool.stats.pt_bound.add(bound, Relaxed);
-    r.map(|()| bound)
-}
-
-/// [`bind_ahead`]'s walk, adding the entries written to `bound`.
-fn bind_range(
-    pool: &VramPool,
-    dev: &kernel::device::Device<kernel::device::Bound>,
-    mm: &MmWithUser,
-    mirror: &Mirror,
-    (start, len): (usize, usize),
-    cancel: &Cancel<'_>,
-    bound: &mut u64,
-) -> Result {
     let mut pfns = KVec::from_elem(HmmPfn::NONE, BLOCK_PAGES, GFP_KERNEL)?;
     let own = |_: usize, page: PageRef<'_>| pool.offset_of(page).map(|_| Bind::Own);
-    let end = start + len;
-    let mut at = start;
-    while at < end {
-        let next = ((at / BLOCK_SIZE + 1) * BLOCK_SIZE).min(end);
-        let n = (next - at) / PAGE_SIZE;
-        for _ in 0..8 {
-            cancel.check()?;
-            let missing = mirror.lock().table().missing_leaves(at, n);
-            let mut spare = Spare::new(missing)?;
-            let walk = match mirror.snapshot(mm, at, &mut pfns[..n], pool.owner()) {
-                Err(e) if e == EBUSY => continue,
-                r => r?,
-            };
-            match mirror.lock().bind(&walk, dev, &mut spare, own) {
-                Err(e) if e == EAGAIN => continue,
-                r => *bound += r?,
+    let mut bound = 0;
+    let mut walk_all = || -> Result {
+        let end = start + len;
+        let mut at = start;
+        while at < end {
+            let next = ((at / BLOCK_SIZE + 1) * BLOCK_SIZE).min(end);
+            let n = (next - at) / PAGE_SIZE;
+            for _ in 0..8 {
+                cancel.check()?;
+                let missing = mirror.lock().table().missing_leaves(at, n);
+                let mut spare = Spare::new(missing)?;
+                let walk = match mirror.snapshot(mm, at, &mut pfns[..n], pool.owner()) {
+                    Err(e) if e == EBUSY => continue,
+                    r => r?,
+                };
+                match mirror.lock().bind(&walk, dev, &mut spare, own) {
+                    Err(e) if e == EAGAIN => continue,
+                    r => bound += r?,
+                }
+                break;
             }
-            break;
+            at = next;
         }
-        at = next;
-    }
-    Ok(())
+        Ok(())
+    };
+    let r = walk_all();
+    // Counted whatever ended it: what it bound stays bound.
+    pool.stats.pt_bound.add(bound, Relaxed);
+    r.map(|()| bound)
 }
 
 /// What a job does.
@@ -180,6 +170,42 @@ enum DevAddr {
     Dma(u64),
     /// Bus address of a page of a peer's VRAM (P2P).
     Peer(u64),
+}
+
+/// The pages of one window of a job: the destination's, and COPY's
+/// source's (none for other operations).
+#[derive(Clone, Copy)]
+struct WindowPages {
+    /// The window's first destination byte.
+    dst: usize,
+    /// Its page, and the pages from it the window touches.
+    dst_first: usize,
+    dst_pages: usize,
+    /// The same of the source.
+    src: Option<usize>,
+    src_first: usize,
+    src_pages: usize,
+}
+
+impl WindowPages {
+    /// Bytes `[off, off + n)` of `job`.
+    fn new(job: &Job, (off, n): (usize, usize)) -> Self {
+        let dst = job.addr + off;
+        let dst_first = dst & !(PAGE_SIZE - 1);
+        let src = match job.op {
+            Op::Copy { src } => Some(src + off),
+            _ => None,
+        };
+        let src_first = src.map_or(0, |s| s & !(PAGE_SIZE - 1));
+        Self {
+            dst,
+            dst_first,
+            dst_pages: (dst + n - dst_first).div_ceil(PAGE_SIZE),
+            src,
+            src_first,
+            src_pages: src.map_or(0, |s| (s + n - src_first).div_ceil(PAGE_SIZE)),
+        }
+    }
 }
 
 /// Where the decoder found a device address: what the engine accesses.
@@ -366,29 +392,26 @@ impl<'p> Engine<'p> {
         }
     }
 
-    /// Runs bytes `[off, off + n)` of the job from the VM's device page
-    /// table, if every page they use has an entry with the access the job
-    /// needs; `None` if one does not (the window faults). `guard` is the
-    /// mirror's lock.
-    #[allow(clippy::too_many_arguments)]
+    /// Runs the `n` bytes of window `w` of `job` from the VM's device page
+    /// table `table` (the mirror's lock is held), if every page they use
+    /// has an entry with the access the job needs; `None` if one does not
+    /// (the window faults).
     fn warm(
         &mut self,
         table: &DevPt,
         key: usize,
-        job: &Job,
-        (off, n): (usize, usize),
+        (job, w, n): (&Job, WindowPages, usize),
         write: bool,
         done: &mut Done,
     ) -> Option<Result> {
-        let dst = job.addr + off;
-        let dst_first = dst & !(PAGE_SIZE - 1);
-        let dst_pages = (dst + n - dst_first).div_ceil(PAGE_SIZE);
-        let src = match job.op {
-            Op::Copy { src } => Some(src + off),
-            _ => None,
-        };
-        let src_first = src.map_or(0, |s| s & !(PAGE_SIZE - 1));
-        let src_pages = src.map_or(0, |s| (s + n - src_first).div_ceil(PAGE_SIZE));
+        let WindowPages {
+            dst,
+            dst_first,
+            dst_pages,
+            src,
+            src_first,
+            src_pages,
+        } = w;
         if !table.covers(dst_first, dst_pages, write) || !table.covers(src_first, src_pages, false)
         {
             return None;
@@ -406,10 +429,11 @@ impl<'p> Engine<'p> {
         };
         // What a fault's bind would count: uses for the eviction policy,
         // accesses to memory not this device's for the access counters,
-        // pages by path.
+        // pages by path; and the pages the job may write by DMA marked so
+        // (see the faulting path).
         let r = self
-            .account(&dst_v, dst_pages, key, done)
-            .and_then(|()| self.account(&src_v, src_pages, key, done))
+            .account(&dst_v, dst_pages, key, write, done)
+            .and_then(|()| self.account(&src_v, src_pages, key, false, done))
             .and_then(|()| {
                 self.execute(
                     job.op,
@@ -421,21 +445,22 @@ impl<'p> Engine<'p> {
                     done,
                 )
             });
-        // What the job may have written by DMA is marked so (see the
-        // faulting path).
-        if write {
-            for i in 0..dst_pages {
-                if let Ok(Target::Sys(p)) = dst_v.at(i) {
-                    p.written();
-                }
-            }
-        }
         Some(r)
     }
 
     /// Counts the use of `pages` pages of `view`, a window of the VM's
-    /// table, as [`Self::page_table`] counts a faulting window's.
-    fn account(&self, view: &TableView<'_>, pages: usize, key: usize, done: &mut Done) -> Result {
+    /// table, as [`Self::page_table`] counts a faulting window's; if the
+    /// job writes them (`written`), marks the system pages written (under
+    /// the mirror's lock, while the entries hold: before or after the
+    /// write, reclaim sees the mark only once the lock is free).
+    fn account(
+        &self,
+        view: &TableView<'_>,
+        pages: usize,
+        key: usize,
+        written: bool,
+        done: &mut Done,
+    ) -> Result {
         let on = access::enabled();
         let mut remote = (view.first, 0u64);
         let count = |(at, n): (usize, u64)| {
@@ -460,7 +485,10 @@ impl<'p> Engine<'p> {
                     done.p2p += 1;
                     remote.1 += 1;
                 }
-                Target::Sys(_) => {
+                Target::Sys(p) => {
+                    if written {
+                        p.written();
+                    }
                     done.dma += 1;
                     remote.1 += 1;
                 }
@@ -516,17 +544,15 @@ impl<'p> Engine<'p> {
         clock: &mut Clock,
         cancel: &Cancel<'_>,
     ) -> Result {
-        let dst = job.addr + off;
-        let dst_first = dst & !(PAGE_SIZE - 1);
-        let dst_pages = (dst + n - dst_first).div_ceil(PAGE_SIZE);
-        let mut dst_pfns = KVec::from_elem(HmmPfn::NONE, dst_pages, GFP_KERNEL)?;
-        let src = match job.op {
-            Op::Copy { src } => Some(src + off),
-            _ => None,
-        };
-        let src_first = src.map_or(0, |s| s & !(PAGE_SIZE - 1));
-        let src_pages = src.map_or(0, |s| (s + n - src_first).div_ceil(PAGE_SIZE));
-        let mut src_pfns = KVec::from_elem(HmmPfn::NONE, src_pages, GFP_KERNEL)?;
+        let w = WindowPages::new(job, (off, n));
+        let WindowPages {
+            dst,
+            dst_first,
+            dst_pages,
+            src,
+            src_first,
+            src_pages,
+        } = w;
         let owner = self.pool.owner();
         // CAST: an address, used as a key only.
         let key = mm.as_raw() as usize;
@@ -551,7 +577,7 @@ impl<'p> Engine<'p> {
         let missing = {
             let guard = mirror.lock();
             let table = guard.table();
-            if let Some(r) = self.warm(table, key, job, (off, n), write, done) {
+            if let Some(r) = self.warm(table, key, (job, w, n), write, done) {
                 drop(guard);
                 self.pool.stats.pt_hits.add(1, Relaxed);
                 clock.lap_job(JobPhase::Exec);
@@ -561,6 +587,8 @@ impl<'p> Engine<'p> {
         };
         self.pool.stats.pt_faults.add(1, Relaxed);
         let mut spare = Spare::new(missing)?;
+        let mut dst_pfns = KVec::from_elem(HmmPfn::NONE, dst_pages, GFP_KERNEL)?;
+        let mut src_pfns = KVec::from_elem(HmmPfn::NONE, src_pages, GFP_KERNEL)?;
         let mut cow_breaks = 0;
         loop {
             cancel.check()?;

@@ -231,8 +231,9 @@ fn advise(m: &Map, advice: MmapAdvise) -> Outcome {
 /// DMA mapping does not dirty: private ones freed lazily (`MADV_FREE`),
 /// and shared anonymous (shmem) ones only read by the CPU (no
 /// write-notify: a read fault maps them writable and clean). gpu0's engine
-/// writes them in place: by a job in place, through entries its table
-/// keeps (range in place), and the shmem ones by a job in place; reclaim
+/// writes them in place: by a job in place (which faults), from entries
+/// its table keeps (range in place, bound by a read: the FILL runs warm),
+/// and the shmem ones by a job in place; reclaim
 /// (`MADV_PAGEOUT`) must keep what the device wrote, not drop the pages as
 /// clean (the CPU would read zeros).
 fn device_writes_to_clean_pages_survive_pageout() -> Outcome {
@@ -261,8 +262,19 @@ fn device_writes_to_clean_pages_survive_pageout() -> Outcome {
             dev.set_attr(m.addr(), LEN, IN_PLACE).map_err(e)?;
         }
         let v = 0x5eed_0000_0000_0001 + u64::from(kept) + 2 * u64::from(shmem);
+        if kept {
+            // Bound by a read (writable entries: the PTEs are writable),
+            // so that the FILL runs from the table, without a fault.
+            checksum_job(&dev, &m, true)?;
+        }
+        let s0 = stats(&dev)?;
         dev.exec(Exec::Fill(v), m.addr(), LEN, true)
             .map_err(|x| format!("{case}: FILL in place: {x}"))?;
+        let hits = pt(&s0, &stats(&dev)?).0;
+        check!(
+            hits == u64::from(kept),
+            "{case}: the FILL hit the table {hits} times"
+        );
         advise(&m, MmapAdvise::MADV_PAGEOUT)?;
         let bad = not_filled(m.bytes(), v);
         check!(
