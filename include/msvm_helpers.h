@@ -126,6 +126,7 @@ void msvm_trace_exec(int dev, u32 op, u64 addr, u64 len, u64 vram, u64 p2p, u64 
 void msvm_trace_pagemap(int dev, bool create, u32 chunk, u64 bytes);
 void msvm_trace_pt_fault(int dev, u64 addr, u64 pages, u64 bound, int result);
 void msvm_trace_pt_invalidate(int dev, u64 start, u64 end, u64 zapped, u64 ns);
+void msvm_trace_fault_batch(int dev, u64 faults, u64 spans, u64 pages, u64 bound, u64 ns);
 
 /*
  * src/zap_huge_pmd.c: what keeps zaps away from 2 MiB device folios moved

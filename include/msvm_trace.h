@@ -216,6 +216,29 @@ TRACE_EVENT(msvm_pt_invalidate,
 		  __entry->start, __entry->end, __entry->zapped, __entry->ns)
 );
 
+TRACE_EVENT(msvm_fault_batch,
+	TP_PROTO(int dev, u64 faults, u64 spans, u64 pages, u64 bound, u64 ns),
+	TP_ARGS(dev, faults, spans, pages, bound, ns),
+	TP_STRUCT__entry(
+		__field(int, dev)
+		__field(u64, faults)
+		__field(u64, spans)
+		__field(u64, pages)
+		__field(u64, bound)
+		__field(u64, ns)
+	),
+	TP_fast_assign(
+		__entry->dev = dev;
+		__entry->faults = faults;
+		__entry->spans = spans;
+		__entry->pages = pages;
+		__entry->bound = bound;
+		__entry->ns = ns;
+	),
+	TP_printk("gpu%d faults=%llu spans=%llu pages=%llu bound=%llu ns=%llu", __entry->dev,
+		  __entry->faults, __entry->spans, __entry->pages, __entry->bound, __entry->ns)
+);
+
 #endif /* _MSVM_TRACE_H */
 
 /* This part must be outside the include guard. */

@@ -6,6 +6,7 @@ use kernel::{
     device::Bound, num::casts::FromSafeCast, pci, prelude::*, str::CString, sync::aref::ARef,
 };
 
+use crate::fault::FaultHandler;
 use crate::mm::{
     hmm::Tables,
     iomem::WcBar,
@@ -74,6 +75,8 @@ pub(crate) struct Gpu<'a> {
     vram: OwnedPool,
     /// The pool, published for peers; withdrawn first when the device goes.
     publication: Option<Publication>,
+    /// The fault handler of the device's engine.
+    faults: FaultHandler,
     _member: Membership,
 }
 
@@ -91,6 +94,11 @@ impl<'a> Gpu<'a> {
     /// The device memory.
     pub(crate) fn vram(&self) -> &VramPool {
         &self.vram
+    }
+
+    /// The fault handler of the device's engine.
+    pub(crate) fn faults(&self) -> &FaultHandler {
+        &self.faults
     }
 
     /// The generic device, for DMA mappings.
@@ -182,6 +190,7 @@ impl<'a> Gpu<'a> {
             pdev,
             vram,
             publication: Some(publication),
+            faults: FaultHandler::new(index)?,
             _member: member,
         })
     }

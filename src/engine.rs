@@ -47,15 +47,24 @@
 //! leaves it after; what waits for their grace period
 //! (`VramPool::replica_room`) is called with nothing held.
 
-use kernel::{mm::MmWithUser, num::casts::FromSafeCast, prelude::*, sync::atomic::Relaxed};
+use kernel::{
+    mm::MmWithUser,
+    new_mutex,
+    num::casts::FromSafeCast,
+    prelude::*,
+    sync::{atomic::Relaxed, Mutex},
+    time::{Instant, Monotonic},
+};
 
 use crate::access;
+use crate::fault::FaultHandler;
 use crate::generation;
 use crate::migrate::{check_job_vmas, read_only_anon};
 use crate::mm::{
     cancel::Cancel,
-    devpt::{Bind, DevPt, Mapping, Spare},
+    devpt::{Bind, DevPt, Life, Mapping, Spare},
     dma::{DmaPage, PeerMap, SysPage},
+    faultq::{Access, Fault, Served, Service, MAX_RAISE},
     hmm::{HmmPfn, Mirror, Pages},
     page::{PageRef, BLOCK_PAGES, BLOCK_SIZE},
     pagemap::PAGE_SIZE,
@@ -91,7 +100,7 @@ pub(crate) fn bind_ahead(
     cancel: &Cancel<'_>,
 ) -> Result<u64> {
     let mut pfns = KVec::from_elem(HmmPfn::NONE, BLOCK_PAGES, GFP_KERNEL)?;
-    let own = |_: usize, page: PageRef<'_>| pool.offset_of(page).map(|_| Bind::Own);
+    let own = |_: usize, page: PageRef<'_>| pool.offset_of(page).map(|_| (Bind::Own, Life::Kept));
     let mut bound = 0;
     let mut walk_all = || -> Result {
         let end = start + len;
@@ -315,6 +324,8 @@ fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
 pub(crate) struct Engine<'p> {
     pool: &'p VramPool,
     dev: &'p kernel::device::Device<kernel::device::Bound>,
+    /// The device's fault handler.
+    faults: &'p FaultHandler,
     buf: KBox<[u8; PAGE_SIZE]>,
     /// The request the jobs run for: the uses of device memory they record
     /// for the eviction policy.
@@ -323,6 +334,132 @@ pub(crate) struct Engine<'p> {
     replicate: Replicate,
     /// What a fault binds into the VM's device page table.
     keep: Keep,
+    /// Whether the job raised faults (its [`Life::Job`] entries are
+    /// zapped when it ends).
+    raised: bool,
+    /// The job offsets of the windows after the missing one whose faults
+    /// its last raise serviced ahead: each counts as a fault, and a replay,
+    /// when its turn comes.
+    ahead: [Option<usize>; LOOKAHEAD],
+}
+
+/// Times a window raises its faults before it is serviced in the job's
+/// context instead (an invalidation kept zapping its entries before the
+/// replay).
+const MAX_REPLAYS: usize = 4;
+
+/// Windows of a job whose faults a miss raises together: this one and up
+/// to 7 after it (a GPU's threads fault at once), as [`MAX_RAISE`] allows
+/// (a COPY's window may raise three).
+const LOOKAHEAD: usize = 8;
+
+/// The faults one miss raises: those of the missing window first.
+struct Raised {
+    list: [Fault; MAX_RAISE],
+    n: usize,
+    /// Faults of the missing window itself.
+    current: usize,
+    /// The job offsets of the later windows that raised faults.
+    ahead: [Option<usize>; LOOKAHEAD],
+    /// The table's leaves the faults' spans lack.
+    leaves: usize,
+}
+
+/// A job's context, servicing the faults it raised (on the device's fault
+/// handler: `crate::fault`).
+struct JobService<'a, 'p> {
+    engine: &'a Engine<'p>,
+    mm: &'a MmWithUser,
+    mirror: &'a Mirror,
+    /// The leaves the faults may need, allocated by the job (charged to
+    /// its memory cgroup, not the handler's).
+    spare: &'a Mutex<Spare>,
+}
+
+impl Service for JobService<'_, '_> {
+    fn vm(&self) -> usize {
+        core::ptr::from_ref(self.mirror) as usize
+    }
+
+    /// Binds every page of the fault's span as the process maps it now:
+    /// kept entries where the job's ranges keep them (see
+    /// [`Engine::binding`]), entries for the job only ([`Life::Job`])
+    /// elsewhere. It never waits on the process: the walk faults nothing in
+    /// and only tries the mmap lock. Whatever needs more (a page not
+    /// present, or not with the access asked: a first touch, a
+    /// copy-on-write break, another owner's device page; a busy mmap lock;
+    /// a page it could not bind) the job services itself
+    /// ([`Served::InContext`]), in its own killable context.
+    fn service(&self, f: &Fault) -> Result<Served> {
+        let e = self.engine;
+        let t0 = Instant::<Monotonic>::now();
+        let write = f.access != Access::Read;
+        let mut pfns = KVec::from_elem(HmmPfn::NONE, f.pages, GFP_KERNEL)?;
+        for _ in 0..8 {
+            let owner = e.pool.owner();
+            let walk = match self
+                .mirror
+                .snapshot_nowait(self.mm, f.addr, &mut pfns, owner)
+            {
+                Err(err) if err == EBUSY => continue,
+                Err(err) if err == EAGAIN => return Ok(Served::InContext),
+                r => r?,
+            };
+            let mut spare = self.spare.lock();
+            let mut guard = self.mirror.lock();
+            {
+                let pages = match guard.pages(&walk) {
+                    Err(err) if err == EAGAIN => continue,
+                    r => r?,
+                };
+                if !pages.all_mapped(write) {
+                    return Ok(Served::InContext);
+                }
+                // A page the kernel must not touch (secretmem): no access,
+                // as GUP refuses it.
+                if pages.iter().flatten().any(|p| p.is_secretmem()) {
+                    return Err(EFAULT);
+                }
+            }
+            // Entries asked for, and their kinds: own, DMA, P2P.
+            let mut asked = [0u64; 3];
+            let how = |a: usize, p: PageRef<'_>| {
+                let b = e.entry(a, p);
+                if let Some((how, _)) = b {
+                    asked[match how {
+                        Bind::Own => 0,
+                        Bind::Dma => 1,
+                        Bind::Peer { .. } => 2,
+                    }] += 1;
+                }
+                b
+            };
+            let bound = match guard.bind(&walk, e.dev, &mut spare, how) {
+                Err(err) if err == EAGAIN => continue,
+                r => r?,
+            };
+            // A page it could not bind (no leaf, a mapping that failed, a
+            // DMA entry under bounce buffering) would only fault again.
+            let total: u64 = asked.iter().sum();
+            if bound < total || total < f.pages as u64 {
+                return Ok(Served::InContext);
+            }
+            // The span's resolution: a peer's page makes it P2P, else a
+            // system page DMA, else the device's own.
+            let kind = if asked[2] > 0 {
+                2
+            } else {
+                usize::from(asked[1] > 0)
+            };
+            let s = &e.pool.stats;
+            s.fault_spans[kind].add(1, Relaxed);
+            // CAST: an elapsed time is not negative.
+            s.fault_ns[kind].add(t0.elapsed().as_nanos() as u64, Relaxed);
+            return Ok(Served::Bound(bound));
+        }
+        // An invalidation kept changing the pages.
+        Ok(Served::InContext)
+    }
 }
 
 /// The ranges of a job whose pages a fault binds into the VM's device page
@@ -358,8 +495,11 @@ pub(crate) struct Replicate {
 
 impl<'p> Engine<'p> {
     pub(crate) fn new(
-        pool: &'p VramPool,
-        dev: &'p kernel::device::Device<kernel::device::Bound>,
+        (pool, dev, faults): (
+            &'p VramPool,
+            &'p kernel::device::Device<kernel::device::Bound>,
+            &'p FaultHandler,
+        ),
         epoch: Epoch,
         replicate: Replicate,
         keep: Keep,
@@ -367,10 +507,13 @@ impl<'p> Engine<'p> {
         Ok(Self {
             pool,
             dev,
+            faults,
             buf: KBox::new([0; PAGE_SIZE], GFP_KERNEL)?,
             epoch,
             replicate,
             keep,
+            raised: false,
+            ahead: [None; LOOKAHEAD],
         })
     }
 
@@ -390,6 +533,127 @@ impl<'p> Engine<'p> {
             None if kept() && !page.is_device_private() => Some(Bind::Dma),
             None => None,
         }
+    }
+
+    /// The kept entry of the page at `addr`, if [`Self::binding`] keeps
+    /// it.
+    fn kept(&self, addr: usize, page: PageRef<'_>) -> Option<(Bind, Life)> {
+        self.binding(addr, page).map(|b| (b, Life::Kept))
+    }
+
+    /// The entry a fault the handler services writes for the page at
+    /// `addr`: kept where [`Self::binding`] keeps it, for the job only
+    /// otherwise.
+    fn entry(&self, addr: usize, page: PageRef<'_>) -> Option<(Bind, Life)> {
+        if let Some(b) = self.binding(addr, page) {
+            return Some((b, Life::Kept));
+        }
+        let how = match self.pool.locate(page) {
+            Some((pool, _)) if self.pool.is(pool) => Bind::Own,
+            Some((pool, off)) => Bind::Peer {
+                phys: pool.bar().ok()?.phys(off),
+            },
+            None if page.is_device_private() || page.is_secretmem() => return None,
+            None => Bind::Dma,
+        };
+        Some((how, Life::Job))
+    }
+
+    /// The faults a miss at bytes `off` of `job` raises: the spans of
+    /// this window and of the next [`LOOKAHEAD`] ones that `table` does not
+    /// map with the access the job needs, each within one 2 MiB block.
+    fn faults_from(&self, table: &DevPt, job: &Job, off: usize) -> Raised {
+        let dst_access = match job.op {
+            Op::Checksum => Access::Read,
+            Op::AtomicAdd(_) => Access::Atomic,
+            _ => Access::Write,
+        };
+        let mut r = Raised {
+            list: [Fault {
+                addr: 0,
+                pages: 0,
+                access: Access::Read,
+                engine: 0,
+            }; MAX_RAISE],
+            n: 0,
+            current: 0,
+            ahead: [None; LOOKAHEAD],
+            leaves: 0,
+        };
+        let push = |r: &mut Raised, first: usize, pages: usize, access: Access| {
+            // Split at block boundaries (a source may straddle two).
+            let (mut at, end) = (first, first + pages * PAGE_SIZE);
+            while at < end && r.n < MAX_RAISE {
+                let stop = ((at / BLOCK_SIZE + 1) * BLOCK_SIZE).min(end);
+                let n = (stop - at) / PAGE_SIZE;
+                if !table.covers(at, n, access != Access::Read) {
+                    r.leaves += table.missing_leaves(at, n);
+                    r.list[r.n] = Fault {
+                        addr: at,
+                        pages: n,
+                        access,
+                        engine: 0,
+                    };
+                    r.n += 1;
+                }
+                at = stop;
+            }
+        };
+        let mut o = off;
+        for k in 0..LOOKAHEAD {
+            // Room for a window's three spans at most.
+            if o >= job.len || r.n + 3 > MAX_RAISE {
+                break;
+            }
+            let a = job.addr + o;
+            let m = ((a / BLOCK_SIZE + 1) * BLOCK_SIZE - a).min(job.len - o);
+            let w = WindowPages::new(job, (o, m));
+            let before = r.n;
+            push(&mut r, w.dst_first, w.dst_pages, dst_access);
+            if w.src.is_some() {
+                push(&mut r, w.src_first, w.src_pages, Access::Read);
+            }
+            if k == 0 {
+                r.current = r.n;
+            } else if r.n > before {
+                r.ahead[k] = Some(o);
+            }
+            o += m;
+        }
+        r
+    }
+
+    /// Raises `faults` on the device's fault handler and waits for them.
+    /// `true` if those of the missing window were serviced (replay it),
+    /// `false` if the job must service them itself; the error of one that
+    /// failed (the job ends with it).
+    fn raise(&self, mm: &MmWithUser, mirror: &Mirror, faults: &Raised) -> Result<bool> {
+        let leaves = Spare::new(faults.leaves)?;
+        pin_init::stack_pin_init!(let spare = new_mutex!(leaves));
+        let svc = JobService {
+            engine: self,
+            mm,
+            mirror,
+            spare: &spare,
+        };
+        let mut out = [None; MAX_RAISE];
+        self.faults.raise(&svc, &faults.list[..faults.n], &mut out);
+        let bound: u64 = out[..faults.n]
+            .iter()
+            .map(|r| match r {
+                Some(Ok(Served::Bound(b))) => *b,
+                _ => 0,
+            })
+            .sum();
+        self.pool.stats.pt_bound.add(bound, Relaxed);
+        for r in &out[..faults.current] {
+            match r {
+                Some(Ok(Served::Bound(_))) => {}
+                Some(Err(e)) => return Err(*e),
+                _ => return Ok(false),
+            }
+        }
+        Ok(true)
     }
 
     /// Runs the `n` bytes of window `w` of `job` from the VM's device page
@@ -515,18 +779,37 @@ impl<'p> Engine<'p> {
         if let Op::Checksum = job.op {
             done.result = FNV_OFFSET;
         }
-        let mut off = 0;
-        while off < job.len {
-            // Between windows (a warm one checks nothing else).
-            cancel.check()?;
-            // A window ends at a 2 MiB block boundary of the destination.
-            let a = job.addr + off;
-            let wend = (a / BLOCK_SIZE + 1) * BLOCK_SIZE;
-            let n = (wend - a).min(job.len - off);
-            self.window(mm, mirror, job, (off, n), write, &mut done, clock, cancel)?;
-            off += n;
+        self.raised = false;
+        self.ahead = [None; LOOKAHEAD];
+        let mut windows = || -> Result {
+            let mut off = 0;
+            while off < job.len {
+                // Between windows (a warm one checks nothing else).
+                cancel.check()?;
+                // A window ends at a 2 MiB block boundary of the destination.
+                let a = job.addr + off;
+                let wend = (a / BLOCK_SIZE + 1) * BLOCK_SIZE;
+                let n = (wend - a).min(job.len - off);
+                self.window(mm, mirror, job, (off, n), write, &mut done, clock, cancel)?;
+                off += n;
+            }
+            Ok(())
+        };
+        let r = windows();
+        // The entries its faults wrote for it alone go with it, however
+        // it ended.
+        if self.raised {
+            let mut guard = mirror.lock();
+            let src = match job.op {
+                Op::Copy { src } => src,
+                _ => job.addr,
+            };
+            for a in [job.addr, src] {
+                let end = (a + job.len).next_multiple_of(PAGE_SIZE);
+                guard.zap_job(a & !(PAGE_SIZE - 1), end);
+            }
         }
-        Ok(done)
+        r.map(|()| done)
     }
 
     /// Runs bytes `[off, off + n)` of the job, which lie in one window of
@@ -574,18 +857,59 @@ impl<'p> Engine<'p> {
         let sealed = |first: usize, end: usize| read_only_anon(&mm.mmap_read_lock(), first, end);
         // Without a fault, if the VM's table maps the window; else the
         // leaves the fault's binding needs, allocated before the lock.
-        let missing = {
-            let guard = mirror.lock();
-            let table = guard.table();
-            if let Some(r) = self.warm(table, key, (job, w, n), write, done) {
-                drop(guard);
-                self.pool.stats.pt_hits.add(1, Relaxed);
-                clock.lap_job(JobPhase::Exec);
-                return r;
+        // A window that reads replicas (the device's own copies, not the
+        // process's pages) is serviced here, in the job's context, as is
+        // one whose raised faults did not make it run (a copy-on-write
+        // break, an invalidation that kept zapping it).
+        let inline = self.replicate.dst || self.replicate.src;
+        let mut rounds = 0;
+        let missing = loop {
+            let faults = {
+                let guard = mirror.lock();
+                let table = guard.table();
+                if let Some(r) = self.warm(table, key, (job, w, n), write, done) {
+                    drop(guard);
+                    let s = &self.pool.stats;
+                    let ahead = rounds == 0 && self.ahead.contains(&Some(off));
+                    if ahead {
+                        s.pt_faults.add(1, Relaxed);
+                    }
+                    if rounds == 0 && !ahead {
+                        s.pt_hits.add(1, Relaxed);
+                    } else {
+                        s.pt_replays.add(1, Relaxed);
+                    }
+                    clock.lap_job(JobPhase::Exec);
+                    return r;
+                }
+                if rounds == 0 {
+                    self.pool.stats.pt_faults.add(1, Relaxed);
+                }
+                if inline || rounds >= MAX_REPLAYS {
+                    break table.missing_leaves(dst_first, dst_pages)
+                        + table.missing_leaves(src_first, src_pages);
+                }
+                self.faults_from(table, job, off)
+            };
+            rounds += 1;
+            self.raised = true;
+            // Windows serviced ahead by an earlier raise stay so.
+            let mut merged = [None; LOOKAHEAD];
+            let mut k = 0;
+            for &a in Iterator::chain(self.ahead.iter(), faults.ahead.iter()).flatten() {
+                if a > off && k < LOOKAHEAD && !merged[..k].contains(&Some(a)) {
+                    merged[k] = Some(a);
+                    k += 1;
+                }
             }
-            table.missing_leaves(dst_first, dst_pages) + table.missing_leaves(src_first, src_pages)
+            self.ahead = merged;
+            let replay = self.raise(mm, mirror, &faults)?;
+            clock.lap_job(JobPhase::Walk);
+            if !replay {
+                rounds = MAX_REPLAYS;
+            }
+            cancel.check()?;
         };
-        self.pool.stats.pt_faults.add(1, Relaxed);
         let mut spare = Spare::new(missing)?;
         let mut dst_pfns = KVec::from_elem(HmmPfn::NONE, dst_pages, GFP_KERNEL)?;
         let mut src_pfns = KVec::from_elem(HmmPfn::NONE, src_pages, GFP_KERNEL)?;
@@ -710,11 +1034,11 @@ impl<'p> Engine<'p> {
             // (A bind that fails only binds less: the job's result stands.)
             let dev = self.dev;
             let mut bound = guard
-                .bind(&dst_walk, dev, &mut spare, |a, p| self.binding(a, p))
+                .bind(&dst_walk, dev, &mut spare, |a, p| self.kept(a, p))
                 .unwrap_or(0);
             if let Some(w) = &src_walk {
                 bound += guard
-                    .bind(w, dev, &mut spare, |a, p| self.binding(a, p))
+                    .bind(w, dev, &mut spare, |a, p| self.kept(a, p))
                     .unwrap_or(0);
             }
             self.pool.stats.pt_bound.add(bound, Relaxed);

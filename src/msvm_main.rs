@@ -14,6 +14,7 @@ mod debugfs;
 mod device;
 mod drm;
 mod engine;
+mod fault;
 mod generation;
 mod migrate;
 mod mm;

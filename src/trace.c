@@ -55,3 +55,8 @@ void msvm_trace_pt_invalidate(int dev, u64 start, u64 end, u64 zapped, u64 ns)
 {
 	trace_msvm_pt_invalidate(dev, start, end, zapped, ns);
 }
+
+void msvm_trace_fault_batch(int dev, u64 faults, u64 spans, u64 pages, u64 bound, u64 ns)
+{
+	trace_msvm_fault_batch(dev, faults, spans, pages, bound, ns);
+}

@@ -373,6 +373,7 @@ impl File {
         let (live, cached) = pool.chunk_counts();
         let ph = s.phases.read();
         let pt = &pool.pt_tables().counters;
+        let fq = gpu.faults().counters();
         *arg = drm_msvm_stats {
             to_device: s.to_device.load(Relaxed),
             to_system: s.to_system.load(Relaxed),
@@ -436,6 +437,19 @@ impl File {
             pt_zapped: pt.zapped.load(Relaxed),
             pt_zap_ns: pt.zap_ns.load(Relaxed),
             pt_bytes: pt.bytes.load(Relaxed),
+            pt_replays: s.pt_replays.load(Relaxed),
+            fault_raised: fq.faults.load(Relaxed),
+            fault_batches: fq.batches.load(Relaxed),
+            fault_spans: fq.spans.load(Relaxed),
+            fault_pages: fq.pages.load(Relaxed),
+            fault_ns: fq.ns.load(Relaxed),
+            fault_full: fq.full.load(Relaxed),
+            fault_own_spans: s.fault_spans[0].load(Relaxed),
+            fault_own_ns: s.fault_ns[0].load(Relaxed),
+            fault_dma_spans: s.fault_spans[1].load(Relaxed),
+            fault_dma_ns: s.fault_ns[1].load(Relaxed),
+            fault_p2p_spans: s.fault_spans[2].load(Relaxed),
+            fault_p2p_ns: s.fault_ns[2].load(Relaxed),
             reserved: [0; 1],
         };
         Ok(0)
@@ -505,7 +519,8 @@ impl File {
                 own: disjoint(own)?,
                 remote: disjoint(remote)?,
             };
-            let mut engine = Engine::new(pool, gpu.device(), epoch, replicate, keep)?;
+            let parts = (pool, gpu.device(), gpu.faults());
+            let mut engine = Engine::new(parts, epoch, replicate, keep)?;
             let mut done = engine.run(mm, vm.mirror(), &job, &mut clock, &cancel)?;
             pool.stats.phases.job(&clock);
             done.migrated = migrated;

@@ -50,6 +50,17 @@ pub(crate) enum Bind {
     Peer { phys: u64 },
 }
 
+/// How long an entry is meant to stay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Life {
+    /// Until the mm changes its page (an invalidation zaps it).
+    Kept,
+    /// For the job that faulted it only: zapped when the job ends (a page
+    /// the placement policies may move at the next job: see
+    /// `crate::engine`), or earlier by an invalidation.
+    Job,
+}
+
 /// The page an entry maps, as the engine's address decoder finds it (the
 /// emulated device reaches a page by CPU: see `crate::engine`).
 #[derive(Clone, Copy)]
@@ -63,13 +74,15 @@ pub(crate) enum Mapping<'t> {
 }
 
 // An entry: word 0 holds the kind (bits 61..63: 0 is no entry), the write
-// bit (60) and the page frame; word 1 the DMA or bus address.
+// bit (60), the job bit (59: `Life::Job`) and the page frame; word 1 the
+// DMA or bus address.
 const KIND_SHIFT: u32 = 61;
 const KIND_OWN: u64 = 1;
 const KIND_DMA: u64 = 2;
 const KIND_PEER: u64 = 3;
 const WRITABLE: u64 = 1 << 60;
-const PFN_MASK: u64 = WRITABLE - 1;
+const JOB: u64 = 1 << 59;
+const PFN_MASK: u64 = JOB - 1;
 
 #[derive(Clone, Copy, Default, Zeroable)]
 struct Pte {
@@ -255,12 +268,13 @@ impl DevPt {
     }
 
     /// Writes the entry of the page at `addr`: `page`, reached as `how`,
-    /// writable if `writable`; a leaf it needs comes from `spare`. Returns
-    /// whether it made the entry: not for another device than the table's
-    /// (or a detached table), nor without a leaf, nor a DMA entry when the
-    /// device's mappings bounce (they would hold the shared bounce pool),
-    /// nor if the mapping failed: the table is a cache, a missing entry only
-    /// faults again.
+    /// writable if `writable`, for `life`; a leaf it needs comes from
+    /// `spare`. An entry kept for the same page stays kept. Returns whether
+    /// it made the entry: not for another device than the table's (or a
+    /// detached table), nor without a leaf, nor a DMA entry when the
+    /// device's mappings bounce (they would hold the bounce pool all
+    /// devices share), nor if the mapping failed: the table is a cache, a
+    /// missing entry only faults again.
     ///
     /// # Safety
     ///
@@ -275,7 +289,7 @@ impl DevPt {
         addr: usize,
         page: PageRef<'_>,
         how: Bind,
-        writable: bool,
+        (writable, life): (bool, Life),
         spare: &mut Spare,
     ) -> Result<bool> {
         let own: &Device = dev;
@@ -298,8 +312,12 @@ impl DevPt {
             return Ok(false);
         };
         let i = addr % BLOCK_SIZE / PAGE_SIZE;
-        // Drop what the entry held first (a refault of a mapped page).
+        // Drop what the entry held first (a refault of a mapped page); a
+        // kept entry of the same page stays kept (a job's fault over a
+        // page PREFETCH bound, say).
         let old = core::mem::take(&mut leaf.ptes[i]);
+        let kept = old.kind() != 0 && old.pfn() == page.pfn() && old.word & JOB == 0;
+        let life = if kept { Life::Kept } else { life };
         if old.kind() != 0 {
             leaf.live -= 1;
             unmap(Some(own), old);
@@ -316,7 +334,10 @@ impl DevPt {
             },
         };
         // CAST: a page frame number fits 60 bits.
-        let word = kind << KIND_SHIFT | if writable { WRITABLE } else { 0 } | page.pfn() as u64;
+        let word = kind << KIND_SHIFT
+            | if writable { WRITABLE } else { 0 }
+            | if life == Life::Job { JOB } else { 0 }
+            | page.pfn() as u64;
         // INVARIANT: the caller's promise for the page; the mapping was
         // just made for `dev`, the table's (bound) device; the leaf counts
         // it.
@@ -345,6 +366,23 @@ impl DevPt {
         counters: Option<&Counters>,
         resched: bool,
     ) -> u64 {
+        self.zap_if(start, end, counters, resched, false)
+    }
+
+    /// Zaps the [`Life::Job`] entries of `[start, end)`, as [`Self::zap`]
+    /// does every entry (the job that faulted them ended).
+    pub(crate) fn zap_job(&mut self, start: usize, end: usize, counters: &Counters) -> u64 {
+        self.zap_if(start, end, Some(counters), true, true)
+    }
+
+    fn zap_if(
+        &mut self,
+        start: usize,
+        end: usize,
+        counters: Option<&Counters>,
+        resched: bool,
+        job_only: bool,
+    ) -> u64 {
         let end = if end == 0 { usize::MAX } else { end };
         if start >= end || self.leaves.iter().next().is_none() {
             return 0;
@@ -367,6 +405,9 @@ impl DevPt {
             let from = start.max(base) - base;
             let to = end.min(base.saturating_add(BLOCK_SIZE)) - base;
             for pte in &mut leaf.ptes[from / PAGE_SIZE..to.div_ceil(PAGE_SIZE)] {
+                if job_only && pte.word & JOB == 0 {
+                    continue;
+                }
                 let p = core::mem::take(pte);
                 if p.kind() != 0 {
                     leaf.live -= 1;
@@ -442,6 +483,10 @@ mod tests {
     /// Own entries (which map nothing) put straight into a table, as `set`
     /// does once it has its leaf.
     fn own(t: &mut DevPt, addr: usize, writable: bool) {
+        own_for(t, addr, writable, Life::Kept);
+    }
+
+    fn own_for(t: &mut DevPt, addr: usize, writable: bool, life: Life) {
         let block = addr / BLOCK_SIZE;
         if t.leaves.get(&block).is_none() {
             let mut s = Spare::new(1).unwrap();
@@ -450,8 +495,9 @@ mod tests {
         }
         let leaf = t.leaves.get_mut(&block).unwrap();
         let w = if writable { WRITABLE } else { 0 };
+        let j = if life == Life::Job { JOB } else { 0 };
         leaf.ptes[addr % BLOCK_SIZE / PAGE_SIZE] = Pte {
-            word: KIND_OWN << KIND_SHIFT | w | 1,
+            word: KIND_OWN << KIND_SHIFT | w | j | 1,
             addr: 0,
         };
         leaf.live += 1;
@@ -499,5 +545,25 @@ mod tests {
         let z = t.zap(0, 0, None, false);
         assert_eq!(z, (BLOCK_PAGES / 2 + BLOCK_PAGES) as u64);
         assert_eq!(t.bytes(), 0);
+    }
+
+    #[test]
+    fn zap_job_removes_only_the_jobs_entries() {
+        // SAFETY: no device.
+        let mut t = unsafe { DevPt::new(None) };
+        let a = 3 * BLOCK_SIZE;
+        for i in 0..8 {
+            let life = if i % 2 == 0 { Life::Job } else { Life::Kept };
+            own_for(&mut t, a + i * PAGE_SIZE, true, life);
+        }
+        // One job entry in the next block: its leaf goes with it.
+        own_for(&mut t, a + BLOCK_SIZE, true, Life::Job);
+        let c = Counters::new(0);
+        assert!(t.covers(a, 8, true));
+        assert_eq!(t.zap_job(a, a + 2 * BLOCK_SIZE, &c), 5);
+        assert!(t.covers(a + PAGE_SIZE, 1, true));
+        assert!(!t.covers(a, 1, false));
+        assert_eq!(t.missing_leaves(a + BLOCK_SIZE, 1), 1);
+        assert_eq!(t.zap(0, 0, None, false), 4);
     }
 }

@@ -32,7 +32,7 @@ use kernel::{
 };
 
 use super::bindings as b;
-use super::devpt::{Bind, Counters, DevPt, Spare};
+use super::devpt::{Bind, Counters, DevPt, Life, Spare};
 use super::owner::Owner;
 use super::page::{PageRef, PAGE_SIZE};
 
@@ -383,10 +383,40 @@ impl Mirror {
         pfns: &'p mut [HmmPfn],
         owner: Owner,
     ) -> Result<Walk<'_, 'p>> {
+        self.look(mm, start, pfns, owner, true)
+    }
+
+    /// [`Self::snapshot`], but without waiting for the mmap lock: `EAGAIN`
+    /// if it is taken for writing (or a writer waits). It never waits on
+    /// the process (a page fault stuck in user space, a writer queued
+    /// behind it): for the device's fault handler, which serves every
+    /// process of the device.
+    pub(crate) fn snapshot_nowait<'p>(
+        &self,
+        mm: &MmWithUser,
+        start: usize,
+        pfns: &'p mut [HmmPfn],
+        owner: Owner,
+    ) -> Result<Walk<'_, 'p>> {
+        self.look(mm, start, pfns, owner, false)
+    }
+
+    fn look<'p>(
+        &self,
+        mm: &MmWithUser,
+        start: usize,
+        pfns: &'p mut [HmmPfn],
+        owner: Owner,
+        wait: bool,
+    ) -> Result<Walk<'_, 'p>> {
         let mut range = self.range(mm, start, pfns, 0, owner)?;
         // SAFETY: the notifier is inserted (see `range`).
         range.notifier_seq = unsafe { b::mmu_interval_read_begin(self.sub.get()) };
-        let _lock = mm.mmap_read_lock();
+        let _lock = if wait {
+            mm.mmap_read_lock()
+        } else {
+            mm.mmap_read_trylock().ok_or(EAGAIN)?
+        };
         // SAFETY: `range` describes `pfns`, which is exclusively borrowed,
         // inside the notifier's interval of `mm`; the mmap lock is held as
         // `hmm_range_fault` requires.
@@ -506,6 +536,13 @@ impl MirrorGuard<'_> {
         self.guard.zap(start, end, Some(c), true)
     }
 
+    /// Zaps the device page table's [`Life::Job`] entries of `[start,
+    /// end)`: the job that faulted them ended. Returns the entries removed.
+    pub(crate) fn zap_job(&mut self, start: usize, end: usize) -> u64 {
+        let c = &self.mirror.tables.counters;
+        self.guard.zap_job(start, end, c)
+    }
+
     /// Binds the pages of `walk` into the device page table of `dev`, as
     /// `how` says for each (its address and page; `None` leaves the page
     /// out), writable where the walk found them writable; leaves come from
@@ -515,7 +552,7 @@ impl MirrorGuard<'_> {
         walk: &Walk<'_, '_>,
         dev: &Device<Bound>,
         spare: &mut Spare,
-        mut how: impl FnMut(usize, PageRef<'_>) -> Option<Bind>,
+        mut how: impl FnMut(usize, PageRef<'_>) -> Option<(Bind, Life)>,
     ) -> Result<u64> {
         self.check(walk)?;
         let mut bound = 0;
@@ -525,12 +562,17 @@ impl MirrorGuard<'_> {
             // since (checked above) and none can while the lock is held.
             let page = unsafe { PageRef::from_pfn(pfn) };
             let addr = walk.start + i * PAGE_SIZE;
-            let Some(b) = how(addr, page) else { continue };
+            let Some((b, life)) = how(addr, page) else {
+                continue;
+            };
             let c = &self.mirror.tables.counters;
             // SAFETY: the lock is held (`self`); the walk found `page` at
             // `addr`, with write access if the entry says so, and is still
             // valid (checked above).
-            if unsafe { self.guard.set(dev, c, addr, page, b, e.writable(), spare)? } {
+            if unsafe {
+                self.guard
+                    .set(dev, c, addr, page, b, (e.writable(), life), spare)?
+            } {
                 bound += 1;
             }
         }
@@ -565,6 +607,13 @@ impl<'g> Pages<'g> {
     /// The pages of the walk, in order (`None` where it found none).
     pub(crate) fn iter(&self) -> impl Iterator<Item = Option<PageRef<'g>>> + '_ {
         (0..self.pfns.len()).map(|i| self.page(i))
+    }
+
+    /// Whether every entry names a page, mapped writable if `write`.
+    pub(crate) fn all_mapped(&self, write: bool) -> bool {
+        self.pfns
+            .iter()
+            .all(|e| e.pfn().is_some() && (!write || e.writable()))
     }
 
     /// Whether some entry is a device-private page mapped without write

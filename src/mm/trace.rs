@@ -143,6 +143,36 @@ pub(crate) fn pt_fault(dev: usize, addr: usize, pages: usize, bound: u64, r: &Re
     unsafe { b::msvm_trace_pt_fault(self::dev(dev), addr, pages, bound, result(r)) }
 }
 
+/// What one batch of a device's fault handler did (`msvm_fault_batch`).
+pub(crate) struct FaultBatch {
+    pub(crate) dev: usize,
+    /// Faults in the batch.
+    pub(crate) faults: u64,
+    /// Spans serviced (grouped and merged).
+    pub(crate) spans: u64,
+    /// Their pages.
+    pub(crate) pages: u64,
+    /// Entries written.
+    pub(crate) bound: u64,
+    /// Nanoseconds the service took.
+    pub(crate) ns: u64,
+}
+
+impl FaultBatch {
+    pub(crate) fn fire(&self) {
+        let Self {
+            dev,
+            faults,
+            spans,
+            pages,
+            bound,
+            ns,
+        } = *self;
+        // SAFETY: the function takes plain values and only records them.
+        unsafe { b::msvm_trace_fault_batch(self::dev(dev), faults, spans, pages, bound, ns) }
+    }
+}
+
 /// `msvm_pt_invalidate`: an invalidation of `[start, end)` zapped `zapped`
 /// entries of a device page table of device `dev` in `ns` nanoseconds.
 pub(crate) fn pt_invalidate(dev: usize, start: usize, end: usize, zapped: u64, ns: u64) {

@@ -98,6 +98,14 @@ pub(crate) struct Stats {
     /// without the access the job needs), and entries those faults wrote
     /// (`pt_bound`).
     pub(crate) pt_hits: Atomic<u64>,
+    /// Windows that ran from the table after their faults were serviced
+    /// (a replay).
+    pub(crate) pt_replays: Atomic<u64>,
+    /// Spans the fault handler bound, and the nanoseconds it spent on
+    /// them, by resolution: all in this device's memory, some in system
+    /// RAM (none in a peer's), some in a peer's memory.
+    pub(crate) fault_spans: [Atomic<u64>; 3],
+    pub(crate) fault_ns: [Atomic<u64>; 3],
     pub(crate) pt_faults: Atomic<u64>,
     pub(crate) pt_bound: Atomic<u64>,
     /// Engine bytes read from each peer's VRAM over P2P, by peer index.
@@ -184,6 +192,9 @@ impl Stats {
             by_frame: Atomic::new(0),
             unrecorded: Atomic::new(0),
             pt_hits: Atomic::new(0),
+            pt_replays: Atomic::new(0),
+            fault_spans: [const { Atomic::new(0) }; 3],
+            fault_ns: [const { Atomic::new(0) }; 3],
             pt_faults: Atomic::new(0),
             pt_bound: Atomic::new(0),
             peer_read: [const { Atomic::new(0) }; MAX_DEVICES],

@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 /* Bumped on every ABI addition. */
-#define MSVM_UAPI_VERSION 14
+#define MSVM_UAPI_VERSION 15
 
 /* At most this many msvm devices are bound at once. */
 #define MSVM_MAX_DEVICES 16
@@ -305,9 +305,10 @@ struct drm_msvm_migrate {
  *           every page mapped with the access the job needs, no fault
  *           (since ABI version 14)
  * @pt_faults: windows that faulted: a page unmapped or mapped without the
- *             access the job needs; each was serviced (placement pass,
- *             page-table walk) and its pages bound
- * @pt_bound: device page-table entries those faults wrote
+ *             access the job needs; each was serviced (by the fault
+ *             handler, or in the job's context) and its pages bound
+ * @pt_bound: device page-table entries those faults wrote (kept ones, and
+ *            those for the faulting job only, zapped when it ends)
  * @pt_invalidations: invalidations of the process's page tables (munmap,
  *                    mprotect, migration, CPU copy-on-write, exit, ...)
  *                    that zapped entries of this device's tables
@@ -315,6 +316,25 @@ struct drm_msvm_migrate {
  * @pt_zap_ns: nanoseconds they spent zapping (and invalidating the
  *             device's TLB)
  * @pt_bytes: bytes the device page tables of this device's VMs take now
+ * @pt_replays: windows that ran from the table once the faults they raised
+ *              were serviced (since ABI version 15)
+ * @fault_raised: faults this device's jobs raised on its fault queue: spans
+ *                of up to 2 MiB without the entries the job needs, of the
+ *                missing window and of the windows after it
+ * @fault_batches: batches the device's fault handler took off the queue
+ * @fault_spans: spans it serviced (a batch's faults grouped by VM and
+ *               2 MiB block, overlapping ones merged)
+ * @fault_pages: pages of those spans
+ * @fault_ns: nanoseconds the handler spent servicing batches
+ * @fault_full: jobs that found the fault queue full and waited for room
+ * @fault_own_spans: spans the handler bound whose pages all lie in this
+ *                   device's memory
+ * @fault_own_ns: nanoseconds it spent on them (walk and bind)
+ * @fault_dma_spans: spans with pages in system RAM (mapped by DMA), none
+ *                   in a peer's memory
+ * @fault_dma_ns: nanoseconds it spent on them
+ * @fault_p2p_spans: spans with pages in a peer's memory (mapped over P2P)
+ * @fault_p2p_ns: nanoseconds it spent on them
  * @reserved: zero
  */
 struct drm_msvm_stats {
@@ -380,6 +400,19 @@ struct drm_msvm_stats {
 	__u64 pt_zapped;
 	__u64 pt_zap_ns;
 	__u64 pt_bytes;
+	__u64 pt_replays;
+	__u64 fault_raised;
+	__u64 fault_batches;
+	__u64 fault_spans;
+	__u64 fault_pages;
+	__u64 fault_ns;
+	__u64 fault_full;
+	__u64 fault_own_spans;
+	__u64 fault_own_ns;
+	__u64 fault_dma_spans;
+	__u64 fault_dma_ns;
+	__u64 fault_p2p_spans;
+	__u64 fault_p2p_ns;
 	__u64 reserved[1];
 };
 

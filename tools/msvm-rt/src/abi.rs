@@ -4,7 +4,7 @@
 //! which compiles a small C program against the real header.
 
 /// `MSVM_UAPI_VERSION`.
-pub const MSVM_UAPI_VERSION: u32 = 14;
+pub const MSVM_UAPI_VERSION: u32 = 15;
 /// `MSVM_MAX_DEVICES`.
 pub const MSVM_MAX_DEVICES: u32 = 16;
 /// `MSVM_SIZE_4K`: a migration step in 4 KiB pages.
@@ -205,6 +205,19 @@ pub struct DrmMsvmStats {
     pub pt_zapped: u64,
     pub pt_zap_ns: u64,
     pub pt_bytes: u64,
+    pub pt_replays: u64,
+    pub fault_raised: u64,
+    pub fault_batches: u64,
+    pub fault_spans: u64,
+    pub fault_pages: u64,
+    pub fault_ns: u64,
+    pub fault_full: u64,
+    pub fault_own_spans: u64,
+    pub fault_own_ns: u64,
+    pub fault_dma_spans: u64,
+    pub fault_dma_ns: u64,
+    pub fault_p2p_spans: u64,
+    pub fault_p2p_ns: u64,
     pub reserved: [u64; 1],
 }
 

@@ -18,6 +18,7 @@ mod cli;
 mod defaults;
 mod devpt;
 mod engine;
+mod faults;
 mod fuzz;
 mod generic;
 mod harness;
@@ -83,6 +84,7 @@ fn main_tests() -> Vec<harness::Test> {
         trust::tests(),
         engine::tests(),
         devpt::tests(),
+        faults::tests(),
         multi::tests(),
         placement::tests(),
         replicas::tests(),

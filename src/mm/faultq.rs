@@ -1,0 +1,386 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! A device's fault queue: the faults its engine raises, serviced by the
+//! driver's handler in batches while the faulting jobs wait (the GuC's
+//! page-fault messages on Xe, the fault buffer of NVIDIA UVM).
+//!
+//! A job whose access misses the VM's device page table raises a fault for
+//! it, with the faults its other windows would raise next (a GPU's many
+//! threads fault at once), and waits ([`FaultQueue::raise`]). The handler
+//! (a work item on the device's fault workqueue, `crate::fault`) takes
+//! every queued fault as one batch ([`FaultQueue::drain`]), groups them by
+//! VM and 2 MiB block, merges the overlapping spans of a group (with the
+//! strongest access among them), services each span once through the
+//! faulting job's [`Service`], and completes every fault of it with the
+//! result; the job then replays its access from the table.
+//!
+//! The queue holds [`DEPTH`] faults, as hardware's fault buffer holds so
+//! many entries: a job that finds it full waits for room.
+//!
+//! Each fault borrows its job's context (the [`Service`]: the VM, its mm,
+//! the device, what the job binds). A job does not return from
+//! [`FaultQueue::raise`] before every fault it queued is completed, and
+//! the handler completes a fault only after its last use of the context:
+//! that is this file's one promise to the compiler. The wait cannot be
+//! interrupted, so a [`Service`] must be bounded: it must never wait on
+//! the process (a page fault stuck in user space: FUSE, userfaultfd) nor
+//! on anything a waiting job holds. msvm's walks what is mapped, with the
+//! mmap lock only tried, and leaves anything more to the job (see
+//! `crate::engine`). `kick` runs with faults queued: it must return.
+//!
+//! # Lock order
+//!
+//! The queue's lock is innermost: nothing is taken under it but the
+//! workqueue's own (queuing the handler), and nothing is serviced under it.
+
+use core::cell::UnsafeCell;
+use core::ptr::NonNull;
+
+use kernel::{
+    new_condvar, new_mutex,
+    prelude::*,
+    sync::{
+        atomic::{Atomic, Relaxed},
+        CondVar, Mutex,
+    },
+    time::{Instant, Monotonic},
+};
+
+use super::page::{BLOCK_SIZE, PAGE_SIZE};
+
+/// Faults the queue holds.
+pub(crate) const DEPTH: usize = 64;
+
+/// Faults one job raises at once.
+pub(crate) const MAX_RAISE: usize = 16;
+
+/// The access a fault asks for (what the device reports).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Access {
+    Read,
+    Write,
+    Atomic,
+}
+
+/// One fault, as the device reports it: pages `[addr, addr + pages *
+/// PAGE_SIZE)` (within one 2 MiB block), the access, the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Fault {
+    pub(crate) addr: usize,
+    pub(crate) pages: usize,
+    pub(crate) access: Access,
+    pub(crate) engine: u16,
+}
+
+impl Fault {
+    fn end(&self) -> usize {
+        self.addr + self.pages * PAGE_SIZE
+    }
+
+    fn block(&self) -> usize {
+        self.addr / BLOCK_SIZE
+    }
+}
+
+/// How a fault was serviced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Served {
+    /// Its pages have entries: the number written.
+    Bound(u64),
+    /// It needs the faulting job's own context (a copy-on-write break
+    /// moves pages, charged to the process): the job services it.
+    InContext,
+}
+
+/// The faulting job's context, which services its faults.
+pub(crate) trait Service: Sync {
+    /// The VM the faults are of: one VM's faults in one 2 MiB block are
+    /// serviced together.
+    fn vm(&self) -> usize;
+
+    /// Services `fault`: resolves its pages and writes their entries.
+    fn service(&self, fault: &Fault) -> Result<Served>;
+}
+
+/// What the handler did, for `STATS` (relaxed counters).
+pub(crate) struct Counters {
+    /// Faults raised.
+    pub(crate) faults: Atomic<u64>,
+    /// Batches the handler took.
+    pub(crate) batches: Atomic<u64>,
+    /// Spans serviced (after grouping and merging).
+    pub(crate) spans: Atomic<u64>,
+    /// Pages of the spans serviced.
+    pub(crate) pages: Atomic<u64>,
+    /// Nanoseconds the handler spent servicing.
+    pub(crate) ns: Atomic<u64>,
+    /// Jobs that found the queue full and waited for room.
+    pub(crate) full: Atomic<u64>,
+}
+
+/// One job's faults, on its stack while it waits.
+///
+/// # Invariants
+///
+/// `vm` is valid until every fault of this raise is completed (`pending`
+/// is 0): the raising job does not return before. `results` and `pending`
+/// are accessed with the queue's lock held only.
+struct Raise {
+    vm: NonNull<dyn Service>,
+    faults: [Fault; MAX_RAISE],
+    results: UnsafeCell<[Option<Result<Served>>; MAX_RAISE]>,
+    pending: UnsafeCell<usize>,
+}
+
+/// A queued fault: fault `idx` of a raise.
+#[derive(Clone, Copy)]
+struct Entry {
+    raise: NonNull<Raise>,
+    idx: usize,
+}
+
+/// The queued faults.
+struct Ring {
+    entries: [Option<Entry>; DEPTH],
+    len: usize,
+}
+
+// SAFETY: an `Entry` points to a `Raise` whose job waits for it (see
+// `Raise`); the handler uses it from its own thread, which `Service: Sync`
+// allows, and its cells under the queue's lock only.
+unsafe impl Send for Ring {}
+
+/// A device's fault queue.
+#[pin_data]
+pub(crate) struct FaultQueue {
+    #[pin]
+    ring: Mutex<Ring>,
+    /// Signalled when faults complete and room frees up.
+    #[pin]
+    done: CondVar,
+    pub(crate) counters: Counters,
+    /// The device's index (for trace events).
+    index: usize,
+}
+
+impl FaultQueue {
+    /// The fault queue of device `index`.
+    pub(crate) fn new(index: usize) -> impl PinInit<Self> {
+        pin_init!(Self {
+            ring <- new_mutex!(Ring {
+                entries: [None; DEPTH],
+                len: 0,
+            }),
+            done <- new_condvar!(),
+            counters: Counters {
+                faults: Atomic::new(0),
+                batches: Atomic::new(0),
+                spans: Atomic::new(0),
+                pages: Atomic::new(0),
+                ns: Atomic::new(0),
+                full: Atomic::new(0),
+            },
+            index,
+        })
+    }
+
+    /// Queues `faults` (at most [`MAX_RAISE`]; the rest are ignored) of the
+    /// job whose context is `vm`, calls `kick` to run the handler, and waits
+    /// until every one is serviced; `out[i]` gets fault `i`'s result.
+    /// Sleeps; the caller holds no lock the handler's service takes.
+    pub(crate) fn raise(
+        &self,
+        vm: &dyn Service,
+        faults: &[Fault],
+        kick: impl Fn(),
+        out: &mut [Option<Result<Served>>],
+    ) {
+        let n = faults.len().min(MAX_RAISE).min(out.len());
+        if n == 0 {
+            return;
+        }
+        let mut list = [faults[0]; MAX_RAISE];
+        list[..n].copy_from_slice(&faults[..n]);
+        let vm: NonNull<dyn Service + '_> = NonNull::from(vm);
+        // SAFETY: only the lifetime bound changes (same layout). The
+        // pointer is used while this function waits (see `Raise`), which
+        // the borrow outlives.
+        let vm: NonNull<dyn Service> = unsafe { core::mem::transmute(vm) };
+        // INVARIANT: this function returns only once `pending` is 0.
+        let raise = Raise {
+            vm,
+            faults: list,
+            results: UnsafeCell::new([None; MAX_RAISE]),
+            pending: UnsafeCell::new(n),
+        };
+        let c = &self.counters;
+        c.faults.add(n as u64, Relaxed);
+        let mut next = 0;
+        let mut waited = false;
+        let mut ring = self.ring.lock();
+        loop {
+            let queued = next;
+            while next < n && ring.len < DEPTH {
+                let len = ring.len;
+                ring.entries[len] = Some(Entry {
+                    raise: NonNull::from(&raise),
+                    idx: next,
+                });
+                ring.len += 1;
+                next += 1;
+            }
+            if next > queued {
+                kick();
+            }
+            // SAFETY: under the queue's lock (`Raise` invariant).
+            if next == n && unsafe { *raise.pending.get() } == 0 {
+                break;
+            }
+            if next < n && ring.len == DEPTH && !waited {
+                waited = true;
+                c.full.add(1, Relaxed);
+            }
+            self.done.wait(&mut ring);
+        }
+        // SAFETY: under the queue's lock; the handler is done with `raise`.
+        let results = unsafe { &*raise.results.get() };
+        out[..n].copy_from_slice(&results[..n]);
+    }
+
+    /// The handler: services the queued faults, a batch at a time, until
+    /// the queue is empty. Reschedules between spans.
+    pub(crate) fn drain(&self) {
+        loop {
+            let mut batch = [None; DEPTH];
+            let n = {
+                let mut ring = self.ring.lock();
+                let n = ring.len;
+                batch[..n].copy_from_slice(&ring.entries[..n]);
+                ring.entries = [None; DEPTH];
+                ring.len = 0;
+                n
+            };
+            // Room for the jobs waiting for it.
+            self.done.notify_all();
+            if n == 0 {
+                return;
+            }
+            let t0 = Instant::<Monotonic>::now();
+            let (spans, pages, bound) = self.service_batch(&mut batch[..n]);
+            // CAST: an elapsed time is not negative.
+            let ns = t0.elapsed().as_nanos() as u64;
+            let c = &self.counters;
+            c.batches.add(1, Relaxed);
+            c.spans.add(spans, Relaxed);
+            c.pages.add(pages, Relaxed);
+            c.ns.add(ns, Relaxed);
+            super::trace::FaultBatch {
+                dev: self.index,
+                // CAST: at most `DEPTH`.
+                faults: n as u64,
+                spans,
+                pages,
+                bound,
+                ns,
+            }
+            .fire();
+        }
+    }
+
+    /// Services `batch`, grouped by VM and block, merging overlapping
+    /// spans of a group; completes each fault. Returns the spans serviced,
+    /// their pages and the entries written.
+    fn service_batch(&self, batch: &mut [Option<Entry>]) -> (u64, u64, u64) {
+        let (mut spans, mut pages, mut bound) = (0, 0, 0);
+        // SAFETY (each `fault` and `vm` below): the entries of `batch`
+        // were taken from the ring; each is completed once its span is
+        // serviced, after the last use of its fault and context.
+        let key = |e: &Option<Entry>| {
+            e.map_or((usize::MAX, usize::MAX, Access::Atomic, usize::MAX), |e| {
+                // SAFETY: see above.
+                let (f, vm) = unsafe { (Self::fault(e), Self::vm(e).vm()) };
+                (vm, f.block(), f.access, f.addr)
+            })
+        };
+        batch.sort_unstable_by_key(key);
+        let mut i = 0;
+        while i < batch.len() {
+            let Some(first) = batch[i] else { break };
+            // The merged span: overlapping or adjacent faults of one VM
+            // in one block with one access (a read merged into a write
+            // would ask a read-only mapping for write access).
+            // SAFETY: see above.
+            let (mut span, service) = unsafe { (Self::fault(first), Self::vm(first)) };
+            let vm = service.vm();
+            let mut j = i + 1;
+            while let Some(e) = batch.get(j).copied().flatten() {
+                // SAFETY: see above.
+                let (f, other) = unsafe { (Self::fault(e), Self::vm(e).vm()) };
+                if other != vm
+                    || f.block() != span.block()
+                    || f.access != span.access
+                    || f.addr > span.end()
+                {
+                    break;
+                }
+                let end = span.end().max(f.end());
+                span.pages = (end - span.addr) / PAGE_SIZE;
+                j += 1;
+            }
+            let r = service.service(&span);
+            spans += 1;
+            // CAST: at most a block's pages.
+            pages += span.pages as u64;
+            if let Ok(Served::Bound(b)) = r {
+                bound += b;
+            }
+            {
+                let _ring = self.ring.lock();
+                for (k, e) in batch[i..j].iter().flatten().enumerate() {
+                    // The span's entries are the first fault's to count.
+                    let r = match r {
+                        Ok(Served::Bound(_)) if k > 0 => Ok(Served::Bound(0)),
+                        r => r,
+                    };
+                    // SAFETY: the raise waits for this fault (`Raise`
+                    // invariant), and the queue's lock is held.
+                    unsafe {
+                        let raise = e.raise.as_ref();
+                        (*raise.results.get())[e.idx] = Some(r);
+                        *raise.pending.get() -= 1;
+                    }
+                }
+                // The raises of `batch[i..j]` may return from here on:
+                // nothing below uses them.
+            }
+            self.done.notify_all();
+            super::cancel::cond_resched();
+            i = j;
+        }
+        (spans, pages, bound)
+    }
+
+    /// The fault of a queued entry.
+    ///
+    /// # Safety
+    ///
+    /// `e` was taken from the ring and is not completed yet.
+    unsafe fn fault(e: Entry) -> Fault {
+        // SAFETY: the entry's raise waits for it (`Raise` invariant: the
+        // caller's promise); `faults` is not written after queuing.
+        unsafe { e.raise.as_ref().faults[e.idx] }
+    }
+
+    /// The context of a queued entry.
+    ///
+    /// # Safety
+    ///
+    /// `e` was taken from the ring, and is completed only after the last
+    /// use of the returned reference.
+    unsafe fn vm<'a>(e: Entry) -> &'a dyn Service {
+        // SAFETY: the raise and its context are valid until the entry is
+        // completed (`Raise` invariant), after the last use (the caller's
+        // promise).
+        unsafe { e.raise.as_ref().vm.as_ref() }
+    }
+}
