@@ -8,18 +8,28 @@
 //! (`crate::mm::devpt`, kept across jobs and zapped by the mirror's
 //! invalidations) with the access the job needs runs straight from it:
 //! no walk, no mapping (`pt_hits`). Any other window faults
-//! (`pt_faults`): it resolves its pages like hardware servicing a fault,
-//! [`Mirror::fault`] (`hmm_range_fault` with the device's owner, so that
-//! its own device pages come back as they are) under the VM's mirror
-//! sequence, builds the window's table of device-visible addresses (a VRAM
-//! offset for a page in this device's memory, a DMA address for a page in
-//! system RAM, a bus address for a peer's page), runs, and binds into the
-//! VM's table the entries that stay valid until the mm changes them: its
-//! own memory's pages, and the pages of ranges whose access policy is "in
-//! place" (not read-mostly ones: their jobs read replicas). A page used in
-//! place only because migrating it failed, or because the job asked to run
-//! in place, is not bound: the next job's placement pass tries again, as
-//! before.
+//! (`pt_faults`): it raises faults for the spans it lacks, and for those
+//! of the windows after it, on the device's fault queue
+//! (`crate::mm::faultq`), waits while the device's fault handler
+//! (`crate::fault`) services them through [`JobService`] (a walk of what
+//! the process maps, every page bound), and replays from the table
+//! (`pt_replays`). The entries stay until the mm changes them where the
+//! job's ranges keep their pages ([`Engine::binding`]: its own memory's
+//! pages, and the pages of ranges whose access policy is "in place", not
+//! read-mostly ones: their jobs read replicas); elsewhere (a page used in
+//! place because migrating it failed, or because the job asked to run in
+//! place) they are the job's only ([`Life::Job`]), zapped when it ends, so
+//! that the next job's placement pass tries again, as before.
+//!
+//! What the handler leaves to the job (a page not present or without the
+//! access, a busy mmap lock, a page it could not bind), a window that
+//! reads replicas, and one that keeps being zapped before its replay, is
+//! serviced in the job's own context: [`Mirror::fault`] (`hmm_range_fault`
+//! with the device's owner, so that its own device pages come back as
+//! they are, faulting the others in) under the VM's mirror sequence, a
+//! table of the window's own of device-visible addresses (a VRAM offset
+//! for a page in this device's memory, a DMA address for a page in system
+//! RAM, a bus address for a peer's page), run, and the kept entries bound.
 //!
 //! The executor sees device addresses only; the address decoder turns a
 //! device address into a CPU access (the BAR mapping for VRAM; for a DMA
@@ -38,6 +48,9 @@
 //!
 //! # Lock order
 //!
+//! A job waits for its raised faults holding its file's VM lock only (no
+//! mmap or mirror lock); the handler takes the job's leaf spare, then the
+//! mirror's lock, and only tries the mmap lock.
 //! `mmap_lock` (read, only around `hmm_range_fault` and migration) is never
 //! held together with the mirror's lock ([`Mirror::lock`]); invalidations
 //! take it from under the mm core's locks, so the job holds it only while
@@ -341,6 +354,9 @@ pub(crate) struct Engine<'p> {
     /// its last raise serviced ahead: each counts as a fault, and a replay,
     /// when its turn comes.
     ahead: [Option<usize>; LOOKAHEAD],
+    /// The job offsets of the windows whose faults the last raise did not
+    /// service: they are serviced in the job's context at their turn.
+    unserved: [Option<usize>; LOOKAHEAD],
 }
 
 /// Times a window raises its faults before it is serviced in the job's
@@ -361,6 +377,10 @@ struct Raised {
     current: usize,
     /// The job offsets of the later windows that raised faults.
     ahead: [Option<usize>; LOOKAHEAD],
+    /// Each window's job offset and its faults' indices in `list`.
+    windows: [Option<(usize, usize, usize)>; LOOKAHEAD],
+    /// The missing window's job offset.
+    off: usize,
     /// The table's leaves the faults' spans lack.
     leaves: usize,
 }
@@ -438,6 +458,8 @@ impl Service for JobService<'_, '_> {
                 Err(err) if err == EAGAIN => continue,
                 r => r?,
             };
+            // Every entry written counts, whatever comes of the fault.
+            e.pool.stats.pt_bound.add(bound, Relaxed);
             // A page it could not bind (no leaf, a mapping that failed, a
             // DMA entry under bounce buffering) would only fault again.
             let total: u64 = asked.iter().sum();
@@ -514,6 +536,7 @@ impl<'p> Engine<'p> {
             keep,
             raised: false,
             ahead: [None; LOOKAHEAD],
+            unserved: [None; LOOKAHEAD],
         })
     }
 
@@ -578,6 +601,8 @@ impl<'p> Engine<'p> {
             n: 0,
             current: 0,
             ahead: [None; LOOKAHEAD],
+            windows: [None; LOOKAHEAD],
+            off,
             leaves: 0,
         };
         let push = |r: &mut Raised, first: usize, pages: usize, access: Access| {
@@ -586,11 +611,13 @@ impl<'p> Engine<'p> {
             while at < end && r.n < MAX_RAISE {
                 let stop = ((at / BLOCK_SIZE + 1) * BLOCK_SIZE).min(end);
                 let n = (stop - at) / PAGE_SIZE;
-                if !table.covers(at, n, access != Access::Read) {
-                    r.leaves += table.missing_leaves(at, n);
+                // From its first page lacking an entry to its last: the
+                // entries around stay as they are.
+                if let Some((addr, pages)) = table.uncovered(at, n, access != Access::Read) {
+                    r.leaves += table.missing_leaves(addr, pages);
                     r.list[r.n] = Fault {
-                        addr: at,
-                        pages: n,
+                        addr,
+                        pages,
                         access,
                         engine: 0,
                     };
@@ -607,6 +634,12 @@ impl<'p> Engine<'p> {
             }
             let a = job.addr + o;
             let m = ((a / BLOCK_SIZE + 1) * BLOCK_SIZE - a).min(job.len - o);
+            // A later window whose faults came back to the job is left to
+            // its turn: raised again, they would only come back again.
+            if k > 0 && self.unserved.contains(&Some(o)) {
+                o += m;
+                continue;
+            }
             let w = WindowPages::new(job, (o, m));
             let before = r.n;
             push(&mut r, w.dst_first, w.dst_pages, dst_access);
@@ -618,6 +651,9 @@ impl<'p> Engine<'p> {
             } else if r.n > before {
                 r.ahead[k] = Some(o);
             }
+            if r.n > before {
+                r.windows[k] = Some((o, before, r.n));
+            }
             o += m;
         }
         r
@@ -625,9 +661,11 @@ impl<'p> Engine<'p> {
 
     /// Raises `faults` on the device's fault handler and waits for them.
     /// `true` if those of the missing window were serviced (replay it),
-    /// `false` if the job must service them itself; the error of one that
-    /// failed (the job ends with it).
-    fn raise(&self, mm: &MmWithUser, mirror: &Mirror, faults: &Raised) -> Result<bool> {
+    /// `false` if the job must service them itself; `EFAULT` if one of
+    /// them touches a page no device may (the job ends with it). The
+    /// windows whose faults came back unserviced are remembered
+    /// ([`Self::unserved`]).
+    fn raise(&mut self, mm: &MmWithUser, mirror: &Mirror, faults: &Raised) -> Result<bool> {
         let leaves = Spare::new(faults.leaves)?;
         pin_init::stack_pin_init!(let spare = new_mutex!(leaves));
         let svc = JobService {
@@ -638,18 +676,32 @@ impl<'p> Engine<'p> {
         };
         let mut out = [None; MAX_RAISE];
         self.faults.raise(&svc, &faults.list[..faults.n], &mut out);
-        let bound: u64 = out[..faults.n]
+        let served = |r: &Option<Result<Served>>| matches!(r, Some(Ok(Served::Bound(_))));
+        // The windows left unserved: this raise's, and those of earlier
+        // ones still ahead.
+        let fresh = faults
+            .windows
             .iter()
-            .map(|r| match r {
-                Some(Ok(Served::Bound(b))) => *b,
-                _ => 0,
-            })
-            .sum();
-        self.pool.stats.pt_bound.add(bound, Relaxed);
+            .flatten()
+            .filter(|&&(_, from, to)| !out[from..to].iter().all(served))
+            .map(|&(o, ..)| o);
+        let earlier = self.unserved.iter().flatten().copied();
+        let mut merged = [None; LOOKAHEAD];
+        let mut k = 0;
+        for o in Iterator::chain(fresh, earlier.filter(|&o| o > faults.off)) {
+            if k < LOOKAHEAD && !merged[..k].contains(&Some(o)) {
+                merged[k] = Some(o);
+                k += 1;
+            }
+        }
+        self.unserved = merged;
         for r in &out[..faults.current] {
             match r {
                 Some(Ok(Served::Bound(_))) => {}
-                Some(Err(e)) => return Err(*e),
+                // A page no device may touch; any other failure of the
+                // handler's (no memory for its walk, say) the job's own
+                // service meets again, or not.
+                Some(Err(e)) if *e == EFAULT => return Err(EFAULT),
                 _ => return Ok(false),
             }
         }
@@ -781,6 +833,7 @@ impl<'p> Engine<'p> {
         }
         self.raised = false;
         self.ahead = [None; LOOKAHEAD];
+        self.unserved = [None; LOOKAHEAD];
         let mut windows = || -> Result {
             let mut off = 0;
             while off < job.len {
@@ -885,7 +938,7 @@ impl<'p> Engine<'p> {
                 if rounds == 0 {
                     self.pool.stats.pt_faults.add(1, Relaxed);
                 }
-                if inline || rounds >= MAX_REPLAYS {
+                if inline || rounds >= MAX_REPLAYS || self.unserved.contains(&Some(off)) {
                     break table.missing_leaves(dst_first, dst_pages)
                         + table.missing_leaves(src_first, src_pages);
                 }

@@ -251,6 +251,28 @@ impl DevPt {
         true
     }
 
+    /// The pages of `[first, first + pages * PAGE_SIZE)` (within one 2 MiB
+    /// block) from its first page without an entry (writable if `write`) to
+    /// its last: the address and the number of pages; `None` if it is
+    /// covered.
+    pub(crate) fn uncovered(
+        &self,
+        first: usize,
+        pages: usize,
+        write: bool,
+    ) -> Option<(usize, usize)> {
+        let ok = |p: &Pte| p.kind() != 0 && (!write || p.word & WRITABLE != 0);
+        let from = first % BLOCK_SIZE / PAGE_SIZE;
+        let to = (from + pages).min(BLOCK_PAGES);
+        let Some(leaf) = self.leaves.get(&(first / BLOCK_SIZE)) else {
+            return Some((first, to - from));
+        };
+        let ptes = &leaf.ptes[from..to];
+        let a = ptes.iter().position(|p| !ok(p))?;
+        let b = ptes.iter().rposition(|p| !ok(p))?;
+        Some((first + a * PAGE_SIZE, b - a + 1))
+    }
+
     /// The leaves `[first, first + pages * PAGE_SIZE)` lacks.
     pub(crate) fn missing_leaves(&self, first: usize, pages: usize) -> usize {
         if pages == 0 {
@@ -333,7 +355,7 @@ impl DevPt {
                 None => return Ok(self.unneeded(block, counters)),
             },
         };
-        // CAST: a page frame number fits 60 bits.
+        // CAST: a page frame number fits 59 bits.
         let word = kind << KIND_SHIFT
             | if writable { WRITABLE } else { 0 }
             | if life == Life::Job { JOB } else { 0 }
@@ -516,6 +538,16 @@ mod tests {
         assert!(!t.covers(a, 4, true));
         assert!(!t.covers(a, 5, false));
         assert!(!t.covers(a - PAGE_SIZE, 2, false));
+        // From the first page lacking the access to the last.
+        assert_eq!(t.uncovered(a, 2, true), None);
+        assert_eq!(t.uncovered(a, 2, false), None);
+        assert_eq!(
+            t.uncovered(a - PAGE_SIZE, 3, false),
+            Some((a - PAGE_SIZE, 1))
+        );
+        let b = 5 * BLOCK_SIZE;
+        assert_eq!(t.uncovered(b, 4, true), Some((b + PAGE_SIZE, 3)));
+        assert_eq!(t.uncovered(b, 1, true), None);
         assert_eq!(t.missing_leaves(a, 4), 0);
         assert_eq!(t.missing_leaves(a, 2 * BLOCK_PAGES), 1);
     }

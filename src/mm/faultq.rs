@@ -15,7 +15,8 @@
 //! result; the job then replays its access from the table.
 //!
 //! The queue holds [`DEPTH`] faults, as hardware's fault buffer holds so
-//! many entries: a job that finds it full waits for room.
+//! many entries: the faults a full queue has no room for come back to the
+//! job unserviced (it services them itself).
 //!
 //! Each fault borrows its job's context (the [`Service`]: the VM, its mm,
 //! the device, what the job binds). A job does not return from
@@ -25,8 +26,10 @@
 //! interrupted, so a [`Service`] must be bounded: it must never wait on
 //! the process (a page fault stuck in user space: FUSE, userfaultfd) nor
 //! on anything a waiting job holds. msvm's walks what is mapped, with the
-//! mmap lock only tried, and leaves anything more to the job (see
-//! `crate::engine`). `kick` runs with faults queued: it must return.
+//! mmap lock only tried (it may wait for an invalidation of the mm in
+//! progress to finish, which the mm core bounds), and leaves anything more
+//! to the job (see `crate::engine`). `kick` runs with faults queued: it
+//! must return.
 //!
 //! # Lock order
 //!
@@ -114,7 +117,8 @@ pub(crate) struct Counters {
     pub(crate) pages: Atomic<u64>,
     /// Nanoseconds the handler spent servicing.
     pub(crate) ns: Atomic<u64>,
-    /// Jobs that found the queue full and waited for room.
+    /// Raises that found the queue full (their faults that did not fit
+    /// went back to their jobs).
     pub(crate) full: Atomic<u64>,
 }
 
@@ -186,8 +190,10 @@ impl FaultQueue {
 
     /// Queues `faults` (at most [`MAX_RAISE`]; the rest are ignored) of the
     /// job whose context is `vm`, calls `kick` to run the handler, and waits
-    /// until every one is serviced; `out[i]` gets fault `i`'s result.
-    /// Sleeps; the caller holds no lock the handler's service takes.
+    /// until every one queued is serviced; `out[i]` gets fault `i`'s result,
+    /// `None` for a fault the full queue had no room for (the job services
+    /// it: a job never waits for room, which another could always take
+    /// first). Sleeps; the caller holds no lock the handler's service takes.
     pub(crate) fn raise(
         &self,
         vm: &dyn Service,
@@ -211,35 +217,34 @@ impl FaultQueue {
             vm,
             faults: list,
             results: UnsafeCell::new([None; MAX_RAISE]),
-            pending: UnsafeCell::new(n),
+            // Set once the faults that fit are known, under the lock.
+            pending: UnsafeCell::new(0),
         };
         let c = &self.counters;
-        c.faults.add(n as u64, Relaxed);
-        let mut next = 0;
-        let mut waited = false;
         let mut ring = self.ring.lock();
-        loop {
-            let queued = next;
-            while next < n && ring.len < DEPTH {
-                let len = ring.len;
-                ring.entries[len] = Some(Entry {
-                    raise: NonNull::from(&raise),
-                    idx: next,
-                });
-                ring.len += 1;
-                next += 1;
-            }
-            if next > queued {
-                kick();
-            }
-            // SAFETY: under the queue's lock (`Raise` invariant).
-            if next == n && unsafe { *raise.pending.get() } == 0 {
-                break;
-            }
-            if next < n && ring.len == DEPTH && !waited {
-                waited = true;
-                c.full.add(1, Relaxed);
-            }
+        let queued = n.min(DEPTH - ring.len);
+        if queued < n {
+            c.full.add(1, Relaxed);
+        }
+        if queued == 0 {
+            out[..n].fill(None);
+            return;
+        }
+        c.faults.add(queued as u64, Relaxed);
+        // SAFETY: under the queue's lock (`Raise` invariant); nothing is
+        // queued yet.
+        unsafe { *raise.pending.get() = queued };
+        for idx in 0..queued {
+            let len = ring.len;
+            ring.entries[len] = Some(Entry {
+                raise: NonNull::from(&raise),
+                idx,
+            });
+            ring.len += 1;
+        }
+        kick();
+        // SAFETY: under the queue's lock (`Raise` invariant).
+        while unsafe { *raise.pending.get() } != 0 {
             self.done.wait(&mut ring);
         }
         // SAFETY: under the queue's lock; the handler is done with `raise`.
@@ -327,26 +332,44 @@ impl FaultQueue {
                 span.pages = (end - span.addr) / PAGE_SIZE;
                 j += 1;
             }
+            let mut results = [None; DEPTH];
             let r = service.service(&span);
             spans += 1;
             // CAST: at most a block's pages.
             pages += span.pages as u64;
-            if let Ok(Served::Bound(b)) = r {
-                bound += b;
+            match r {
+                Ok(Served::Bound(b)) => {
+                    bound += b;
+                    // The span's entries are the first fault's to count.
+                    results[..j - i].fill(Some(Ok(Served::Bound(0))));
+                    results[0] = Some(r);
+                }
+                // One fault's pages must not fail another's: a merged span
+                // that was not bound is serviced fault by fault.
+                _ if j - i > 1 => {
+                    for (k, e) in batch[i..j].iter().flatten().enumerate() {
+                        // SAFETY: see above.
+                        let f = unsafe { Self::fault(*e) };
+                        let r = service.service(&f);
+                        spans += 1;
+                        // CAST: at most a block's pages.
+                        pages += f.pages as u64;
+                        if let Ok(Served::Bound(b)) = r {
+                            bound += b;
+                        }
+                        results[k] = Some(r);
+                    }
+                }
+                r => results[0] = Some(r),
             }
             {
                 let _ring = self.ring.lock();
                 for (k, e) in batch[i..j].iter().flatten().enumerate() {
-                    // The span's entries are the first fault's to count.
-                    let r = match r {
-                        Ok(Served::Bound(_)) if k > 0 => Ok(Served::Bound(0)),
-                        r => r,
-                    };
                     // SAFETY: the raise waits for this fault (`Raise`
                     // invariant), and the queue's lock is held.
                     unsafe {
                         let raise = e.raise.as_ref();
-                        (*raise.results.get())[e.idx] = Some(r);
+                        (*raise.results.get())[e.idx] = results[k];
                         *raise.pending.get() -= 1;
                     }
                 }

@@ -322,11 +322,12 @@ struct drm_msvm_migrate {
  *                of up to 2 MiB without the entries the job needs, of the
  *                missing window and of the windows after it
  * @fault_batches: batches the device's fault handler took off the queue
- * @fault_spans: spans it serviced (a batch's faults grouped by VM and
- *               2 MiB block, overlapping ones merged)
+ * @fault_spans: spans it serviced (a batch's faults grouped by VM, 2 MiB
+ *               block and access, overlapping or adjacent ones merged)
  * @fault_pages: pages of those spans
  * @fault_ns: nanoseconds the handler spent servicing batches
- * @fault_full: jobs that found the fault queue full and waited for room
+ * @fault_full: raises that found the fault queue full (the faults that did
+ *              not fit went back to their jobs, which serviced them)
  * @fault_own_spans: spans the handler bound whose pages all lie in this
  *                   device's memory
  * @fault_own_ns: nanoseconds it spent on them (walk and bind)

@@ -28,6 +28,10 @@ pub fn tests() -> Vec<Test> {
             run: copy_from_a_read_only_neighbour,
         },
         Test {
+            name: "faults_the_job_services_what_the_handler_cannot",
+            run: the_job_services_what_the_handler_cannot,
+        },
+        Test {
             name: "faults_storm_of_tenants",
             run: storm_of_tenants,
         },
@@ -146,6 +150,36 @@ fn copy_from_a_read_only_neighbour() -> Outcome {
     check!(
         raised == 2 && spans == 2 && replays == 1,
         "raised {raised}, spans {spans}, replays {replays}: want 2, 2, 1"
+    );
+    Ok(())
+}
+
+/// 16 MiB never touched, CHECKSUMmed in place by gpu0: its pages are not
+/// present, so the handler, which faults nothing in, gives every window
+/// back to the job, which faults them in itself and reads zeroes. The
+/// windows given back are not raised again: one raise of 8 faults for the
+/// 8 windows, no replay (raised again at each turn, they made 36).
+fn the_job_services_what_the_handler_cannot() -> Outcome {
+    let dev = gpu0()?;
+    const LEN: usize = 8 * HUGE;
+    let windows = (LEN / HUGE) as u64;
+    let outer = Map::new(LEN + HUGE)?;
+    let start = outer.addr().next_multiple_of(HUGE);
+    let want = msvm_rt::checksum(&vec![0u8; LEN]);
+    let s0 = stats(&dev)?;
+    let j = dev.exec(Exec::Checksum, start, LEN, true).map_err(e)?;
+    let s1 = stats(&dev)?;
+    check!(
+        j.result == want,
+        "checksum {:#x}, want {want:#x} (zeroes)",
+        j.result
+    );
+    let (raised, ..) = fq(&s0, &s1);
+    let replays = s1.pt_replays - s0.pt_replays;
+    let faults = s1.pt_faults - s0.pt_faults;
+    check!(
+        raised == windows && replays == 0 && faults == windows,
+        "raised {raised}, replays {replays}, faulting windows {faults}: want {windows}, 0, {windows}"
     );
     Ok(())
 }
