@@ -503,9 +503,19 @@ fn hot_unplug_and_replug() -> Outcome {
     );
     crate::replicas::check_pinned(&pinned)?;
     for (addr, dev, _) in open.iter().filter(|(a, _, _)| a != gone[0]) {
-        let j = dev
-            .exec(msvm_rt::Exec::Checksum, shared.addr(), shared.len(), false)
-            .map_err(|e| format!("{addr}: {e}"))?;
+        // The sysfs link goes before the driver's remove runs: while the
+        // unplugged device's memory goes home, a job on another stops
+        // with EAGAIN (uapi.rst), and is run again.
+        let mut tries = 0;
+        let j = loop {
+            match dev.exec(msvm_rt::Exec::Checksum, shared.addr(), shared.len(), false) {
+                Err(e) if e.errno() == Some(Errno::EAGAIN) && tries < 300 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                r => break r.map_err(|e| format!("{addr}: {e}"))?,
+            }
+        };
         check!(
             j.result == shared_sum,
             "{addr}: read-mostly checksum after the unplug"
