@@ -261,6 +261,9 @@ impl DevPt {
         pages: usize,
         write: bool,
     ) -> Option<(usize, usize)> {
+        if pages == 0 {
+            return None;
+        }
         let ok = |p: &Pte| p.kind() != 0 && (!write || p.word & WRITABLE != 0);
         let from = first % BLOCK_SIZE / PAGE_SIZE;
         let to = (from + pages).min(BLOCK_PAGES);

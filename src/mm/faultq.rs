@@ -9,10 +9,11 @@
 //! threads fault at once), and waits ([`FaultQueue::raise`]). The handler
 //! (a work item on the device's fault workqueue, `crate::fault`) takes
 //! every queued fault as one batch ([`FaultQueue::drain`]), groups them by
-//! VM and 2 MiB block, merges the overlapping spans of a group (with the
-//! strongest access among them), services each span once through the
-//! faulting job's [`Service`], and completes every fault of it with the
-//! result; the job then replays its access from the table.
+//! VM, 2 MiB block and access, merges the overlapping or adjacent spans of
+//! a group, services each span once through the faulting job's
+//! [`Service`] (fault by fault if the merged span is not bound), and
+//! completes every fault of it with the result; the job then replays its
+//! access from the table.
 //!
 //! The queue holds [`DEPTH`] faults, as hardware's fault buffer holds so
 //! many entries: the faults a full queue has no room for come back to the
@@ -107,7 +108,7 @@ pub(crate) trait Service: Sync {
 
 /// What the handler did, for `STATS` (relaxed counters).
 pub(crate) struct Counters {
-    /// Faults raised.
+    /// Faults raised and queued (not those a full queue had no room for).
     pub(crate) faults: Atomic<u64>,
     /// Batches the handler took.
     pub(crate) batches: Atomic<u64>,
@@ -159,7 +160,7 @@ unsafe impl Send for Ring {}
 pub(crate) struct FaultQueue {
     #[pin]
     ring: Mutex<Ring>,
-    /// Signalled when faults complete and room frees up.
+    /// Signalled when faults complete.
     #[pin]
     done: CondVar,
     pub(crate) counters: Counters,
@@ -265,8 +266,6 @@ impl FaultQueue {
                 ring.len = 0;
                 n
             };
-            // Room for the jobs waiting for it.
-            self.done.notify_all();
             if n == 0 {
                 return;
             }
@@ -292,8 +291,8 @@ impl FaultQueue {
         }
     }
 
-    /// Services `batch`, grouped by VM and block, merging overlapping
-    /// spans of a group; completes each fault. Returns the spans serviced,
+    /// Services `batch`, grouped by VM, block and access, merging
+    /// overlapping or adjacent spans of a group; completes each fault. Returns the spans serviced,
     /// their pages and the entries written.
     fn service_batch(&self, batch: &mut [Option<Entry>]) -> (u64, u64, u64) {
         let (mut spans, mut pages, mut bound) = (0, 0, 0);
@@ -334,9 +333,12 @@ impl FaultQueue {
             }
             let mut results = [None; DEPTH];
             let r = service.service(&span);
-            spans += 1;
-            // CAST: at most a block's pages.
-            pages += span.pages as u64;
+            // A merged span not bound is counted by its retries below.
+            if j - i == 1 || matches!(r, Ok(Served::Bound(_))) {
+                spans += 1;
+                // CAST: at most a block's pages.
+                pages += span.pages as u64;
+            }
             match r {
                 Ok(Served::Bound(b)) => {
                     bound += b;
@@ -358,6 +360,7 @@ impl FaultQueue {
                             bound += b;
                         }
                         results[k] = Some(r);
+                        super::cancel::cond_resched();
                     }
                 }
                 r => results[0] = Some(r),

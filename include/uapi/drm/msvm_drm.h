@@ -320,7 +320,8 @@ struct drm_msvm_migrate {
  *              were serviced (since ABI version 15)
  * @fault_raised: faults this device's jobs raised on its fault queue: spans
  *                of up to 2 MiB without the entries the job needs, of the
- *                missing window and of the windows after it
+ *                missing window and of the windows after it (those a full
+ *                queue had no room for are not counted)
  * @fault_batches: batches the device's fault handler took off the queue
  * @fault_spans: spans it serviced (a batch's faults grouped by VM, 2 MiB
  *               block and access, overlapping or adjacent ones merged)
