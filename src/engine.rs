@@ -369,14 +369,26 @@ const MAX_REPLAYS: usize = 4;
 /// (a COPY's window may raise three).
 const LOOKAHEAD: usize = 8;
 
+/// The job offsets after `off` among `offsets`, each once. They all lie
+/// among the [`LOOKAHEAD`] windows from `off`'s: a raise looks no further.
+fn later(off: usize, offsets: impl Iterator<Item = usize>) -> [Option<usize>; LOOKAHEAD] {
+    let mut set = [None; LOOKAHEAD];
+    let mut k = 0;
+    for o in offsets.filter(|&o| o > off) {
+        if k < LOOKAHEAD && !set[..k].contains(&Some(o)) {
+            set[k] = Some(o);
+            k += 1;
+        }
+    }
+    set
+}
+
 /// The faults one miss raises: those of the missing window first.
 struct Raised {
     list: [Fault; MAX_RAISE],
     n: usize,
     /// Faults of the missing window itself.
     current: usize,
-    /// The job offsets of the later windows that raised faults.
-    ahead: [Option<usize>; LOOKAHEAD],
     /// Each window's job offset and its faults' indices in `list`.
     windows: [Option<(usize, usize, usize)>; LOOKAHEAD],
     /// The missing window's job offset.
@@ -600,7 +612,6 @@ impl<'p> Engine<'p> {
             }; MAX_RAISE],
             n: 0,
             current: 0,
-            ahead: [None; LOOKAHEAD],
             windows: [None; LOOKAHEAD],
             off,
             leaves: 0,
@@ -648,8 +659,6 @@ impl<'p> Engine<'p> {
             }
             if k == 0 {
                 r.current = r.n;
-            } else if r.n > before {
-                r.ahead[k] = Some(o);
             }
             if r.n > before {
                 r.windows[k] = Some((o, before, r.n));
@@ -686,15 +695,7 @@ impl<'p> Engine<'p> {
             .filter(|&&(_, from, to)| !out[from..to].iter().all(served))
             .map(|&(o, ..)| o);
         let earlier = self.unserved.iter().flatten().copied();
-        let mut merged = [None; LOOKAHEAD];
-        let mut k = 0;
-        for o in Iterator::chain(fresh, earlier.filter(|&o| o > faults.off)) {
-            if k < LOOKAHEAD && !merged[..k].contains(&Some(o)) {
-                merged[k] = Some(o);
-                k += 1;
-            }
-        }
-        self.unserved = merged;
+        self.unserved = later(faults.off, Iterator::chain(fresh, earlier));
         for r in &out[..faults.current] {
             match r {
                 Some(Ok(Served::Bound(_))) => {}
@@ -946,16 +947,13 @@ impl<'p> Engine<'p> {
             };
             rounds += 1;
             self.raised = true;
-            // Windows serviced ahead by an earlier raise stay so.
-            let mut merged = [None; LOOKAHEAD];
-            let mut k = 0;
-            for &a in Iterator::chain(self.ahead.iter(), faults.ahead.iter()).flatten() {
-                if a > off && k < LOOKAHEAD && !merged[..k].contains(&Some(a)) {
-                    merged[k] = Some(a);
-                    k += 1;
-                }
-            }
-            self.ahead = merged;
+            // The later windows this raise services ahead, and those an
+            // earlier one did.
+            let raised = faults.windows.iter().flatten().map(|&(o, ..)| o);
+            self.ahead = later(
+                off,
+                Iterator::chain(raised, self.ahead.iter().flatten().copied()),
+            );
             let replay = self.raise(mm, mirror, &faults)?;
             clock.lap_job(JobPhase::Walk);
             if !replay {
