@@ -762,6 +762,9 @@ impl<'p> Engine<'p> {
                     done,
                 )
             });
+        let (hits, misses) = table.tlb_counts();
+        self.pool.stats.tlb_hits.add(hits, Relaxed);
+        self.pool.stats.tlb_misses.add(misses, Relaxed);
         Some(r)
     }
 

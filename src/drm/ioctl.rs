@@ -450,6 +450,9 @@ impl File {
             fault_dma_ns: s.fault_ns[1].load(Relaxed),
             fault_p2p_spans: s.fault_spans[2].load(Relaxed),
             fault_p2p_ns: s.fault_ns[2].load(Relaxed),
+            pt_tlb_hits: s.tlb_hits.load(Relaxed),
+            pt_tlb_misses: s.tlb_misses.load(Relaxed),
+            pt_tlb_invalidations: pt.tlb_invalidations.load(Relaxed),
             reserved: [0; 1],
         };
         Ok(0)

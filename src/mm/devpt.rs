@@ -22,6 +22,11 @@
 //! is what lets the device use it without walking the process's page
 //! tables again.
 //!
+//! The emulated device looks an entry up in its TLB ([`Tlb`]) before the
+//! leaves; whatever changes or drops an entry drops its translation there
+//! too, under the same lock, before the page it named may go: a zap is
+//! also the device's TLB invalidation (counted in [`Counters`]).
+//!
 //! Nothing here allocates under the lock: a leaf is allocated before the
 //! lock is taken ([`Spare`]) and only moved in; zapping frees.
 
@@ -37,6 +42,7 @@ use kernel::{
 
 use super::dma::{self, SysPage};
 use super::page::{PageRef, BLOCK_PAGES, BLOCK_SIZE, PAGE_SIZE};
+use super::tlb::Tlb;
 
 /// What the device reaches an entry's page through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,9 +128,11 @@ pub(crate) struct Counters {
     pub(crate) invalidations: Atomic<u64>,
     /// Entries they zapped.
     pub(crate) zapped: Atomic<u64>,
-    /// Nanoseconds the zapping took (TLB invalidation included: the
-    /// emulated device has no TLB beyond the table).
+    /// Nanoseconds the zapping took (TLB invalidation included).
     pub(crate) zap_ns: Atomic<u64>,
+    /// TLB invalidations: one per zap that removed entries, and one per
+    /// entry replaced by another.
+    pub(crate) tlb_invalidations: Atomic<u64>,
 }
 
 impl Counters {
@@ -136,6 +144,7 @@ impl Counters {
             invalidations: Atomic::new(0),
             zapped: Atomic::new(0),
             zap_ns: Atomic::new(0),
+            tlb_invalidations: Atomic::new(0),
         }
     }
 
@@ -184,9 +193,11 @@ impl Spare {
 ///   the table emptied, before the device's DMA is torn down: see
 ///   `Tables::gone` in `hmm.rs`).
 /// - `leaves` counts each leaf's live entries, and holds no empty leaf.
+/// - Every translation in `tlb` is the entry of its page in `leaves`.
 pub(crate) struct DevPt {
     dev: Option<ARef<Device>>,
     leaves: RBTree<usize, Leaf>,
+    tlb: Tlb<Pte>,
 }
 
 impl DevPt {
@@ -198,22 +209,40 @@ impl DevPt {
     /// `dev` is bound, and the table is detached ([`Self::detach`]) before
     /// it is unbound.
     pub(super) unsafe fn new(dev: Option<ARef<Device>>) -> Self {
-        // INVARIANT: no entries; the caller's promise for `dev`.
+        // INVARIANT: no entries, no translations; the caller's promise for
+        // `dev`.
         Self {
             dev,
             leaves: RBTree::new(),
+            tlb: Tlb::new(),
         }
+    }
+
+    /// The entry of the page at `addr`, as the device finds it: in its
+    /// TLB, else in the leaves (then kept in the TLB).
+    fn translate(&self, addr: usize) -> Option<Pte> {
+        // INVARIANT: the TLB keeps what the leaves hold now.
+        self.tlb.lookup(addr / PAGE_SIZE, || {
+            let leaf = self.leaves.get(&(addr / BLOCK_SIZE))?;
+            let pte = leaf.ptes[addr % BLOCK_SIZE / PAGE_SIZE];
+            (pte.kind() != 0).then_some(pte)
+        })
+    }
+
+    /// The TLB lookups that hit and missed since the last call.
+    pub(crate) fn tlb_counts(&self) -> (u64, u64) {
+        self.tlb.take_counts()
     }
 
     /// What the entry of the page at `addr` maps, if there is one. Its
     /// page is valid for as long as the table is borrowed (the mirror's
     /// lock is held).
     pub(crate) fn get(&self, addr: usize) -> Option<Mapping<'_>> {
-        let leaf = self.leaves.get(&(addr / BLOCK_SIZE))?;
-        let pte = leaf.ptes[addr % BLOCK_SIZE / PAGE_SIZE];
+        let pte = self.translate(addr)?;
         Some(match pte.kind() {
-            // SAFETY: an entry's page is valid while the table is borrowed
-            // (invariant), and so for the returned lifetime.
+            // SAFETY: an entry's page is valid while the table is borrowed,
+            // and a translation of the TLB's is an entry (invariants), so
+            // for the returned lifetime.
             KIND_OWN => Mapping::Own(unsafe { PageRef::from_pfn(pte.pfn()) }),
             KIND_DMA => {
                 // SAFETY: as above.
@@ -345,6 +374,11 @@ impl DevPt {
         let life = if kept { Life::Kept } else { life };
         if old.kind() != 0 {
             leaf.live -= 1;
+            // INVARIANT: its translation goes with it, before its mapping.
+            let vpn = addr / PAGE_SIZE;
+            if self.tlb.invalidate(vpn, vpn + 1) > 0 {
+                counters.tlb_invalidations.add(1, Relaxed);
+            }
             unmap(Some(own), old);
         }
         let (kind, a) = match how {
@@ -413,6 +447,14 @@ impl DevPt {
             return 0;
         }
         let dev = self.dev.clone();
+        // The device's TLB invalidation, before any mapping goes: of the
+        // range, or of each job entry zapped (the translations of the
+        // entries that stay are used again).
+        // INVARIANT: no translation of an entry zapped below is left.
+        if !job_only {
+            self.tlb
+                .invalidate(start / PAGE_SIZE, end.div_ceil(PAGE_SIZE));
+        }
         let (first, last) = (start / BLOCK_SIZE, (end - 1) / BLOCK_SIZE);
         let mut zapped = 0;
         let mut freed = 0;
@@ -429,7 +471,11 @@ impl DevPt {
             let base = block * BLOCK_SIZE;
             let from = start.max(base) - base;
             let to = end.min(base.saturating_add(BLOCK_SIZE)) - base;
-            for pte in &mut leaf.ptes[from / PAGE_SIZE..to.div_ceil(PAGE_SIZE)] {
+            let first_pte = from / PAGE_SIZE;
+            for (i, pte) in leaf.ptes[first_pte..to.div_ceil(PAGE_SIZE)]
+                .iter_mut()
+                .enumerate()
+            {
                 if job_only && pte.word & JOB == 0 {
                     continue;
                 }
@@ -437,6 +483,10 @@ impl DevPt {
                 if p.kind() != 0 {
                     leaf.live -= 1;
                     zapped += 1;
+                    if job_only {
+                        let vpn = base / PAGE_SIZE + first_pte + i;
+                        self.tlb.invalidate(vpn, vpn + 1);
+                    }
                     unmap(dev.as_deref(), p);
                 }
             }
@@ -453,6 +503,9 @@ impl DevPt {
         }
         if let Some(c) = counters {
             c.count_bytes(freed * LEAF_BYTES, false);
+            if zapped > 0 {
+                c.tlb_invalidations.add(1, Relaxed);
+            }
         }
         zapped
     }
@@ -580,6 +633,34 @@ mod tests {
         let z = t.zap(0, 0, None, false);
         assert_eq!(z, (BLOCK_PAGES / 2 + BLOCK_PAGES) as u64);
         assert_eq!(t.bytes(), 0);
+    }
+
+    #[test]
+    fn a_zap_invalidates_the_tlb() {
+        // SAFETY: no device.
+        let mut t = unsafe { DevPt::new(None) };
+        let a = 9 * BLOCK_SIZE + 3 * PAGE_SIZE;
+        own(&mut t, a, true);
+        own(&mut t, a + PAGE_SIZE, true);
+        // The first lookup walks, the second finds the TLB's translation.
+        assert!(t.translate(a).is_some());
+        assert!(t.translate(a).is_some());
+        assert_eq!(t.tlb_counts(), (1, 1));
+        let c = Counters::new(0);
+        assert_eq!(t.zap(a, a + PAGE_SIZE, Some(&c), false), 1);
+        assert_eq!(c.tlb_invalidations.load(Relaxed), 1);
+        // Gone from the TLB too; its neighbour is walked again.
+        assert!(t.translate(a).is_none());
+        assert!(t.translate(a + PAGE_SIZE).is_some());
+        assert!(t.translate(a + PAGE_SIZE).is_some());
+        assert_eq!(t.tlb_counts(), (1, 2));
+        // A job's zap too, and a zap of nothing invalidates nothing.
+        own_for(&mut t, a, true, Life::Job);
+        assert!(t.translate(a).is_some());
+        assert_eq!(t.zap_job(a, a + BLOCK_SIZE, &c), 1);
+        assert!(t.translate(a).is_none());
+        assert_eq!(t.zap(a, a + PAGE_SIZE, Some(&c), false), 0);
+        assert_eq!(c.tlb_invalidations.load(Relaxed), 2);
     }
 
     #[test]

@@ -30,4 +30,5 @@ pub(crate) mod page;
 pub(crate) mod pagemap;
 pub(crate) mod pci;
 pub(crate) mod reclaim;
+pub(crate) mod tlb;
 pub(crate) mod trace;

@@ -101,6 +101,10 @@ pub(crate) struct Stats {
     /// Windows that ran from the table after their faults were serviced
     /// (a replay).
     pub(crate) pt_replays: Atomic<u64>,
+    /// Lookups of the tables' entries by the engine's warm windows that
+    /// found them in the device's TLB, and those that walked the table.
+    pub(crate) tlb_hits: Atomic<u64>,
+    pub(crate) tlb_misses: Atomic<u64>,
     /// Spans the fault handler bound, and the nanoseconds it spent on
     /// them, by resolution: all in this device's memory, some in system
     /// RAM (none in a peer's), some in a peer's memory.
@@ -193,6 +197,8 @@ impl Stats {
             unrecorded: Atomic::new(0),
             pt_hits: Atomic::new(0),
             pt_replays: Atomic::new(0),
+            tlb_hits: Atomic::new(0),
+            tlb_misses: Atomic::new(0),
             fault_spans: [const { Atomic::new(0) }; 3],
             fault_ns: [const { Atomic::new(0) }; 3],
             pt_faults: Atomic::new(0),

@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 /* Bumped on every ABI addition. */
-#define MSVM_UAPI_VERSION 15
+#define MSVM_UAPI_VERSION 16
 
 /* At most this many msvm devices are bound at once. */
 #define MSVM_MAX_DEVICES 16
@@ -337,6 +337,15 @@ struct drm_msvm_migrate {
  * @fault_dma_ns: nanoseconds it spent on them
  * @fault_p2p_spans: spans with pages in a peer's memory (mapped over P2P)
  * @fault_p2p_ns: nanoseconds it spent on them
+ * @pt_tlb_hits: lookups of entries by this device's jobs running from their
+ *               VM's table that found the entry in the device's TLB (a
+ *               small cache of the translations it used last, per VM;
+ *               since ABI version 16)
+ * @pt_tlb_misses: lookups that walked the table instead
+ * @pt_tlb_invalidations: invalidations of the device's TLB: one per zap of
+ *                        a range that removed entries (an invalidation of
+ *                        the process's page tables, a job's end, a shrink
+ *                        pass, an unbind), and one per entry replaced
  * @reserved: zero
  */
 struct drm_msvm_stats {
@@ -415,6 +424,9 @@ struct drm_msvm_stats {
 	__u64 fault_dma_ns;
 	__u64 fault_p2p_spans;
 	__u64 fault_p2p_ns;
+	__u64 pt_tlb_hits;
+	__u64 pt_tlb_misses;
+	__u64 pt_tlb_invalidations;
 	__u64 reserved[1];
 };
 

@@ -4,7 +4,7 @@
 //! which compiles a small C program against the real header.
 
 /// `MSVM_UAPI_VERSION`.
-pub const MSVM_UAPI_VERSION: u32 = 15;
+pub const MSVM_UAPI_VERSION: u32 = 16;
 /// `MSVM_MAX_DEVICES`.
 pub const MSVM_MAX_DEVICES: u32 = 16;
 /// `MSVM_SIZE_4K`: a migration step in 4 KiB pages.
@@ -218,6 +218,9 @@ pub struct DrmMsvmStats {
     pub fault_dma_ns: u64,
     pub fault_p2p_spans: u64,
     pub fault_p2p_ns: u64,
+    pub pt_tlb_hits: u64,
+    pub pt_tlb_misses: u64,
+    pub pt_tlb_invalidations: u64,
     pub reserved: [u64; 1],
 }
 

@@ -106,6 +106,9 @@ fn c_layout() -> Vec<(String, u64)> {
                 "fault_dma_ns",
                 "fault_p2p_spans",
                 "fault_p2p_ns",
+                "pt_tlb_hits",
+                "pt_tlb_misses",
+                "pt_tlb_invalidations",
                 "reserved",
             ],
         )
@@ -364,6 +367,9 @@ fn layouts_match_the_c_header() {
             fault_dma_ns,
             fault_p2p_spans,
             fault_p2p_ns,
+            pt_tlb_hits,
+            pt_tlb_misses,
+            pt_tlb_invalidations,
             reserved
         ]
     );

@@ -64,6 +64,10 @@ pub fn tests() -> Vec<Test> {
             name: "devpt_munmap_counts_invalidation",
             run: munmap_counts_invalidation,
         },
+        Test {
+            name: "devpt_tlb_keeps_and_loses_translations",
+            run: tlb_keeps_and_loses_translations,
+        },
     ]
 }
 
@@ -863,5 +867,76 @@ fn munmap_counts_invalidation() -> Outcome {
         s2.pt_bytes,
         s0.pt_bytes
     );
+    Ok(())
+}
+
+/// The TLB counters of `b` since `a`: hits, misses, invalidations.
+fn tlb(a: &Stats, b: &Stats) -> (u64, u64, u64) {
+    (
+        b.pt_tlb_hits - a.pt_tlb_hits,
+        b.pt_tlb_misses - a.pt_tlb_misses,
+        b.pt_tlb_invalidations - a.pt_tlb_invalidations,
+    )
+}
+
+/// 8 pages on gpu0, read three times by its engine. The first CHECKSUM
+/// faults and replays: each page is walked once (the accounting pass) and
+/// found in the TLB once (the read). The second runs from the table and
+/// finds every translation in the TLB: 16 hits, no walk. The CPU then
+/// writes the first page, which faults it home: the zap invalidates the
+/// TLB, and the third CHECKSUM walks again and reads the new bytes (a
+/// translation left in the TLB would read the old page).
+fn tlb_keeps_and_loses_translations() -> Outcome {
+    let dev = gpu0()?;
+    const PAGES: usize = 8;
+    let (_outer, mut m) = aligned(HUGE)?;
+    fill(m.bytes_mut(), 310);
+    let mut want = m.bytes()[..PAGES * PAGE].to_vec();
+    park(&dev, &m)?;
+    let addr = m.addr();
+    let job = |d: &Device| {
+        d.exec(Exec::Checksum, addr, PAGES * PAGE, false)
+            .map_err(|x| format!("CHECKSUM: {x}"))
+    };
+    let s0 = stats(&dev)?;
+    let j1 = job(&dev)?;
+    let s1 = stats(&dev)?;
+    let p = PAGES as u64;
+    check!(
+        tlb(&s0, &s1) == (p, p, 0),
+        "first job: TLB hits/misses/invalidations {:?}, want ({p}, {p}, 0)",
+        tlb(&s0, &s1)
+    );
+    let j2 = job(&dev)?;
+    let s2 = stats(&dev)?;
+    check!(
+        tlb(&s1, &s2) == (2 * p, 0, 0) && pt(&s1, &s2) == (1, 0, 0),
+        "second job: TLB {:?}, want ({}, 0, 0); hits/faults/bound {:?}",
+        tlb(&s1, &s2),
+        2 * p,
+        pt(&s1, &s2)
+    );
+    let old = msvm_rt::checksum(&want);
+    check!(
+        j1.result == old && j2.result == old,
+        "checksums {:#x} {:#x}, want {old:#x}",
+        j1.result,
+        j2.result
+    );
+    want[100] ^= 0x5a;
+    m.bytes_mut()[100] = want[100];
+    let s3 = stats(&dev)?;
+    let (_, _, inv) = tlb(&s2, &s3);
+    check!(inv >= 1, "the CPU's write invalidated no TLB");
+    let j3 = job(&dev)?;
+    let s4 = stats(&dev)?;
+    let new = msvm_rt::checksum(&want);
+    check!(
+        j3.result == new,
+        "checksum after the CPU's write {:#x}, want {new:#x} (before: {old:#x})",
+        j3.result
+    );
+    let (_, misses, _) = tlb(&s3, &s4);
+    check!(misses >= 1, "the third job walked no entry");
     Ok(())
 }
