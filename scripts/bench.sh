@@ -205,6 +205,16 @@ if "oversub_hot_hit_pct.on" in vals:
             print(f"{'evict=' + m:<32}{vals[f'oversub_hot_hit_pct.{m}']:>10.1f}{vals[f'oversub_evict_blocks.{m}']:>9.0f}"
                   f"{vals[f'oversub_no_vram_mib.{m}']:>12.0f}{vals[f'oversub_s.{m}']:>8.2f}")
     print()
+    for case, what in (("shift", "shift (2 sets of 2/3 GPU)"), ("cyclic", "cycle (1.5x GPU, in order)")):
+        if f"oversub_{case}_hit_pct.on" not in vals:
+            continue
+        print(f"{what:<32}{'hit %':>10}{'evicted':>9}{'refaults':>12}{'s':>8}")
+        for m in ("off", "lru", "on"):
+            k = f"oversub_{case}_hit_pct.{m}"
+            if k in vals:
+                print(f"{'evict=' + m:<32}{vals[k]:>10.1f}{vals[f'oversub_{case}_evict_blocks.{m}']:>9.0f}"
+                      f"{vals[f'oversub_{case}_refaults.{m}']:>12.0f}{vals[f'oversub_{case}_s.{m}']:>8.2f}")
+        print()
 if "pingpong_64M.on" in vals and "pingpong_64M.off" in vals:
     print(f"{'thrashing (64 MiB, 50 rounds)':<32}{'off s':>8}{'on s':>8}{'off/on':>8}{'MiB off':>9}{'MiB on':>8}{'off/on':>8}")
     p = lambda k: vals.get(k, float("nan"))

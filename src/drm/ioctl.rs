@@ -453,6 +453,7 @@ impl File {
             pt_tlb_hits: s.tlb_hits.load(Relaxed),
             pt_tlb_misses: s.tlb_misses.load(Relaxed),
             pt_tlb_invalidations: pt.tlb_invalidations.load(Relaxed),
+            evict_refaults: s.room_refaults.load(Relaxed),
             reserved: [0; 1],
         };
         Ok(0)

@@ -210,6 +210,14 @@ pub(super) fn fill_to_device(
     // process (its mm is the one that moves).
     let mut batch = pool.alloc(want, Payer::Caller)?;
     clock.lap(Phase::Alloc);
+    // Data the device evicted not long ago, coming back: placed as working
+    // set (see `src/vram/shadow.rs`).
+    let u = if want > 0 || block.is_some() {
+        // CAST: an address, used as a key only.
+        pool.placing(vma.mm().as_raw() as usize, start, u)
+    } else {
+        u
+    };
     let mut filled = [0u16; BLOCK_PAGES];
     let mut from_peer = [false; BLOCK_PAGES];
     // The destination of the whole folio, if any (the step's first entry).

@@ -131,7 +131,7 @@ pub(crate) struct Counters {
     /// Nanoseconds the zapping took (TLB invalidation included).
     pub(crate) zap_ns: Atomic<u64>,
     /// TLB invalidations: one per zap that removed entries, and one per
-    /// entry replaced by another.
+    /// entry written over a live one.
     pub(crate) tlb_invalidations: Atomic<u64>,
 }
 
@@ -376,9 +376,8 @@ impl DevPt {
             leaf.live -= 1;
             // INVARIANT: its translation goes with it, before its mapping.
             let vpn = addr / PAGE_SIZE;
-            if self.tlb.invalidate(vpn, vpn + 1) > 0 {
-                counters.tlb_invalidations.add(1, Relaxed);
-            }
+            self.tlb.invalidate(vpn, vpn + 1);
+            counters.tlb_invalidations.add(1, Relaxed);
             unmap(Some(own), old);
         }
         let (kind, a) = match how {

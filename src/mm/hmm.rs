@@ -210,8 +210,7 @@ unsafe extern "C" fn invalidate_cb(
     let unmap = event == kernel::bindings::mmu_notifier_event_MMU_NOTIFY_UNMAP;
     (mirror.on_invalidate)(mm, start, end, unmap);
     // The device's entries of the range go before the mm core changes
-    // them (and the device's TLB with them: the emulated device caches
-    // nothing else).
+    // them, and the translations of its TLB with them (`DevPt::zap`).
     let t0 = Instant::<Monotonic>::now();
     let c = &mirror.tables.counters;
     let zapped = guard.zap(start, end, Some(c), blockable);

@@ -61,11 +61,21 @@ impl<T: Copy + Default> Tlb<T> {
     /// it held.
     pub(crate) fn invalidate(&mut self, first: usize, end: usize) -> usize {
         let mut dropped = 0;
-        for slot in &mut self.slots {
+        let mut drop_if = |slot: &mut Cell<(usize, T)>, hit: &dyn Fn(usize) -> bool| {
             let tag = slot.get_mut().0;
-            if tag != 0 && (first..end).contains(&(tag - 1)) {
+            if tag != 0 && hit(tag - 1) {
                 *slot.get_mut() = (0, T::default());
                 dropped += 1;
+            }
+        };
+        if end.saturating_sub(first) < ENTRIES {
+            // A short range: only its pages' slots.
+            for vpn in first..end {
+                drop_if(&mut self.slots[vpn % ENTRIES], &|v| v == vpn);
+            }
+        } else {
+            for slot in &mut self.slots {
+                drop_if(slot, &|v| (first..end).contains(&v));
             }
         }
         dropped

@@ -9,7 +9,11 @@
 //!
 //! - pages placed by a job's migrate-on-access leave their block's class as
 //!   it was (a new block is inactive); pages an explicit MIGRATE or PREFETCH
-//!   placed make it active (the runtime said it wants them there);
+//!   placed make it active (the runtime said it wants them there), and so
+//!   do pages a job brings back within the device's size of their eviction
+//!   (a *refault*, `shadow.rs`: working set that the device keeps turning
+//!   over, a new one displacing an old one or a cycle larger than the
+//!   device);
 //! - a use of a resident block by a later request (the engine reading or
 //!   writing it, a placement finding its pages there already) makes it
 //!   active: used twice, it is part of the working set;
@@ -57,6 +61,9 @@ pub(crate) enum Intent {
     Explicit,
     /// A job's migrate-on-access.
     OnAccess,
+    /// A job's migrate-on-access of data the device evicted recently
+    /// (`shadow.rs`): working set it keeps turning over.
+    Refault,
 }
 
 /// A request that places or uses pages: its epoch and why.
@@ -140,7 +147,7 @@ impl BlockUse {
     fn placed(self, u: Use) -> Self {
         Self {
             last: u.epoch.0,
-            active: self.active || u.intent == Intent::Explicit,
+            active: self.active || u.intent != Intent::OnAccess,
             stuck: false,
         }
     }
@@ -301,12 +308,17 @@ mod tests {
         assert_eq!(b.placed(on_access(7)), blk(7, false));
         // An active block stays active.
         assert_eq!(blk(6, true).placed(on_access(7)), blk(7, true));
-        // An explicit MIGRATE places active.
+        // An explicit MIGRATE places active, and so does a refault.
         let e = Use {
             epoch: Epoch(8),
             intent: Intent::Explicit,
         };
         assert_eq!(none.placed(e), blk(8, true));
+        let r = Use {
+            epoch: Epoch(8),
+            intent: Intent::Refault,
+        };
+        assert_eq!(none.placed(r), blk(8, true));
     }
 
     #[test]

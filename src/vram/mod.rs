@@ -99,6 +99,7 @@ mod phases;
 mod records;
 mod replicas;
 mod room;
+mod shadow;
 mod shrink;
 mod stats;
 mod teardown;
@@ -113,6 +114,7 @@ pub(crate) use lru::{Epoch, Intent, Use};
 pub(crate) use phases::{Clock, JobPhase, Phase, SizeClass};
 use replicas::Replicas;
 pub(crate) use replicas::Window as ReplicaWindow;
+use shadow::Shadows;
 pub(crate) use shrink::{choose_victim, ChunkInfo};
 pub(crate) use stats::Stats;
 pub(crate) use window::{EVICT_DELAYS, EVICT_DELAY_MAX_MS, EVICT_DELAY_MS};
@@ -215,6 +217,8 @@ pub(crate) struct VramPool {
     /// The use of each 2 MiB block of the BAR: what makes room when the
     /// pool is full (see `room.rs`).
     lru: Lru,
+    /// Where its evicted blocks' data was (see `shadow.rs`).
+    shadows: Shadows,
     /// msvm index of the device.
     index: usize,
     /// The layer above, for what the pool cannot do itself.
@@ -284,6 +288,7 @@ impl VramPool {
                 stats: Stats::new(),
                 pt,
                 lru: Lru::new(nblocks)?,
+                shadows: Shadows::new(nblocks)?,
                 index,
                 ops,
                 teardown_queue: ReclaimQueue::with_max_active(&queue_name, teardown::WORKERS)?,
@@ -392,6 +397,22 @@ impl VramPool {
     /// eviction policy).
     pub(crate) fn note_placed(&self, off: usize, u: Use) {
         self.lru.placed(self.block_index(off), u);
+    }
+
+    /// How request `u` places pages of block `addr` of the mm at `mm` (a
+    /// key only) that it brings in: as a refault ([`Intent::Refault`]) if
+    /// a job's migrate-on-access brings them back within the device's size
+    /// of their eviction (see `shadow.rs`), else as `u`. Takes the block's
+    /// shadow.
+    pub(crate) fn placing(&self, mm: usize, addr: usize, u: Use) -> Use {
+        if u.intent != Intent::OnAccess || !self.shadows.refault(mm, addr) {
+            return u;
+        }
+        self.stats.room_refaults.add(1, Relaxed);
+        Use {
+            intent: Intent::Refault,
+            ..u
+        }
     }
 
     /// Request `epoch` used the page at BAR offset `off` where it was.

@@ -53,6 +53,37 @@ fn block_evictable(map: &Pagemap<Chunk>, b: usize, evictor: Evictor<'_>) -> (boo
         .evictable(b * BLOCK_PAGES, BLOCK_PAGES, evictor)
 }
 
+/// The 2 MiB blocks of processes whose pages block `b` of `map` holds, as
+/// its pages' records name them (the first [`OWNERS`]): an `mm_struct`'s
+/// address (a key only) and an address in the block. What an eviction of
+/// the block leaves shadows of (`shadow.rs`).
+fn owners(map: &Pagemap<Chunk>, b: usize) -> [Option<(usize, usize)>; OWNERS] {
+    let records = &map.data().records;
+    let mut found: [Option<(usize, usize)>; OWNERS] = [None; OWNERS];
+    let mut n = 0;
+    for i in b * BLOCK_PAGES..(b + 1) * BLOCK_PAGES {
+        let Some(r) = records.get(i) else { continue };
+        let k = (r.mm, r.addr / BLOCK_SIZE);
+        if found[..n].contains(&Some(k)) {
+            continue;
+        }
+        found[n] = Some(k);
+        n += 1;
+        if n == OWNERS {
+            break;
+        }
+    }
+    found.map(|k| {
+        let (m, block) = k?;
+        // CAST: an address, used as a key only.
+        let mm = records.mm_at(m)?.as_raw() as usize;
+        Some((mm, block * BLOCK_SIZE))
+    })
+}
+
+/// The blocks of processes an eviction leaves shadows of, at most.
+const OWNERS: usize = 4;
+
 /// A candidate's key: its chunk and block.
 fn key(c: usize, b: usize) -> usize {
     (c << 16) | b
@@ -154,6 +185,7 @@ impl VramPool {
         let (c, mut map, b) = self.pick(policy, large, u, evictor)?;
         let index = self.block_of(&map, b);
         let (_, whole) = map.block_use(b);
+        let owners = owners(&map, b);
         // Pages the folio's mm moved.
         let mut moved = 0;
         if whole {
@@ -241,6 +273,10 @@ impl VramPool {
         drop(map);
         drop(pass);
         if freed > 0 {
+            let at = self.shadows.tick();
+            for (mm, addr) in owners.into_iter().flatten() {
+                self.shadows.evicted(mm, addr, at);
+            }
             let offset = c * self.chunk_size + b * BLOCK_SIZE;
             trace::evict(
                 self.index(),

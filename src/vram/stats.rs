@@ -52,6 +52,9 @@ pub(crate) struct Stats {
     pub(crate) room_blocks: Atomic<u64>,
     pub(crate) room_pages: Atomic<u64>,
     pub(crate) room_demoted: Atomic<u64>,
+    /// Blocks of processes that jobs brought back within the device's size
+    /// of their eviction, placed active (`evict_refaults`).
+    pub(crate) room_refaults: Atomic<u64>,
     /// Thrashing detection (`crate::thrash`), as this device saw it: blocks
     /// found thrashing by its jobs' placement passes and its CPU faults,
     /// those pinned, expired pins found, and blocks its placement passes
@@ -179,6 +182,7 @@ impl Stats {
             room_blocks: Atomic::new(0),
             room_pages: Atomic::new(0),
             room_demoted: Atomic::new(0),
+            room_refaults: Atomic::new(0),
             thrash_detected: Atomic::new(0),
             thrash_pinned: Atomic::new(0),
             thrash_unpinned: Atomic::new(0),

@@ -344,8 +344,14 @@ struct drm_msvm_migrate {
  * @pt_tlb_misses: lookups that walked the table instead
  * @pt_tlb_invalidations: invalidations of the device's TLB: one per zap of
  *                        a range that removed entries (an invalidation of
- *                        the process's page tables, a job's end, a shrink
- *                        pass, an unbind), and one per entry replaced
+ *                        the process's page tables, SET_ATTR, a job's end
+ *                        (one per range it zaps), a shrink pass, closing
+ *                        the VM, an unbind), and one per entry written over
+ *                        a live one
+ * @evict_refaults: 2 MiB blocks of processes that jobs brought back into
+ *                  this device within its size of their eviction (no more
+ *                  of its blocks evicted in between than it has), whose
+ *                  pages were placed active (Documentation/placement.rst)
  * @reserved: zero
  */
 struct drm_msvm_stats {
@@ -427,6 +433,7 @@ struct drm_msvm_stats {
 	__u64 pt_tlb_hits;
 	__u64 pt_tlb_misses;
 	__u64 pt_tlb_invalidations;
+	__u64 evict_refaults;
 	__u64 reserved[1];
 };
 

@@ -221,6 +221,7 @@ pub struct DrmMsvmStats {
     pub pt_tlb_hits: u64,
     pub pt_tlb_misses: u64,
     pub pt_tlb_invalidations: u64,
+    pub evict_refaults: u64,
     pub reserved: [u64; 1],
 }
 

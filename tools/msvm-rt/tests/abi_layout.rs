@@ -109,6 +109,7 @@ fn c_layout() -> Vec<(String, u64)> {
                 "pt_tlb_hits",
                 "pt_tlb_misses",
                 "pt_tlb_invalidations",
+                "evict_refaults",
                 "reserved",
             ],
         )
@@ -370,6 +371,7 @@ fn layouts_match_the_c_header() {
             pt_tlb_hits,
             pt_tlb_misses,
             pt_tlb_invalidations,
+            evict_refaults,
             reserved
         ]
     );

@@ -10,8 +10,8 @@ use std::num::NonZeroUsize;
 use std::ptr::NonNull;
 use std::time::Instant;
 
-use msvm_rt::{Exec, Location};
-use nix::sys::mman::{madvise, mmap_anonymous, MapFlags, MmapAdvise, ProtFlags};
+use msvm_rt::{Device, Exec, Location};
+use nix::sys::mman::{madvise, mmap_anonymous, munmap, MapFlags, MmapAdvise, ProtFlags};
 
 use crate::svm::{gpu0, PAGE};
 
@@ -44,6 +44,19 @@ fn buffer(len: usize) -> Result<&'static mut [u64], String> {
     };
     // SAFETY: `[a, a + len)` lies in the mapping, which is never unmapped.
     Ok(unsafe { std::slice::from_raw_parts_mut(a as *mut u64, len / 8) })
+}
+
+/// Unmaps `b`, memory from [`buffer`] (its pages, wherever they are, are
+/// freed).
+///
+/// # Safety
+///
+/// `b` came from [`buffer`], and nothing refers to its memory any more.
+unsafe fn unmap(b: &'static mut [u64]) -> Result<(), String> {
+    let p = NonNull::new(b.as_mut_ptr().cast()).ok_or("null")?;
+    // SAFETY: the caller's promise: a range of our own mapping that
+    // nothing uses.
+    unsafe { munmap(p, b.len() * 8) }.map_err(|e| format!("munmap: {e}"))
 }
 
 fn gibps(len: usize, secs: f64) -> f64 {
@@ -625,7 +638,139 @@ pub fn run_oversub(mode: &str) -> Result<(), String> {
         (s1.no_vram - s0.no_vram) * PAGE as u64 / MIB as u64
     );
     println!("BENCH oversub_s.{mode} {secs:.3} s");
-    Ok(())
+    // SAFETY: from `buffer`, and used no more.
+    unsafe {
+        unmap(hot)?;
+        unmap(stream)?;
+    }
+    run_oversub_shift(&dev, mode)?;
+    run_oversub_cyclic(&dev, mode)
+}
+
+/// Jobs of the oversubscription cases below: a runtime working through a
+/// large set in batches.
+const OVERSUB_JOB: usize = 32 << 20;
+
+/// `len` bytes of fresh memory filled by the CPU, and the checksum of each
+/// [`OVERSUB_JOB`] of it.
+fn oversub_set(len: usize, seed: u64) -> Result<(&'static mut [u64], Vec<u64>), String> {
+    let b = buffer(len)?;
+    for (i, w) in b.iter_mut().enumerate() {
+        *w = (i as u64 ^ seed).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    // SAFETY: the same memory, viewed as bytes.
+    let bytes = unsafe { std::slice::from_raw_parts(b.as_ptr().cast::<u8>(), len) };
+    let sums = bytes.chunks(OVERSUB_JOB).map(msvm_rt::checksum).collect();
+    Ok((b, sums))
+}
+
+/// One round over `set` on `dev`: its jobs in order, each checked; the
+/// bytes read from the device's memory without moving them there first.
+fn oversub_round(dev: &Device, set: &[u64], sums: &[u64]) -> Result<u64, String> {
+    let e = |x: msvm_rt::Error| x.to_string();
+    let a = dev.stats().map_err(e)?;
+    for (k, want) in sums.iter().enumerate() {
+        let len = (set.len() * 8 - k * OVERSUB_JOB).min(OVERSUB_JOB);
+        let got = dev
+            .exec(
+                Exec::Checksum,
+                set.as_ptr() as usize + k * OVERSUB_JOB,
+                len,
+                false,
+            )
+            .map_err(e)?;
+        if got.result != *want {
+            return Err(format!("job {k}: checksum"));
+        }
+    }
+    let b = dev.stats().map_err(e)?;
+    let moved_in = (b.to_device - a.to_device) * PAGE as u64;
+    Ok((b.engine_vram_read - a.engine_vram_read).saturating_sub(moved_in))
+}
+
+/// A working set that shifts (part of `bench-oversub`): set A, 2/3 of the
+/// device (room for 1.5 sets), read 10 rounds in 32 MiB jobs, then set B,
+/// as large, 10 rounds. Prints the share of B's bytes read from VRAM
+/// without moving them, from its third round on
+/// (`oversub_shift_hit_pct.MODE`), the blocks evicted, the refaults and
+/// the time.
+fn run_oversub_shift(dev: &Device, mode: &str) -> Result<(), String> {
+    const ROUNDS: usize = 10;
+    let e = |x: msvm_rt::Error| x.to_string();
+    let s0 = dev.stats().map_err(e)?;
+    let len = (s0.vram_size as usize * 2 / 3) & !(HUGE - 1);
+    let (a, sums_a) = oversub_set(len, 1)?;
+    let (b, sums_b) = oversub_set(len, 2)?;
+    let t = Instant::now();
+    for _ in 0..ROUNDS {
+        oversub_round(dev, a, &sums_a)?;
+    }
+    let mut hit = 0;
+    for round in 0..ROUNDS {
+        let h = oversub_round(dev, b, &sums_b)?;
+        if round >= 2 {
+            hit += h;
+        }
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let s1 = dev.stats().map_err(e)?;
+    println!(
+        "BENCH oversub_shift_hit_pct.{mode} {:.1} %",
+        hit as f64 * 100.0 / ((ROUNDS - 2) as f64 * len as f64)
+    );
+    println!(
+        "BENCH oversub_shift_evict_blocks.{mode} {} blocks",
+        s1.evict_blocks - s0.evict_blocks
+    );
+    println!(
+        "BENCH oversub_shift_refaults.{mode} {} blocks",
+        s1.evict_refaults - s0.evict_refaults
+    );
+    println!("BENCH oversub_shift_s.{mode} {secs:.3} s");
+    // SAFETY: from `buffer`, and used no more.
+    unsafe {
+        unmap(a)?;
+        unmap(b)
+    }
+}
+
+/// A cycle larger than the device (part of `bench-oversub`): one set, 1.5
+/// times the device, read in order in 32 MiB jobs, 10 rounds. Prints the
+/// share of its bytes read from VRAM without moving them, from the second
+/// round on (`oversub_cyclic_hit_pct.MODE`), the blocks evicted, the
+/// refaults and the time. Plain LRU evicts each block just before its
+/// next use.
+fn run_oversub_cyclic(dev: &Device, mode: &str) -> Result<(), String> {
+    const ROUNDS: usize = 10;
+    let e = |x: msvm_rt::Error| x.to_string();
+    let s0 = dev.stats().map_err(e)?;
+    let len = (s0.vram_size as usize * 3 / 2) & !(HUGE - 1);
+    let (set, sums) = oversub_set(len, 3)?;
+    let t = Instant::now();
+    let mut hit = 0;
+    for round in 0..ROUNDS {
+        let h = oversub_round(dev, set, &sums)?;
+        if round >= 1 {
+            hit += h;
+        }
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let s1 = dev.stats().map_err(e)?;
+    println!(
+        "BENCH oversub_cyclic_hit_pct.{mode} {:.1} %",
+        hit as f64 * 100.0 / ((ROUNDS - 1) as f64 * len as f64)
+    );
+    println!(
+        "BENCH oversub_cyclic_evict_blocks.{mode} {} blocks",
+        s1.evict_blocks - s0.evict_blocks
+    );
+    println!(
+        "BENCH oversub_cyclic_refaults.{mode} {} blocks",
+        s1.evict_refaults - s0.evict_refaults
+    );
+    println!("BENCH oversub_cyclic_s.{mode} {secs:.3} s");
+    // SAFETY: from `buffer`, and used no more.
+    unsafe { unmap(set) }
 }
 
 /// `msvm-tests bench-pingpong MODE` (msvm loaded with `thrash=0` for

@@ -39,6 +39,10 @@ pub fn tests() -> Vec<Test> {
             run: oversubscription,
         },
         Test {
+            name: "placement_full_device_a_new_working_set_displaces_the_old",
+            run: new_working_set_displaces_the_old,
+        },
+        Test {
             name: "placement_full_device_explicit_migrate_evicts_least_recent",
             run: oversubscription_explicit,
         },
@@ -664,6 +668,82 @@ pub fn oversubscription_off() -> Result<(), String> {
     crate::svm::verify(o.hot.bytes(), 1)?;
     crate::svm::verify(o.first.bytes(), 2)?;
     crate::svm::verify(o.second.bytes(), 3)
+}
+
+/// A working set `A` (5/8 of the isolated device's free memory) read by
+/// jobs of 32 MiB each, twice (its blocks become active), then another one,
+/// `B`, as large, read the same way five times. `B`'s first jobs fill the
+/// room `A` left; its later ones find only `A`'s blocks (active) and `B`'s
+/// own earlier ones (inactive: placed on access), and evict those. They
+/// come back in `B`'s next round within the device's size of their
+/// eviction: refaults, placed active (STATS `evict_refaults`), so that `B`
+/// pushes `A`, which nobody uses any more, out. In its fifth round at least
+/// 3/4 of `B` is read from the device's memory without moving it. Without
+/// refault detection none was: `B` cycled through the room `A` left,
+/// evicting itself, and `A` stayed. Every byte of both survives.
+fn new_working_set_displaces_the_old() -> Outcome {
+    const MIB: usize = 1 << 20;
+    const JOB: usize = 32 * MIB;
+    let t = trio()?;
+    let d = &t.c;
+    let s0 = d.stats().map_err(e)?;
+    let free = (s0.vram_size as usize).saturating_sub(s0.resident as usize * PAGE);
+    check!(free >= 128 * MIB, "only {free} bytes of the device free");
+    let len = (free * 5 / 8) & !(JOB - 1);
+    let mut a = Map::new(len)?;
+    fill(a.bytes_mut(), 11);
+    let mut b = Map::new(len)?;
+    fill(b.bytes_mut(), 12);
+    let (want_a, want_b) = (
+        (0..len / JOB)
+            .map(|k| msvm_rt::checksum(&a.bytes()[k * JOB..(k + 1) * JOB]))
+            .collect::<Vec<_>>(),
+        (0..len / JOB)
+            .map(|k| msvm_rt::checksum(&b.bytes()[k * JOB..(k + 1) * JOB]))
+            .collect::<Vec<_>>(),
+    );
+    // One round over `m`: its jobs in order; the bytes read from the
+    // device's memory without moving them there first.
+    let round = |m: &Map, want: &[u64]| -> Result<u64, String> {
+        let s = d.stats().map_err(e)?;
+        for (k, w) in want.iter().enumerate() {
+            let r = d
+                .exec(Exec::Checksum, m.addr() + k * JOB, JOB, false)
+                .map_err(e)?;
+            check!(
+                r.result == *w,
+                "job {k}: checksum {:#x}, want {w:#x}",
+                r.result
+            );
+        }
+        let s1 = d.stats().map_err(e)?;
+        let moved_in = (s1.to_device - s.to_device) * PAGE as u64;
+        Ok((s1.engine_vram_read - s.engine_vram_read).saturating_sub(moved_in))
+    };
+    for _ in 0..2 {
+        round(&a, &want_a)?;
+    }
+    let s1 = d.stats().map_err(e)?;
+    let mut hits = Vec::new();
+    for _ in 0..5 {
+        hits.push(round(&b, &want_b)? * 100 / len as u64);
+    }
+    let s2 = d.stats().map_err(e)?;
+    check!(
+        s2.evict_refaults > s1.evict_refaults,
+        "no refault: {} blocks evicted, B's share read from VRAM by round {hits:?} %",
+        s2.evict_blocks - s1.evict_blocks
+    );
+    check!(
+        hits[4] >= 75,
+        "B's fifth round read {} % of it from VRAM (rounds: {hits:?} %; {} refaults, {} \
+         blocks evicted)",
+        hits[4],
+        s2.evict_refaults - s1.evict_refaults,
+        s2.evict_blocks - s1.evict_blocks
+    );
+    crate::svm::verify(a.bytes(), 11)?;
+    crate::svm::verify(b.bytes(), 12)
 }
 
 /// An explicit MIGRATE into a device full of data an earlier MIGRATE placed
