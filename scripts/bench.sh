@@ -41,7 +41,7 @@ rm -f "$B/bench-placement.log"
 if [ "${MSVM_BENCH_PLACEMENT:-1}" != 0 ]; then
 	python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
 		--initrd "$B/bench-initramfs.cpio" --gpus sw,sw,rp --vram 256M --mem 2G \
-		--cmd bench-placement --quiet-boot --log "$B/bench-placement.log" --timeout 900 || rc=$?
+		--cmd bench-placement --quiet-boot --log "$B/bench-placement.log" --timeout 1200 || rc=$?
 fi
 
 python3 - "$B/bench-console.log" "$B/bench-icount.log" "$B/bench-placement.log" <<'PY'

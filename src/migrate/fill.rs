@@ -211,13 +211,11 @@ pub(super) fn fill_to_device(
     let mut batch = pool.alloc(want, Payer::Caller)?;
     clock.lap(Phase::Alloc);
     // Data the device evicted not long ago, coming back: placed as working
-    // set (see `src/vram/shadow.rs`).
-    let u = if want > 0 || block.is_some() {
-        // CAST: an address, used as a key only.
-        pool.placing(vma.mm().as_raw() as usize, start, u)
-    } else {
-        u
-    };
+    // set (see `src/vram/shadow.rs`), as decided when the first page finds
+    // room (a try that places nothing leaves the shadow to the next).
+    // CAST: an address, used as a key only.
+    let key = vma.mm().as_raw() as usize;
+    let (mut u, mut decided) = (u, false);
     let mut filled = [0u16; BLOCK_PAGES];
     let mut from_peer = [false; BLOCK_PAGES];
     // The destination of the whole folio, if any (the step's first entry).
@@ -242,6 +240,9 @@ pub(super) fn fill_to_device(
             }
             continue;
         };
+        if !core::mem::replace(&mut decided, true) {
+            u = pool.placing(key, start, u);
+        }
         pool.note_placed(offset, u);
         from_peer[at] = copy_in(pool, mig.src_page(at), nr, offset)?;
         mig.set_dst(at, dpage, src.write())?;

@@ -402,10 +402,13 @@ impl VramPool {
     /// How request `u` places pages of block `addr` of the mm at `mm` (a
     /// key only) that it brings in: as a refault ([`Intent::Refault`]) if
     /// a job's migrate-on-access brings them back within the device's size
-    /// of their eviction (see `shadow.rs`), else as `u`. Takes the block's
-    /// shadow.
+    /// of their eviction (see `shadow.rs`) and the policy has classes, else
+    /// as `u`. Takes the block's shadow: call it once pages found room.
     pub(crate) fn placing(&self, mm: usize, addr: usize, u: Use) -> Use {
-        if u.intent != Intent::OnAccess || !self.shadows.refault(mm, addr) {
+        if u.intent != Intent::OnAccess
+            || lru::Policy::current() != lru::Policy::TwoClass
+            || !self.shadows.refault(mm, addr)
+        {
             return u;
         }
         self.stats.room_refaults.add(1, Relaxed);

@@ -54,7 +54,8 @@ fn block_evictable(map: &Pagemap<Chunk>, b: usize, evictor: Evictor<'_>) -> (boo
 }
 
 /// The 2 MiB blocks of processes whose pages block `b` of `map` holds, as
-/// its pages' records name them (the first [`OWNERS`]): an `mm_struct`'s
+/// its pages' records name them (the first [`OWNERS`]; an owner whose
+/// pages then stay, busy or stale, leaves a shadow too): an `mm_struct`'s
 /// address (a key only) and an address in the block. What an eviction of
 /// the block leaves shadows of (`shadow.rs`).
 fn owners(map: &Pagemap<Chunk>, b: usize) -> [Option<(usize, usize)>; OWNERS] {
@@ -228,7 +229,12 @@ impl VramPool {
             };
             map = match again {
                 Some(m) => m,
-                None => return Some((usize::try_from(moved).unwrap_or(0), false)),
+                None => {
+                    if moved > 0 {
+                        self.leave_shadows(&owners);
+                    }
+                    return Some((usize::try_from(moved).unwrap_or(0), false));
+                }
             };
         }
         // Its small pages, the block reserved under the lock allocations
@@ -273,10 +279,7 @@ impl VramPool {
         drop(map);
         drop(pass);
         if freed > 0 {
-            let at = self.shadows.tick();
-            for (mm, addr) in owners.into_iter().flatten() {
-                self.shadows.evicted(mm, addr, at);
-            }
+            self.leave_shadows(&owners);
             let offset = c * self.chunk_size + b * BLOCK_SIZE;
             trace::evict(
                 self.index(),
@@ -290,6 +293,15 @@ impl VramPool {
                 .add(u64::from_safe_cast(freed), Relaxed);
         }
         Some((freed, after == 0))
+    }
+
+    /// One block of the device was evicted, with pages of the process
+    /// blocks `owners`: the eviction clock ticks, and each leaves a shadow.
+    fn leave_shadows(&self, owners: &[Option<(usize, usize)>]) {
+        let at = self.shadows.tick();
+        for &(mm, addr) in owners.iter().flatten() {
+            self.shadows.evicted(mm, addr, at);
+        }
     }
 
     /// Whether a step that found no free 2 MiB block for a whole folio may

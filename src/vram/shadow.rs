@@ -19,20 +19,26 @@
 //! the working set.
 //!
 //! The state is one atomic word per slot of a direct-mapped table per
-//! device, two slots per block of its memory, keyed by a hash of the
+//! device, two to four slots per block of its memory (a power of two, at
+//! least 64), keyed by a hash of the
 //! process's `mm_struct` address and the block: a 32-bit tag and the low 32
 //! bits of the clock. A refault takes its shadow. Two keys that collide
 //! share a slot (the later wins); a process whose `mm_struct` reuses a
 //! freed one's address may find the old one's shadow. Each costs at most a
 //! block placed active that should not have been, or inactive that should
-//! have been: where a job reads its data, never what it reads.
+//! have been: where a job reads its data, never what it reads. An
+//! eviction leaves shadows of the first few process blocks its VRAM block
+//! held pages of (`room.rs`). Evictions for a cgroup's `dmem.max` tick the
+//! same clock, and the distance is the device's, not the cgroup's (Linux
+//! compares with the cgroup's own lists): in a cgroup much smaller than
+//! the device, most data used again counts as a refault.
 
 use kernel::prelude::*;
 use kernel::sync::atomic::{Atomic, Relaxed};
 
 /// The shadows of one device.
 pub(crate) struct Shadows {
-    slots: KVec<Atomic<u64>>,
+    slots: KVVec<Atomic<u64>>,
     /// Blocks of the device evicted so far.
     clock: Atomic<u64>,
     /// The largest refault distance that counts: the device's blocks.
@@ -46,7 +52,7 @@ impl Shadows {
     /// Shadows for a device of `nblocks` 2 MiB blocks.
     pub(crate) fn new(nblocks: usize) -> Result<Self> {
         let n = (2 * nblocks).max(64).next_power_of_two();
-        let mut slots = KVec::with_capacity(n, GFP_KERNEL)?;
+        let mut slots = KVVec::with_capacity(n, GFP_KERNEL)?;
         for _ in 0..n {
             slots.push(Atomic::new(0), GFP_KERNEL)?;
         }
@@ -90,7 +96,7 @@ impl Shadows {
         }
         // The blocks evicted after it.
         let now = self.clock.load(Relaxed);
-        now.wrapping_sub(w + 1) & CLOCK_MASK <= self.reach
+        now.wrapping_sub((w & CLOCK_MASK) + 1) & CLOCK_MASK <= self.reach
     }
 }
 

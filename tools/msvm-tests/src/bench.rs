@@ -21,7 +21,7 @@ const HUGE: usize = 2 << 20;
 const ROUNDS: usize = 3;
 
 /// A 2 MiB aligned anonymous buffer (THP can back it when enabled). Left
-/// mapped: the bench process exits right after.
+/// mapped, unless given to [`unmap`]: the bench process exits right after.
 fn buffer(len: usize) -> Result<&'static mut [u64], String> {
     // SAFETY: a fresh anonymous mapping aliases nothing.
     let p = unsafe {
@@ -42,7 +42,8 @@ fn buffer(len: usize) -> Result<&'static mut [u64], String> {
             MmapAdvise::MADV_HUGEPAGE,
         )
     };
-    // SAFETY: `[a, a + len)` lies in the mapping, which is never unmapped.
+    // SAFETY: `[a, a + len)` lies in the mapping, which is unmapped only
+    // once its slice is given up (`unmap`).
     Ok(unsafe { std::slice::from_raw_parts_mut(a as *mut u64, len / 8) })
 }
 

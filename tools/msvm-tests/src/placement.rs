@@ -670,7 +670,7 @@ pub fn oversubscription_off() -> Result<(), String> {
     crate::svm::verify(o.second.bytes(), 3)
 }
 
-/// A working set `A` (5/8 of the isolated device's free memory) read by
+/// A working set `A` (5/8 of the isolated device's memory) read by
 /// jobs of 32 MiB each, twice (its blocks become active), then another one,
 /// `B`, as large, read the same way five times. `B`'s first jobs fill the
 /// room `A` left; its later ones find only `A`'s blocks (active) and `B`'s
@@ -689,7 +689,8 @@ fn new_working_set_displaces_the_old() -> Outcome {
     let s0 = d.stats().map_err(e)?;
     let free = (s0.vram_size as usize).saturating_sub(s0.resident as usize * PAGE);
     check!(free >= 128 * MIB, "only {free} bytes of the device free");
-    let len = (free * 5 / 8) & !(JOB - 1);
+    // Of the whole device: what other tests left there goes first.
+    let len = (s0.vram_size as usize * 5 / 8) & !(JOB - 1);
     let mut a = Map::new(len)?;
     fill(a.bytes_mut(), 11);
     let mut b = Map::new(len)?;
