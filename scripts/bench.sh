@@ -188,6 +188,10 @@ if "warm_job_64M.overhead" in vals:
     print(f"{'munmap 64 MiB on 1/2/3 devices':<32}{i[0]:.0f} / {i[1]:.0f} / {i[2]:.0f} us; zapping {z[0]:.0f} / {z[1]:.0f} / {z[2]:.0f} us"
           f" (3-device zap / 3 over 1-device: {z[2] / 3 / z[0]:.2f}x)")
     print()
+if "scale_2proc_2dev.speedup" in vals:
+    print(f"{'scale (warm 64 MiB CHECKSUMs x 8)':<32}1 process on 1 GPU {vals['scale_1proc_1dev_s']:.3f} s, "
+          f"2 on 2 GPUs {vals['scale_2proc_2dev_s']:.3f} s: speedup {vals['scale_2proc_2dev.speedup']:.2f}x")
+    print()
 lc = [k for k in ("pagemap_create_16M", "pagemap_teardown_16M", "first_touch_16M",
       "pagemap_create_64M", "pagemap_teardown_64M", "first_touch_64M", "warm_touch_64M",
       "pagemap_create_256M", "pagemap_teardown_256M", "first_touch_256M",

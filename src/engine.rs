@@ -972,13 +972,19 @@ impl<'p> Engine<'p> {
             cancel.check()?;
             // Read before the walk: an invalidation after it makes a
             // replica recorded with it stale (see `crate::generation`).
+            let mut charge = None;
             let replicas = replica_block
                 .filter(|&(first, end, _)| sealed(first, end))
                 .map(|(first, end, dst)| {
                     let block = first & !(BLOCK_SIZE - 1);
                     (block, (first, end), dst, generation::current(key, block))
                 })
-                .filter(|&(block, ..)| self.pool.replica_room(key, block));
+                .filter(|&(block, ..)| {
+                    charge = self.pool.replica_room(key, block);
+                    charge.is_some()
+                });
+            // The block's charge, for the window that takes it.
+            let charge = core::cell::Cell::new(charge);
             let dst_walk = match mirror.fault(mm, dst_first, &mut dst_pfns, write, owner) {
                 Err(e) if e == EBUSY => continue,
                 // The mapping changed since the check: no access.
@@ -1043,9 +1049,10 @@ impl<'p> Engine<'p> {
             let _reader = replicas.map(|_| self.pool.replica_reader());
             // The store is held while the replicated table is made.
             let window = |dst: bool| {
-                replicas
-                    .filter(|r| r.1 == dst)
-                    .and_then(|(block, _, g)| self.pool.replica_window(key, block, g))
+                replicas.filter(|r| r.1 == dst).and_then(|(block, _, g)| {
+                    let c = charge.take()?;
+                    self.pool.replica_window(key, block, g, c)
+                })
             };
             let bound = self
                 .page_table(

@@ -13,6 +13,13 @@
 //! replaces older data of the same block: a job still reading it sees each
 //! word old or new).
 //!
+//! A replica block is VRAM its process holds: it is charged whole (2 MiB)
+//! to the dmem cgroup of the job that took it for its process's block
+//! ([`VramPool::replica_room`] charges before the job takes the block), and
+//! uncharged when it is taken from that block (dropped for room, forgotten
+//! with its VM, given back): `dmem.max` caps a tenant's replicas with its
+//! pages; a job whose cgroup has no room for one reads in place.
+//!
 //! A block is given to another process's block only a grace period after
 //! it was taken from its last one (SRCU: a job reads replicas inside a
 //! read-side section, [`VramPool::replica_reader`]), so no job ever reads
@@ -33,6 +40,7 @@
 //! period under the store or the chunk table.
 
 use kernel::new_srcu;
+use kernel::num::casts::FromSafeCast;
 use kernel::prelude::*;
 use kernel::sync::atomic::Relaxed;
 use kernel::sync::{new_mutex, Mutex, MutexGuard, Srcu};
@@ -41,7 +49,9 @@ use crate::mm::cancel::lock_killable;
 use crate::mm::page::{PageRef, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::PAGE_SIZE;
 
-use super::{Slot, VramPool};
+use crate::mm::dmem::PageCharge;
+
+use super::{Charges, Payer, Slot, VramPool};
 
 /// What one replica block holds.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -67,14 +77,20 @@ enum State {
 }
 
 /// One replica block: 2 MiB of a replica chunk.
-#[derive(Clone, Copy, Debug)]
 struct Block {
     /// BAR offset of its first frame.
     offset: usize,
     /// The chunk slot it lies in.
     chunk: usize,
     state: State,
+    /// Its charges (one per page) while `Used`.
+    charge: Option<KVec<PageCharge>>,
 }
+
+/// A block's dmem charge, taken for a job by [`VramPool::replica_room`]
+/// before it may take a free block ([`VramPool::replica_window`]); undone
+/// on drop if no block took it.
+pub(crate) struct ReplicaCharge(Option<Charges>);
 
 /// The replica blocks of a pool.
 pub(crate) struct Store {
@@ -165,13 +181,24 @@ impl VramPool {
         mm: usize,
         addr: usize,
         generation: u64,
+        charge: ReplicaCharge,
     ) -> Option<Window<'_>> {
         let mut store = self.replicas.store.lock();
         store.clock += 1;
         let now = store.clock;
         let at = match store.blocks.iter().position(|b| holds(&b.state, mm, addr)) {
             Some(at) => at,
-            None => store.blocks.iter().position(|b| b.state == State::Free)?,
+            // A free block only with a charge (the job's block was taken
+            // since it looked, and it took none).
+            None => {
+                let c = charge.0?.into_pages();
+                let at = store.blocks.iter().position(|b| b.state == State::Free)?;
+                self.stats
+                    .cg_charged
+                    .add(u64::from_safe_cast(c.len()), Relaxed);
+                store.blocks[at].charge = Some(c);
+                at
+            }
         };
         let b = &mut store.blocks[at];
         match &mut b.state {
@@ -204,26 +231,39 @@ impl VramPool {
     /// `addr` of the mm at `mm`, for a job about to read it: the one that
     /// holds them, or a free one: one whose grace period has passed, a
     /// chunk slot with no pagemap given over to replicas, or the least
-    /// recently read block taken from its process. Sleeps (a grace period);
-    /// never call it with the mirror lock or an mmap lock held. Whether
-    /// there is one.
-    pub(crate) fn replica_room(&self, mm: usize, addr: usize) -> bool {
+    /// recently read block taken from its process. A new block is charged
+    /// to the calling task's dmem cgroup first (none if its limit refuses).
+    /// Sleeps (a grace period); never call it with the mirror lock or an
+    /// mmap lock held. The charge for [`VramPool::replica_window`] (none
+    /// if the store holds the block already), or `None` if there is no
+    /// room.
+    pub(crate) fn replica_room(&self, mm: usize, addr: usize) -> Option<ReplicaCharge> {
         let free = |store: &Store| store.blocks.iter().any(|b| b.state == State::Free);
+        if self
+            .replicas
+            .store
+            .lock()
+            .blocks
+            .iter()
+            .any(|b| holds(&b.state, mm, addr))
         {
-            let store = self.replicas.store.lock();
-            if free(&store) || store.blocks.iter().any(|b| holds(&b.state, mm, addr)) {
-                return true;
-            }
+            return Some(ReplicaCharge(None));
+        }
+        // Charged before any room is made: a cgroup at its limit takes
+        // none, and the job reads in place.
+        let charge = Some(ReplicaCharge(Some(
+            self.charge_block(Payer::Caller).ok().flatten()?,
+        )));
+        if free(&self.replicas.store.lock()) {
+            return charge;
         }
         // A killed task makes no replica (the wait may be a grace period,
         // or an idle chunk's removal).
-        let Ok(_reclaim) = lock_killable(&self.replicas.reclaim) else {
-            return false;
-        };
+        let _reclaim = lock_killable(&self.replicas.reclaim).ok()?;
         let pending = {
             let store = self.replicas.store.lock();
             if free(&store) {
-                return true;
+                return charge;
             }
             store.blocks.iter().any(|b| b.state == State::Pending)
         };
@@ -239,10 +279,8 @@ impl VramPool {
                     _ => None,
                 })
                 .min();
-            let Some((_, k)) = lru else {
-                return false;
-            };
-            store.blocks[k].state = State::Pending;
+            let (_, k) = lru?;
+            self.release(&mut store.blocks[k], State::Pending);
             self.stats.replica_dropped.add(1, Relaxed);
         }
         // Every block made `Pending` so far was so before this grace
@@ -254,7 +292,22 @@ impl VramPool {
                 b.state = State::Free;
             }
         }
-        free(&store)
+        if free(&store) {
+            charge
+        } else {
+            None
+        }
+    }
+
+    /// Takes block `b` from its process's block (now `to`: `Pending` or
+    /// `Gone`), undoing its charge.
+    fn release(&self, b: &mut Block, to: State) {
+        b.state = to;
+        if let Some(c) = b.charge.take() {
+            self.stats
+                .cg_uncharged
+                .add(u64::from_safe_cast(c.len()), Relaxed);
+        }
     }
 
     /// Gives a chunk slot with no pagemap to the replicas, removing an idle
@@ -299,6 +352,7 @@ impl VramPool {
                 offset: c * self.chunk_size + k * BLOCK_SIZE,
                 chunk: c,
                 state: State::Free,
+                charge: None,
             };
             // Room for every block of the BAR was reserved.
             if store.blocks.push_within_capacity(b).is_err() {
@@ -323,7 +377,7 @@ impl VramPool {
                 if matches!(b.state, State::Used { .. }) {
                     self.stats.replica_dropped.add(1, Relaxed);
                 }
-                b.state = State::Gone;
+                self.release(b, State::Gone);
             }
         }
         // No job reads a `Gone` block after this grace period.
@@ -387,7 +441,7 @@ impl VramPool {
                 if matches!(b.state, State::Used { .. }) {
                     self.stats.replica_dropped.add(1, Relaxed);
                 }
-                b.state = State::Gone;
+                self.release(b, State::Gone);
             }
         }
         // No job reads a `Gone` block after this grace period.
@@ -418,7 +472,7 @@ impl VramPool {
         let mut store = self.replicas.store.lock();
         for b in store.blocks.iter_mut() {
             if used(&b.state) {
-                b.state = State::Pending;
+                self.release(b, State::Pending);
                 self.stats.replica_dropped.add(1, Relaxed);
             }
         }

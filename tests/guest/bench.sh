@@ -45,6 +45,8 @@ else
 fi
 echo "== multi-device, 64 MiB"
 msvm-tests bench-p2p 64 || rc=1
+echo "== independent work on independent devices"
+msvm-tests bench-scale || rc=1
 echo "== pagemap lifecycle"
 msvm-tests bench-lifecycle || rc=1
 for mib in 16 256; do

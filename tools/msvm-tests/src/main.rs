@@ -160,6 +160,7 @@ fn main() -> ExitCode {
         Some("bench-p2p") => return finish("bench-p2p", bench::run_p2p(arg(1, 64)), None),
         Some("bench-latency") => return finish("bench-latency", bench::run_latency(), None),
         Some("bench-devpt") => return finish("bench-devpt", bench::run_devpt(), None),
+        Some("bench-scale") => return finish("bench-scale", bench::run_scale(), None),
         Some("bench-oversub") => {
             let res = bench::run_oversub(&arg(1, "on".to_string()));
             return finish("bench-oversub", res, None);

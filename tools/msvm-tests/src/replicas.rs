@@ -28,6 +28,10 @@ pub fn tests() -> Vec<Test> {
             name: "read_mostly_writable_mapping_is_read_in_place",
             run: writable_in_place,
         },
+        Test {
+            name: "read_mostly_replicas_are_charged_to_the_cgroup_of_their_process",
+            run: replicas_charged,
+        },
     ]
 }
 
@@ -426,4 +430,69 @@ pub fn check_pinned((m, want): &(Buf, u64)) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// A process in a cgroup whose `dmem.max` on gpu0 is 4 MiB reads an
+/// 8 MiB read-mostly buffer in system RAM on gpu0: the first two 2 MiB
+/// blocks get replicas, charged to the cgroup (`dmem.current` 4 MiB,
+/// STATS `cgroup_bytes` with them); the other two find the cgroup at its
+/// limit and are read in place (system RAM by DMA), no replica. Every
+/// checksum is the CPU's; the second job reads the replicas it has; a
+/// shrink pass drops them and gives the charges back. (Before replicas
+/// were charged: 8 MiB of replicas, `dmem.current` 0.)
+fn replicas_charged() -> Outcome {
+    use crate::cgroup::{leave, region, Cgroup};
+    let d = crate::svm::gpu0()?;
+    let i = d.index().map_err(e)? as usize;
+    let r = region(&d)?;
+    const LEN: usize = 4 * HUGE;
+    const MAX: u64 = 2 * HUGE as u64;
+    let mut m = Buf::new(LEN)?;
+    fill(m.bytes_mut(), 62);
+    read_only(&m)?;
+    let want = checksum(m.bytes());
+    d.set_attr(m.addr(), LEN, READ_MOSTLY).map_err(e)?;
+    let c = Cgroup::new("msvm-test-replicas")?;
+    c.set_max(&r, Some(MAX))?;
+    c.enter()?;
+    let run = || -> Outcome {
+        let s0 = d.stats().map_err(e)?;
+        let j1 = d.exec(Exec::Checksum, m.addr(), LEN, false).map_err(e)?;
+        let s1 = d.stats().map_err(e)?;
+        let (held, cur) = (replicas(&d, &m, i)?, c.current(&r)?);
+        check!(j1.result == want, "first checksum {:#x}", j1.result);
+        check!(
+            held == MAX && cur == MAX,
+            "replicas {held} B, dmem.current {cur} B, want {MAX} each"
+        );
+        check!(
+            s1.cgroup_bytes >= s0.cgroup_bytes + MAX,
+            "STATS cgroup_bytes {} -> {}",
+            s0.cgroup_bytes,
+            s1.cgroup_bytes
+        );
+        check!(
+            s1.engine_sys_read - s0.engine_sys_read >= (LEN / 2) as u64 && j1.migrated == 0,
+            "the blocks without a replica: {} B read from system RAM, {j1:?}",
+            s1.engine_sys_read - s0.engine_sys_read
+        );
+        let j2 = d.exec(Exec::Checksum, m.addr(), LEN, false).map_err(e)?;
+        let (_, hits) = delta(&d, &s1)?;
+        check!(j2.result == want, "second checksum {:#x}", j2.result);
+        check!(
+            hits == (MAX as usize / PAGE) as u64 && c.current(&r)? == MAX,
+            "second job: {hits} replica pages read, dmem.current {}",
+            c.current(&r)?
+        );
+        crate::lifecycle::shrink("idle")?;
+        let (held, cur) = (replicas(&d, &m, i)?, c.current(&r)?);
+        check!(
+            held == 0 && cur == 0,
+            "after a shrink pass: replicas {held} B, dmem.current {cur} B"
+        );
+        Ok(())
+    };
+    let out = run();
+    leave()?;
+    out
 }
