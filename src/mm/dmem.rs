@@ -2,8 +2,9 @@
 
 //! The dmem cgroup controller (`kernel/cgroup/dmem.c`): a device's memory
 //! as a cgroup region ([`Region`]), pages of it charged to the cgroup of
-//! the task that allocates them ([`PageCharge`]), and the charges of a
-//! pagemap's pages kept beside them ([`PageCharges`]).
+//! the task that allocates them ([`PageCharge`]), the charges of a
+//! pagemap's pages kept beside them ([`PageCharges`]), and whole 2 MiB
+//! blocks charged at once ([`BlockCharge`]: replicas).
 //!
 //! Each successful charge holds one reference to its cgroup pool (and
 //! css), which its one uncharge drops: a charge is a value that uncharges
@@ -33,13 +34,17 @@ use kernel::sync::atomic::{Atomic, Full, Relaxed};
 use kernel::sync::rcu;
 
 use super::bindings as b;
-use super::page::PAGE_SIZE;
+use super::page::{BLOCK_SIZE, PAGE_SIZE};
 
 type PoolState = b::dmem_cgroup_pool_state;
 
 /// Bytes of one page's charge.
 // CAST: `PAGE_SIZE` fits in `u64`.
 const PAGE_BYTES: u64 = PAGE_SIZE as u64;
+
+/// Bytes of one block's charge.
+// CAST: `BLOCK_SIZE` fits in `u64`.
+const BLOCK_BYTES: u64 = BLOCK_SIZE as u64;
 
 /// A device memory region of the dmem controller, unregistered on drop.
 ///
@@ -82,19 +87,31 @@ impl Region {
     /// Charges one page to the dmem cgroup of the calling task (a kernel
     /// thread's land in the root cgroup, which has no limit). May sleep.
     pub(crate) fn charge_page(&self) -> Result<PageCharge, Refusal> {
+        // INVARIANT: a charge of `PAGE_BYTES`, or none.
+        self.try_charge(PAGE_BYTES).map(PageCharge)
+    }
+
+    /// Charges a 2 MiB block to the dmem cgroup of the calling task, as
+    /// [`Self::charge_page`] does a page. May sleep.
+    pub(crate) fn charge_block(&self) -> Result<BlockCharge, Refusal> {
+        // INVARIANT: a charge of `BLOCK_BYTES`, or none.
+        self.try_charge(BLOCK_BYTES).map(BlockCharge)
+    }
+
+    /// Charges `bytes` to the calling task's cgroup: the pool charged, with
+    /// the reference the charge took (`None` without the controller).
+    fn try_charge(&self, bytes: u64) -> Result<Option<NonNull<PoolState>>, Refusal> {
         let Some(region) = self.0 else {
-            return Ok(PageCharge(None));
+            return Ok(None);
         };
         let mut pool = core::ptr::null_mut();
         let mut limit = core::ptr::null_mut();
         let (region, out, out_limit) = (region.as_ptr(), &mut pool, &mut limit);
         // SAFETY: `region` is registered (invariant) while `self` lives;
         // both out pointers are valid for writes.
-        let ret = unsafe { b::msvm_dmem_try_charge(region, PAGE_BYTES, out, out_limit) };
+        let ret = unsafe { b::msvm_dmem_try_charge(region, bytes, out, out_limit) };
         if ret == 0 {
-            // INVARIANT: a successful charge of a page; its pool reference
-            // is ours.
-            return Ok(PageCharge(NonNull::new(pool)));
+            return Ok(NonNull::new(pool));
         }
         match NonNull::new(limit) {
             // INVARIANT: the limiting pool of an `EAGAIN`, with a
@@ -155,6 +172,53 @@ impl Drop for PageCharge {
             // SAFETY: a charge of `PAGE_BYTES` to `p` not undone yet
             // (invariant); undone here, once.
             unsafe { b::msvm_dmem_uncharge(p.as_ptr(), PAGE_BYTES) };
+        }
+    }
+}
+
+/// A 2 MiB block charged to a dmem cgroup, uncharged on drop (in any
+/// context).
+///
+/// # Invariants
+///
+/// If `Some`, `0` is the pool of one successful charge of [`BLOCK_BYTES`],
+/// with the reference the charge took, not uncharged yet.
+pub(crate) struct BlockCharge(Option<NonNull<PoolState>>);
+
+// SAFETY: a charge may be undone from any thread.
+unsafe impl Send for BlockCharge {}
+
+impl BlockCharge {
+    /// Whether it charges anything (not without the controller).
+    pub(crate) fn is_charged(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Whether `evictor` may take the block (as [`PageCharges::evictable`]
+    /// a page of it): under a limit, only a block charged inside it.
+    pub(crate) fn evictable(&self, evictor: Evictor<'_>) -> bool {
+        let (limit, ignore_low) = match evictor {
+            Evictor::Full { ignore_low } => (core::ptr::null_mut(), ignore_low),
+            Evictor::Limit { pool, ignore_low } => (pool.0.as_ptr(), ignore_low),
+        };
+        let Some(test) = self.0 else {
+            return limit.is_null();
+        };
+        let mut hit_low = false;
+        // SAFETY: `test` is alive: the charge holds a reference to it
+        // (invariant); `limit` is NULL or a pool we hold a reference to
+        // (a `LimitPool`, borrowed for the call); `hit_low` is valid for
+        // writes.
+        unsafe { b::msvm_dmem_evict_valuable(limit, test.as_ptr(), ignore_low, &mut hit_low) }
+    }
+}
+
+impl Drop for BlockCharge {
+    fn drop(&mut self) {
+        if let Some(p) = self.0 {
+            // SAFETY: a charge of `BLOCK_BYTES` to `p` not undone yet
+            // (invariant); undone here, once.
+            unsafe { b::msvm_dmem_uncharge(p.as_ptr(), BLOCK_BYTES) };
         }
     }
 }

@@ -67,12 +67,6 @@ impl Charges {
     pub(super) fn pop(&mut self) -> Option<PageCharge> {
         self.list.pop()
     }
-
-    /// The page charges alone, for what holds its pages to keep (undone
-    /// when it drops them).
-    pub(super) fn into_pages(mut self) -> KVec<PageCharge> {
-        core::mem::take(&mut self.list)
-    }
 }
 
 impl VramPool {

@@ -18,7 +18,10 @@
 //! ([`VramPool::replica_room`] charges before the job takes the block), and
 //! uncharged when it is taken from that block (dropped for room, forgotten
 //! with its VM, given back): `dmem.max` caps a tenant's replicas with its
-//! pages; a job whose cgroup has no room for one reads in place.
+//! pages. A cgroup at its limit gives up a stale replica of its own for a
+//! new one, else its job reads in place; a migration at the limit takes
+//! one of its replicas before any of its pages
+//! ([`VramPool::drop_replica_within`]).
 //!
 //! A block is given to another process's block only a grace period after
 //! it was taken from its last one (SRCU: a job reads replicas inside a
@@ -37,7 +40,9 @@
 //! `Replicas::store`. The chunk table and the store are never held
 //! together; nothing allocates under the store (its table has room for
 //! every block of the BAR from the start), nothing waits for a grace
-//! period under the store or the chunk table.
+//! period under the store or the chunk table. Charges are undone under the
+//! store (and so under the mirror lock, in a job's window): uncharging
+//! neither sleeps nor allocates.
 
 use kernel::new_srcu;
 use kernel::num::casts::FromSafeCast;
@@ -49,9 +54,9 @@ use crate::mm::cancel::lock_killable;
 use crate::mm::page::{PageRef, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::PAGE_SIZE;
 
-use crate::mm::dmem::PageCharge;
+use crate::mm::dmem::{BlockCharge, Evictor, Refusal};
 
-use super::{Charges, Payer, Slot, VramPool};
+use super::{Slot, VramPool};
 
 /// What one replica block holds.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -83,14 +88,23 @@ struct Block {
     /// The chunk slot it lies in.
     chunk: usize,
     state: State,
-    /// Its charges (one per page) while `Used`.
-    charge: Option<KVec<PageCharge>>,
+    /// Its charge while `Used`.
+    charge: Option<BlockCharge>,
 }
 
 /// A block's dmem charge, taken for a job by [`VramPool::replica_room`]
 /// before it may take a free block ([`VramPool::replica_window`]); undone
 /// on drop if no block took it.
-pub(crate) struct ReplicaCharge(Option<Charges>);
+pub(crate) struct ReplicaCharge(Option<BlockCharge>);
+
+/// Pages a block's charge counts in STATS `cgroup_bytes`.
+fn charged_pages(c: &BlockCharge) -> u64 {
+    if c.is_charged() {
+        u64::from_safe_cast(BLOCK_PAGES)
+    } else {
+        0
+    }
+}
 
 /// The replica blocks of a pool.
 pub(crate) struct Store {
@@ -191,11 +205,9 @@ impl VramPool {
             // A free block only with a charge (the job's block was taken
             // since it looked, and it took none).
             None => {
-                let c = charge.0?.into_pages();
+                let c = charge.0?;
                 let at = store.blocks.iter().position(|b| b.state == State::Free)?;
-                self.stats
-                    .cg_charged
-                    .add(u64::from_safe_cast(c.len()), Relaxed);
+                self.stats.cg_charged.add(charged_pages(&c), Relaxed);
                 store.blocks[at].charge = Some(c);
                 at
             }
@@ -249,11 +261,26 @@ impl VramPool {
         {
             return Some(ReplicaCharge(None));
         }
-        // Charged before any room is made: a cgroup at its limit takes
-        // none, and the job reads in place.
-        let charge = Some(ReplicaCharge(Some(
-            self.charge_block(Payer::Caller).ok().flatten()?,
-        )));
+        // Charged before any room is made. A cgroup at its limit gives up
+        // one of its own stale replica blocks for it (their pages changed
+        // or went); with none, the job reads in place (a fresh replica is
+        // not dropped for another: a buffer larger than the limit would
+        // copy every block and read none twice).
+        let c = match self.region.charge_block() {
+            Ok(c) => c,
+            Err(Refusal::Limit(l)) => {
+                let within = Evictor::Limit {
+                    pool: &l,
+                    ignore_low: true,
+                };
+                if !self.drop_replica_within(within, true) {
+                    return None;
+                }
+                self.region.charge_block().ok()?
+            }
+            Err(Refusal::Error(_)) => return None,
+        };
+        let charge = Some(ReplicaCharge(Some(c)));
         if free(&self.replicas.store.lock()) {
             return charge;
         }
@@ -304,10 +331,46 @@ impl VramPool {
     fn release(&self, b: &mut Block, to: State) {
         b.state = to;
         if let Some(c) = b.charge.take() {
-            self.stats
-                .cg_uncharged
-                .add(u64::from_safe_cast(c.len()), Relaxed);
+            self.stats.cg_uncharged.add(charged_pages(&c), Relaxed);
         }
+    }
+
+    /// Takes one replica block that `evictor` may take (one charged inside
+    /// a cgroup's limit) from its process: a stale one first, else (unless
+    /// `stale_only`) the least recently read. Its charge is undone at
+    /// once; the block goes free after a grace period. Whether there was
+    /// one. Sleeps (takes `reclaim`); never under the mirror lock or an
+    /// mmap lock.
+    pub(crate) fn drop_replica_within(&self, evictor: Evictor<'_>, stale_only: bool) -> bool {
+        let Ok(_reclaim) = lock_killable(&self.replicas.reclaim) else {
+            return false;
+        };
+        let mut store = self.replicas.store.lock();
+        let victim = store
+            .blocks
+            .iter()
+            .enumerate()
+            .filter_map(|(k, b)| match b.state {
+                State::Used {
+                    mm,
+                    addr,
+                    generation,
+                    used,
+                    ..
+                } if b.charge.as_ref().is_some_and(|c| c.evictable(evictor)) => {
+                    let fresh = crate::generation::current(mm, addr) == generation;
+                    (!fresh || !stale_only).then_some(((fresh, used), k))
+                }
+                _ => None,
+            })
+            .min();
+        let Some((_, k)) = victim else {
+            return false;
+        };
+        // Marked `Pending` under `reclaim`, as every block is.
+        self.release(&mut store.blocks[k], State::Pending);
+        self.stats.replica_dropped.add(1, Relaxed);
+        true
     }
 
     /// Gives a chunk slot with no pagemap to the replicas, removing an idle

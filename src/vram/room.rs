@@ -117,9 +117,10 @@ impl VramPool {
     /// is at its `dmem.max` for this device, among the pages charged inside
     /// the cgroup whose limit it hit: its own and its descendants' (and,
     /// when that limit is an ancestor's, those of the other cgroups under
-    /// it, as TTM does), never any other cgroup's. Returns whether the
-    /// cgroup may have room now (evicted something, or no longer at its
-    /// limit).
+    /// it, as TTM does), never any other cgroup's; one of the cgroup's
+    /// replica blocks goes first, if it has any (`replicas.rs`). Returns
+    /// whether the cgroup may have room now (dropped or evicted something,
+    /// or no longer at its limit).
     pub(crate) fn make_room_in_limit(&self, pages: usize, u: Use, cancel: &Cancel<'_>) -> bool {
         if Policy::current() == Policy::Off {
             return false;
@@ -135,6 +136,10 @@ impl VramPool {
             pool: &limit,
             ignore_low: false,
         };
+        // The cgroup's replicas go first: copies, dropped without a move.
+        if self.drop_replica_within(evictor, false) {
+            return true;
+        }
         self.evict_for(pages, false, u, evictor, cancel)
     }
 

@@ -1208,53 +1208,78 @@ pub fn run_scale() -> Result<(), String> {
 }
 
 /// Runs one worker per device role in `roles` (0: gpu0, 2: the isolated
-/// device) at once; the seconds from their start to the last one's end.
+/// device) at once; the seconds from their start to the last one's end of
+/// its jobs.
 fn scale_round(roles: &[usize]) -> Result<f64, String> {
+    use nix::sys::signal::{kill, Signal};
     use nix::sys::wait::{waitpid, WaitStatus};
     use nix::unistd::{fork, pipe, read, write, ForkResult};
-    use std::os::fd::AsFd;
-    let (ready_r, ready_w) = pipe().map_err(|e| e.to_string())?;
-    let (go_r, go_w) = pipe().map_err(|e| e.to_string())?;
+    use std::os::fd::{AsFd, OwnedFd};
+    // Each worker's pipes: it says `r` (ready), then `d` (done), on its
+    // own `up` pipe, whose only write end it holds (a worker that dies
+    // ends it: the parent's read fails rather than waits); the parent says
+    // go on its `go` pipe.
     let mut kids = Vec::new();
-    for &role in roles {
-        // SAFETY: the test harness is single-threaded here; the child only
-        // runs its worker and exits.
-        match unsafe { fork() }.map_err(|e| e.to_string())? {
-            ForkResult::Child => {
-                let ok = scale_worker(role, &ready_w, &go_r).is_ok();
-                std::process::exit(if ok { 0 } else { 1 });
+    let mut ends: Vec<(OwnedFd, OwnedFd)> = Vec::new();
+    let mut run = || -> Result<f64, String> {
+        for &role in roles {
+            let (up_r, up_w) = pipe().map_err(|e| e.to_string())?;
+            let (go_r, go_w) = pipe().map_err(|e| e.to_string())?;
+            // SAFETY: the bench is single-threaded here; the child only
+            // runs its worker and exits.
+            match unsafe { fork() }.map_err(|e| e.to_string())? {
+                ForkResult::Child => {
+                    let ok = scale_worker(role, &up_w, &go_r).is_ok();
+                    std::process::exit(if ok { 0 } else { 1 });
+                }
+                ForkResult::Parent { child } => {
+                    kids.push(child);
+                    drop((up_w, go_r));
+                    ends.push((up_r, go_w));
+                }
             }
-            ForkResult::Parent { child } => kids.push(child),
         }
-    }
-    // Only the workers write `ready`: a read finds the end if all failed.
-    drop((ready_w, go_r));
-    let mut byte = [0u8; 1];
-    for _ in roles {
-        if read(ready_r.as_fd(), &mut byte).map_err(|e| e.to_string())? != 1 {
-            return Err("a worker failed to get ready".into());
+        let want = |c: u8| -> Result<(), String> {
+            for (up, _) in &ends {
+                let mut b = [0u8; 1];
+                let n = read(up.as_fd(), &mut b).map_err(|e| e.to_string())?;
+                if n != 1 || b[0] != c {
+                    return Err(format!("a worker failed (wanted {:?})", c as char));
+                }
+            }
+            Ok(())
+        };
+        want(b'r')?;
+        let t = Instant::now();
+        for (_, go) in &ends {
+            write(go.as_fd(), b"g").map_err(|e| e.to_string())?;
         }
-    }
-    let t = Instant::now();
-    for _ in roles {
-        write(go_w.as_fd(), b"g").map_err(|e| e.to_string())?;
+        want(b'd')?;
+        Ok(t.elapsed().as_secs_f64())
+    };
+    let out = run();
+    if out.is_err() {
+        for &k in &kids {
+            let _ = kill(k, Signal::SIGKILL);
+        }
     }
     let mut failed = false;
     for k in kids {
         failed |= !matches!(waitpid(k, None), Ok(WaitStatus::Exited(_, 0)));
     }
-    let secs = t.elapsed().as_secs_f64();
+    let secs = out?;
     if failed {
         return Err("a worker failed".into());
     }
     Ok(secs)
 }
 
-/// A worker of [`scale_round`]: parks 64 MiB on its device, says it is
-/// ready, waits for the start, runs its CHECKSUMs (each checked).
+/// A worker of [`scale_round`]: parks 64 MiB on its device (every page
+/// moved), runs a CHECKSUM to map it, says it is ready, waits for the
+/// start, runs its 8 CHECKSUMs (each checked), says it is done.
 fn scale_worker(
     role: usize,
-    ready: &impl std::os::fd::AsFd,
+    up: &impl std::os::fd::AsFd,
     go: &impl std::os::fd::AsFd,
 ) -> Result<(), String> {
     use nix::unistd::{read, write};
@@ -1269,17 +1294,23 @@ fn scale_worker(
     // SAFETY: the same memory, viewed as bytes.
     let want = msvm_rt::checksum(unsafe { std::slice::from_raw_parts(buf.as_ptr().cast(), len) });
     let p = buf.as_ptr() as usize;
-    dev.migrate(p, len, Location::Device).map_err(e)?;
+    let out = dev.migrate(p, len, Location::Device).map_err(e)?;
+    if out.moved != (len / PAGE) as u64 {
+        return Err(format!("park: {out:?}"));
+    }
     // Once, to map every page.
     dev.exec(Exec::Checksum, p, len, false).map_err(e)?;
-    write(ready.as_fd(), b"r").map_err(|x| x.to_string())?;
+    write(up.as_fd(), b"r").map_err(|x| x.to_string())?;
     let mut byte = [0u8; 1];
-    read(go.as_fd(), &mut byte).map_err(|x| x.to_string())?;
+    if read(go.as_fd(), &mut byte).map_err(|x| x.to_string())? != 1 {
+        return Err("no start".into());
+    }
     for _ in 0..8 {
         let got = dev.exec(Exec::Checksum, p, len, false).map_err(e)?;
         if got.result != want {
             return Err("checksum".into());
         }
     }
+    write(up.as_fd(), b"d").map_err(|x| x.to_string())?;
     Ok(())
 }

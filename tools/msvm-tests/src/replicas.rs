@@ -432,38 +432,54 @@ pub fn check_pinned((m, want): &(Buf, u64)) -> Result<(), String> {
     Ok(())
 }
 
-/// A process in a cgroup whose `dmem.max` on gpu0 is 4 MiB reads an
-/// 8 MiB read-mostly buffer in system RAM on gpu0: the first two 2 MiB
-/// blocks get replicas, charged to the cgroup (`dmem.current` 4 MiB,
-/// STATS `cgroup_bytes` with them); the other two find the cgroup at its
-/// limit and are read in place (system RAM by DMA), no replica. Every
-/// checksum is the CPU's; the second job reads the replicas it has; a
-/// shrink pass drops them and gives the charges back. (Before replicas
-/// were charged: 8 MiB of replicas, `dmem.current` 0.)
+/// A process in a cgroup whose `dmem.max` on gpu0 is 4 MiB:
+/// - reads an 8 MiB read-mostly buffer `A` in system RAM on gpu0: its first
+///   two 2 MiB blocks get replicas, charged to the cgroup (`dmem.current`
+///   4 MiB, STATS `cgroup_bytes` with them); the other two find the cgroup
+///   at its limit and are read in place (no replica), and a second job
+///   reads the replicas it has;
+/// - unmaps `A` (its replicas are stale, still charged) and reads a 4 MiB
+///   read-mostly buffer `B`: the stale replicas make way, `B` gets two;
+/// - MIGRATEs 2 MiB of other memory to gpu0: a replica makes way for the
+///   pages (replicas go before pages), which all move;
+/// - a shrink pass drops the last replica and gives its charge back.
+///
+/// Every checksum is the CPU's. (Before replicas were charged: 8 MiB of
+/// replicas, `dmem.current` 0.)
 fn replicas_charged() -> Outcome {
     use crate::cgroup::{leave, region, Cgroup};
     let d = crate::svm::gpu0()?;
     let i = d.index().map_err(e)? as usize;
     let r = region(&d)?;
-    const LEN: usize = 4 * HUGE;
     const MAX: u64 = 2 * HUGE as u64;
-    let mut m = Buf::new(LEN)?;
-    fill(m.bytes_mut(), 62);
-    read_only(&m)?;
-    let want = checksum(m.bytes());
-    d.set_attr(m.addr(), LEN, READ_MOSTLY).map_err(e)?;
-    let c = Cgroup::new("msvm-test-replicas")?;
-    c.set_max(&r, Some(MAX))?;
-    c.enter()?;
-    let run = || -> Outcome {
+    // Room for replica chunks: idle chunks earlier tests left go.
+    crate::lifecycle::shrink("idle")?;
+    let read_mostly = |len: usize, seed: u64| -> Result<(Buf, u64), String> {
+        let mut m = Buf::new(len)?;
+        fill(m.bytes_mut(), seed);
+        read_only(&m)?;
+        d.set_attr(m.addr(), len, READ_MOSTLY).map_err(e)?;
+        let want = checksum(m.bytes());
+        Ok((m, want))
+    };
+    let (a, want_a) = read_mostly(4 * HUGE, 62)?;
+    let (b, want_b) = read_mostly(2 * HUGE, 63)?;
+    let mut c = Map::new(HUGE)?;
+    fill(c.bytes_mut(), 64);
+    let g = Cgroup::new("msvm-test-replicas")?;
+    g.set_max(&r, Some(MAX))?;
+    g.enter()?;
+    let run = |a: Buf| -> Outcome {
         let s0 = d.stats().map_err(e)?;
-        let j1 = d.exec(Exec::Checksum, m.addr(), LEN, false).map_err(e)?;
+        let j1 = d
+            .exec(Exec::Checksum, a.addr(), a.len(), false)
+            .map_err(e)?;
         let s1 = d.stats().map_err(e)?;
-        let (held, cur) = (replicas(&d, &m, i)?, c.current(&r)?);
-        check!(j1.result == want, "first checksum {:#x}", j1.result);
+        let (held, cur) = (replicas(&d, &a, i)?, g.current(&r)?);
+        check!(j1.result == want_a, "A: checksum {:#x}", j1.result);
         check!(
             held == MAX && cur == MAX,
-            "replicas {held} B, dmem.current {cur} B, want {MAX} each"
+            "A: replicas {held} B, dmem.current {cur} B, want {MAX} each"
         );
         check!(
             s1.cgroup_bytes >= s0.cgroup_bytes + MAX,
@@ -472,27 +488,51 @@ fn replicas_charged() -> Outcome {
             s1.cgroup_bytes
         );
         check!(
-            s1.engine_sys_read - s0.engine_sys_read >= (LEN / 2) as u64 && j1.migrated == 0,
-            "the blocks without a replica: {} B read from system RAM, {j1:?}",
+            s1.engine_sys_read - s0.engine_sys_read >= (a.len() / 2) as u64 && j1.migrated == 0,
+            "A's blocks without a replica: {} B read from system RAM, {j1:?}",
             s1.engine_sys_read - s0.engine_sys_read
         );
-        let j2 = d.exec(Exec::Checksum, m.addr(), LEN, false).map_err(e)?;
+        let j2 = d
+            .exec(Exec::Checksum, a.addr(), a.len(), false)
+            .map_err(e)?;
         let (_, hits) = delta(&d, &s1)?;
-        check!(j2.result == want, "second checksum {:#x}", j2.result);
+        check!(j2.result == want_a, "A again: checksum {:#x}", j2.result);
         check!(
-            hits == (MAX as usize / PAGE) as u64 && c.current(&r)? == MAX,
-            "second job: {hits} replica pages read, dmem.current {}",
-            c.current(&r)?
+            hits == (MAX as usize / PAGE) as u64 && g.current(&r)? == MAX,
+            "A again: {hits} replica pages read, dmem.current {}",
+            g.current(&r)?
+        );
+        drop(a);
+        let s2 = d.stats().map_err(e)?;
+        let jb = d
+            .exec(Exec::Checksum, b.addr(), b.len(), false)
+            .map_err(e)?;
+        let s3 = d.stats().map_err(e)?;
+        let (held, cur) = (replicas(&d, &b, i)?, g.current(&r)?);
+        check!(jb.result == want_b, "B: checksum {:#x}", jb.result);
+        check!(
+            held == MAX && cur == MAX && s3.replica_dropped - s2.replica_dropped >= 2,
+            "B after A's unmap: replicas {held} B, dmem.current {cur} B, {} blocks dropped",
+            s3.replica_dropped - s2.replica_dropped
+        );
+        let out = d
+            .migrate(c.addr(), HUGE, msvm_rt::Location::Device)
+            .map_err(e)?;
+        let (held, cur) = (replicas(&d, &b, i)?, g.current(&r)?);
+        check!(
+            out.moved == (HUGE / PAGE) as u64 && held == MAX / 2 && cur == MAX,
+            "MIGRATE at the limit: {out:?}; B's replicas {held} B, dmem.current {cur} B"
         );
         crate::lifecycle::shrink("idle")?;
-        let (held, cur) = (replicas(&d, &m, i)?, c.current(&r)?);
+        let (held, cur) = (replicas(&d, &b, i)?, g.current(&r)?);
         check!(
-            held == 0 && cur == 0,
-            "after a shrink pass: replicas {held} B, dmem.current {cur} B"
+            held == 0 && cur == MAX / 2,
+            "after a shrink pass: replicas {held} B, dmem.current {cur} B (C's pages: {})",
+            MAX / 2
         );
-        Ok(())
+        crate::svm::verify(c.bytes(), 64)
     };
-    let out = run();
+    let out = run(a);
     leave()?;
     out
 }
