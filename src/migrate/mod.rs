@@ -249,7 +249,8 @@ fn steps(
 /// nothing then) or too few free device pages: the step runs once more,
 /// over the same range, if the pool has room now (grown, freed meanwhile or
 /// made). Pages the process's dmem cgroup limit kept out get room among the
-/// cgroup's own pages only ([`VramPool::make_room_in_limit`]).
+/// replicas and pages charged inside that limit only
+/// ([`VramPool::make_room_in_limit`]).
 fn device_step(
     pool: &VramPool,
     mm: &MmWithUser,
@@ -271,7 +272,7 @@ fn device_step(
         }
         // Room for the pages the device had none for, made by the eviction
         // policy; for those the cgroup's `dmem.max` kept out, among the
-        // cgroup's own pages only.
+        // replicas and pages charged inside that limit only.
         (Some(first), first_end)
             // CAST: `u64` fits in `usize` on 64-bit kernels.
             if {

@@ -195,7 +195,9 @@ impl BlockCharge {
     }
 
     /// Whether `evictor` may take the block (as [`PageCharges::evictable`]
-    /// a page of it): under a limit, only a block charged inside it.
+    /// a page of it): under a limit, only a block charged inside it
+    /// (msvm asks only under a limit today: replicas on a full device go
+    /// with their chunks).
     pub(crate) fn evictable(&self, evictor: Evictor<'_>) -> bool {
         let (limit, ignore_low) = match evictor {
             Evictor::Full { ignore_low } => (core::ptr::null_mut(), ignore_low),

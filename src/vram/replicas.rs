@@ -244,7 +244,8 @@ impl VramPool {
     /// holds them, or a free one: one whose grace period has passed, a
     /// chunk slot with no pagemap given over to replicas, or the least
     /// recently read block taken from its process. A new block is charged
-    /// to the calling task's dmem cgroup first (none if its limit refuses).
+    /// to the calling task's dmem cgroup first (none if its limit refuses
+    /// and no stale replica charged inside that limit makes way).
     /// Sleeps (a grace period); never call it with the mirror lock or an
     /// mmap lock held. The charge for [`VramPool::replica_window`] (none
     /// if the store holds the block already), or `None` if there is no
@@ -262,10 +263,11 @@ impl VramPool {
             return Some(ReplicaCharge(None));
         }
         // Charged before any room is made. A cgroup at its limit gives up
-        // one of its own stale replica blocks for it (their pages changed
-        // or went); with none, the job reads in place (a fresh replica is
-        // not dropped for another: a buffer larger than the limit would
-        // copy every block and read none twice).
+        // a stale replica block charged inside that limit (its own, or,
+        // when the limit is an ancestor's, a sibling's, as pages are
+        // evicted) for it; with none, the job reads in place (a fresh
+        // replica is not dropped for another: a buffer larger than the
+        // limit would copy every block and read none twice).
         let c = match self.region.charge_block() {
             Ok(c) => c,
             Err(Refusal::Limit(l)) => {
@@ -342,29 +344,39 @@ impl VramPool {
     /// one. Sleeps (takes `reclaim`); never under the mirror lock or an
     /// mmap lock.
     pub(crate) fn drop_replica_within(&self, evictor: Evictor<'_>, stale_only: bool) -> bool {
+        let victim = |store: &Store| {
+            store
+                .blocks
+                .iter()
+                .enumerate()
+                .filter_map(|(k, b)| match b.state {
+                    State::Used {
+                        mm,
+                        addr,
+                        generation,
+                        used,
+                        ..
+                    } => {
+                        let fresh = crate::generation::current(mm, addr) == generation;
+                        let ok = (!fresh || !stale_only)
+                            && b.charge.as_ref().is_some_and(|c| c.evictable(evictor));
+                        ok.then_some(((fresh, used), k))
+                    }
+                    _ => None,
+                })
+                .min()
+                .map(|(_, k)| k)
+        };
+        // Most calls find none (a cgroup reading in place at its limit):
+        // they do not wait for `reclaim`, which grace periods hold.
+        if victim(&self.replicas.store.lock()).is_none() {
+            return false;
+        }
         let Ok(_reclaim) = lock_killable(&self.replicas.reclaim) else {
             return false;
         };
         let mut store = self.replicas.store.lock();
-        let victim = store
-            .blocks
-            .iter()
-            .enumerate()
-            .filter_map(|(k, b)| match b.state {
-                State::Used {
-                    mm,
-                    addr,
-                    generation,
-                    used,
-                    ..
-                } if b.charge.as_ref().is_some_and(|c| c.evictable(evictor)) => {
-                    let fresh = crate::generation::current(mm, addr) == generation;
-                    (!fresh || !stale_only).then_some(((fresh, used), k))
-                }
-                _ => None,
-            })
-            .min();
-        let Some((_, k)) = victim else {
+        let Some(k) = victim(&store) else {
             return false;
         };
         // Marked `Pending` under `reclaim`, as every block is.

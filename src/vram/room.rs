@@ -117,14 +117,13 @@ impl VramPool {
     /// is at its `dmem.max` for this device, among the pages charged inside
     /// the cgroup whose limit it hit: its own and its descendants' (and,
     /// when that limit is an ancestor's, those of the other cgroups under
-    /// it, as TTM does), never any other cgroup's; one of the cgroup's
-    /// replica blocks goes first, if it has any (`replicas.rs`). Returns
+    /// it, as TTM does), never any other cgroup's. A replica block charged
+    /// inside that limit goes first, if there is one (`replicas.rs`:
+    /// copies, dropped under any policy, whatever `dmem.low` says, as a
+    /// full device takes replica chunks back before it evicts). Returns
     /// whether the cgroup may have room now (dropped or evicted something,
     /// or no longer at its limit).
     pub(crate) fn make_room_in_limit(&self, pages: usize, u: Use, cancel: &Cancel<'_>) -> bool {
-        if Policy::current() == Policy::Off {
-            return false;
-        }
         // The limiting pool, learnt by charging the pages (undone at once):
         // none if the cgroup has room for them again meanwhile.
         let limit = match self.limit_for(pages) {
@@ -136,9 +135,11 @@ impl VramPool {
             pool: &limit,
             ignore_low: false,
         };
-        // The cgroup's replicas go first: copies, dropped without a move.
-        if self.drop_replica_within(evictor, false) {
+        if self.drop_replica_within(evictor.ignoring_low(), false) {
             return true;
+        }
+        if Policy::current() == Policy::Off {
+            return false;
         }
         self.evict_for(pages, false, u, evictor, cancel)
     }

@@ -1229,6 +1229,10 @@ fn scale_round(roles: &[usize]) -> Result<f64, String> {
             // runs its worker and exits.
             match unsafe { fork() }.map_err(|e| e.to_string())? {
                 ForkResult::Child => {
+                    // Only its own ends: the parent's (and earlier
+                    // workers') go ends closed here, a `go` read finds the
+                    // end if the parent dies.
+                    drop((up_r, go_w, std::mem::take(&mut ends)));
                     let ok = scale_worker(role, &up_w, &go_r).is_ok();
                     std::process::exit(if ok { 0 } else { 1 });
                 }
