@@ -18,10 +18,10 @@
 //! ([`VramPool::replica_room`] charges before the job takes the block), and
 //! uncharged when it is taken from that block (dropped for room, forgotten
 //! with its VM, given back): `dmem.max` caps a tenant's replicas with its
-//! pages. A cgroup at its limit gives up a stale replica of its own for a
+//! pages. A cgroup at its limit gives up a stale replica charged inside
+//! that limit (its own, or a sibling's under an ancestor's limit) for a
 //! new one, else its job reads in place; a migration at the limit takes
-//! one of its replicas before any of its pages
-//! ([`VramPool::drop_replica_within`]).
+//! such a replica before any page ([`VramPool::drop_replica_within`]).
 //!
 //! A block is given to another process's block only a grace period after
 //! it was taken from its last one (SRCU: a job reads replicas inside a
