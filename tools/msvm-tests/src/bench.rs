@@ -10,7 +10,7 @@ use std::num::NonZeroUsize;
 use std::ptr::NonNull;
 use std::time::Instant;
 
-use msvm_rt::{Device, Exec, Location};
+use msvm_rt::{Device, Exec, Location, Stats};
 use nix::sys::mman::{madvise, mmap_anonymous, munmap, MapFlags, MmapAdvise, ProtFlags};
 
 use crate::svm::{gpu0, PAGE};
@@ -689,6 +689,22 @@ fn oversub_round(dev: &Device, set: &[u64], sums: &[u64]) -> Result<u64, String>
     Ok((b.engine_vram_read - a.engine_vram_read).saturating_sub(moved_in))
 }
 
+/// Prints the BENCH lines of oversubscription case `case` in `mode`: the
+/// share read from VRAM, and the blocks evicted, the refaults and the time
+/// between `s0` and `s1`.
+fn report_oversub(case: &str, mode: &str, pct: f64, (s0, s1): (&Stats, &Stats), secs: f64) {
+    println!("BENCH oversub_{case}_hit_pct.{mode} {pct:.1} %");
+    println!(
+        "BENCH oversub_{case}_evict_blocks.{mode} {} blocks",
+        s1.evict_blocks - s0.evict_blocks
+    );
+    println!(
+        "BENCH oversub_{case}_refaults.{mode} {} blocks",
+        s1.evict_refaults - s0.evict_refaults
+    );
+    println!("BENCH oversub_{case}_s.{mode} {secs:.3} s");
+}
+
 /// A working set that shifts (part of `bench-oversub`): set A, 2/3 of the
 /// device (room for 1.5 sets), read 10 rounds in 32 MiB jobs, then set B,
 /// as large, 10 rounds. Prints the share of B's bytes read from VRAM
@@ -715,19 +731,8 @@ fn run_oversub_shift(dev: &Device, mode: &str) -> Result<(), String> {
     }
     let secs = t.elapsed().as_secs_f64();
     let s1 = dev.stats().map_err(e)?;
-    println!(
-        "BENCH oversub_shift_hit_pct.{mode} {:.1} %",
-        hit as f64 * 100.0 / ((ROUNDS - 2) as f64 * len as f64)
-    );
-    println!(
-        "BENCH oversub_shift_evict_blocks.{mode} {} blocks",
-        s1.evict_blocks - s0.evict_blocks
-    );
-    println!(
-        "BENCH oversub_shift_refaults.{mode} {} blocks",
-        s1.evict_refaults - s0.evict_refaults
-    );
-    println!("BENCH oversub_shift_s.{mode} {secs:.3} s");
+    let pct = hit as f64 * 100.0 / ((ROUNDS - 2) as f64 * len as f64);
+    report_oversub("shift", mode, pct, (&s0, &s1), secs);
     // SAFETY: from `buffer`, and used no more.
     unsafe {
         unmap(a)?;
@@ -757,19 +762,8 @@ fn run_oversub_cyclic(dev: &Device, mode: &str) -> Result<(), String> {
     }
     let secs = t.elapsed().as_secs_f64();
     let s1 = dev.stats().map_err(e)?;
-    println!(
-        "BENCH oversub_cyclic_hit_pct.{mode} {:.1} %",
-        hit as f64 * 100.0 / ((ROUNDS - 1) as f64 * len as f64)
-    );
-    println!(
-        "BENCH oversub_cyclic_evict_blocks.{mode} {} blocks",
-        s1.evict_blocks - s0.evict_blocks
-    );
-    println!(
-        "BENCH oversub_cyclic_refaults.{mode} {} blocks",
-        s1.evict_refaults - s0.evict_refaults
-    );
-    println!("BENCH oversub_cyclic_s.{mode} {secs:.3} s");
+    let pct = hit as f64 * 100.0 / ((ROUNDS - 1) as f64 * len as f64);
+    report_oversub("cyclic", mode, pct, (&s0, &s1), secs);
     // SAFETY: from `buffer`, and used no more.
     unsafe { unmap(set) }
 }
