@@ -22,41 +22,27 @@
 //! engine counts as it builds its device page table, and the next job
 //! acts, so the job that crosses the threshold still runs in place.
 //!
-//! Like [`crate::thrash`]'s, the state is one atomic word per slot of a
-//! direct-mapped table shared by all devices and processes, keyed by a
-//! hash of the process's `mm_struct` address, the block and the device: no
-//! lock, no allocation, so the engine counts under the mirror lock. Two
-//! keys that collide share a slot (the later restarts the count); an
-//! unmapped block's counts are forgotten ([`unmapped`]); a process whose
-//! `mm_struct` reuses a freed one's address may inherit counts. Each costs
-//! at most a migration early or late, which changes where a job reads its
-//! data, never what it reads.
+//! The counts are kept per block in the process's placement state
+//! (`crate::process`), one per device, made by the first access counted
+//! and freed when the block is unmapped or the process's last VM goes: a
+//! block's counts are its own, whatever other blocks and processes do. A
+//! count saturates at 65,535 (the highest threshold); a block the process
+//! could not record (at its `policy_blocks`) is never moved by its
+//! counts, which changes where a job reads its data, never what it reads.
 
-use kernel::num::casts::FromSafeCast;
 use kernel::prelude::*;
-use kernel::sync::atomic::{Atomic, Relaxed};
 
-use crate::mm::page::BLOCK_SIZE;
+use crate::process::Process;
 use crate::topology::MAX_DEVICES;
 
-/// Slots of the table (a power of two): 4096 words, 32 KiB.
-const SLOTS: usize = 4096;
-
-static TABLE: [Atomic<u64>; SLOTS] = [const { Atomic::new(0) }; SLOTS];
-
-// A slot: tag (40 bits, never 0 in a used slot) | count (24 bits,
-// saturating). A zero word is an empty slot.
-const COUNT_BITS: u32 = 24;
-const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
-
-/// The threshold (module parameter `access_threshold`, within what a slot
-/// counts); `None` if the counters are off (`access_counters=0`).
-fn threshold() -> Option<u64> {
+/// The threshold (module parameter `access_threshold`, within what a
+/// count holds); `None` if the counters are off (`access_counters=0`).
+fn threshold() -> Option<u16> {
     use crate::module_parameters as p;
     if p::access_counters.value() == 0 {
         return None;
     }
-    Some(u64::from(p::access_threshold.value()).clamp(1, COUNT_MASK))
+    Some(u16::try_from(p::access_threshold.value().max(1)).unwrap_or(u16::MAX))
 }
 
 /// Whether the access counters are on (module parameter `access_counters`).
@@ -64,160 +50,90 @@ pub(crate) fn enabled() -> bool {
     threshold().is_some()
 }
 
-/// The slot index and tag of device `dev`'s count of the block of `addr`
-/// in the mm at `mm`.
-fn key(mm: usize, addr: usize, dev: usize) -> (usize, u64) {
-    let h = crate::block_key::hash(mm, addr, 1 + u64::from_safe_cast(dev));
-    // CAST: masked to the table's size.
-    ((h as usize) & (SLOTS - 1), (h >> COUNT_BITS) | 1)
-}
-
-/// The word of a slot holding `old` once `n` accesses of the entry tagged
-/// `tag` are added: its count grows (up to the most a slot holds), another
-/// entry's is replaced.
-fn added(old: u64, tag: u64, n: u64) -> u64 {
-    let count = if old >> COUNT_BITS == tag {
-        old & COUNT_MASK
-    } else {
-        0
-    };
-    (tag << COUNT_BITS) | count.saturating_add(n).min(COUNT_MASK)
-}
-
-/// Whether a slot holding `word` has the entry tagged `tag` at `threshold`
-/// accesses or more.
-fn due(word: u64, tag: u64, threshold: u64) -> bool {
-    word >> COUNT_BITS == tag && word & COUNT_MASK >= threshold
-}
-
-/// Clears `slot` if it holds the entry tagged `tag` and `keep` does not
-/// hold for its word; whether it cleared it.
-fn clear_if(slot: &Atomic<u64>, tag: u64, keep: impl Fn(u64) -> bool) -> bool {
-    let mut old = slot.load(Relaxed);
-    while old != 0 && old >> COUNT_BITS == tag && !keep(old) {
-        match slot.cmpxchg(old, 0, Relaxed) {
-            Ok(_) => return true,
-            Err(seen) => old = seen,
+/// Counts `n` accesses by device `dev` to pages of the block of `addr` of
+/// process `p` that are not in its memory (the caller checks that the
+/// counters are on: [`enabled`]). No sleeping, no allocating that can:
+/// the engine counts under the mirror lock.
+pub(crate) fn add(p: &Process, dev: usize, addr: usize, n: u64) {
+    let n = u16::try_from(n).unwrap_or(u16::MAX);
+    p.with(addr, true, |b| {
+        if let Some(b) = b {
+            let c = &mut b.access[dev % MAX_DEVICES];
+            *c = c.saturating_add(n);
         }
-    }
-    false
+    });
 }
 
-/// Counts `n` accesses by device `dev` to pages of the block of `addr` in
-/// the mm at `mm` that are not in its memory (the caller checks that the
-/// counters are on: [`enabled`]). No sleeping, no allocating: the engine
-/// counts under the mirror lock.
-pub(crate) fn add(mm: usize, dev: usize, addr: usize, n: u64) {
-    let (slot, tag) = key(mm, addr, dev);
-    let w = &TABLE[slot];
-    let mut old = w.load(Relaxed);
-    while let Err(seen) = w.cmpxchg(old, added(old, tag, n), Relaxed) {
-        old = seen;
-    }
-}
-
-/// Whether device `dev` has used the block of `addr` in the mm at `mm` in
+/// Whether device `dev` has used the block of `addr` of process `p` in
 /// place `access_threshold` times since its count last started; if so, the
 /// count is taken (cleared). Never if the counters are off.
-pub(crate) fn take_due(mm: usize, dev: usize, addr: usize) -> bool {
-    threshold().is_some_and(|t| take_at(mm, dev, addr, t))
+pub(crate) fn take_due(p: &Process, dev: usize, addr: usize) -> bool {
+    threshold().is_some_and(|t| take_at(p, dev, addr, t))
 }
 
-fn take_at(mm: usize, dev: usize, addr: usize, threshold: u64) -> bool {
-    let (slot, tag) = key(mm, addr, dev);
-    clear_if(&TABLE[slot], tag, |w| !due(w, tag, threshold))
-}
-
-/// Forgets every device's counts of the blocks `[start, end)` of the mm at
-/// `mm` touches: they were unmapped (a buffer mapped there next is usually
-/// another one). Not for a range of more blocks than the table has slots
-/// (an exiting process's whole address space): it would only cost time.
-/// From the mm's invalidation: no sleeping, no allocating.
-pub(crate) fn unmapped(mm: usize, start: usize, end: usize) {
-    if !enabled() || start >= end || end.div_ceil(BLOCK_SIZE) - start / BLOCK_SIZE > SLOTS {
-        return;
-    }
-    forget(mm, start, end);
-}
-
-fn forget(mm: usize, start: usize, end: usize) {
-    let mut at = start;
-    while at < end {
-        for dev in 0..MAX_DEVICES {
-            let (slot, tag) = key(mm, at, dev);
-            clear_if(&TABLE[slot], tag, |_| false);
+fn take_at(p: &Process, dev: usize, addr: usize, threshold: u16) -> bool {
+    p.with(addr, false, |b| {
+        let Some(b) = b else { return false };
+        let c = &mut b.access[dev % MAX_DEVICES];
+        let due = *c >= threshold;
+        if due {
+            *c = 0;
         }
-        at = (at / BLOCK_SIZE + 1) * BLOCK_SIZE;
-    }
+        due
+    })
 }
 
 #[kunit_tests(msvm_access)]
 mod tests {
     use super::*;
+    use crate::mm::page::BLOCK_SIZE;
 
-    // Keys no process has: KUnit runs before user space.
-    const MM: usize = 0xdead_0000_0000;
     const A: usize = 0x7f00_0000_0000;
 
-    fn counted(mm: usize, dev: usize, addr: usize) -> u64 {
-        let (slot, tag) = key(mm, addr, dev);
-        let w = TABLE[slot].load(Relaxed);
-        if w >> COUNT_BITS == tag {
-            w & COUNT_MASK
-        } else {
-            0
-        }
+    fn counted(p: &Process, dev: usize, addr: usize) -> u16 {
+        p.with(addr, false, |b| b.map_or(0, |b| b.access[dev]))
     }
 
     #[test]
-    fn counts_add_up_and_saturate() {
-        let tag = 0x12_3456_789b;
-        let w = added(0, tag, 100);
-        assert_eq!(w & COUNT_MASK, 100);
-        assert_eq!(added(w, tag, 156) & COUNT_MASK, 256);
-        // Another entry colliding in the slot starts again.
-        assert_eq!(added(w, tag ^ 2, 7), ((tag ^ 2) << COUNT_BITS) | 7);
-        // A count stays within its bits.
-        assert_eq!(
-            added(added(w, tag, COUNT_MASK), tag, 1) & COUNT_MASK,
-            COUNT_MASK
-        );
-        assert!(!due(w, tag, 256) && due(added(w, tag, 156), tag, 256));
-        assert!(!due(added(w, tag, 156), tag ^ 2, 256));
-    }
-
-    #[test]
-    fn a_due_count_is_taken_once_per_device_and_block() {
-        let mm = MM + 0x100;
-        add(mm, 1, A, 200);
-        assert!(!take_at(mm, 1, A, 256));
-        assert_eq!(counted(mm, 1, A), 200);
-        add(mm, 1, A + BLOCK_SIZE - 1, 56);
+    fn a_due_count_is_taken_once_per_device_and_block() -> Result {
+        let p = Process::new()?;
+        add(&p, 1, A, 200);
+        assert!(!take_at(&p, 1, A, 256));
+        assert_eq!(counted(&p, 1, A), 200);
+        add(&p, 1, A + BLOCK_SIZE - 1, 56);
         // Another device's and another block's counts are their own.
-        add(mm, 2, A, 5);
-        assert_eq!(counted(mm, 2, A), 5);
-        assert_eq!(counted(mm, 1, A + BLOCK_SIZE), 0);
-        assert!(take_at(mm, 1, A, 256));
-        assert_eq!(counted(mm, 1, A), 0);
-        assert!(!take_at(mm, 1, A, 256));
-        assert_eq!(counted(mm, 2, A), 5);
+        add(&p, 2, A, 5);
+        assert_eq!(counted(&p, 2, A), 5);
+        assert_eq!(counted(&p, 1, A + BLOCK_SIZE), 0);
+        assert!(take_at(&p, 1, A, 256));
+        assert_eq!(counted(&p, 1, A), 0);
+        assert!(!take_at(&p, 1, A, 256));
+        assert_eq!(counted(&p, 2, A), 5);
+        // Counts saturate.
+        add(&p, 3, A, u64::MAX);
+        add(&p, 3, A, 9);
+        assert_eq!(counted(&p, 3, A), u16::MAX);
+        Ok(())
     }
 
     #[test]
-    fn unmapping_forgets_every_devices_counts() {
-        let mm = MM + 0x200;
+    fn unmapping_forgets_every_devices_counts() -> Result {
+        let p = Process::new()?;
         for dev in 0..MAX_DEVICES {
-            add(mm, dev, A, 300);
-            add(mm, dev, A + BLOCK_SIZE, 300);
+            add(&p, dev, A, 300);
+            add(&p, dev, A + BLOCK_SIZE, 300);
         }
-        add(mm, 0, A + 2 * BLOCK_SIZE, 300);
-        // Only the blocks the range touches (here the first two), as
-        // [`unmapped`] does with the counters on.
-        forget(mm, A + 4096, A + BLOCK_SIZE + 4096);
+        add(&p, 0, A + 2 * BLOCK_SIZE, 300);
+        // Only the blocks the range touches (here the first two).
+        p.invalidated(A + 4096, A + BLOCK_SIZE + 4096, true);
         for dev in 0..MAX_DEVICES {
-            assert_eq!(counted(mm, dev, A), 0);
-            assert_eq!(counted(mm, dev, A + BLOCK_SIZE), 0);
+            assert_eq!(counted(&p, dev, A), 0);
+            assert_eq!(counted(&p, dev, A + BLOCK_SIZE), 0);
         }
-        assert_eq!(counted(mm, 0, A + 2 * BLOCK_SIZE), 300);
+        assert_eq!(counted(&p, 0, A + 2 * BLOCK_SIZE), 300);
+        // Another process at the same addresses counts from nothing.
+        let q = Process::new()?;
+        assert_eq!(counted(&q, 0, A + 2 * BLOCK_SIZE), 0);
+        Ok(())
     }
 }

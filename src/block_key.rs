@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Keys of a process's 2 MiB blocks in the placement policies' lock-free,
-//! direct-mapped tables ([`crate::thrash`], [`crate::access`]).
+//! Keys of a process's 2 MiB blocks in direct-mapped tables: the refault
+//! shadows of a device (`crate::vram`).
 
 use kernel::prelude::*;
 
 use crate::mm::page::BLOCK_SIZE;
 
-/// A well-mixed 64-bit hash of the block of `addr` in the mm at `mm` (an
-/// `mm_struct`'s address, a key only) and `salt` (what else tells two
+/// A well-mixed 64-bit hash of the block of `addr` of the process keyed
+/// `mm` (its id: `crate::process`) and `salt` (what else tells two
 /// entries of one block apart, e.g. a device; 0 if nothing). A table takes
 /// its slot index from the low bits and a tag from the high ones.
 pub(crate) fn hash(mm: usize, addr: usize, salt: u64) -> u64 {

@@ -38,6 +38,11 @@
 //!   step wait that long with its pages unmapped, before it finalizes
 //!   (fault injection: tests make a process exit or `munmap` inside that
 //!   window); reading gives the delay and how many steps waited.
+//! - `policy`: the placement policies' state of processes
+//!   (`crate::process`): `blocks` recorded in all processes,
+//!   `bytes_per_block` each takes, `untracked` blocks a process could not
+//!   record (at its `policy_blocks`, or out of memory), and the registry's
+//!   `lookups` and `contended` (lookups that found its lock held).
 
 use kernel::{
     debugfs, fmt,
@@ -79,6 +84,8 @@ pub(crate) struct Debugfs {
     evict: debugfs::File<()>,
     #[pin]
     evict_delay_ms: debugfs::File<()>,
+    #[pin]
+    policy: debugfs::File<()>,
 }
 
 /// The last `copy_floor` run: bytes per path, and nanoseconds per path and
@@ -143,6 +150,7 @@ impl Debugfs {
                 },
                 &write_evict_delay,
             ),
+            policy <- dir.read_callback_file(c"policy", (), &show_policy),
         })
     }
 }
@@ -377,6 +385,16 @@ fn per_device(
         }
     }
     Ok(())
+}
+
+/// `policy`: the placement policies' state of processes.
+fn show_policy(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    let (blocks, untracked, lookups, contended) = crate::process::figures();
+    writeln!(f, "blocks {blocks}")?;
+    writeln!(f, "bytes_per_block {}", crate::process::bytes_per_block())?;
+    writeln!(f, "untracked {untracked}")?;
+    writeln!(f, "lookups {lookups}")?;
+    writeln!(f, "contended {contended}")
 }
 
 /// `evict`: per device, how eviction moved its pages.

@@ -65,7 +65,7 @@ use kernel::{
     new_mutex,
     num::casts::FromSafeCast,
     prelude::*,
-    sync::{atomic::Relaxed, Mutex},
+    sync::{atomic::Relaxed, Arc, Mutex},
     time::{Instant, Monotonic},
 };
 
@@ -83,6 +83,7 @@ use crate::mm::{
     pagemap::PAGE_SIZE,
     trace,
 };
+use crate::process::Process;
 use crate::vram::{Clock, Epoch, JobPhase, ReplicaWindow, VramPool};
 
 /// Checks that the job's ranges are mapped (`EFAULT`) with the access it
@@ -345,6 +346,8 @@ pub(crate) struct Engine<'p> {
     epoch: Epoch,
     /// Which of the job's ranges it reads through replicas.
     replicate: Replicate,
+    /// The placement policies' state of the job's process.
+    process: Arc<Process>,
     /// What a fault binds into the VM's device page table.
     keep: Keep,
     /// Whether the job raised faults (its [`Life::Job`] entries are
@@ -535,7 +538,7 @@ impl<'p> Engine<'p> {
             &'p FaultHandler,
         ),
         epoch: Epoch,
-        replicate: Replicate,
+        (replicate, process): (Replicate, Arc<Process>),
         keep: Keep,
     ) -> Result<Self> {
         Ok(Self {
@@ -545,6 +548,7 @@ impl<'p> Engine<'p> {
             buf: KBox::new([0; PAGE_SIZE], GFP_KERNEL)?,
             epoch,
             replicate,
+            process,
             keep,
             raised: false,
             ahead: [None; LOOKAHEAD],
@@ -716,7 +720,6 @@ impl<'p> Engine<'p> {
     fn warm(
         &mut self,
         table: &DevPt,
-        key: usize,
         (job, w, n): (&Job, WindowPages, usize),
         write: bool,
         done: &mut Done,
@@ -749,8 +752,8 @@ impl<'p> Engine<'p> {
         // pages by path; and the pages the job may write by DMA marked so
         // (see the faulting path).
         let r = self
-            .account(&dst_v, dst_pages, key, write, done)
-            .and_then(|()| self.account(&src_v, src_pages, key, false, done))
+            .account(&dst_v, dst_pages, write, done)
+            .and_then(|()| self.account(&src_v, src_pages, false, done))
             .and_then(|()| {
                 self.execute(
                     job.op,
@@ -777,7 +780,6 @@ impl<'p> Engine<'p> {
         &self,
         view: &TableView<'_>,
         pages: usize,
-        key: usize,
         written: bool,
         done: &mut Done,
     ) -> Result {
@@ -785,7 +787,7 @@ impl<'p> Engine<'p> {
         let mut remote = (view.first, 0u64);
         let count = |(at, n): (usize, u64)| {
             if on && n > 0 {
-                access::add(key, self.pool.index(), at, n);
+                access::add(&self.process, self.pool.index(), at, n);
                 self.pool.stats.access_counted.add(n, Relaxed);
             }
         };
@@ -924,7 +926,7 @@ impl<'p> Engine<'p> {
             let faults = {
                 let guard = mirror.lock();
                 let table = guard.table();
-                if let Some(r) = self.warm(table, key, (job, w, n), write, done) {
+                if let Some(r) = self.warm(table, (job, w, n), write, done) {
                     drop(guard);
                     let s = &self.pool.stats;
                     let ahead = rounds == 0 && self.ahead.contains(&Some(off));
@@ -977,7 +979,12 @@ impl<'p> Engine<'p> {
                 .filter(|&(first, end, _)| sealed(first, end))
                 .map(|(first, end, dst)| {
                     let block = first & !(BLOCK_SIZE - 1);
-                    (block, (first, end), dst, generation::current(key, block))
+                    (
+                        block,
+                        (first, end),
+                        dst,
+                        generation::current(&self.process, block),
+                    )
                 })
                 .filter(|&(block, ..)| {
                     charge = self.pool.replica_room(key, block);
@@ -1042,7 +1049,7 @@ impl<'p> Engine<'p> {
             // used (and made) only if the block's generation is still the
             // one read before the walk.
             let replicas = replicas
-                .filter(|&(block, .., g)| generation::current(key, block) == g)
+                .filter(|&(block, .., g)| generation::current(&self.process, block) == g)
                 .map(|(block, _, dst, g)| (block, dst, g));
             // Replicas the job reads are not given to another process's
             // block before this ends (after the tables and the lock).
@@ -1055,15 +1062,10 @@ impl<'p> Engine<'p> {
                 })
             };
             let bound = self
-                .page_table(
-                    &dst_found,
-                    (key, dst_first),
-                    &mut dst_pt,
-                    window(true).as_mut(),
-                )
+                .page_table(&dst_found, dst_first, &mut dst_pt, window(true).as_mut())
                 .and_then(|()| {
                     let mut w = window(false);
-                    self.page_table(&src_found, (key, src_first), &mut src_pt, w.as_mut())
+                    self.page_table(&src_found, src_first, &mut src_pt, w.as_mut())
                 });
             clock.lap_job(JobPhase::Bind);
             let res = bound.and_then(|()| {
@@ -1111,15 +1113,15 @@ impl<'p> Engine<'p> {
     }
 
     /// Fills `pt` with device addresses for the pages `hmm_range_fault`
-    /// found from address `first` of the mm at `mm` (a key only), and
-    /// counts the pages it uses in place that are not in this device's
-    /// memory ([`access::add`]). Runs under the mirror lock, which
-    /// reclaim can wait for (an invalidation takes it): it must not
-    /// allocate, so `pt` comes with room for every page.
+    /// found from address `first`, and counts the pages it uses in place
+    /// that are not in this device's memory ([`access::add`]). Runs under
+    /// the mirror lock, which reclaim can wait for (an invalidation takes
+    /// it): it must not allocate what can wait, so `pt` comes with room
+    /// for every page (a block's policy state is `GFP_NOWAIT`).
     fn page_table<'g>(
         &self,
         pages: &Pages<'g>,
-        (mm, first): (usize, usize),
+        first: usize,
         pt: &mut PageTable<'g>,
         mut replicas: Option<&mut ReplicaWindow<'_>>,
     ) -> Result
@@ -1135,7 +1137,7 @@ impl<'p> Engine<'p> {
         let on = access::enabled();
         let count = |(at, n): (usize, u64)| {
             if on && n > 0 {
-                access::add(mm, self.pool.index(), first + at * PAGE_SIZE, n);
+                access::add(&self.process, self.pool.index(), first + at * PAGE_SIZE, n);
                 self.pool.stats.access_counted.add(n, Relaxed);
             }
         };

@@ -19,6 +19,7 @@ mod generation;
 mod migrate;
 mod mm;
 mod placement;
+mod process;
 mod reclaim;
 mod registry;
 mod residency;
@@ -69,7 +70,11 @@ module! {
         },
         access_threshold: u32 {
             default: 256,
-            description: "Accesses (pages a job used in place) of a 2 MiB block by one device that move it there (1..16777215; UVM: 256)",
+            description: "Accesses (pages a job used in place) of a 2 MiB block by one device that move it there (1..65535; UVM: 256)",
+        },
+        policy_blocks: u32 {
+            default: 65536,
+            description: "2 MiB blocks of one process whose placement state (thrashing history, access counts, generation) the policies keep; blocks beyond are not acted on (default 65536: 128 GiB)",
         },
         read_mostly: u32 {
             default: 1,
@@ -127,6 +132,8 @@ impl kernel::InPlaceModule for MsvmModule {
         // SAFETY: module init runs once, before the driver is registered
         // below, which is the first user of the topology.
         unsafe { registry::init() };
+        // SAFETY: as above, before the first VM.
+        unsafe { process::init() };
         try_pin_init!(Self {
             _driver <- kernel::driver::Registration::new(
                 <Self as kernel::ModuleMetadata>::NAME,

@@ -15,7 +15,11 @@
 //! pagemaps.
 //!
 //! Device page tables count too (`crate::mm::devpt`): a pass empties the
-//! tables of the VMs not running a job (they refault).
+//! tables of the VMs not running a job (they refault). So does the
+//! placement policies' state of processes (`crate::process`), beyond its
+//! first 4 MiB: a pass frees that of cold blocks (no policy looked at them
+//! for a thrashing epoch; none pinned), whose histories and counts the
+//! policies build again.
 //!
 //! The same passes run synchronously from debugfs (`shrink`), for tests.
 //!
@@ -139,9 +143,10 @@ fn pools(blocking: bool) -> Option<[Option<PoolRef>; MAX_DEVICES]> {
 
 /// What the shrinker could free on every device, in bytes: idle chunks,
 /// chunks a consolidation would empty, device page tables (those of VMs
-/// running a job stay). `None` if a lock was busy.
+/// running a job stay) and the placement policies' state of processes
+/// (pinned blocks stay). `None` if a lock was busy.
 fn reclaimable() -> Option<(usize, usize, usize)> {
-    let mut total = (0, 0, 0);
+    let mut total = (0, 0, crate::process::reclaimable());
     for p in pools(false)?.iter().flatten() {
         let (idle, light) = p.reclaimable()?;
         total.0 += idle;
@@ -152,11 +157,24 @@ fn reclaimable() -> Option<(usize, usize, usize)> {
     Some(total)
 }
 
+/// Whether the policies' state of a block may go under memory pressure:
+/// no policy looked at it for a thrashing epoch (`thrash_epoch_ms`, at
+/// least 10 s: a history that old is forgotten anyway) and it holds no pin.
+fn policy_cold(b: &crate::process::Block) -> bool {
+    let epoch_s = crate::module_parameters::thrash_epoch_ms
+        .value()
+        .div_ceil(1000);
+    b.idle_s() >= epoch_s.max(10) && !crate::thrash::holds_pin(b)
+}
+
 /// One shrink pass over every device at `level` ([`TABLES`], [`IDLE`] or
 /// [`CONSOLIDATE`]), idle chunks removed side by side if `side_by_side`
 /// (see `VramPool::trim_idle`): returns the pagemaps removed.
 pub(crate) fn shrink_all(level: u64, side_by_side: bool) -> usize {
     let mut removed = 0;
+    // The policies' state of cold blocks: histories and counts the
+    // policies would mostly have forgotten, and build again.
+    note_freed(crate::process::shrink_all(|b| !policy_cold(b)));
     let Some(pools) = pools(true) else {
         return 0;
     };

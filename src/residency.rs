@@ -123,14 +123,14 @@ pub(crate) fn residency(
         }
         addr += n * PAGE_SIZE;
     }
-    let mut at = start;
-    while at < end {
-        let next = ((at / BLOCK_SIZE + 1) * BLOCK_SIZE).min(end);
-        // CAST: an address, used as a key only.
-        if crate::thrash::is_pinned(mm.as_raw() as usize, at) {
-            r.pinned += u64::from_safe_cast(next - at);
-        }
-        at = next;
+    if let Some(p) = crate::process::of(mm) {
+        // The recorded blocks only: the range may span terabytes.
+        p.each(start, end, |at, b| {
+            if crate::thrash::holds_pin(b) {
+                let (first, next) = (at.max(start), (at + BLOCK_SIZE).min(end));
+                r.pinned += u64::from_safe_cast(next - first);
+            }
+        });
     }
     // One device at a time, each held by a handle of its own.
     for i in 0..MAX_DEVICES {

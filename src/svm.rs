@@ -17,6 +17,7 @@ use kernel::{
 
 use crate::mm::hmm::{Mirror, Tables};
 use crate::placement::Attrs;
+use crate::process::{Process, Registration};
 
 /// The mirrored part of the address space: all of user space.
 const MIRROR_START: usize = 0;
@@ -29,17 +30,21 @@ pub(crate) const USER_END: u64 = 1 << 47;
 
 /// What the placement policies hear of an invalidation of `[start, end)`
 /// in the mm at `mm` (a key only), from the mirror: its pages may change
-/// (replicas of them go stale), and if `unmap`, they are unmapped.
+/// (replicas of them go stale), and if `unmap`, they are unmapped (their
+/// blocks' state is freed). The mirror belongs to a VM of the mm, which is
+/// registered (but while the VM goes: then its replicas are gone).
 fn invalidated(mm: usize, start: usize, end: usize, unmap: bool) {
-    crate::generation::bump(mm, start, end);
-    if unmap {
-        crate::thrash::unmapped(mm, start, end);
-        crate::access::unmapped(mm, start, end);
+    if let Some(p) = crate::process::lookup(mm) {
+        p.invalidated(start, end, unmap);
     }
 }
 
 /// The VM of an open file.
 pub(crate) struct Vm {
+    /// The placement policies' state of the process, registered under the
+    /// mm's address: dropped first, while `mm` still holds the address
+    /// (see `crate::process`).
+    process: Registration,
     /// The address space this VM mirrors; a counted reference (`mmgrab`)
     /// that keeps the `mm_struct`, not its pages, alive.
     mm: ARef<Mm>,
@@ -58,8 +63,11 @@ impl Vm {
         let task = kernel::current!();
         let mm = task.mm().ok_or(EINVAL)?;
         let range = (MIRROR_START, MIRROR_LEN);
+        // Registered before the mirror exists: its invalidations find it.
+        let process = Registration::new(mm)?;
         let mirror = Mirror::new(mm, range, invalidated, tables)?;
         Ok(Self {
+            process,
             mm: ARef::from(&**mm),
             mirror,
             attrs: Attrs::new(),
@@ -100,6 +108,11 @@ impl Drop for Vm {
 }
 
 impl Vm {
+    /// The placement policies' state of the VM's process.
+    pub(crate) fn process(&self) -> &Arc<Process> {
+        self.process.process()
+    }
+
     /// The mirror of the VM's page tables.
     pub(crate) fn mirror(&self) -> &Mirror {
         &self.mirror

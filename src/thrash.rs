@@ -24,25 +24,21 @@
 //! `uvm_perf_thrashing` is the model; `Documentation/placement.rst` gives
 //! the knobs, their UVM anchors and the time scale here.
 //!
-//! The state is one atomic word per slot of a direct-mapped table shared
-//! by all devices and processes, keyed by a hash of the process's
-//! `mm_struct` address and the block's address: no lock, no allocation; a
-//! CPU fault or a placement pass reads and updates one word. Only a
-//! recorded move creates a block's history (asking does not). Two blocks
-//! whose keys collide share a slot (the later evicts the earlier's
-//! history); a process whose `mm_struct` reuses a freed one's address, and
-//! a buffer mapped again where an unmapped one was, may inherit a history;
-//! times wrap after 70 minutes, so a history untouched that long may look
-//! recent again. Each costs at most a missed or a needless pin, which
-//! changes where a job reads its data, never what it reads.
+//! The state is one word per block of the process's placement state
+//! (`crate::process`), made by the first recorded move (asking does not),
+//! freed when the block is unmapped or the process's last VM goes: a
+//! history is the block's own, whatever other blocks and processes do.
+//! Times wrap after 70 minutes, so a history untouched that long may look
+//! recent again; a block the process could not record (at its
+//! `policy_blocks`) is never pinned. Each costs at most a missed or a
+//! needless pin, which changes where a job reads its data, never what it
+//! reads.
 
 use kernel::num::casts::FromSafeCast;
 use kernel::prelude::*;
-use kernel::sync::atomic::{Atomic, Relaxed};
 
-use crate::mm::cancel::Cancel;
 use crate::mm::clock::now_ms;
-use crate::mm::page::BLOCK_SIZE;
+use crate::process::Process;
 use crate::topology::MAX_DEVICES;
 
 /// Where a block is: the place a move sends it to.
@@ -320,165 +316,121 @@ pub(crate) struct Verdict {
     pub(crate) unpinned: bool,
 }
 
-/// Slots of the table (a power of two): 4096 words, 32 KiB, which track
-/// 8 GiB of blocks without collisions when they fall evenly.
-pub(crate) const SLOTS: usize = 4096;
-
-static TABLE: [Atomic<u64>; SLOTS] = [const { Atomic::new(0) }; SLOTS];
-
-/// The slot index and tag of the block of `addr` in the mm at `mm`.
-fn key(mm: usize, addr: usize) -> (usize, u64) {
-    let h = crate::block_key::hash(mm, addr, 0);
-    // CAST: masked to the table's size.
-    ((h as usize) & (SLOTS - 1), (h >> 53) & TAG_MASK)
-}
+/// The tag of every history: a block's state is its own, so the tag only
+/// tells a history (1) from none (0).
+const TAG: u64 = 1;
 
 /// Whether thrashing detection is on (module parameter `thrash`).
 pub(crate) fn enabled() -> bool {
     Knobs::get().is_some()
 }
 
-/// Applies `f` to the history of the block of `addr` in the mm at `mm`
-/// (an `mm_struct`'s address, a key only) at the time of each try, read
-/// as that block's ([`Block::current`], whose resets and dropped pins are
-/// kept even if `f` has nothing to record: `None`). With `existing`, a
-/// block without a history is left alone before the clock is read.
+/// Applies `f` to the history in `state` at `now`, read as that block's
+/// ([`Block::current`], whose resets and dropped pins are kept even if `f`
+/// has nothing to record: `None`). With `existing`, a block without a
+/// history is left alone.
+fn apply(
+    state: &mut crate::process::Block,
+    existing: bool,
+    (now, k): (u64, &Knobs),
+    f: impl FnOnce(Block, u64, &Knobs, &mut Verdict) -> Option<Block>,
+) -> Verdict {
+    let old = Block::from_word(state.thrash);
+    if existing && !old.is(TAG) {
+        return Verdict::default();
+    }
+    let mut v = Verdict::default();
+    let cur = old.current(TAG, now, k, &mut v);
+    state.thrash = match f(cur, now, k, &mut v) {
+        Some(b) => b.word(),
+        // Keep a reset or a dropped pin, but start no history.
+        None if old.tag == TAG => cur.word(),
+        None => return v,
+    };
+    v
+}
+
+/// Applies `f` to the history of the block of `addr` of process `p` at
+/// the time of the call (see [`apply`]); with `existing`, no state is
+/// made for a block without one.
 fn update(
-    mm: usize,
+    p: &Process,
     addr: usize,
     existing: bool,
-    f: impl Fn(Block, u64, &Knobs, &mut Verdict) -> Option<Block>,
+    f: impl FnOnce(Block, u64, &Knobs, &mut Verdict) -> Option<Block>,
 ) -> Verdict {
     let Some(k) = Knobs::get() else {
         return Verdict::default();
     };
-    let (slot, tag) = key(mm, addr);
-    let w = &TABLE[slot];
-    let mut old = w.load(Relaxed);
-    loop {
-        if existing && !Block::from_word(old).is(tag) {
-            return Verdict::default();
-        }
-        // Read after the word: a racing writer's time is never after ours
-        // by more than `SLACK`.
-        let now = now_ms() / TICK_MS;
-        let mut v = Verdict::default();
-        let cur = Block::from_word(old).current(tag, now, &k, &mut v);
-        let new = match f(cur, now, &k, &mut v) {
-            Some(b) => b.word(),
-            // Keep a reset or a dropped pin, but start no history.
-            None if Block::from_word(old).tag == tag => cur.word(),
-            None => return v,
-        };
-        if new == old {
-            return v;
-        }
-        match w.cmpxchg(old, new, Relaxed) {
-            Ok(_) => return v,
-            Err(seen) => old = seen,
-        }
-    }
-}
-
-/// A job's placement pass on the mm at `mm` is about to move the block of
-/// `addr` to `to`: whether it stays where it is instead
-/// ([`Verdict::stay`]: pinned now or before). Nothing is recorded for a
-/// block without a history; the move itself is recorded by [`moved`].
-pub(crate) fn before_move(mm: usize, addr: usize, to: Place) -> Verdict {
-    let (_, tag) = key(mm, addr);
-    update(mm, addr, true, |b, now, k, v| {
-        b.is(tag).then(|| b.ask(to.code(), now, k, v))
+    p.with(addr, !existing, |state| match state {
+        Some(state) => apply(state, existing, (now_ms() / TICK_MS, &k), f),
+        None => Verdict::default(),
     })
 }
 
-/// Pages of the block of `addr` in the mm at `mm` moved to `to`: by a
-/// job's placement pass that [`before_move`] allowed, or by a CPU fault
-/// (`to` is then [`Place::System`]), which may pin the block there.
-pub(crate) fn moved(mm: usize, addr: usize, to: Place) -> Verdict {
-    update(mm, addr, false, |b, now, k, v| {
+/// A job's placement pass of process `p` is about to move the block of
+/// `addr` to `to`: whether it stays where it is instead
+/// ([`Verdict::stay`]: pinned now or before). Nothing is recorded for a
+/// block without a history; the move itself is recorded by [`moved`].
+pub(crate) fn before_move(p: &Process, addr: usize, to: Place) -> Verdict {
+    update(p, addr, true, |b, now, k, v| {
+        b.is(TAG).then(|| b.ask(to.code(), now, k, v))
+    })
+}
+
+/// Pages of the block of `addr` of process `p` moved to `to`: by a job's
+/// placement pass that [`before_move`] allowed, or by a CPU fault (`to` is
+/// then [`Place::System`]), which may pin the block there.
+pub(crate) fn moved(p: &Process, addr: usize, to: Place) -> Verdict {
+    update(p, addr, false, |b, now, k, v| {
         Some(b.moved(to.code(), now, k, v))
     })
 }
 
-/// As [`moved`], for a block of a job's run of which some block moved:
-/// only a block with a history is recorded (no slot is taken from another
-/// block for one that may not have moved at all).
-pub(crate) fn run_moved(mm: usize, addr: usize, to: Place) -> Verdict {
-    let (_, tag) = key(mm, addr);
-    update(mm, addr, true, |b, now, k, v| {
-        b.is(tag).then(|| b.moved(to.code(), now, k, v))
-    })
-}
-
-/// An explicit MIGRATE or PREFETCH moved `[start, end)` of the mm at `mm`
-/// to `to`: the blocks with a history lose their count and pin. Stops
-/// with `cancel`'s error (a range may span terabytes).
-pub(crate) fn placed_explicitly(
-    mm: usize,
-    start: usize,
-    end: usize,
+/// As [`moved`], for the blocks of `[start, end)`, a job's run of which
+/// some block moved: only blocks with a history are recorded (no state is
+/// made for one that may not have moved at all). `count` hears each
+/// verdict.
+pub(crate) fn run_moved(
+    p: &Process,
+    (start, end): (usize, usize),
     to: Place,
-    cancel: &Cancel<'_>,
-) -> Result {
-    if !enabled() {
-        return Ok(());
-    }
-    let mut at = start;
-    let mut n = 0u32;
-    while at < end {
-        n = n.wrapping_add(1);
-        if n % 512 == 0 {
-            cancel.check()?;
-        }
-        placed(mm, at, to);
-        at = (at / BLOCK_SIZE + 1) * BLOCK_SIZE;
-    }
-    Ok(())
-}
-
-/// An explicit request moved the block of `addr` in the mm at `mm` to `to`.
-fn placed(mm: usize, addr: usize, to: Place) {
-    let (_, tag) = key(mm, addr);
-    update(mm, addr, true, |b, now, _, _| {
-        b.is(tag).then(|| b.placed(to.code(), now))
+    mut count: impl FnMut(Verdict),
+) {
+    let Some(k) = Knobs::get() else {
+        return;
+    };
+    let now = now_ms() / TICK_MS;
+    p.each(start, end, |_, state| {
+        count(apply(state, true, (now, &k), |b, now, k, v| {
+            Some(b.moved(to.code(), now, k, v))
+        }))
     });
 }
 
-/// `[start, end)` of the mm at `mm` was unmapped: the histories of its
-/// blocks are forgotten (a buffer mapped there next is usually another
-/// one). Not for a range of more blocks than the table has slots (an
-/// exiting process's whole address space, an unmap of more than 8 GiB):
-/// clearing the table would forget every other process's histories too.
-/// From the mm's invalidation: no sleeping, no allocating.
-pub(crate) fn unmapped(mm: usize, start: usize, end: usize) {
-    if !enabled() || start >= end || end.div_ceil(BLOCK_SIZE) - start / BLOCK_SIZE > SLOTS {
+/// An explicit MIGRATE or PREFETCH moved `[start, end)` of process `p` to
+/// `to`: the blocks with a history lose their count and pin.
+pub(crate) fn placed_explicitly(p: &Process, start: usize, end: usize, to: Place) {
+    let Some(k) = Knobs::get() else {
         return;
-    }
-    let mut at = start;
-    while at < end {
-        let (slot, tag) = key(mm, at);
-        let w = &TABLE[slot];
-        let mut old = w.load(Relaxed);
-        while Block::from_word(old).tag == tag && old != 0 {
-            match w.cmpxchg(old, 0, Relaxed) {
-                Ok(_) => break,
-                Err(seen) => old = seen,
-            }
-        }
-        at = (at / BLOCK_SIZE + 1) * BLOCK_SIZE;
-    }
+    };
+    let now = now_ms() / TICK_MS;
+    p.each(start, end, |_, state| {
+        // Read as the block's history now (an old one forgotten, an
+        // expired pin dropped), as a single block's update does.
+        apply(state, true, (now, &k), |b, now, _, _| {
+            b.is(TAG).then(|| b.placed(to.code(), now))
+        });
+    });
 }
 
-/// Whether the block of `addr` in the mm at `mm` is pinned now (a snapshot
-/// for RESIDENCY: it changes nothing).
-pub(crate) fn is_pinned(mm: usize, addr: usize) -> bool {
+/// Whether `state` has a pin in effect: what the shrinker keeps.
+pub(crate) fn holds_pin(state: &crate::process::Block) -> bool {
     let Some(k) = Knobs::get() else {
         return false;
     };
-    let now = now_ms() / TICK_MS;
-    let (slot, tag) = key(mm, addr);
-    let b = Block::from_word(TABLE[slot].load(Relaxed));
-    b.is(tag) && b.pin_holds(now, &k)
+    let b = Block::from_word(state.thrash);
+    b.is(TAG) && b.pin_holds(now_ms() / TICK_MS, &k)
 }
 
 #[kunit_tests(msvm_thrash)]
@@ -496,6 +448,11 @@ mod tests {
     }
 
     const SYS: u64 = 1;
+
+    /// Whether the block of `addr` of `p` is pinned now.
+    fn is_pinned(p: &Process, addr: usize) -> bool {
+        p.with(addr, false, |s| s.is_some_and(|s| holds_pin(s)))
+    }
 
     /// A move at `now` as [`moved`] makes it.
     fn mv(b: Block, to: u64, now: u64) -> (Block, Verdict) {
@@ -668,48 +625,38 @@ mod tests {
     }
 
     #[test]
-    fn the_table_through_its_calls() {
-        // With the module's knobs (defaults: lapse 10 s), on a key no
-        // process has; skipped when detection is off (`thrash=0`).
+    fn a_process_through_its_calls() -> Result {
+        // With the module's knobs (defaults: lapse 10 s); skipped when
+        // detection is off (`thrash=0`).
         if Knobs::get().is_none_or(|k| k.threshold != 3) {
-            return;
+            return Ok(());
         }
-        let (mm, a) = (0x5eed_0000_0000_usize, 0x4000_0000_usize);
-        unmapped(mm, a, a + BLOCK_SIZE);
-        // Asking creates no history, and the answer is "move".
-        assert_eq!(before_move(mm, a, Place::Device(0)), Verdict::default());
-        assert!(!is_pinned(mm, a));
-        moved(mm, a, Place::Device(0));
-        moved(mm, a, Place::System);
-        assert!(!before_move(mm, a, Place::Device(0)).stay);
-        moved(mm, a, Place::Device(0));
-        let v = before_move(mm, a, Place::Device(1));
+        let p = Process::new()?;
+        let a = 0x4000_0000_usize;
+        // Asking creates no history (and no state), and the answer is "move".
+        assert_eq!(before_move(&p, a, Place::Device(0)), Verdict::default());
+        assert_eq!(p.blocks(), 0);
+        assert!(!is_pinned(&p, a));
+        moved(&p, a, Place::Device(0));
+        moved(&p, a, Place::System);
+        assert!(!before_move(&p, a, Place::Device(0)).stay);
+        moved(&p, a, Place::Device(0));
+        let v = before_move(&p, a, Place::Device(1));
         assert!(v.stay && v.pinned && v.detected);
-        assert!(is_pinned(mm, a));
-        let v = before_move(mm, a, Place::System);
+        assert!(is_pinned(&p, a));
+        let v = before_move(&p, a, Place::System);
         assert!(v.stay && v.avoided);
+        // Another process's block at the same address is its own.
+        let q = Process::new()?;
+        assert!(!is_pinned(&q, a) && !before_move(&q, a, Place::System).stay);
         // An explicit move ends the pin; an unmap forgets the block.
-        placed(mm, a, Place::System);
-        assert!(!is_pinned(mm, a));
-        assert!(!before_move(mm, a, Place::Device(0)).stay);
-        unmapped(mm, a, a + PAGE);
-        let (slot, tag) = key(mm, a);
-        assert!(!Block::from_word(TABLE[slot].load(Relaxed)).is(tag));
+        placed_explicitly(&p, a, a + 1, Place::System);
+        assert!(!is_pinned(&p, a));
+        assert!(!before_move(&p, a, Place::Device(0)).stay);
+        p.invalidated(a, a + PAGE, true);
+        assert_eq!(p.blocks(), 0);
+        Ok(())
     }
 
     const PAGE: usize = kernel::page::PAGE_SIZE;
-
-    #[test]
-    fn another_block_in_the_slot_starts_afresh() {
-        let (b, _) = mv(Block::default(), dev(0), 0);
-        let mut v = Verdict::default();
-        let c = b.current(2, 5, &knobs(), &mut v);
-        assert_eq!(
-            c,
-            Block {
-                tag: 2,
-                ..Block::default()
-            }
-        );
-    }
 }

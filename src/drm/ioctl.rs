@@ -510,8 +510,9 @@ impl File {
                     continue;
                 }
                 let (mirror, in_place) = (vm.mirror(), job.in_place);
+                let who = (mm, &**vm.process());
                 migrated += place(
-                    pool, mm, mirror, &pieces, in_place, epoch, &mut memo, &cancel,
+                    pool, who, mirror, &pieces, in_place, epoch, &mut memo, &cancel,
                 )?;
             }
             clock.lap_job(JobPhase::Place);
@@ -524,7 +525,7 @@ impl File {
                 remote: disjoint(remote)?,
             };
             let parts = (pool, gpu.device(), gpu.faults());
-            let mut engine = Engine::new(parts, epoch, replicate, keep)?;
+            let mut engine = Engine::new(parts, epoch, (replicate, vm.process().clone()), keep)?;
             let mut done = engine.run(mm, vm.mirror(), &job, &mut clock, &cancel)?;
             pool.stats.phases.job(&clock);
             done.migrated = migrated;

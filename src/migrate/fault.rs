@@ -207,10 +207,11 @@ fn fault_range(
     pool.stats.phases.step(class, &clock);
     if moved > 0 {
         // The block came home: a move for thrashing detection, which may
-        // pin it here. CAST: an address, used as a key only.
-        let mm = vma.mm().as_raw() as usize;
-        pool.stats
-            .count_thrash(thrash::moved(mm, start, Place::System));
+        // pin it here (a process without a VM has no state).
+        if let Some(p) = crate::process::of(vma.mm()) {
+            pool.stats
+                .count_thrash(thrash::moved(&p, start, Place::System));
+        }
     }
     trace::cpu_fault(pool.index(), address, moved, folios);
     if large.is_some() && !fault_moved {

@@ -213,8 +213,6 @@ pub(super) fn fill_to_device(
     // Data the device evicted not long ago, coming back: placed as working
     // set (see `src/vram/shadow.rs`), as decided when the first page finds
     // room (a try that places nothing leaves the shadow to the next).
-    // CAST: an address, used as a key only.
-    let key = vma.mm().as_raw() as usize;
     let (mut u, mut decided) = (u, false);
     let mut filled = [0u16; BLOCK_PAGES];
     let mut from_peer = [false; BLOCK_PAGES];
@@ -241,7 +239,8 @@ pub(super) fn fill_to_device(
             continue;
         };
         if !core::mem::replace(&mut decided, true) {
-            u = pool.placing(key, start, u);
+            let process = crate::process::of(vma.mm()).map(|p| p.id());
+            u = pool.placing(process, start, u);
         }
         pool.note_placed(offset, u);
         from_peer[at] = copy_in(pool, mig.src_page(at), nr, offset)?;

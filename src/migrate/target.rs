@@ -16,6 +16,7 @@ use crate::mm::owner::Owner;
 use crate::mm::page::{BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::PAGE_SIZE;
 use crate::placement::{Access, Location, Span};
+use crate::process::Process;
 use crate::registry;
 use crate::registry::PoolRef;
 use crate::thrash::{self, Place};
@@ -154,11 +155,9 @@ pub(crate) fn prefetch(
         ),
     }?;
     if u.intent == Intent::Explicit {
-        // CAST: an address, used as a key only.
-        let key = mm.as_raw() as usize;
-        // Stopped by a fatal signal or the device going away, it leaves
-        // the rest of the histories as they are: the move itself is done.
-        let _ = thrash::placed_explicitly(key, start, start + len, target.place(here), cancel);
+        if let Some(p) = crate::process::of(mm) {
+            thrash::placed_explicitly(&p, start, start + len, target.place(here));
+        }
     }
     Ok(out)
 }
@@ -309,7 +308,7 @@ pub(crate) struct Memo {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn place(
     here: &VramPool,
-    mm: &MmWithUser,
+    (mm, process): (&MmWithUser, &Process),
     mirror: &Mirror,
     pieces: &[Span],
     in_place: bool,
@@ -323,8 +322,6 @@ pub(crate) fn place(
     };
     let detect = thrash::enabled();
     let counters = access::enabled();
-    // CAST: an address, used as a key only.
-    let key = mm.as_raw() as usize;
     let mut moved = 0;
     for p in pieces {
         // Read-mostly pages stay where they are: jobs read replicas.
@@ -364,13 +361,23 @@ pub(crate) fn place(
         while at < end {
             cancel.check()?;
             let next = ((at / BLOCK_SIZE + 1) * BLOCK_SIZE).min(end);
-            if stays(here, (key, at), target, (counted, ask), memo) {
-                n += place_run(here, mm, mirror, target, (run, at), u, ask, cancel)?;
+            let record = ask.then_some(process);
+            if stays(here, (process, at), target, (counted, ask), memo) {
+                n += place_run(here, mm, mirror, target, (run, at), u, record, cancel)?;
                 run = next;
             }
             at = next;
         }
-        n += place_run(here, mm, mirror, target, (run, end), u, ask, cancel)?;
+        n += place_run(
+            here,
+            mm,
+            mirror,
+            target,
+            (run, end),
+            u,
+            ask.then_some(process),
+            cancel,
+        )?;
         if counted {
             here.stats.access_moved.add(n, Relaxed);
         }
@@ -379,14 +386,14 @@ pub(crate) fn place(
     Ok(moved)
 }
 
-/// Whether the block of `at` in the mm at `key` stays where it is in the
+/// Whether the block of `at` of process `p` stays where it is in the
 /// placement pass of a job on `here` that would move it to `target`: for a
 /// job that runs in place (`counted`), unless its access count is due (the
 /// count is taken); then, if `ask`, when thrashing detection refuses the
 /// move. Each question is asked once per block and job (`memo`).
 fn stays(
     here: &VramPool,
-    (key, at): (usize, usize),
+    (p, at): (&Process, usize),
     target: Target,
     (counted, ask): (bool, bool),
     memo: &mut Memo,
@@ -400,7 +407,7 @@ fn stays(
     }
     if counted {
         let due = *memo.due.get_or_insert_with(|| {
-            let due = access::take_due(key, here.index(), at);
+            let due = access::take_due(p, here.index(), at);
             if due {
                 here.stats.access_due.add(1, Relaxed);
             }
@@ -414,18 +421,17 @@ fn stays(
         return false;
     }
     *memo.stays.get_or_insert_with(|| {
-        let v = thrash::before_move(key, at, target.place(here));
+        let v = thrash::before_move(p, at, target.place(here));
         here.stats.count_thrash(v);
         v.stay
     })
 }
 
 /// Moves the run `[start, end)` of blocks that may move (none if empty) to
-/// `target` for a job's placement pass, and if pages moved and `record`,
-/// records a move of each of its blocks that has a history
-/// ([`thrash::run_moved`]; a block already there counts no event, one that
-/// could not move at most one too many); a run of more blocks than the
-/// table has slots (8 GiB) records nothing. The pages moved.
+/// `target` for a job's placement pass, and if pages moved and `record`
+/// names the process, records a move of each of its blocks that has a
+/// history ([`thrash::run_moved`]; a block already there counts no event,
+/// one that could not move at most one too many). The pages moved.
 #[allow(clippy::too_many_arguments)]
 fn place_run(
     here: &VramPool,
@@ -434,23 +440,17 @@ fn place_run(
     target: Target,
     (start, end): (usize, usize),
     u: Use,
-    record: bool,
+    record: Option<&Process>,
     cancel: &Cancel<'_>,
 ) -> Result<u64> {
     if start >= end {
         return Ok(0);
     }
     let (n, went) = place_range(here, mm, mirror, target, start, end, u, cancel)?;
-    // A run of more blocks than the table holds would only flood it.
-    if record && n > 0 && end.div_ceil(BLOCK_SIZE) - start / BLOCK_SIZE <= thrash::SLOTS {
-        // CAST: an address, used as a key only.
-        let key = mm.as_raw() as usize;
-        let mut at = start;
-        while at < end {
-            here.stats
-                .count_thrash(thrash::run_moved(key, at, went.place(here)));
-            at = (at / BLOCK_SIZE + 1) * BLOCK_SIZE;
-        }
+    if let Some(p) = record.filter(|_| n > 0) {
+        thrash::run_moved(p, (start, end), went.place(here), |v| {
+            here.stats.count_thrash(v)
+        });
     }
     Ok(n)
 }

@@ -180,7 +180,7 @@ pub(crate) fn lock_killable<T: ?Sized>(m: &Mutex<T>) -> Result<MutexGuard<'_, T>
 
 /// Lets other tasks run (`cond_resched`), between two steps of a long loop
 /// that may sleep but has no task to cancel (an invalidation's zap).
-pub(super) fn cond_resched() {
+pub(crate) fn cond_resched() {
     // SAFETY: a plain call, in a context that may sleep (the caller's
     // promise, which a safe function cannot check: `cond_resched` in
     // atomic context is a bug the kernel reports, not undefined behaviour).

@@ -150,6 +150,13 @@ impl<'a> PageRef<'a> {
     }
 }
 
+/// The bytes `kmalloc` gives for a request of `size`: its slab's object
+/// size.
+pub(crate) fn kmalloc_size(size: usize) -> usize {
+    // SAFETY: a pure function of its argument.
+    unsafe { bindings::kmalloc_size_roundup(size) }
+}
+
 /// The order of the folios msvm migrates whole (2 MiB: a PMD), or 0 if the
 /// kernel cannot migrate such folios whole.
 pub(crate) fn large_order() -> u32 {

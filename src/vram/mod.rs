@@ -399,15 +399,16 @@ impl VramPool {
         self.lru.placed(self.block_index(off), u);
     }
 
-    /// How request `u` places pages of block `addr` of the mm at `mm` (a
-    /// key only) that it brings in: as a refault ([`Intent::Refault`]) if
+    /// How request `u` places pages of block `addr` of the process whose id
+    /// is `process` (none: no VM) that it brings in: as a refault
+    /// ([`Intent::Refault`]) if
     /// a job's migrate-on-access brings them back within the device's size
     /// of their eviction (see `shadow.rs`) and the policy has classes, else
     /// as `u`. Takes the block's shadow: call it once pages found room.
-    pub(crate) fn placing(&self, mm: usize, addr: usize, u: Use) -> Use {
+    pub(crate) fn placing(&self, process: Option<u64>, addr: usize, u: Use) -> Use {
         if u.intent != Intent::OnAccess
             || lru::Policy::current() != lru::Policy::TwoClass
-            || !self.shadows.refault(mm, addr)
+            || !process.is_some_and(|p| self.shadows.refault(p, addr))
         {
             return u;
         }

@@ -345,6 +345,7 @@ impl VramPool {
     /// mmap lock.
     pub(crate) fn drop_replica_within(&self, evictor: Evictor<'_>, stale_only: bool) -> bool {
         let victim = |store: &Store| {
+            let mut check = crate::generation::Checker::default();
             store
                 .blocks
                 .iter()
@@ -357,7 +358,7 @@ impl VramPool {
                         used,
                         ..
                     } => {
-                        let fresh = crate::generation::current(mm, addr) == generation;
+                        let fresh = check.fresh(mm, addr, generation);
                         let ok = (!fresh || !stale_only)
                             && b.charge.as_ref().is_some_and(|c| c.evictable(evictor));
                         ok.then_some(((fresh, used), k))
@@ -567,6 +568,7 @@ impl VramPool {
     /// Bytes of `[start, end)` of the mm at `mm` with a replica here that
     /// is not stale (for RESIDENCY).
     pub(crate) fn replica_bytes(&self, mm: usize, start: usize, end: usize) -> u64 {
+        let mut check = crate::generation::Checker::default();
         let store = self.replicas.store.lock();
         let mut n = 0u64;
         for b in store.blocks.iter() {
@@ -583,7 +585,7 @@ impl VramPool {
             if m != mm || addr + BLOCK_SIZE <= start || addr >= end {
                 continue;
             }
-            if crate::generation::current(mm, addr) != generation {
+            if !check.fresh(mm, addr, generation) {
                 continue;
             }
             for i in 0..BLOCK_PAGES {

@@ -55,10 +55,11 @@ fn block_evictable(map: &Pagemap<Chunk>, b: usize, evictor: Evictor<'_>) -> (boo
 
 /// The 2 MiB blocks of processes whose pages block `b` of `map` holds, as
 /// its pages' records name them (the first [`OWNERS`]; an owner whose
-/// pages then stay, busy or stale, leaves a shadow too): an `mm_struct`'s
-/// address (a key only) and an address in the block. What an eviction of
-/// the block leaves shadows of (`shadow.rs`).
-fn owners(map: &Pagemap<Chunk>, b: usize) -> [Option<(usize, usize)>; OWNERS] {
+/// pages then stay, busy or stale, leaves a shadow too): the process's id
+/// (`crate::process`; a process without a VM has none) and an address in
+/// the block. What an eviction of the block leaves shadows of
+/// (`shadow.rs`).
+fn owners(map: &Pagemap<Chunk>, b: usize) -> [Option<(u64, usize)>; OWNERS] {
     let records = &map.data().records;
     let mut found: [Option<(usize, usize)>; OWNERS] = [None; OWNERS];
     let mut n = 0;
@@ -76,9 +77,9 @@ fn owners(map: &Pagemap<Chunk>, b: usize) -> [Option<(usize, usize)>; OWNERS] {
     }
     found.map(|k| {
         let (m, block) = k?;
-        // CAST: an address, used as a key only.
-        let mm = records.mm_at(m)?.as_raw() as usize;
-        Some((mm, block * BLOCK_SIZE))
+        let mm = records.mm_at(m)?;
+        let process = crate::process::of(&mm)?;
+        Some((process.id(), block * BLOCK_SIZE))
     })
 }
 
@@ -303,10 +304,10 @@ impl VramPool {
 
     /// One block of the device was evicted, with pages of the process
     /// blocks `owners`: the eviction clock ticks, and each leaves a shadow.
-    fn leave_shadows(&self, owners: &[Option<(usize, usize)>]) {
+    fn leave_shadows(&self, owners: &[Option<(u64, usize)>]) {
         let at = self.shadows.tick();
-        for &(mm, addr) in owners.iter().flatten() {
-            self.shadows.evicted(mm, addr, at);
+        for &(process, addr) in owners.iter().flatten() {
+            self.shadows.evicted(process, addr, at);
         }
     }
 

@@ -20,11 +20,10 @@
 //!
 //! The state is one atomic word per slot of a direct-mapped table per
 //! device, two to four slots per block of its memory (a power of two, at
-//! least 64), keyed by a hash of the
-//! process's `mm_struct` address and the block: a 32-bit tag and the low 32
-//! bits of the clock. A refault takes its shadow. Two keys that collide
-//! share a slot (the later wins); a process whose `mm_struct` reuses a
-//! freed one's address may find the old one's shadow. Each costs at most a
+//! least 64), keyed by a hash of the process's id (never reused:
+//! `crate::process`) and the block: a 32-bit tag and the low 32 bits of
+//! the clock. A refault takes its shadow. Two keys that collide share a
+//! slot (the later wins). Each costs at most a
 //! block placed active that should not have been, or inactive that should
 //! have been: where a job reads its data, never what it reads. An
 //! eviction leaves shadows of the first few process blocks its VRAM block
@@ -64,10 +63,11 @@ impl Shadows {
         })
     }
 
-    /// The slot and tag (never 0) of block `addr` of the mm at `mm` (an
-    /// `mm_struct`'s address, a key only).
-    fn slot(&self, mm: usize, addr: usize) -> (&Atomic<u64>, u64) {
-        let h = crate::block_key::hash(mm, addr, 0);
+    /// The slot and tag (never 0) of block `addr` of the process whose
+    /// [`crate::process::Process::id`] is `process`.
+    fn slot(&self, process: u64, addr: usize) -> (&Atomic<u64>, u64) {
+        // CAST: a process's id fits a `usize` on 64-bit kernels.
+        let h = crate::block_key::hash(process as usize, addr, 0);
         // CAST: masked to the table's size.
         let i = (h as usize) & (self.slots.len() - 1);
         (&self.slots[i], (h >> 32 | 1) << 32)
@@ -79,17 +79,18 @@ impl Shadows {
         self.clock.fetch_add(1, Relaxed)
     }
 
-    /// Pages of block `addr` of the mm at `mm` left the device at clock
-    /// `at`.
-    pub(crate) fn evicted(&self, mm: usize, addr: usize, at: u64) {
-        let (slot, tag) = self.slot(mm, addr);
+    /// Pages of block `addr` of process `process` (its id) left the device
+    /// at clock `at`.
+    pub(crate) fn evicted(&self, process: u64, addr: usize, at: u64) {
+        let (slot, tag) = self.slot(process, addr);
         slot.store(tag | (at & CLOCK_MASK), Relaxed);
     }
 
-    /// Whether block `addr` of the mm at `mm` comes back within the
-    /// device's size of its eviction; its shadow, if any, is taken.
-    pub(crate) fn refault(&self, mm: usize, addr: usize) -> bool {
-        let (slot, tag) = self.slot(mm, addr);
+    /// Whether block `addr` of process `process` (its id) comes back
+    /// within the device's size of its eviction; its shadow, if any, is
+    /// taken.
+    pub(crate) fn refault(&self, process: u64, addr: usize) -> bool {
+        let (slot, tag) = self.slot(process, addr);
         let w = slot.load(Relaxed);
         if w & !CLOCK_MASK != tag || slot.cmpxchg(w, 0, Relaxed).is_err() {
             return false;
@@ -106,7 +107,7 @@ mod tests {
     use crate::mm::page::BLOCK_SIZE;
 
     // Keys no process has: KUnit runs before user space.
-    const MM: usize = 0xdead_0002_0000;
+    const MM: u64 = 0xdead_0002_0000;
     const A: usize = 0x7f00_0000_0000;
 
     #[test]
@@ -116,7 +117,7 @@ mod tests {
         assert!(!s.refault(MM, A));
         let at = s.tick();
         s.evicted(MM, A, at);
-        // Any address of the block finds it; another mm's does not.
+        // Any address of the block finds it; another process's does not.
         assert!(!s.refault(MM + 64, A));
         assert!(s.refault(MM, A + BLOCK_SIZE - 1));
         // Taken: the next time is no refault.

@@ -40,5 +40,11 @@ awk '/^# stress-proc/ { o += $3; b += $4; u += $5 }
 	END { printf "soak: %d operations, %d MiB verified, %d operations met a GPU that went; %d pressure rounds (peak %d MiB)\n", o, b / 1048576, u, r, p
 		sub(/^# soak: /, "soak: ", line); print line }' /tmp/soak.log
 unload_msvm || rc=1
+# The policies' state at the issue's scale (make test runs 2,048 and 8 x
+# 256): 16,384 live blocks in one process, 8 processes x 2,048.
+echo "== msvm-tests policy-scale 16384 8 2048 (msvm loaded with access_threshold=1)"
+load_msvm access_threshold=1 || exit 1
+msvm-tests policy-scale 16384 8 2048 || rc=1
+unload_msvm || rc=1
 kmemleak_check || rc=1
 exit $rc

@@ -6,7 +6,7 @@
 //! `msvm-tests hold READY GO` parks data on a device across an rmmod; the
 //! other subcommands (defaults, fuzz, stress, soak, bench*, pressure, hog, unplug-loop,
 //! oversub-off, oversub-stress, thrash-off, thrash-expiry, access-off,
-//! read-mostly-off, generic, generic-bind) are
+//! policy-scale, read-mostly-off, generic, generic-bind) are
 //! described where they are defined. Output: one `ok`/`not ok` line per
 //! test, then a summary line `N passed, N failed`. The exit status is
 //! non-zero if any test failed.
@@ -26,6 +26,7 @@ mod large;
 mod lifecycle;
 mod multi;
 mod placement;
+mod policy;
 mod race;
 mod replicas;
 mod scenarios;
@@ -196,6 +197,10 @@ fn main() -> ExitCode {
         Some("access-off") => {
             let res = placement::access_off();
             return finish("access-off", res, Some("in-place jobs, access_counters=0"));
+        }
+        Some("policy-scale") => {
+            let res = policy::run(arg(1, 16384), arg(2, 8), arg(3, 2048));
+            return finish("policy-scale", res, None);
         }
         Some("read-mostly-off") => {
             let res = replicas::read_mostly_off();
