@@ -44,10 +44,19 @@ if [ "${MSVM_BENCH_PLACEMENT:-1}" != 0 ]; then
 		--cmd bench-placement --quiet-boot --log "$B/bench-placement.log" --timeout 1200 || rc=$?
 fi
 
-python3 - "$B/bench-console.log" "$B/bench-icount.log" "$B/bench-placement.log" <<'PY'
+# Scale: the 8-GPU server (two NUMA nodes, a host bridge each), costs on
+# 3 devices against 8 (MSVM_BENCH_SCALE8=0 skips it).
+rm -f "$B/bench-scale8.log"
+if [ "${MSVM_BENCH_SCALE8:-1}" != 0 ]; then
+	python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
+		--initrd "$B/bench-initramfs.cpio" --gpus 8gpu --vram 256M --mem 2G \
+		--cmd bench-scale8 --quiet-boot --log "$B/bench-scale8.log" --timeout 900 || rc=$?
+fi
+
+python3 - "$B/bench-console.log" "$B/bench-icount.log" "$B/bench-placement.log" "$B/bench-scale8.log" <<'PY'
 import os, re, sys
 vals, units = {}, {}
-for path, suffix in ((sys.argv[1], ""), (sys.argv[2], ".icount"), (sys.argv[3], "")):
+for path, suffix in ((sys.argv[1], ""), (sys.argv[2], ".icount"), (sys.argv[3], ""), (sys.argv[4], "")):
     if not os.path.exists(path):
         continue
     for line in open(path, errors="replace"):
@@ -191,6 +200,21 @@ if "warm_job_64M.overhead" in vals:
 if "scale_2proc_2dev.speedup" in vals:
     print(f"{'scale (warm 64 MiB CHECKSUMs x 8)':<32}1 process on 1 GPU {vals['scale_1proc_1dev_s']:.3f} s, "
           f"2 on 2 GPUs {vals['scale_2proc_2dev_s']:.3f} s: speedup {vals['scale_2proc_2dev.speedup']:.2f}x")
+    locks = [k[len("scale_2proc_2dev_lock_"):-len("_contended")] for k in vals
+             if k.startswith("scale_2proc_2dev_lock_") and k.endswith("_contended")]
+    for l in locks:
+        a = vals.get(f"scale_2proc_2dev_lock_{l}_acquired", 0)
+        c = vals[f"scale_2proc_2dev_lock_{l}_contended"]
+        print(f"{'  global lock ' + l:<32}{a:.0f} acquisitions, {c:.0f} found it held")
+    print()
+if "scale_query.growth" in vals:
+    print(f"{'8-GPU server, ms':<22}{'3 GPUs':>9}{'8 GPUs':>9}{'growth':>8}   (cost with 8 / 8 over cost with 3 / 3)")
+    for op in ("query", "vm_create", "invalidate", "stats", "unplug"):
+        if f"scale_{op}.growth" in vals:
+            print(f"{op:<22}{vals[f'scale_{op}_3dev_ms']:>9.2f}{vals[f'scale_{op}_8dev_ms']:>9.2f}"
+                  f"{vals[f'scale_{op}.growth']:>7.2f}x")
+    if "policy_bytes_per_block" in vals:
+        print(f"{'policy state per 2 MiB block':<22}{vals['policy_bytes_per_block']:>9.0f} bytes")
     print()
 lc = [k for k in ("pagemap_create_16M", "pagemap_teardown_16M", "first_touch_16M",
       "pagemap_create_64M", "pagemap_teardown_64M", "first_touch_64M", "warm_touch_64M",
@@ -236,6 +260,14 @@ if "hot_remote_64M.on" in vals:
             print(f"{'hot remote, access_counters ' + m:<40}{p(f'hot_remote_64M.{m}'):>10.2f}{p(f'hot_remote_64M.{local}'):>11.2f}"
                   f"{p(f'hot_remote_64M.{local}') / p(f'hot_remote_64M.{m}'):>8.2f}{p(f'hot_remote_64M.moved_{m}') / 2**20:>10.0f}")
     print()
+if "tenants_min_hit_pct.on" in vals:
+    p = lambda k: vals.get(k, float("nan"))
+    print()
+    print(f"{'two tenants, one full device':<36}{'A %':>8}{'B %':>8}{'min %':>8}{'s':>8}   (share of reads from VRAM)")
+    for m in ("off", "on"):
+        if f"tenants_min_hit_pct.{m}" in vals:
+            print(f"{'dmem.low ' + ('112M each' if m == 'on' else 'none'):<36}{p(f'tenants_hit_pct_a.{m}'):>8.1f}"
+                  f"{p(f'tenants_hit_pct_b.{m}'):>8.1f}{p(f'tenants_min_hit_pct.{m}'):>8.1f}{p(f'tenants_s.{m}'):>8.1f}")
 if "read_shared_64M.on" in vals:
     p = lambda k: vals.get(k, float("nan"))
     print(f"{'read-shared weights (64 MiB, 3 GPUs x 20)':<36}{'s':>8}{'x on':>7}{'MiB moved':>10}{'MiB copied':>11}"

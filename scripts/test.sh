@@ -81,6 +81,14 @@ msvm_stage guest-generic python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/
 	--initrd "$B/test-initramfs.cpio" --gpus nvme:sw:64,sw,rp,nvme:rp:16,nvme:rp:0 --cmd generic \
 	--log "$B/test-generic-console.log" --timeout "${MSVM_TEST_TIMEOUT:-900}" || generic_rc=$?
 
+# The 8-GPU server: two NUMA nodes, each with its own host bridge (a
+# pxb-pcie), a switch of three GPUs and one GPU on its own root port; the
+# P2P matrix, the owner groups, jobs across the bridges, a hot-unplug.
+eight_rc=0
+msvm_stage guest-8gpu python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
+	--initrd "$B/test-initramfs.cpio" --gpus 8gpu --cmd topology8 \
+	--log "$B/test-8gpu-console.log" --timeout "${MSVM_TEST_TIMEOUT:-900}" || eight_rc=$?
+
 echo
 echo "== KUnit (parsed by the kernel's tools/testing/kunit/kunit.py)"
 kunit_rc=0
@@ -106,7 +114,7 @@ kunit_fail=${kunit_fail:-0}
 
 read -r it_pass it_fail < <(grep -hoE 'msvm-tests: [0-9]+ passed, [0-9]+ failed' \
 	"$B/test-console.log" "$B/test-small-console.log" "$B/test-swiotlb-console.log" \
-	"$B/test-generic-console.log" |
+	"$B/test-generic-console.log" "$B/test-8gpu-console.log" |
 	awk '{p += $2; f += $4} END {print p + 0, f + 0}')
 host_pass=$(grep -hoE 'test result: [a-zA-Z]+\. [0-9]+ passed' "$B/cargo-test.log" | awk '{s += $4} END {print s + 0}')
 host_fail=$(grep -hoE '; [0-9]+ failed' "$B/cargo-test.log" | awk '{s += $2} END {print s + 0}')
@@ -118,7 +126,7 @@ echo "== summary (kernel: $MSVM_VARIANT, $(( $(date +%s) - t0 )) s)"
 echo "host cargo tests:     $host_pass passed, $host_fail failed"
 echo "build checks:         $build_pass passed, $build_fail failed (exit $build_rc)"
 echo "KUnit cases:          $kunit_pass passed, $kunit_fail failed (kunit.py exit $kunit_rc)"
-echo "guest integration:    $it_pass passed, $it_fail failed (guest exit $guest_rc, small-RAM guest exit $small_rc, swiotlb guest exit $swiotlb_rc, generic-device guest exit $generic_rc)"
+echo "guest integration:    $it_pass passed, $it_fail failed (guest exit $guest_rc, small-RAM guest exit $small_rc, swiotlb guest exit $swiotlb_rc, generic-device guest exit $generic_rc, 8-GPU guest exit $eight_rc)"
 # A guest that failed: where it was (its last section) and its last line,
 # so that the summary says it.
 guest_where() {
@@ -130,9 +138,10 @@ guest_where main "$guest_rc" "$B/test-console.log"
 guest_where small-RAM "$small_rc" "$B/test-small-console.log"
 guest_where swiotlb "$swiotlb_rc" "$B/test-swiotlb-console.log"
 guest_where generic-device "$generic_rc" "$B/test-generic-console.log"
+guest_where 8-GPU "$eight_rc" "$B/test-8gpu-console.log"
 fail=$(( host_fail + build_fail + kunit_fail + it_fail ))
 if [ "$guest_rc" != 0 ] || [ "$small_rc" != 0 ] || [ "$swiotlb_rc" != 0 ] || [ "$generic_rc" != 0 ] ||
-	[ "$kunit_rc" != 0 ]; then
+	[ "$eight_rc" != 0 ] || [ "$kunit_rc" != 0 ]; then
 	fail=$(( fail + 1 ))
 fi
 # A build-check run that failed without a failed check (or printed no count).

@@ -8,6 +8,8 @@ prints ``MSVM-EXIT: <status>`` and powers off. This harness:
 
 - builds the PCIe topology: GPUs ("sw") behind one PCIe switch, where
   peer-to-peer works, or each on its own root port ("rp"), where it does not;
+  or, for the 8-GPU server ("8gpu"), on two NUMA nodes each with its own
+  host bridge (pxb-pcie), switch and root port;
   every GPU is an ``ivshmem-plain`` device whose BAR2 is its VRAM, backed by
   its own shared memfd, on a hot-pluggable port;
 - streams the console to stdout and to a log file;
@@ -117,42 +119,63 @@ def parse_size(s):
     return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2)]
 
 
+# The 8-GPU server: two NUMA nodes, each with its own PCIe host bridge
+# (pxb-pcie), three GPUs behind a switch and one on its own root port.
+PRESETS = {"8gpu": "n0:sw,n0:sw,n0:sw,n0:rp,n1:sw,n1:sw,n1:sw,n1:rp"}
+
+
 class Topology:
-    """QEMU arguments for the GPUs and the ports they sit on."""
+    """QEMU arguments for the GPUs and the ports they sit on.
+
+    An entry "sw" or "rp" sits on the main host bridge (pcie.0); "nN:sw" or
+    "nN:rp" on NUMA node N's own host bridge (a pxb-pcie with numa_node=N),
+    each with its own switch. With any such entry the guest gets one NUMA
+    node per host bridge (RAM and vCPUs split evenly)."""
 
     def __init__(self, spec, vram, prealloc=False):
         self.args = []
         self.prealloc = prealloc
         self.gpus = {}  # id -> device_add arguments, for re-plug
-        self.switch_made = False
+        self.switches = {}  # host bridge -> upstream port id
+        self.nodes = sorted({int(e.split(":")[0][1:]) for e in spec if re.match(r"n\d+:", e)})
+        self.bridges = {None: "pcie.0"}
+        for k, n in enumerate(self.nodes):
+            # Bus numbers far apart: each host bridge's buses below it.
+            self.bridges[n] = f"msvm_pxb{n}"
+            self.args += ["-device", f"pxb-pcie,id=msvm_pxb{n},bus_nr={64 * (k + 1)},numa_node={n},bus=pcie.0"]
         chassis = 1
         for i, entry in enumerate(spec):
             # "sw" / "rp": an ivshmem GPU; "nvme:PLACE:CMB_MIB": an NVMe
             # controller (no driver in the guest) with a controller memory
             # buffer of CMB_MIB MiB (0: none) as its prefetchable BAR2, for
             # msvm's generic devices (bound through new_id).
-            kind, nvme = entry, None
+            kind, nvme, node = entry, None, None
             if entry.startswith("nvme:"):
                 try:
                     _, kind, cmb = entry.split(":")
                     nvme = int(cmb)
                 except ValueError:
                     raise SystemExit(f"vm.py: bad NVMe entry {entry!r} (want nvme:sw|rp:CMB_MIB)")
+            elif re.match(r"n\d+:", entry):
+                node_s, kind = entry.split(":", 1)
+                node = int(node_s[1:])
+            bus = self.bridges[node]
+            tag = "" if node is None else f"_n{node}"
             if kind == "sw":
                 # The switch's root port is not a hotplug slot: the GPUs'
                 # downstream ports are. (Nested pciehp slots make lockdep
                 # report pciehp's reset_lock against pci_rescan_remove_lock
                 # on unplug, a pciehp matter that is not ours.)
-                if not self.switch_made:
-                    self.args += ["-device", f"pcie-root-port,id=msvm_rp_sw,bus=pcie.0,chassis={chassis},slot=0,port=16,hotplug=off"]
+                if node not in self.switches:
+                    self.args += ["-device", f"pcie-root-port,id=msvm_rp_sw{tag},bus={bus},chassis={chassis},slot=0,port=16,hotplug=off"]
                     chassis += 1
-                    self.args += ["-device", "x3130-upstream,id=msvm_up,bus=msvm_rp_sw"]
-                    self.switch_made = True
+                    self.args += ["-device", f"x3130-upstream,id=msvm_up{tag},bus=msvm_rp_sw{tag}"]
+                    self.switches[node] = f"msvm_up{tag}"
                 port = f"msvm_dn{i}"
-                self.args += ["-device", f"xio3130-downstream,id={port},bus=msvm_up,chassis={chassis},slot=0,port={i}"]
+                self.args += ["-device", f"xio3130-downstream,id={port},bus={self.switches[node]},chassis={chassis},slot=0,port={i}"]
             elif kind == "rp":
                 port = f"msvm_rp{i}"
-                self.args += ["-device", f"pcie-root-port,id={port},bus=pcie.0,chassis={chassis},slot=0,port={17 + i}"]
+                self.args += ["-device", f"pcie-root-port,id={port},bus={bus},chassis={chassis},slot=0,port={17 + i}"]
             else:
                 raise SystemExit(f"vm.py: unknown GPU placement {kind!r} (want sw or rp)")
             chassis += 1
@@ -165,6 +188,24 @@ class Topology:
             dev = {"driver": "ivshmem-plain", "memdev": f"vram{i}", "bus": port, "id": f"gpu{i}"}
             self.gpus[f"gpu{i}"] = dev
             self.args += ["-device", ",".join(f"{k}={v}" if k != "driver" else v for k, v in dev.items())]
+
+    def numa_args(self, mem, smp):
+        """The guest's NUMA nodes, if the GPUs name any: RAM and vCPUs
+        split evenly between them (node 0 takes what does not divide)."""
+        if not self.nodes:
+            return []
+        n = max(self.nodes) + 1
+        total = parse_size(mem)
+        cpus = int(smp)
+        args = []
+        for k in range(n):
+            size = total // n + (total % n if k == 0 else 0)
+            pre = ",prealloc=on" if self.prealloc else ""
+            args += ["-object", f"memory-backend-ram,id=msvm_ram{k},size={size}{pre}"]
+            mine = [c for c in range(cpus) if c % n == k]
+            cpu = "".join(f",cpus={c}" for c in mine)
+            args += ["-numa", f"node,nodeid={k},memdev=msvm_ram{k}{cpu}"]
+        return args
 
 
 class Qmp:
@@ -244,7 +285,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernel", required=True)
     ap.add_argument("--initrd", required=True)
-    ap.add_argument("--gpus", default="sw,sw,rp", help="comma-separated placements: sw (behind the shared switch) or rp (own root port); nvme:sw|rp:CMB_MIB adds an NVMe controller with a CMB instead of a GPU")
+    ap.add_argument("--gpus", default="sw,sw,rp", help="comma-separated placements: sw (behind the shared switch) or rp (own root port), on the main host bridge, or nN:sw / nN:rp on NUMA node N's own host bridge (a pxb-pcie; the guest then has NUMA nodes); nvme:sw|rp:CMB_MIB adds an NVMe controller with a CMB instead of a GPU; 8gpu is the 8-GPU server: n0:sw,n0:sw,n0:sw,n0:rp,n1:sw,n1:sw,n1:sw,n1:rp")
     ap.add_argument("--vram", default="256M", type=parse_size, help="VRAM per GPU (default 256M)")
     ap.add_argument("--mem", default="1G", help="guest RAM (default 1G)")
     ap.add_argument("--smp", default="2")
@@ -265,17 +306,24 @@ def main():
 
     want_kvm = os.environ.get("MSVM_KVM", "") not in ("", "0")
     accel, accel_name = accel_args(want_kvm and not args.icount, args.icount)
-    topo = Topology([g for g in args.gpus.split(",") if g], args.vram, args.prealloc)
+    gpus = PRESETS.get(args.gpus, args.gpus)
+    topo = Topology([g for g in gpus.split(",") if g], args.vram, args.prealloc)
     tmp = tempfile.mkdtemp(prefix="msvm-vm-")
     qmp_path = os.path.join(tmp, "qmp.sock")
     cmdline = f"console=ttyS0 panic=-1 loglevel=7 msvm_cmd={args.cmd} {args.append}".strip()
+    if topo.nodes:
+        # QEMU's _PRT of a pxb-pcie host bridge never ends under TCG:
+        # ACPICA stops it after 30 s, twice per bridge. Nothing here uses
+        # INTx (the ports and GPUs have MSI or no interrupt at all).
+        cmdline += " acpi=noirq"
     qemu = [
         "qemu-system-x86_64", "-machine", "q35", *accel, "-smp", args.smp, "-m", args.mem,
         "-global", "ICH9-LPC.acpi-pci-hotplug-with-bridge-support=off",
         "-display", "none", "-monitor", "none", "-serial", "stdio", "-no-reboot",
         "-qmp", f"unix:{qmp_path},server=on,wait=off",
         "-kernel", args.kernel, "-initrd", args.initrd, "-append", cmdline,
-        *(["-mem-prealloc"] if args.prealloc else []),
+        *(["-mem-prealloc"] if args.prealloc and not topo.nodes else []),
+        *topo.numa_args(args.mem, args.smp),
         *topo.args,
     ]
     log = open(args.log, "w") if args.log else None

@@ -40,9 +40,12 @@
 //!   window); reading gives the delay and how many steps waited.
 //! - `policy`: the placement policies' state of processes
 //!   (`crate::process`): `blocks` recorded in all processes,
-//!   `bytes_per_block` each takes, `untracked` blocks a process could not
-//!   record (at its `policy_blocks`, or out of memory), and the registry's
-//!   `lookups` and `contended` (lookups that found its lock held).
+//!   `bytes_per_block` each takes, `untracked`: times a block could not be
+//!   recorded (its process at `policy_blocks`, or out of memory).
+//! - `locks`: msvm's global locks, a line each: name, acquisitions that
+//!   could wait, and those that found the lock held (`topology`: the
+//!   device registry's mutex; `processes`: the registry of processes'
+//!   spinlock). The hot paths take no other global lock.
 
 use kernel::{
     debugfs, fmt,
@@ -86,6 +89,8 @@ pub(crate) struct Debugfs {
     evict_delay_ms: debugfs::File<()>,
     #[pin]
     policy: debugfs::File<()>,
+    #[pin]
+    locks: debugfs::File<()>,
 }
 
 /// The last `copy_floor` run: bytes per path, and nanoseconds per path and
@@ -151,6 +156,7 @@ impl Debugfs {
                 &write_evict_delay,
             ),
             policy <- dir.read_callback_file(c"policy", (), &show_policy),
+            locks <- dir.read_callback_file(c"locks", (), &show_locks),
         })
     }
 }
@@ -389,12 +395,18 @@ fn per_device(
 
 /// `policy`: the placement policies' state of processes.
 fn show_policy(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    let (blocks, untracked, lookups, contended) = crate::process::figures();
+    let (blocks, untracked) = crate::process::figures();
     writeln!(f, "blocks {blocks}")?;
     writeln!(f, "bytes_per_block {}", crate::process::bytes_per_block())?;
-    writeln!(f, "untracked {untracked}")?;
-    writeln!(f, "lookups {lookups}")?;
-    writeln!(f, "contended {contended}")
+    writeln!(f, "untracked {untracked}")
+}
+
+/// `locks`: the global locks' contention.
+fn show_locks(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    let (a, c) = crate::registry::contention();
+    writeln!(f, "topology {a} {c}")?;
+    let (a, c) = crate::process::contention();
+    writeln!(f, "processes {a} {c}")
 }
 
 /// `evict`: per device, how eviction moved its pages.

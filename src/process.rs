@@ -109,7 +109,7 @@ static LIVE: Atomic<usize> = Atomic::new(0);
 /// Times a block could not be recorded: the process had `policy_blocks`
 /// already, or the allocation failed.
 static UNTRACKED: Atomic<u64> = Atomic::new(0);
-/// Lookups in the registry, and those that found its lock held.
+/// Acquisitions of the registry's lock, and those that found it held.
 static LOOKUPS: Atomic<u64> = Atomic::new(0);
 static CONTENDED: Atomic<u64> = Atomic::new(0);
 
@@ -361,7 +361,7 @@ pub(crate) unsafe fn init() {
     unsafe { PROCESSES.init() };
 }
 
-/// The registry, locked; lookups that found it held are counted.
+/// The registry, locked; acquisitions that found it held are counted.
 fn registry() -> GlobalGuard<PROCESSES> {
     LOOKUPS.add(1, Relaxed);
     PROCESSES.try_lock().unwrap_or_else(|| {
@@ -501,15 +501,16 @@ pub(crate) fn reclaimable() -> usize {
     bytes().saturating_sub(4 << 20)
 }
 
-/// The registry's figures, for debugfs: blocks recorded, blocks not
-/// recorded, lookups and lookups that found its lock held.
-pub(crate) fn figures() -> (usize, u64, u64, u64) {
-    (
-        LIVE.load(Relaxed),
-        UNTRACKED.load(Relaxed),
-        LOOKUPS.load(Relaxed),
-        CONTENDED.load(Relaxed),
-    )
+/// The policies' figures, for debugfs: blocks recorded, and times a
+/// block could not be.
+pub(crate) fn figures() -> (usize, u64) {
+    (LIVE.load(Relaxed), UNTRACKED.load(Relaxed))
+}
+
+/// [`PROCESSES`]'s contention, for debugfs: acquisitions, and those that
+/// found it held.
+pub(crate) fn contention() -> (u64, u64) {
+    (LOOKUPS.load(Relaxed), CONTENDED.load(Relaxed))
 }
 
 #[kunit_tests(msvm_process)]

@@ -59,7 +59,21 @@ impl Deref for Devices {
 
 /// The registry, locked.
 pub(crate) fn devices() -> Devices {
-    Devices(TOPOLOGY.lock())
+    ACQUIRED.add(1, Relaxed);
+    Devices(TOPOLOGY.try_lock().unwrap_or_else(|| {
+        CONTENDED.add(1, Relaxed);
+        TOPOLOGY.lock()
+    }))
+}
+
+/// Blocking acquisitions of [`TOPOLOGY`], and those that found it held.
+static ACQUIRED: Atomic<u64> = Atomic::new(0);
+static CONTENDED: Atomic<u64> = Atomic::new(0);
+
+/// [`TOPOLOGY`]'s contention, for debugfs: acquisitions that could block,
+/// and those that found it held.
+pub(crate) fn contention() -> (u64, u64) {
+    (ACQUIRED.load(Relaxed), CONTENDED.load(Relaxed))
 }
 
 /// The registry, if it is not locked now (from reclaim: only try).

@@ -29,6 +29,23 @@ for mode in off:0 on:1; do
 	msvm-tests bench-hot-remote "$name" || rc=1
 	unload_msvm >/dev/null || rc=1
 done
+# Two tenants on one full device, each in a dmem cgroup: without and with
+# dmem.low (112 MiB of the 256 MiB device each); thrash=0, as above.
+for mode in off:0 on:112M; do
+	name=${mode%%:*}
+	echo "== two tenants, dmem.low ${mode#*:} ($name), thrash=0"
+	load_msvm thrash=0 || exit 1
+	for t in msvm_ta msvm_tb; do
+		cg_new $t || rc=1
+		for r in $(awk '$1 ~ /^drm\// { print $1 }' $CG/dmem.capacity); do
+			echo "$r ${mode#*:}" >$CG/$t/dmem.low || rc=1
+		done
+	done
+	msvm-tests bench-tenants "$name" || rc=1
+	unload_msvm >/dev/null || rc=1
+	cg_gone msvm_ta || rc=1
+	cg_gone msvm_tb || rc=1
+done
 echo "== read-shared weights: read-mostly, migrate-on-access, default"
 load_msvm || exit 1
 msvm-tests bench-read-shared || rc=1

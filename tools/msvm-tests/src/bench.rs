@@ -1189,12 +1189,18 @@ pub fn run_devpt() -> Result<(), String> {
 /// two's: 2 is perfect, with the guest's 2 vCPUs) and the times, best of 3
 /// rounds each.
 pub fn run_scale() -> Result<(), String> {
+    let locks = || std::fs::read_to_string("/sys/kernel/debug/msvm/locks").unwrap_or_default();
     let mut one = f64::MAX;
     let mut two = f64::MAX;
+    let mut contention = (String::new(), String::new());
     for _ in 0..3 {
         one = one.min(scale_round(&[0])?);
+        let before = locks();
         two = two.min(scale_round(&[0, 2])?);
+        contention = (before, locks());
     }
+    // The global locks during the last two-process round.
+    print_lock_contention("scale_2proc_2dev", &contention.0, &contention.1);
     println!("BENCH scale_2proc_2dev.speedup {:.2} x", 2.0 * one / two);
     println!("BENCH scale_1proc_1dev_s {one:.3} s");
     println!("BENCH scale_2proc_2dev_s {two:.3} s");
@@ -1310,5 +1316,268 @@ fn scale_worker(
         }
     }
     write(up.as_fd(), b"d").map_err(|x| x.to_string())?;
+    Ok(())
+}
+
+/// The best (least) of `rounds` timings of `f`, in seconds.
+fn best_of(rounds: usize, mut f: impl FnMut() -> Result<f64, String>) -> Result<f64, String> {
+    let mut v = f64::INFINITY;
+    for _ in 0..rounds {
+        v = v.min(f()?);
+    }
+    Ok(v)
+}
+
+/// The first `n` bound GPUs, each opened with a VM.
+fn open_gpus(n: usize) -> Result<Vec<(crate::sysfs::SysGpu, Device)>, String> {
+    let gpus = crate::sysfs::msvm_gpus()?;
+    if gpus.len() < n {
+        return Err(format!("{} GPUs bound, want {n}", gpus.len()));
+    }
+    gpus.into_iter()
+        .take(n)
+        .map(|g| {
+            let d = Device::open(&g.node).map_err(|e| e.to_string())?;
+            d.vm_create().map_err(|e| e.to_string())?;
+            Ok((g, d))
+        })
+        .collect()
+}
+
+/// Seconds one round of `op` takes over the first `n` GPUs (best of 3).
+fn scale_op(op: &str, n: usize) -> Result<f64, String> {
+    let e = |x: msvm_rt::Error| x.to_string();
+    let gpus = open_gpus(n)?;
+    match op {
+        // 200 QUERYs (STATS) of each device.
+        "query" | "stats" => best_of(3, || {
+            let t = Instant::now();
+            for _ in 0..200 {
+                for (_, d) in &gpus {
+                    if op == "query" {
+                        d.query().map_err(e)?;
+                    } else {
+                        d.stats().map_err(e)?;
+                    }
+                }
+            }
+            Ok(t.elapsed().as_secs_f64())
+        }),
+        // 20 times: open each device and create a VM (closed after).
+        "vm_create" => best_of(3, || {
+            let t = Instant::now();
+            for _ in 0..20 {
+                for (g, _) in &gpus {
+                    let d = Device::open(&g.node).map_err(e)?;
+                    d.vm_create().map_err(e)?;
+                }
+            }
+            Ok(t.elapsed().as_secs_f64())
+        }),
+        // munmap of 64 MiB mapped in every device's table (used in place).
+        "invalidate" => best_of(3, || {
+            let len = 64 << 20;
+            let (m, p) = filled(len, false, 9)?;
+            for (_, d) in &gpus {
+                d.set_attr(p, len, attrs(msvm_rt::Access::InPlace))
+                    .map_err(e)?;
+                d.exec(Exec::Checksum, p, len, false).map_err(e)?;
+            }
+            let t = Instant::now();
+            drop(m);
+            Ok(t.elapsed().as_secs_f64())
+        }),
+        // Each device unbound from msvm (its memory empty) and bound again.
+        "unplug" => {
+            let addrs: Vec<String> = gpus.iter().map(|(g, _)| g.addr.clone()).collect();
+            drop(gpus);
+            best_of(3, || {
+                let drv = "/sys/bus/pci/drivers/msvm";
+                let t = Instant::now();
+                for a in &addrs {
+                    std::fs::write(format!("{drv}/unbind"), a)
+                        .map_err(|x| format!("unbind {a}: {x}"))?;
+                }
+                let took = t.elapsed().as_secs_f64();
+                for a in &addrs {
+                    std::fs::write(format!("{drv}/bind"), a)
+                        .map_err(|x| format!("bind {a}: {x}"))?;
+                }
+                // Wait for the render nodes before the next round.
+                let start = Instant::now();
+                while crate::sysfs::msvm_gpus()?.len() < 8 && start.elapsed().as_secs() < 30 {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Ok(took)
+            })
+        }
+        _ => Err(format!("no scale op {op}")),
+    }
+}
+
+/// `msvm-tests bench-scale8`, on the 8-GPU server (`scripts/vm.py --gpus
+/// 8gpu`): the cost of QUERY, VM creation, an invalidation (munmap of
+/// 64 MiB mapped on every device), STATS and unplug (unbind) on 3 devices
+/// and on all 8, as `scale_<op>.growth` = (cost with 8 / 8) over (cost
+/// with 3 / 3): 1 when a device's share does not grow with the devices.
+/// Also the policies' memory per 2 MiB block (debugfs `policy`) and the
+/// global locks' contention over the run (debugfs `locks`).
+pub fn run_scale8() -> Result<(), String> {
+    let locks = || std::fs::read_to_string("/sys/kernel/debug/msvm/locks").unwrap_or_default();
+    let before = locks();
+    for op in ["query", "vm_create", "invalidate", "stats", "unplug"] {
+        let three = scale_op(op, 3)?;
+        let eight = scale_op(op, 8)?;
+        println!("BENCH scale_{op}_3dev_ms {:.3} ms", three * 1e3);
+        println!("BENCH scale_{op}_8dev_ms {:.3} ms", eight * 1e3);
+        println!(
+            "BENCH scale_{op}.growth {:.3} x",
+            (eight / 8.0) / (three / 3.0)
+        );
+    }
+    let policy = std::fs::read_to_string("/sys/kernel/debug/msvm/policy")
+        .map_err(|x| format!("debugfs policy: {x}"))?;
+    let per_block = policy
+        .lines()
+        .find_map(|l| l.strip_prefix("bytes_per_block "))
+        .ok_or("debugfs policy: no bytes_per_block")?;
+    println!("BENCH policy_bytes_per_block {per_block} bytes");
+    print_lock_contention("scale8", &before, &locks());
+    Ok(())
+}
+
+/// Prints each global lock's acquisitions and contended ones between two
+/// reads of debugfs `locks`, as `<run>_lock_<name>_{acquired,contended}`.
+fn print_lock_contention(run: &str, before: &str, after: &str) {
+    let parse = |s: &str| -> Vec<(String, u64, u64)> {
+        s.lines()
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                let name = f.next()?.to_string();
+                let a = f.next()?.parse().ok()?;
+                let c = f.next()?.parse().ok()?;
+                Some((name, a, c))
+            })
+            .collect()
+    };
+    let b = parse(before);
+    for (name, a, c) in parse(after) {
+        let (a0, c0) = b
+            .iter()
+            .find(|x| x.0 == name)
+            .map_or((0, 0), |x| (x.1, x.2));
+        println!("BENCH {run}_lock_{name}_acquired {} n", a - a0);
+        println!("BENCH {run}_lock_{name}_contended {} n", c - c0);
+    }
+}
+
+/// One pass of a tenant over `set` on `dev` (device index `idx`) in
+/// [`OVERSUB_JOB`] jobs, each checked: the bytes read, and those of them
+/// the device did not hold when the pass began (RESIDENCY).
+fn tenant_pass(dev: &Device, idx: usize, set: &[u64], sums: &[u64]) -> Result<(u64, u64), String> {
+    let e = |x: msvm_rt::Error| x.to_string();
+    let len = set.len() * 8;
+    let held = dev
+        .residency(set.as_ptr() as usize, len)
+        .map_err(e)?
+        .devices[idx];
+    for (k, want) in sums.iter().enumerate() {
+        let n = (len - k * OVERSUB_JOB).min(OVERSUB_JOB);
+        let addr = set.as_ptr() as usize + k * OVERSUB_JOB;
+        let got = dev.exec(Exec::Checksum, addr, n, false).map_err(e)?;
+        if got.result != *want {
+            return Err(format!("job {k}: checksum"));
+        }
+    }
+    Ok((len as u64, (len as u64).saturating_sub(held)))
+}
+
+/// `msvm-tests bench-tenants MODE`: two tenants share gpu0, a full device,
+/// each in its own dmem cgroup (`/sys/fs/cgroup/msvm_ta` and `msvm_tb`,
+/// made by the guest script, with or without `dmem.low`): A reads a
+/// working set of 3/4 of the device three times a round, B one of half
+/// the device once a round, 8 rounds in step. Without protection A's
+/// frequent reads push B's set out; with `dmem.low` each keeps what it
+/// protects. Prints each's share of its bytes the device held when its
+/// passes began, from its third round on (`tenants_hit_pct_{a,b}.MODE`),
+/// and the smaller (`tenants_min_hit_pct.MODE`). Thrashing detection off
+/// (`thrash=0`), as for the oversubscription cases.
+pub fn run_tenants(mode: &str) -> Result<(), String> {
+    use nix::sys::wait::{waitpid, WaitStatus};
+    use nix::unistd::{fork, ForkResult};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const ROUNDS: usize = 8;
+    let vram = gpu0()?.stats().map_err(|x| x.to_string())?.vram_size as usize;
+    // Per tenant: rounds done plus one, bytes read, bytes missed.
+    let shared = crate::svm::Map::shared(PAGE)?;
+    // SAFETY: a shared page, aligned, that only atomics touch.
+    let words = unsafe { std::slice::from_raw_parts(shared.addr() as *const AtomicU64, 6) };
+    let mut kids = Vec::new();
+    for (k, (cg, share, passes)) in [("msvm_ta", 3, 3), ("msvm_tb", 2, 1)]
+        .into_iter()
+        .enumerate()
+    {
+        // SAFETY: the child only runs its tenant and exits.
+        match unsafe { fork() }.map_err(|x| x.to_string())? {
+            ForkResult::Child => {
+                let r = (|| -> Result<(), String> {
+                    std::fs::write(format!("/sys/fs/cgroup/{cg}/cgroup.procs"), "0")
+                        .map_err(|x| format!("{cg}: {x}"))?;
+                    let dev = gpu0()?;
+                    let idx = dev.query().map_err(|x| x.to_string())?.index as usize;
+                    let len = (vram * share / 4) & !(HUGE - 1);
+                    let (set, sums) = oversub_set(len, 11 + k as u64)?;
+                    // Rounds in step: each tenant's word is its rounds
+                    // done plus one; a round starts when the other tenant
+                    // has done as many (and it stays until both are done).
+                    let other = &words[3 * (1 - k)];
+                    let step = |n: u64| {
+                        words[3 * k].store(n, Ordering::SeqCst);
+                        let t = Instant::now();
+                        while other.load(Ordering::SeqCst) < n && t.elapsed().as_secs() < 300 {
+                            std::thread::sleep(std::time::Duration::from_millis(2));
+                        }
+                    };
+                    step(1);
+                    for round in 0..ROUNDS {
+                        for _ in 0..passes {
+                            let (read, missed) = tenant_pass(&dev, idx, set, &sums)?;
+                            if round >= 2 {
+                                words[3 * k + 1].fetch_add(read, Ordering::SeqCst);
+                                words[3 * k + 2].fetch_add(missed, Ordering::SeqCst);
+                            }
+                        }
+                        step(round as u64 + 2);
+                    }
+                    Ok(())
+                })();
+                if let Err(x) = &r {
+                    println!("# tenant {cg}: {x}");
+                }
+                std::process::exit(i32::from(r.is_err()));
+            }
+            ForkResult::Parent { child } => kids.push(child),
+        }
+    }
+    let t = Instant::now();
+    let mut failed = 0;
+    for c in kids {
+        if !matches!(waitpid(c, None), Ok(WaitStatus::Exited(_, 0))) {
+            failed += 1;
+        }
+    }
+    if failed > 0 {
+        return Err(format!("{failed} tenants failed"));
+    }
+    let pct = |k: usize| {
+        let read = words[3 * k + 1].load(Ordering::SeqCst) as f64;
+        let missed = words[3 * k + 2].load(Ordering::SeqCst) as f64;
+        100.0 * (read - missed).max(0.0) / read.max(1.0)
+    };
+    let (a, b) = (pct(0), pct(1));
+    println!("BENCH tenants_hit_pct_a.{mode} {a:.1} %");
+    println!("BENCH tenants_hit_pct_b.{mode} {b:.1} %");
+    println!("BENCH tenants_min_hit_pct.{mode} {:.1} %", a.min(b));
+    println!("BENCH tenants_s.{mode} {:.3} s", t.elapsed().as_secs_f64());
     Ok(())
 }

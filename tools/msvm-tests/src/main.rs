@@ -6,7 +6,7 @@
 //! `msvm-tests hold READY GO` parks data on a device across an rmmod; the
 //! other subcommands (defaults, fuzz, stress, soak, bench*, pressure, hog, unplug-loop,
 //! oversub-off, oversub-stress, thrash-off, thrash-expiry, access-off,
-//! policy-scale, read-mostly-off, generic, generic-bind) are
+//! policy-scale, topology8, read-mostly-off, generic, generic-bind) are
 //! described where they are defined. Output: one `ok`/`not ok` line per
 //! test, then a summary line `N passed, N failed`. The exit status is
 //! non-zero if any test failed.
@@ -34,6 +34,7 @@ mod soak;
 mod stress;
 mod svm;
 mod sysfs;
+mod topology8;
 mod trace;
 mod trust;
 mod unplug;
@@ -162,6 +163,11 @@ fn main() -> ExitCode {
         Some("bench-latency") => return finish("bench-latency", bench::run_latency(), None),
         Some("bench-devpt") => return finish("bench-devpt", bench::run_devpt(), None),
         Some("bench-scale") => return finish("bench-scale", bench::run_scale(), None),
+        Some("bench-scale8") => return finish("bench-scale8", bench::run_scale8(), None),
+        Some("bench-tenants") => {
+            let res = bench::run_tenants(&arg(1, "on".to_string()));
+            return finish("bench-tenants", res, None);
+        }
         Some("bench-oversub") => {
             let res = bench::run_oversub(&arg(1, "on".to_string()));
             return finish("bench-oversub", res, None);
@@ -228,6 +234,8 @@ fn main() -> ExitCode {
             .filter(|t| INTEGRITY.contains(&t.name))
             .collect(),
         Some("hotplug") => unplug::hotplug_tests(),
+        // On the 8-GPU server (scripts/vm.py --gpus 8gpu).
+        Some("topology8") => topology8::tests(),
         // With msvm loaded with no parameter (2 MiB device folios off).
         Some("defaults") => named(defaults::tests()),
         Some("generic") => generic::tests()

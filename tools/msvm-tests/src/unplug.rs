@@ -58,8 +58,8 @@ pub(crate) fn addrs() -> Result<BTreeSet<String>, String> {
     Ok(sysfs::msvm_gpus()?.into_iter().map(|g| g.addr).collect())
 }
 
-fn host(action: &str) {
-    println!("MSVM-HOST: {action} {VICTIM}");
+fn host(action: &str, victim: &str) {
+    println!("MSVM-HOST: {action} {victim}");
     let _ = std::io::stdout().flush();
 }
 
@@ -71,11 +71,22 @@ pub(crate) fn host_wait(
     action: &str,
     what: &str,
     secs: u64,
+    cond: impl FnMut() -> Result<bool, String>,
+) -> Outcome {
+    host_wait_on(VICTIM, action, what, secs, cond)
+}
+
+/// As [`host_wait`], for the GPU the harness calls `victim` (`gpuN`).
+pub(crate) fn host_wait_on(
+    victim: &str,
+    action: &str,
+    what: &str,
+    secs: u64,
     mut cond: impl FnMut() -> Result<bool, String>,
 ) -> Outcome {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(secs) {
-        host(action);
+        host(action, victim);
         let left = secs.saturating_sub(start.elapsed().as_secs()).min(10);
         if wait_for(what, left.max(1), &mut cond).is_ok() {
             return Ok(());
