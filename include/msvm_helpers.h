@@ -113,6 +113,12 @@ struct drm_device;
 bool msvm_fatal_signal_pending(void);
 void msvm_cond_resched(void);
 bool msvm_drm_dev_unplugged(struct drm_device *dev);
+struct drm_printer;
+struct drm_file;
+int msvm_drm_add_fdinfo(struct drm_device *drm,
+			void (*show)(struct drm_printer *p, struct drm_file *f));
+void msvm_fdinfo_size(struct drm_printer *p, const char *stat, const char *region, u64 bytes);
+void msvm_fdinfo_engine(struct drm_printer *p, const char *engine, u64 ns);
 int msvm_mutex_lock_killable(struct mutex *lock);
 
 /* src/trace.c: msvm's trace events (include/msvm_trace.h). */

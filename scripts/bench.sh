@@ -2,7 +2,8 @@
 # The README's bench command: msvm against the kernel's test_hmm, its own copy
 # floor and a guest memcpy, side by side in one boot of the release kernel,
 # then again in a second, deterministic boot (QEMU -icount: figures labelled
-# ".icount"), and the placement workloads in a third boot with 256 MiB GPUs;
+# ".icount"), the placement workloads in a third boot with 256 MiB GPUs,
+# and the scale costs on the 8-GPU server in a fourth;
 # tables of GiB/s, ratios, phase splits, latencies and placement, every
 # figure as a "BENCH <name> <value> <unit>" line, and build/bench.svg.
 set -euo pipefail
@@ -215,6 +216,10 @@ if "scale_query.growth" in vals:
                   f"{vals[f'scale_{op}.growth']:>7.2f}x")
     if "policy_bytes_per_block" in vals:
         print(f"{'policy state per 2 MiB block':<22}{vals['policy_bytes_per_block']:>9.0f} bytes")
+    for l in ("topology", "processes"):
+        if f"scale8_lock_{l}_acquired" in vals:
+            print(f"{'global lock ' + l:<22}{vals[f'scale8_lock_{l}_acquired']:>9.0f} acquisitions, "
+                  f"{vals[f'scale8_lock_{l}_contended']:.0f} found it held")
     print()
 lc = [k for k in ("pagemap_create_16M", "pagemap_teardown_16M", "first_touch_16M",
       "pagemap_create_64M", "pagemap_teardown_64M", "first_touch_64M", "warm_touch_64M",
@@ -260,14 +265,14 @@ if "hot_remote_64M.on" in vals:
             print(f"{'hot remote, access_counters ' + m:<40}{p(f'hot_remote_64M.{m}'):>10.2f}{p(f'hot_remote_64M.{local}'):>11.2f}"
                   f"{p(f'hot_remote_64M.{local}') / p(f'hot_remote_64M.{m}'):>8.2f}{p(f'hot_remote_64M.moved_{m}') / 2**20:>10.0f}")
     print()
-if "tenants_min_hit_pct.on" in vals:
+if "tenants_min_hit_pct.on" in vals or "tenants_min_hit_pct.off" in vals:
     p = lambda k: vals.get(k, float("nan"))
-    print()
     print(f"{'two tenants, one full device':<36}{'A %':>8}{'B %':>8}{'min %':>8}{'s':>8}   (share of reads from VRAM)")
     for m in ("off", "on"):
         if f"tenants_min_hit_pct.{m}" in vals:
             print(f"{'dmem.low ' + ('112M each' if m == 'on' else 'none'):<36}{p(f'tenants_hit_pct_a.{m}'):>8.1f}"
                   f"{p(f'tenants_hit_pct_b.{m}'):>8.1f}{p(f'tenants_min_hit_pct.{m}'):>8.1f}{p(f'tenants_s.{m}'):>8.1f}")
+    print()
 if "read_shared_64M.on" in vals:
     p = lambda k: vals.get(k, float("nan"))
     print(f"{'read-shared weights (64 MiB, 3 GPUs x 20)':<36}{'s':>8}{'x on':>7}{'MiB moved':>10}{'MiB copied':>11}"

@@ -8,14 +8,15 @@
 #   3. guest: boots three emulated GPUs (two behind a PCIe switch, one on its
 #      own root port), loads msvm (its KUnit suites run), runs the integration
 #      tests, unbind/re-bind, PCIe hot-unplug/re-plug and rmmod; then a
-#      small-RAM boot, a swiotlb=force boot and a boot with generic devices
-#      (NVMe controllers bound at run time),
+#      small-RAM boot, a swiotlb=force boot, a boot with generic devices
+#      (NVMe controllers bound at run time) and the 8-GPU server (two NUMA
+#      nodes, a host bridge each),
 #   4. host: parses the guest's KTAP with the kernel's kunit.py.
 # MSVM_GUEST_ARGS adds guest parameters, e.g. msvm_fuzz_calls=, msvm_fuzz_seed=,
 # msvm_stress_secs= (make soak sets long ones).
 # Guest timeouts: the main guest runs 8 to 10 minutes under TCG on a good
 # boot, and a boot can be up to twice as slow: it gets 30 minutes, the others
-# 15; MSVM_TEST_TIMEOUT sets one timeout for all four.
+# 15; MSVM_TEST_TIMEOUT sets one timeout for all five.
 # Any failure, or any kernel splat in the guest console (other than a known
 # report of the kernel itself, see scripts/vm.py), fails the command.
 set -euo pipefail

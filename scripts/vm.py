@@ -139,6 +139,8 @@ class Topology:
         self.switches = {}  # host bridge -> upstream port id
         self.nodes = sorted({int(e.split(":")[0][1:]) for e in spec if re.match(r"n\d+:", e)})
         self.bridges = {None: "pcie.0"}
+        if len(self.nodes) > 3:
+            raise SystemExit("vm.py: at most 3 NUMA nodes (host bridges' bus numbers 64 apart)")
         for k, n in enumerate(self.nodes):
             # Bus numbers far apart: each host bridge's buses below it.
             self.bridges[n] = f"msvm_pxb{n}"
@@ -195,8 +197,9 @@ class Topology:
         if not self.nodes:
             return []
         n = max(self.nodes) + 1
-        total = parse_size(mem)
-        cpus = int(smp)
+        # QEMU reads a -m without a suffix as MiB.
+        total = parse_size(mem if mem[-1:].isalpha() else mem + "M")
+        cpus = int(smp.split(",")[0])
         args = []
         for k in range(n):
             size = total // n + (total % n if k == 0 else 0)

@@ -83,6 +83,8 @@
 #include <linux/mutex.h>
 #include <uapi/linux/magic.h>
 #include <drm/drm_drv.h>
+#include <drm/drm_file.h>
+#include <drm/drm_print.h>
 
 #include "msvm_helpers.h"
 
@@ -579,4 +581,53 @@ bool msvm_dmem_evict_valuable(struct dmem_cgroup_pool_state *limit_pool,
 			      bool ignore_low, bool *hit_low)
 {
 	return dmem_cgroup_state_evict_valuable(limit_pool, test_pool, ignore_low, hit_low);
+}
+
+/*
+ * DRM client statistics (fdinfo) for msvm's render nodes. Linux 7.3's Rust
+ * DRM abstraction builds the drm_driver (show_fdinfo NULL) and its
+ * file_operations (no show_fdinfo) as constants, so a Rust driver cannot
+ * add fdinfo. msvm_drm_add_fdinfo() points a device not yet registered at
+ * a copy of both with the two filled in: drm_show_fdinfo() as the file's
+ * show_fdinfo, which prints the DRM core's lines (drm-driver,
+ * drm-client-id, drm-pdev) and then calls @show. The copy is made from the
+ * first device's constants, with the first @show, and serves every device
+ * of the same driver (any other is refused: -EINVAL); it lives as long as the module,
+ * as the constants do (an open file holds the module through fops->owner).
+ */
+static struct drm_driver msvm_fdinfo_driver;
+static struct file_operations msvm_fdinfo_fops;
+static const struct drm_driver *msvm_fdinfo_orig;
+static DEFINE_MUTEX(msvm_fdinfo_lock);
+
+int msvm_drm_add_fdinfo(struct drm_device *drm,
+			void (*show)(struct drm_printer *p, struct drm_file *f))
+{
+	int ret = 0;
+
+	mutex_lock(&msvm_fdinfo_lock);
+	if (!msvm_fdinfo_orig) {
+		msvm_fdinfo_fops = *drm->driver->fops;
+		msvm_fdinfo_fops.show_fdinfo = drm_show_fdinfo;
+		msvm_fdinfo_driver = *drm->driver;
+		msvm_fdinfo_driver.fops = &msvm_fdinfo_fops;
+		msvm_fdinfo_driver.show_fdinfo = show;
+		msvm_fdinfo_orig = drm->driver;
+	}
+	if (drm->driver == msvm_fdinfo_orig)
+		drm->driver = &msvm_fdinfo_driver;
+	else
+		ret = -EINVAL;
+	mutex_unlock(&msvm_fdinfo_lock);
+	return ret;
+}
+
+void msvm_fdinfo_size(struct drm_printer *p, const char *stat, const char *region, u64 bytes)
+{
+	drm_fdinfo_print_size(p, "drm", stat, region, bytes);
+}
+
+void msvm_fdinfo_engine(struct drm_printer *p, const char *engine, u64 ns)
+{
+	drm_printf(p, "drm-engine-%s:\t%llu ns\n", engine, ns);
 }

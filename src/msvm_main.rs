@@ -16,6 +16,7 @@ mod drm;
 mod engine;
 mod fault;
 mod generation;
+mod lockstat;
 mod migrate;
 mod mm;
 mod placement;

@@ -58,6 +58,7 @@ use kernel::{
     },
 };
 
+use crate::lockstat::{Counted, LockStat};
 use crate::mm::clock::now_ms;
 use crate::mm::page::BLOCK_SIZE;
 use crate::topology::MAX_DEVICES;
@@ -109,9 +110,6 @@ static LIVE: Atomic<usize> = Atomic::new(0);
 /// Times a block could not be recorded: the process had `policy_blocks`
 /// already, or the allocation failed.
 static UNTRACKED: Atomic<u64> = Atomic::new(0);
-/// Acquisitions of the registry's lock, and those that found it held.
-static LOOKUPS: Atomic<u64> = Atomic::new(0);
-static CONTENDED: Atomic<u64> = Atomic::new(0);
 
 /// The most `policy_blocks` may say: 512 GiB of blocks, 24 MiB of state.
 const MOST_BLOCKS: u32 = 1 << 18;
@@ -361,13 +359,12 @@ pub(crate) unsafe fn init() {
     unsafe { PROCESSES.init() };
 }
 
-/// The registry, locked; acquisitions that found it held are counted.
-fn registry() -> GlobalGuard<PROCESSES> {
-    LOOKUPS.add(1, Relaxed);
-    PROCESSES.try_lock().unwrap_or_else(|| {
-        CONTENDED.add(1, Relaxed);
-        PROCESSES.lock()
-    })
+/// [`PROCESSES`]'s contention counts (`crate::lockstat`).
+static STAT: LockStat = LockStat::new();
+
+/// The registry, locked, counted.
+fn registry() -> Counted<GlobalGuard<PROCESSES>> {
+    STAT.lock(|| PROCESSES.lock())
 }
 
 /// An `mm_struct`'s address: the registry's key.
@@ -510,7 +507,7 @@ pub(crate) fn figures() -> (usize, u64) {
 /// [`PROCESSES`]'s contention, for debugfs: acquisitions, and those that
 /// found it held.
 pub(crate) fn contention() -> (u64, u64) {
-    (LOOKUPS.load(Relaxed), CONTENDED.load(Relaxed))
+    STAT.figures()
 }
 
 #[kunit_tests(msvm_process)]

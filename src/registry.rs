@@ -32,6 +32,8 @@ use crate::topology::Topology;
 use crate::vram::VramPool;
 use kernel::sync::lock::GlobalGuard;
 
+use crate::lockstat::{self, LockStat};
+
 kernel::sync::global_lock! {
     // SAFETY: initialised by `init()` in module init, before the PCI driver
     // is registered and so before any use.
@@ -47,7 +49,7 @@ kernel::sync::global_lock! {
 /// [`TOPOLOGY`], held, to read: only this module changes it (devices join
 /// and leave, their pools are published), so what [`PoolRef`] trusts of a
 /// node holds.
-pub(crate) struct Devices(GlobalGuard<TOPOLOGY>);
+pub(crate) struct Devices(Held);
 
 impl Deref for Devices {
     type Target = Topology<GpuNode>;
@@ -59,26 +61,29 @@ impl Deref for Devices {
 
 /// The registry, locked.
 pub(crate) fn devices() -> Devices {
-    ACQUIRED.add(1, Relaxed);
-    Devices(TOPOLOGY.try_lock().unwrap_or_else(|| {
-        CONTENDED.add(1, Relaxed);
-        TOPOLOGY.lock()
-    }))
+    Devices(lock())
 }
 
-/// Blocking acquisitions of [`TOPOLOGY`], and those that found it held.
-static ACQUIRED: Atomic<u64> = Atomic::new(0);
-static CONTENDED: Atomic<u64> = Atomic::new(0);
+/// [`TOPOLOGY`], held (counted: `crate::lockstat`).
+type Held = lockstat::Counted<GlobalGuard<TOPOLOGY>>;
 
-/// [`TOPOLOGY`]'s contention, for debugfs: acquisitions that could block,
+/// [`TOPOLOGY`]'s contention counts.
+static STAT: LockStat = LockStat::new();
+
+/// [`TOPOLOGY`], locked, counted.
+fn lock() -> Held {
+    STAT.lock(|| TOPOLOGY.lock())
+}
+
+/// [`TOPOLOGY`]'s contention, for debugfs: acquisitions that could wait,
 /// and those that found it held.
 pub(crate) fn contention() -> (u64, u64) {
-    (ACQUIRED.load(Relaxed), CONTENDED.load(Relaxed))
+    STAT.figures()
 }
 
 /// The registry, if it is not locked now (from reclaim: only try).
 pub(crate) fn try_devices() -> Option<Devices> {
-    TOPOLOGY.try_lock().map(Devices)
+    TOPOLOGY.try_lock().map(|g| Devices(STAT.taken(g)))
 }
 
 /// Initialises [`TOPOLOGY`].
@@ -249,10 +254,7 @@ impl Drop for Publication {
     /// with `ENODEV` from now on) and waits until the current ones let go
     /// (their work is bounded: a prefetch or a job).
     fn drop(&mut self) {
-        let published = TOPOLOGY
-            .lock()
-            .get_mut(self.index)
-            .and_then(|node| node.pool.take());
+        let published = lock().get_mut(self.index).and_then(|node| node.pool.take());
         // Not the pool's last handle (the device has one): dropped with the
         // topology unlocked all the same.
         drop(published);
@@ -280,13 +282,13 @@ pub(crate) fn join(
     node: GpuNode,
     distance: impl Fn(&GpuNode, &GpuNode) -> Option<u32>,
 ) -> Result<Membership> {
-    let index = TOPOLOGY.lock().insert(node, distance)?;
+    let index = lock().insert(node, distance)?;
     Ok(Membership(index))
 }
 
 impl Drop for Membership {
     fn drop(&mut self) {
-        TOPOLOGY.lock().remove(self.0);
+        lock().remove(self.0);
     }
 }
 
@@ -301,7 +303,7 @@ pub(crate) fn publish(index: usize, pool: &Arc<VramPool>) -> Result<Publication>
         }),
         GFP_KERNEL,
     )?;
-    if let Some(node) = TOPOLOGY.lock().get_mut(index) {
+    if let Some(node) = lock().get_mut(index) {
         node.pool = Some(Published {
             pool: pool.clone(),
             lease: lease.clone(),

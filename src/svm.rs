@@ -108,6 +108,13 @@ impl Drop for Vm {
 }
 
 impl Vm {
+    /// The address of the VM's `mm_struct`, a key only (it names this mm
+    /// while the VM holds it).
+    pub(crate) fn mm_key(&self) -> usize {
+        // CAST: an address, used as a key only.
+        self.mm.as_raw() as usize
+    }
+
     /// The placement policies' state of the VM's process.
     pub(crate) fn process(&self) -> &Arc<Process> {
         self.process.process()

@@ -20,6 +20,7 @@ use kernel::{
     num::casts::FromSafeCast,
     prelude::*,
     sync::atomic::Relaxed,
+    time::{Instant, Monotonic},
     uaccess::{UserPtr, UserSlice},
 };
 
@@ -187,7 +188,9 @@ impl File {
         if vm.is_some() {
             return Err(EBUSY);
         }
-        *vm = Some(Vm::for_current(gpu.vram().pt_tables())?);
+        let new = Vm::for_current(gpu.vram().pt_tables())?;
+        f.mm_key.store(new.mm_key(), Relaxed);
+        *vm = Some(new);
         Ok(0)
     }
 
@@ -200,7 +203,10 @@ impl File {
     ) -> Result<u32> {
         all_zero(&[arg.flags.into(), arg.pad.into()], &arg.reserved)?;
         let f = file.inner();
-        let vm = lock_killable(&f.vm)?.take().ok_or(ENOENT)?;
+        let mut slot = lock_killable(&f.vm)?;
+        let vm = slot.take().ok_or(ENOENT)?;
+        f.mm_key.store(0, Relaxed);
+        drop(slot);
         drop(vm);
         Ok(0)
     }
@@ -468,6 +474,7 @@ impl File {
     ) -> Result<u32> {
         let job = decode_exec(arg)?;
         let cancel = Cancel::ioctl(dev);
+        let started = Instant::<Monotonic>::now();
         let done = with_vm(file, |vm, mm| {
             let pool = gpu.vram();
             crate::engine::check(mm, &job)?;
@@ -531,6 +538,9 @@ impl File {
             done.migrated = migrated;
             Ok(done)
         });
+        // CAST: nanoseconds of one job fit a `u64` (584 years).
+        let took = started.elapsed().as_nanos() as u64;
+        file.inner().engine_ns.add(took, Relaxed);
         let d = done.unwrap_or_default();
         trace::Exec {
             dev: gpu.index,

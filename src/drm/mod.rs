@@ -14,10 +14,12 @@
 //! - `decode.rs`: decoding and checking their arguments, KUnit-tested;
 //! - `driver.rs`: `pci::Driver` and `drm::Driver`, probe, the ioctl table;
 //! - `file.rs`: an open render node and its VM;
+//! - `fdinfo.rs`: its statistics in `/proc/<pid>/fdinfo`;
 //! - `gem.rs`: the (empty) GEM object type DRM requires.
 
 mod decode;
 pub(crate) mod driver;
+mod fdinfo;
 pub(crate) mod file;
 mod gem;
 mod ioctl;

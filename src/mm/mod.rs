@@ -20,6 +20,7 @@ pub(crate) mod dmem;
 pub(crate) mod drm_ioctl;
 pub(crate) mod fault;
 pub(crate) mod faultq;
+pub(crate) mod fdinfo;
 pub(crate) mod freemap;
 pub(crate) mod hmm;
 pub(crate) mod iomem;

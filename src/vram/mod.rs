@@ -103,6 +103,7 @@ mod shadow;
 mod shrink;
 mod stats;
 mod teardown;
+mod usage;
 mod window;
 
 pub(crate) use alloc::{large_folios, Batch, Large};

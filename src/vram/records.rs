@@ -191,6 +191,23 @@ impl Records {
         decode(self.pages.get(i)?.load(Relaxed))
     }
 
+    /// Pages whose record names the mm at `mm` (a key only; a hint, as
+    /// every record: a page unmapped since still counts until it is
+    /// freed). Takes the table, a leaf.
+    pub(crate) fn count_of(&self, mm: usize) -> usize {
+        // CAST: an address, compared as a key only.
+        let m = self
+            .mms
+            .lock()
+            .iter()
+            .position(|x| x.as_ref().is_some_and(|x| x.as_raw() as usize == mm));
+        let Some(m) = m else { return 0 };
+        self.pages
+            .iter()
+            .filter(|s| decode(s.load(Relaxed)).is_some_and(|r| r.mm == m))
+            .count()
+    }
+
     /// The mm at index `m` of the table, held by its count of references
     /// (not its users: see `Mm::mmget_not_zero`).
     pub(crate) fn mm_at(&self, m: usize) -> Option<ARef<Mm>> {

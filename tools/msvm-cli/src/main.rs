@@ -306,6 +306,36 @@ fn stats() -> msvm_rt::Result<()> {
     Ok(())
 }
 
+/// The processes with an msvm render node open, from their fdinfo (those
+/// this user may read): per client, its device, the device memory its
+/// process holds there and the time its jobs took.
+fn print_clients(devices: &[(DeviceInfo, Device)]) {
+    let clients = msvm_rt::clients();
+    println!();
+    println!(
+        "{:>7} {:<16} {:>6} {:<5} {:>10} {:>10}",
+        "pid", "process", "client", "gpu", "resident", "jobs ms"
+    );
+    for c in &clients {
+        let gpu = devices
+            .iter()
+            .find(|(i, _)| i.pci.to_string() == c.pdev)
+            .map_or("?".to_string(), |(i, _)| i.index.to_string());
+        println!(
+            "{:>7} {:<16} {:>6} {:<5} {:>10} {:>10.1}",
+            c.pid,
+            c.comm,
+            c.client_id,
+            gpu,
+            c.resident.map_or("-".to_string(), mib),
+            c.engine_ns as f64 / 1e6
+        );
+    }
+    if clients.is_empty() {
+        println!("(no process has an msvm render node open)");
+    }
+}
+
 /// `msvm top`: counters of every device one second apart, as rates.
 fn top(once: bool) -> msvm_rt::Result<()> {
     let mut devices: Vec<(DeviceInfo, Device)> = Vec::new();
@@ -375,6 +405,7 @@ fn top(once: bool) -> msvm_rt::Result<()> {
              faults on its pages; p2p: engine bytes read and written in peers' memory; chunks: \
              live(idle); memmap: RAM their struct pages take; shrink: passes/pagemaps removed)"
         );
+        print_clients(&devices);
         if once {
             return Ok(());
         }

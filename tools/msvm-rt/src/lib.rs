@@ -9,9 +9,11 @@
 //! ```
 
 pub mod abi;
+mod clients;
 mod device;
 mod error;
 
+pub use clients::{clients, parse_fdinfo, Client};
 pub use device::{
     checksum, Access, Attributes, Device, DeviceInfo, Exec, ExecOutcome, Location, MigrateOutcome,
     PciAddr, PeerInfo, Place, Residency, Stats,

@@ -1403,9 +1403,19 @@ fn scale_op(op: &str, n: usize) -> Result<f64, String> {
                     std::fs::write(format!("{drv}/bind"), a)
                         .map_err(|x| format!("bind {a}: {x}"))?;
                 }
-                // Wait for the render nodes before the next round.
+                // Its render nodes back before the next round.
                 let start = Instant::now();
-                while crate::sysfs::msvm_gpus()?.len() < 8 && start.elapsed().as_secs() < 30 {
+                loop {
+                    let bound: Vec<String> = crate::sysfs::msvm_gpus()?
+                        .into_iter()
+                        .map(|g| g.addr)
+                        .collect();
+                    if addrs.iter().all(|a| bound.contains(a)) {
+                        break;
+                    }
+                    if start.elapsed().as_secs() >= 30 {
+                        return Err("the unbound GPUs did not come back within 30 s".into());
+                    }
                     std::thread::sleep(std::time::Duration::from_millis(50));
                 }
                 Ok(took)
@@ -1466,8 +1476,14 @@ fn print_lock_contention(run: &str, before: &str, after: &str) {
             .iter()
             .find(|x| x.0 == name)
             .map_or((0, 0), |x| (x.1, x.2));
-        println!("BENCH {run}_lock_{name}_acquired {} n", a - a0);
-        println!("BENCH {run}_lock_{name}_contended {} n", c - c0);
+        println!(
+            "BENCH {run}_lock_{name}_acquired {} n",
+            a.saturating_sub(a0)
+        );
+        println!(
+            "BENCH {run}_lock_{name}_contended {} n",
+            c.saturating_sub(c0)
+        );
     }
 }
 
@@ -1528,17 +1544,25 @@ pub fn run_tenants(mode: &str) -> Result<(), String> {
                     let len = (vram * share / 4) & !(HUGE - 1);
                     let (set, sums) = oversub_set(len, 11 + k as u64)?;
                     // Rounds in step: each tenant's word is its rounds
-                    // done plus one; a round starts when the other tenant
-                    // has done as many (and it stays until both are done).
+                    // done plus one (`u64::MAX`: it failed); a round
+                    // starts when the other tenant has done as many (and
+                    // it stays until both are done).
                     let other = &words[3 * (1 - k)];
-                    let step = |n: u64| {
+                    let step = |n: u64| -> Result<(), String> {
                         words[3 * k].store(n, Ordering::SeqCst);
                         let t = Instant::now();
-                        while other.load(Ordering::SeqCst) < n && t.elapsed().as_secs() < 300 {
-                            std::thread::sleep(std::time::Duration::from_millis(2));
+                        loop {
+                            match other.load(Ordering::SeqCst) {
+                                u64::MAX => return Err("the other tenant failed".into()),
+                                o if o >= n => return Ok(()),
+                                _ if t.elapsed().as_secs() >= 300 => {
+                                    return Err(format!("the other tenant is not at step {n}"))
+                                }
+                                _ => std::thread::sleep(std::time::Duration::from_millis(2)),
+                            }
                         }
                     };
-                    step(1);
+                    step(1)?;
                     for round in 0..ROUNDS {
                         for _ in 0..passes {
                             let (read, missed) = tenant_pass(&dev, idx, set, &sums)?;
@@ -1547,11 +1571,13 @@ pub fn run_tenants(mode: &str) -> Result<(), String> {
                                 words[3 * k + 2].fetch_add(missed, Ordering::SeqCst);
                             }
                         }
-                        step(round as u64 + 2);
+                        step(round as u64 + 2)?;
                     }
                     Ok(())
                 })();
                 if let Err(x) = &r {
+                    // The other tenant stops waiting for this one.
+                    words[3 * k].store(u64::MAX, Ordering::SeqCst);
                     println!("# tenant {cg}: {x}");
                 }
                 std::process::exit(i32::from(r.is_err()));

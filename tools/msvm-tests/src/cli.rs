@@ -1,6 +1,6 @@
 //! The `msvm` command line as scripts use it: `--json` output that parses
 //! and agrees with the ioctls (`info`, `stats`, the residency of `demo`'s
-//! buffer), and `msvm top --once`.
+//! buffer), and `msvm top --once` (devices, then clients from fdinfo).
 
 use std::process::Command;
 
@@ -95,21 +95,32 @@ fn json() -> Outcome {
     Ok(())
 }
 
+/// A row a device, then the clients from fdinfo: this process's open
+/// devices among them, one row each.
 fn top_once() -> Outcome {
-    let n = Device::all().map_err(|e| e.to_string())?.len();
+    let devs = Device::all().map_err(|e| e.to_string())?;
+    let n = devs.len();
     let out = msvm(&["top", "--once"])?;
-    let rows = out
+    let (devices, clients) = out
+        .split_once("\n\n")
+        .ok_or(format!("no clients part:\n{out}"))?;
+    let numbered = |l: &&str| {
+        l.split_whitespace()
+            .next()
+            .is_some_and(|w| w.parse::<u32>().is_ok())
+    };
+    let rows = devices.lines().filter(numbered).count();
+    let me = std::process::id().to_string();
+    let mine = clients
         .lines()
-        .filter(|l| {
-            l.split_whitespace()
-                .next()
-                .is_some_and(|w| w.parse::<u32>().is_ok())
-        })
+        .filter(numbered)
+        .filter(|l| l.split_whitespace().next() == Some(me.as_str()))
         .count();
     check!(
-        out.starts_with("gpu") && rows == n,
-        "{rows} device rows of {n}:\n{out}"
+        out.starts_with("gpu") && rows == n && mine == n,
+        "{rows} device rows and {mine} client rows of this process, of {n}:\n{out}"
     );
+    drop(devs);
     Ok(())
 }
 

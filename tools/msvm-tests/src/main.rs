@@ -19,6 +19,7 @@ mod defaults;
 mod devpt;
 mod engine;
 mod faults;
+mod fdinfo;
 mod fuzz;
 mod generic;
 mod harness;
@@ -94,6 +95,7 @@ fn main_tests() -> Vec<harness::Test> {
         scenarios::tests(),
         large::tests(),
         trace::tests(),
+        fdinfo::tests(),
         cgroup::tests(),
         race::tests(),
     ]

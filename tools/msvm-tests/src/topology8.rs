@@ -2,13 +2,14 @@
 //! with its own PCIe host bridge (a pxb-pcie), three GPUs behind a switch
 //! and one on its own root port. `msvm-tests topology8`.
 //!
-//! `pci_p2pdma` allows P2P below a common switch and refuses it through a
-//! host bridge it does not know (QEMU's are on no whitelist), as on most
-//! real servers between sockets: QUERY's matrix must say so pair by pair
-//! (checked against sysfs), the owner groups follow, jobs read a peer of
-//! their group over P2P and fault data home from a device across the
-//! bridges, and a GPU of node 1 unplugged and plugged back changes the
-//! matrix and nothing else.
+//! `pci_p2pdma` allows P2P below a common switch and refuses it through
+//! any host bridge it does not know (QEMU's are on no whitelist; between
+//! the sockets of most real servers too): QUERY's matrix must say so pair
+//! by pair (checked against sysfs: P2P exactly where two GPUs share a
+//! switch), the owner groups follow (a group of three and a lone GPU on
+//! each bridge), jobs read a peer of their group over P2P and fault data
+//! home from a device across the bridges, and a GPU of node 1 unplugged and
+//! plugged back changes the matrix and nothing else.
 
 use std::collections::BTreeMap;
 
