@@ -80,8 +80,11 @@ impl pci::Driver for MsvmDriver {
         unsafe { pdev.dma_set_mask_and_coherent(kernel::dma::DmaMask::new::<64>())? };
         let gpu = Gpu::new(pdev, kind)?;
         let drm = drm::UnregisteredDevice::<Self>::new(pdev, Ok(()))?;
-        // Client statistics in fdinfo (`super::fdinfo`).
-        crate::mm::fdinfo::add_fdinfo(&drm)?;
+        // Client statistics in fdinfo (`super::fdinfo`); the device works
+        // without.
+        if let Err(e) = crate::mm::fdinfo::add_fdinfo(&drm, pdev.as_ref()) {
+            dev_warn!(pdev.as_ref(), "msvm: no fdinfo statistics: {e:?}\n");
+        }
         // SAFETY: `reg` is stored in the `Binding`, which is dropped when the
         // device is unbound; it is never forgotten.
         let reg = unsafe { drm::Registration::new(pdev.as_ref(), drm, gpu, 0)? };

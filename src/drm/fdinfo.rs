@@ -9,8 +9,12 @@
 //!   (placement and running: msvm's one engine, busy for the client);
 //! - `drm-total-vram` and `drm-resident-vram`: the device memory that holds
 //!   pages the file's VM's process brought to the device, and its read-only
-//!   replicas there (`crate::vram::VramPool::held_by`), while the device is
-//!   bound; nothing without a VM.
+//!   replicas there (`crate::vram::VramPool::held_by`; while a shrink pass
+//!   or an eviction runs, the figure of the file's last read), while the
+//!   device is bound; nothing without a VM. Every file with a VM of one
+//!   process on one device shows that process's whole use of it. The
+//!   VM's mm is read without the VM's lock (a key only: a VM destroyed
+//!   meanwhile may give a figure for a process at its address).
 //!
 //! So standard per-process GPU tools (`gputop`, `nvtop`, `qmassa`) show
 //! which process holds which device's memory. How the line gets there on a
@@ -37,10 +41,16 @@ impl ShowFdinfo for MsvmDriver {
         let Some(guard) = dev.registration_guard() else {
             return;
         };
+        // With a shrink pass or an eviction under way, the last figure.
         let held = guard.registration_data_with(|gpu| gpu.vram().held_by(mm));
-        if let Some(bytes) = held {
-            out.size(c"total", c"vram", bytes);
-            out.size(c"resident", c"vram", bytes);
-        }
+        let bytes = match held {
+            Some(b) => {
+                f.vram_seen.store(b, Relaxed);
+                b
+            }
+            None => f.vram_seen.load(Relaxed),
+        };
+        out.size(c"total", c"vram", bytes);
+        out.size(c"resident", c"vram", bytes);
     }
 }

@@ -30,6 +30,8 @@ pub(crate) struct File {
     pub(crate) mm_key: Atomic<usize>,
     /// Nanoseconds its EXEC jobs took (fdinfo's `drm-engine-compute`).
     pub(crate) engine_ns: Atomic<u64>,
+    /// The device memory fdinfo last found the VM's process holding.
+    pub(crate) vram_seen: Atomic<u64>,
 }
 
 impl drm::file::DriverFile for File {
@@ -41,6 +43,7 @@ impl drm::file::DriverFile for File {
                 vm <- new_mutex!(None),
                 mm_key: Atomic::new(0),
                 engine_ns: Atomic::new(0),
+                vram_seen: Atomic::new(0),
             }? Error),
             GFP_KERNEL,
         )

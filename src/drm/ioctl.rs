@@ -474,8 +474,10 @@ impl File {
     ) -> Result<u32> {
         let job = decode_exec(arg)?;
         let cancel = Cancel::ioctl(dev);
-        let started = Instant::<Monotonic>::now();
         let done = with_vm(file, |vm, mm| {
+            // From here (the VM's lock held: not the wait for it) to the
+            // end, whatever the end.
+            let _timed = Timed::new(&file.inner().get_ref().engine_ns);
             let pool = gpu.vram();
             crate::engine::check(mm, &job)?;
             let epoch = Epoch::next();
@@ -538,9 +540,6 @@ impl File {
             done.migrated = migrated;
             Ok(done)
         });
-        // CAST: nanoseconds of one job fit a `u64` (584 years).
-        let took = started.elapsed().as_nanos() as u64;
-        file.inner().engine_ns.add(took, Relaxed);
         let d = done.unwrap_or_default();
         trace::Exec {
             dev: gpu.index,
@@ -558,5 +557,29 @@ impl File {
         arg.result = done.result;
         arg.migrated = done.migrated;
         Ok(0)
+    }
+}
+
+/// Adds the time from its making to its drop to a counter of
+/// nanoseconds.
+struct Timed<'a> {
+    started: Instant<Monotonic>,
+    to: &'a kernel::sync::atomic::Atomic<u64>,
+}
+
+impl<'a> Timed<'a> {
+    fn new(to: &'a kernel::sync::atomic::Atomic<u64>) -> Self {
+        Self {
+            started: Instant::now(),
+            to,
+        }
+    }
+}
+
+impl Drop for Timed<'_> {
+    fn drop(&mut self) {
+        // CAST: nanoseconds of one job fit a `u64` (584 years).
+        let ns = self.started.elapsed().as_nanos() as u64;
+        self.to.add(ns, Relaxed);
     }
 }

@@ -82,15 +82,30 @@ unsafe extern "C" fn show<T: ShowFdinfo>(p: *mut b::drm_printer, f: *mut b::drm_
     T::show_fdinfo(dev, file, &mut out);
 }
 
-/// Makes the files of `dev` show fdinfo through `T`'s
-/// [`ShowFdinfo::show_fdinfo`]: before it is registered. Fails with
+/// Makes the files of `dev`, a DRM device of `parent`, show fdinfo through
+/// `T`'s [`ShowFdinfo::show_fdinfo`]: before it is registered. Fails with
 /// `EINVAL` if another driver's devices took the module's one copy of the
-/// DRM tables first.
-pub(crate) fn add_fdinfo<T: ShowFdinfo>(dev: &drm::UnregisteredDevice<T>) -> Result {
+/// DRM tables first, or if `dev` does not start with its `drm_device`.
+pub(crate) fn add_fdinfo<T: ShowFdinfo>(
+    dev: &drm::UnregisteredDevice<T>,
+    parent: &kernel::device::Device,
+) -> Result {
     let dev: &drm::Device<T> = dev;
     // The `drm_device` is the first field of the `#[repr(C)]`
-    // `drm::Device` (its documented layout, the same in every context).
+    // `drm::Device` (its layout in this kernel, the same in every
+    // context), checked: its parent is `parent`.
     let raw = core::ptr::from_ref(dev).cast_mut().cast::<b::drm_device>();
+    // `device::Device` is `#[repr(transparent)]` over
+    // `Opaque<bindings::device>`.
+    let parent = core::ptr::from_ref(parent)
+        .cast::<kernel::bindings::device>()
+        .cast_mut();
+    // SAFETY: `raw` points into `dev`, at least a `drm_device`'s size (the
+    // `Opaque` first field): reading its `dev` field reads initialised
+    // memory of the device, which `drm_dev_init` set.
+    if unsafe { (*raw).dev } != parent {
+        return Err(EINVAL);
+    }
     // SAFETY: `raw` is the device's `drm_device`, alive while `dev` is
     // borrowed, and not registered yet (`UnregisteredDevice`): nothing
     // reads its `driver` concurrently. The copy keeps every callback of the

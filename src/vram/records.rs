@@ -192,8 +192,9 @@ impl Records {
     }
 
     /// Pages whose record names the mm at `mm` (a key only; a hint, as
-    /// every record: a page unmapped since still counts until it is
-    /// freed). Takes the table, a leaf.
+    /// every record: a page unmapped since still counts until it is freed,
+    /// and an index the table gives another mm while the pages are counted
+    /// counts that mm's). Takes the table, a leaf.
     pub(crate) fn count_of(&self, mm: usize) -> usize {
         // CAST: an address, compared as a key only.
         let m = self

@@ -11,26 +11,29 @@
 //! "resident" memory, counted the way the driver knows it. Read-only
 //! replicas of the process's blocks count too.
 
-use crate::mm::cancel::lock_killable;
 use crate::mm::pagemap::PAGE_SIZE;
 
 use super::VramPool;
 
 impl VramPool {
     /// Bytes of this device's memory that hold pages the process of the mm
-    /// at `mm` (a key only) brought here, and its replicas; `None` on a
-    /// fatal signal. Under
-    /// `shrink_lock`, which every removal of a pagemap holds (so that the
-    /// hold taken on each chunk's, under the chunk table, is never its
-    /// last: `mod.rs`); the records' own table is taken under it alone.
-    /// Sleeps.
+    /// at `mm` (a key only) brought here, and its replicas; `None` if a
+    /// shrink pass or an eviction holds `shrink_lock` now (a reader of
+    /// fdinfo never waits for one, nor holds one up for long: it only
+    /// tries). Under `shrink_lock`, which every removal of a pagemap holds
+    /// (so that the hold taken on each chunk's, under the chunk table, is
+    /// never its last: `mod.rs`), the records' own table taken under it
+    /// alone; a scan of every page record of the device (some 10 ms for
+    /// 64 GiB). Sleeps.
     pub(crate) fn held_by(&self, mm: usize) -> Option<u64> {
-        let _pass = lock_killable(&self.shrink_lock).ok()?;
         let mut pages = 0usize;
-        for c in 0..self.nchunks {
-            let map = self.chunks.lock().get(c).and_then(|s| s.map().cloned());
-            if let Some(map) = map {
-                pages += map.data().records.count_of(mm);
+        {
+            let _pass = self.shrink_lock.try_lock()?;
+            for c in 0..self.nchunks {
+                let map = self.chunks.lock().get(c).and_then(|s| s.map().cloned());
+                if let Some(map) = map {
+                    pages += map.data().records.count_of(mm);
+                }
             }
         }
         let replicas = self.replica_bytes(mm, 0, usize::MAX);
