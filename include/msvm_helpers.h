@@ -44,7 +44,6 @@ enum msvm_migrate_select {
 };
 
 /* Device-private memory. */
-int msvm_numa_node_id(void);
 struct dev_pagemap *msvm_page_pgmap(struct page *page);
 unsigned long msvm_page_to_pfn(struct page *page);
 struct page *msvm_pfn_to_page(unsigned long pfn);
@@ -56,14 +55,26 @@ void msvm_folio_split_tail(struct folio *head, struct folio *tail);
 unsigned int msvm_large_order(void);
 
 /* System pages. */
-struct page *msvm_alloc_page_vma(struct vm_area_struct *vma, unsigned long addr);
-struct page *msvm_alloc_page_nofail(void);
-struct page *msvm_alloc_large_vma(struct vm_area_struct *vma, unsigned long addr);
-struct page *msvm_alloc_large_evict(void);
-struct page *msvm_alloc_zeroed_try(unsigned int order);
-struct page *msvm_alloc_page_nowait(void);
-unsigned int msvm_alloc_pages_bulk_vma(struct vm_area_struct *vma, unsigned int nr,
+/* Kinds of msvm_alloc_home(). */
+/* A page for a migration into a VMA: may reclaim, may fail. */
+#define MSVM_HOME_MIGRATE 0
+/* A page for data that has nowhere else to go: waits for memory. */
+#define MSVM_HOME_MUST 1
+/* A page if one is free right now: no reclaim, no warning, not zeroed. */
+#define MSVM_HOME_TRY 2
+/* A PMD-sized folio if one is free: no retrying, no warning. */
+#define MSVM_HOME_LARGE 3
+/* A PMD-sized folio, reclaiming and compacting hard; may fail. */
+#define MSVM_HOME_LARGE_HARD 4
+struct page *msvm_alloc_home(struct vm_area_struct *vma, unsigned long addr, int nid,
+			     unsigned int how);
+unsigned int msvm_alloc_pages_bulk_vma(struct vm_area_struct *vma, int nid, unsigned int nr,
 				       struct page **pages);
+struct page *msvm_alloc_zeroed_try(unsigned int order);
+int msvm_dev_node(struct device *dev);
+int msvm_node_checked(int nid);
+bool msvm_node_has_memory(int nid);
+int msvm_page_nid(struct page *page);
 void msvm_lock_page(struct page *page);
 void msvm_put_page(struct page *page);
 

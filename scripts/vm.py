@@ -191,21 +191,35 @@ class Topology:
             self.gpus[f"gpu{i}"] = dev
             self.args += ["-device", ",".join(f"{k}={v}" if k != "driver" else v for k, v in dev.items())]
 
+    def smp_arg(self, smp):
+        """-smp: as given, or, with NUMA nodes and a plain CPU count that
+        they divide, one socket per node (a package on two nodes makes
+        the guest's topology_sane() warn at boot)."""
+        n = max(self.nodes) + 1 if self.nodes else 1
+        if n == 1 or not smp.isdigit() or int(smp) % n:
+            return smp
+        return f"{smp},sockets={n},cores={int(smp) // n},threads=1"
+
     def numa_args(self, mem, smp):
-        """The guest's NUMA nodes, if the GPUs name any: RAM and vCPUs
-        split evenly between them (node 0 takes what does not divide)."""
+        """The guest's NUMA nodes, if the GPUs name any: RAM split evenly
+        between them (node 0 takes what does not divide), a socket of
+        vCPUs each (see smp_arg; else vCPUs dealt out in turn)."""
         if not self.nodes:
             return []
         n = max(self.nodes) + 1
         # QEMU reads a -m without a suffix as MiB.
         total = parse_size(mem if mem[-1:].isalpha() else mem + "M")
         cpus = int(smp.split(",")[0])
+        per_socket = cpus // n if self.smp_arg(smp) != smp else 0
         args = []
         for k in range(n):
             size = total // n + (total % n if k == 0 else 0)
             pre = ",prealloc=on" if self.prealloc else ""
             args += ["-object", f"memory-backend-ram,id=msvm_ram{k},size={size}{pre}"]
-            mine = [c for c in range(cpus) if c % n == k]
+            if per_socket:
+                mine = range(k * per_socket, (k + 1) * per_socket)
+            else:
+                mine = [c for c in range(cpus) if c % n == k]
             cpu = "".join(f",cpus={c}" for c in mine)
             args += ["-numa", f"node,nodeid={k},memdev=msvm_ram{k}{cpu}"]
         return args
@@ -320,7 +334,7 @@ def main():
         # INTx (the ports and GPUs have MSI or no interrupt at all).
         cmdline += " acpi=noirq"
     qemu = [
-        "qemu-system-x86_64", "-machine", "q35", *accel, "-smp", args.smp, "-m", args.mem,
+        "qemu-system-x86_64", "-machine", "q35", *accel, "-smp", topo.smp_arg(args.smp), "-m", args.mem,
         "-global", "ICH9-LPC.acpi-pci-hotplug-with-bridge-support=off",
         "-display", "none", "-monitor", "none", "-serial", "stdio", "-no-reboot",
         "-qmp", f"unix:{qmp_path},server=on,wait=off",

@@ -59,6 +59,7 @@ use crate::reclaim::{shrink_all, CONSOLIDATE, IDLE};
 use crate::sysmem::FAIL_LARGE_SYSTEM;
 
 use crate::mm::cancel::Cancel;
+use crate::mm::numa::{BULK_PAGES, SINGLE_PAGES};
 use crate::mm::pagemap::PAGE_SIZE;
 use crate::registry::{self, PoolRef};
 use crate::topology::MAX_DEVICES;
@@ -91,6 +92,8 @@ pub(crate) struct Debugfs {
     policy: debugfs::File<()>,
     #[pin]
     locks: debugfs::File<()>,
+    #[pin]
+    numa: debugfs::File<()>,
 }
 
 /// The last `copy_floor` run: bytes per path, and nanoseconds per path and
@@ -157,6 +160,7 @@ impl Debugfs {
             ),
             policy <- dir.read_callback_file(c"policy", (), &show_policy),
             locks <- dir.read_callback_file(c"locks", (), &show_locks),
+            numa <- dir.read_callback_file(c"numa", (), &show_numa),
         })
     }
 }
@@ -407,6 +411,17 @@ fn show_locks(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
     writeln!(f, "topology {a} {c}")?;
     let (a, c) = crate::process::contention();
     writeln!(f, "processes {a} {c}")
+}
+
+/// `numa`: small pages coming home taken in bulk and one at a time (see
+/// `crate::mm::numa`), and each device's node (`-`: none).
+fn show_numa(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    writeln!(f, "bulk_pages {}", BULK_PAGES.load(Relaxed))?;
+    writeln!(f, "single_pages {}", SINGLE_PAGES.load(Relaxed))?;
+    per_device(f, "gpu node", |f, i, p| match p.home().node() {
+        Some(n) => writeln!(f, "{i} {n}"),
+        None => writeln!(f, "{i} -"),
+    })
 }
 
 /// `evict`: per device, how eviction moved its pages.

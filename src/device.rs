@@ -10,6 +10,7 @@ use crate::fault::FaultHandler;
 use crate::mm::{
     hmm::Tables,
     iomem::WcBar,
+    numa::Home,
     pci::{self as mmpci, MemBar},
 };
 use crate::registry::{self, GpuNode, Membership, PciAddr, Publication};
@@ -180,6 +181,7 @@ impl<'a> Gpu<'a> {
             chunk_size(),
             group,
             index,
+            Home::device(pdev.as_ref()),
             &crate::migrate::Migrations,
             &region,
             Tables::new(pdev.as_ref(), index)?,

@@ -11,9 +11,9 @@
  *
  * The few functions that are more than a forward stay in C for these
  * reasons:
- *  - msvm_large_order, msvm_alloc_large_vma, msvm_alloc_large_evict,
- *    msvm_alloc_zeroed_try, msvm_alloc_page_nowait,
- *    msvm_alloc_pages_bulk_vma: the
+ *  - msvm_large_order, msvm_alloc_home, msvm_alloc_zeroed_try,
+ *    msvm_alloc_pages_bulk_vma: the NUMA policy of a VMA or task (which
+ *    decides where pages coming home go, see msvm_home_by_policy()), the
  *    THP macros (thp_migration_supported(), HPAGE_PMD_*), GFP flag macros,
  *    and allocation macros that tag their call site for memory allocation
  *    profiling (alloc_hooks()), which only a C call site gets.
@@ -147,11 +147,6 @@ int msvm_pci_add_dynid(const char *name, unsigned int vendor, unsigned int devic
 	return d.ret;
 }
 
-int msvm_numa_node_id(void)
-{
-	return numa_node_id();
-}
-
 struct dev_pagemap *msvm_page_pgmap(struct page *page)
 {
 	return page_pgmap(page);
@@ -248,71 +243,158 @@ struct vm_area_struct *msvm_vma_lookup(struct mm_struct *mm, unsigned long addr)
 	return vma_lookup(mm, addr);
 }
 
-struct page *msvm_alloc_page_vma(struct vm_area_struct *vma, unsigned long addr)
+/*
+ * Where a page of @vma coming home from a device goes is decided by a NUMA
+ * policy: the VMA's own (mbind(); a get_policy operation, which every shmem
+ * VMA has, shared policy or not), or the task's (set_mempolicy()) if the
+ * task is a thread of the VMA's mm: a CPU fault, a MIGRATE, or room made
+ * among the process's own pages by its own request. Another task's policy
+ * (an eviction for another process, kswapd, an unplug) does not decide
+ * where a process's pages go, with one exception: a VMA with a get_policy
+ * operation but no shared policy (a private mapping of a shmem file) falls
+ * back, in vma_alloc_folio(), to the current task's policy; msvm cannot
+ * look the shared policy up itself (__mpol_put() is exported to KVM only).
+ */
+static bool msvm_home_by_policy(struct vm_area_struct *vma)
 {
-	return alloc_page_vma(GFP_HIGHUSER_MOVABLE, vma, addr);
+#ifdef CONFIG_NUMA
+	return vma->vm_policy || (vma->vm_ops && vma->vm_ops->get_policy) ||
+	       (current->mempolicy && current->mm == vma->vm_mm);
+#else
+	return false;
+#endif
+}
+
+/* @nid if it names an online node, else NUMA_NO_NODE. */
+int msvm_node_checked(int nid)
+{
+	if (nid < 0 || nid >= MAX_NUMNODES || !node_online(nid))
+		return NUMA_NO_NODE;
+	return nid;
+}
+
+/* @nid, or the local node if @nid is NUMA_NO_NODE or not online. */
+static int msvm_home_nid(int nid)
+{
+	nid = msvm_node_checked(nid);
+	return nid == NUMA_NO_NODE ? numa_mem_id() : nid;
+}
+
+static struct page *msvm_folio_page(struct folio *folio)
+{
+	return folio ? &folio->page : NULL;
+}
+
+/*
+ * A page (or a PMD-sized folio, for the MSVM_HOME_LARGE kinds) for data
+ * coming home from a device, of kind @how (include/msvm_helpers.h); for
+ * @addr of @vma if @vma is not NULL. A NUMA policy decides its node
+ * (msvm_home_by_policy()), else it is taken on @nid (NUMA_NO_NODE: the
+ * local node, the faulting or calling CPU's), falling back to the nearest
+ * nodes as any allocation does. NULL if none could be had (never for
+ * MSVM_HOME_MUST), or for a large kind if the kernel does not migrate THPs
+ * whole.
+ */
+struct page *msvm_alloc_home(struct vm_area_struct *vma, unsigned long addr, int nid,
+			     unsigned int how)
+{
+	unsigned int order = 0;
+	struct folio *folio;
+	gfp_t gfp;
+
+	switch (how) {
+	case MSVM_HOME_MIGRATE:
+		gfp = GFP_HIGHUSER_MOVABLE;
+		break;
+	case MSVM_HOME_MUST:
+		gfp = GFP_HIGHUSER_MOVABLE | __GFP_NOFAIL;
+		break;
+	case MSVM_HOME_TRY:
+		gfp = (GFP_HIGHUSER_MOVABLE & ~__GFP_DIRECT_RECLAIM) | __GFP_NOWARN;
+		break;
+	case MSVM_HOME_LARGE:
+		gfp = GFP_HIGHUSER_MOVABLE | __GFP_NORETRY | __GFP_NOWARN;
+		order = msvm_large_order();
+		break;
+	case MSVM_HOME_LARGE_HARD:
+		gfp = GFP_HIGHUSER_MOVABLE | __GFP_RETRY_MAYFAIL | __GFP_NOWARN;
+		order = msvm_large_order();
+		break;
+	default:
+		return NULL;
+	}
+	if ((how == MSVM_HOME_LARGE || how == MSVM_HOME_LARGE_HARD) && !order)
+		return NULL;
+	nid = msvm_home_nid(nid);
+	if (vma && msvm_home_by_policy(vma)) {
+		addr = ALIGN_DOWN(addr, PAGE_SIZE << order);
+		if (!(gfp & __GFP_NOFAIL))
+			return msvm_folio_page(vma_alloc_folio(gfp, order, vma, addr));
+		/*
+		 * Data with nowhere else to go (a device going away): where the
+		 * policy says if memory comes there without the OOM killer,
+		 * else on @nid or wherever the allocator finds it. An unplug
+		 * must finish, even with a bound node full.
+		 */
+		folio = vma_alloc_folio((gfp & ~__GFP_NOFAIL) | __GFP_RETRY_MAYFAIL | __GFP_NOWARN,
+					order, vma, addr);
+		if (folio)
+			return &folio->page;
+	} else if (order) {
+		/*
+		 * As the kernel's own THP allocations (alloc_pages_mpol()):
+		 * @nid alone first, compacting but not retrying, then any
+		 * node, so that a fragmented node's neighbour is taken only
+		 * when compaction did not help.
+		 */
+		folio = __folio_alloc_node((gfp & ~__GFP_RETRY_MAYFAIL) | __GFP_THISNODE |
+					   __GFP_NORETRY, order, nid);
+		if (folio || !(gfp & __GFP_DIRECT_RECLAIM))
+			return msvm_folio_page(folio);
+	}
+	return msvm_folio_page(__folio_alloc_node(gfp, order, nid));
 }
 
 /*
  * Up to @nr movable user pages for migrations into @vma, in one pass of
- * the page allocator's bulk path, into @pages (cleared to NULL first);
- * returns how many. 0 if the VMA may have a NUMA policy (its own, or a
- * get_policy operation: every shmem VMA) or the task has one (the bulk
- * path knows only the local node; alloc_pages_bulk_mempolicy() would
- * follow a task's policy but not a VMA's): the caller then takes each
- * page with msvm_alloc_page_vma(), which follows the policy at its
- * address. Without a policy both give a page of the local node.
+ * the page allocator's bulk path on @nid (as msvm_alloc_home()), into
+ * @pages (cleared to NULL first); returns how many. 0 if a NUMA policy
+ * decides (msvm_home_by_policy(): the bulk path knows one node, and
+ * alloc_pages_bulk_mempolicy(), which follows a task's policy but not a
+ * VMA's, is not exported): the caller then takes each page with
+ * msvm_alloc_home(), which follows the policy at its address.
  */
-unsigned int msvm_alloc_pages_bulk_vma(struct vm_area_struct *vma, unsigned int nr,
+unsigned int msvm_alloc_pages_bulk_vma(struct vm_area_struct *vma, int nid, unsigned int nr,
 				       struct page **pages)
 {
 	unsigned int i;
 
-#ifdef CONFIG_NUMA
-	if (vma->vm_policy || (vma->vm_ops && vma->vm_ops->get_policy) ||
-	    current->mempolicy)
+	if (msvm_home_by_policy(vma))
 		return 0;
-#endif
 	for (i = 0; i < nr; i++)
 		pages[i] = NULL;
-	return alloc_pages_bulk(GFP_HIGHUSER_MOVABLE, nr, pages);
+	return alloc_pages_bulk_node(GFP_HIGHUSER_MOVABLE, msvm_home_nid(nid), nr, pages);
 }
 
-struct page *msvm_alloc_page_nofail(void)
+/* The node of @page (numa.rs's KUnit test). */
+int msvm_page_nid(struct page *page)
 {
-	return alloc_page(GFP_HIGHUSER_MOVABLE | __GFP_NOFAIL);
-}
-
-/*
- * A PMD-sized folio for a migration to system RAM, or NULL: the caller then
- * moves the range in small pages. No retrying, no warning: the fallback is
- * cheap.
- */
-struct page *msvm_alloc_large_vma(struct vm_area_struct *vma, unsigned long addr)
-{
-	struct folio *folio;
-
-	if (!thp_migration_supported())
-		return NULL;
-	folio = vma_alloc_folio(GFP_HIGHUSER_MOVABLE | __GFP_NORETRY | __GFP_NOWARN,
-				HPAGE_PMD_ORDER, vma, ALIGN_DOWN(addr, HPAGE_PMD_SIZE));
-	return folio ? &folio->page : NULL;
+	return page_to_nid(page);
 }
 
 /*
- * A PMD-sized folio for the eviction of a 2 MiB device folio (which the core
- * cannot split in migrate_device_pages()): reclaim and compact hard, but
- * fail rather than loop forever; the caller retries.
+ * The NUMA node of @dev: NUMA_NO_NODE if the firmware gave none, or one
+ * that is not online (memremap_pages() indexes NODE_DATA() with it).
  */
-struct page *msvm_alloc_large_evict(void)
+int msvm_dev_node(struct device *dev)
 {
-	struct folio *folio;
+	return msvm_node_checked(dev_to_node(dev));
+}
 
-	if (!thp_migration_supported())
-		return NULL;
-	folio = folio_alloc(GFP_HIGHUSER_MOVABLE | __GFP_RETRY_MAYFAIL | __GFP_NOWARN,
-			    HPAGE_PMD_ORDER);
-	return folio ? &folio->page : NULL;
+/* Whether node @nid has memory (numa.rs's KUnit test). */
+bool msvm_node_has_memory(int nid)
+{
+	return msvm_node_checked(nid) != NUMA_NO_NODE && node_state(nid, N_MEMORY);
 }
 
 /*
@@ -329,17 +411,6 @@ struct page *msvm_alloc_zeroed_try(unsigned int order)
 		return NULL;
 	folio = folio_alloc(GFP_HIGHUSER | __GFP_ZERO | __GFP_NORETRY | __GFP_NOWARN, order);
 	return folio ? &folio->page : NULL;
-}
-
-/*
- * A movable page for a user page evicted from a full device, or NULL if
- * none is free right now: making room is optional (the page stays on the
- * device), so it neither reclaims nor warns. Not zeroed: the eviction
- * copies a whole page over it before anything maps it.
- */
-struct page *msvm_alloc_page_nowait(void)
-{
-	return alloc_page((GFP_HIGHUSER_MOVABLE & ~__GFP_DIRECT_RECLAIM) | __GFP_NOWARN);
 }
 
 void msvm_lock_page(struct page *page)

@@ -10,7 +10,8 @@ use kernel::{
     sync::atomic::{Atomic, Relaxed},
 };
 
-use crate::mm::page::NewPage;
+use crate::mm::numa::Home;
+use crate::mm::page::{How, NewPage};
 
 /// 2 MiB system folio allocations still to fail on purpose (debugfs
 /// `fail_large_system`): tests reach the 4 KiB fallbacks and eviction's
@@ -31,19 +32,21 @@ fn fail_large_system() -> bool {
 }
 
 /// A 2 MiB system folio for the block of `addr` in `vma`, if one is free
-/// (and no test asked for a failure).
-pub(crate) fn large_system_folio(vma: &VmaRef, addr: usize) -> Option<NewPage> {
+/// (and no test asked for a failure), on the node a NUMA policy or `home`
+/// says.
+pub(crate) fn large_system_folio(vma: &VmaRef, addr: usize, home: Home) -> Option<NewPage> {
     if fail_large_system() {
         return None;
     }
-    NewPage::large_for_vma(vma, addr)
+    NewPage::home(Some((vma, addr)), home, How::Large)
 }
 
-/// A 2 MiB system folio for an evicted device folio (see
-/// [`NewPage::large_evict`]), unless a test asked for a failure.
-pub(crate) fn large_system_folio_evict() -> Option<NewPage> {
+/// A 2 MiB system folio for an evicted device folio, reclaiming and
+/// compacting hard, on `home`'s node (the evicting device's), unless a
+/// test asked for a failure.
+pub(crate) fn large_system_folio_evict(home: Home) -> Option<NewPage> {
     if fail_large_system() {
         return None;
     }
-    NewPage::large_evict()
+    NewPage::home(None, home, How::LargeHard)
 }

@@ -11,6 +11,7 @@ use kernel::sync::atomic::Relaxed;
 use crate::mm::fault::{Fault, FaultError, FaultPage, FaultRelock, Relock};
 use crate::mm::migrate::{device_folio_mapcount, Select, VmaMigration};
 use crate::mm::mmap::ExclusiveVma;
+use crate::mm::numa::Home;
 use crate::mm::page::{NewPages, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::PAGE_SIZE;
 use crate::mm::trace;
@@ -138,7 +139,9 @@ fn fault_range(
     let fault_at = (address - start) / PAGE_SIZE;
     let n = mig.npages();
     let mut filled = [0u16; BLOCK_PAGES];
-    let mut pages = NewPages::new(mig.small_collected());
+    // A CPU fault: pages on the faulting CPU's node, unless a NUMA policy
+    // decides.
+    let mut pages = NewPages::new(mig.small_collected(), Home::LOCAL);
     let mut i = 0;
     while i < n {
         let (at, src) = (i, mig.src(i));
@@ -155,7 +158,7 @@ fn fault_range(
         };
         let addr = start + at * PAGE_SIZE;
         let large_dst = if src.compound() {
-            large_system_folio(vma, addr)
+            large_system_folio(vma, addr, Home::LOCAL)
         } else {
             None
         };

@@ -10,6 +10,7 @@ use kernel::sync::atomic::Relaxed;
 
 use crate::mm::migrate::{device_folio_mapcount, Select, VmaMigration};
 use crate::mm::mmap::ExclusiveVma;
+use crate::mm::numa::Home;
 use crate::mm::page::{NewPages, PageRef, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::PAGE_SIZE;
 use crate::sysmem::large_system_folio;
@@ -288,15 +289,16 @@ pub(super) fn fill_to_device(
     Ok(Some(out))
 }
 
-/// One step towards system RAM. With `large`, a whole 2 MiB device folio
-/// moves into a 2 MiB system folio; if none can be had, nothing moves and
-/// this returns `None`.
+/// One step towards system RAM, to `home` when no NUMA policy decides. With
+/// `large`, a whole 2 MiB device folio moves into a 2 MiB system folio; if
+/// none can be had, nothing moves and this returns `None`.
 pub(super) fn fill_to_system(
     pool: &VramPool,
     vma: &VmaRef,
     start: usize,
     end: usize,
     large: Option<&ExclusiveVma<'_>>,
+    home: Home,
 ) -> Result<Option<Outcome>> {
     let mut clock = Clock::start();
     let mut mig = VmaMigration::setup(
@@ -312,7 +314,7 @@ pub(super) fn fill_to_system(
     let mut out = Outcome::default();
     let n = mig.npages();
     let mut filled = [0u16; BLOCK_PAGES];
-    let mut pages = NewPages::new(mig.small_collected());
+    let mut pages = NewPages::new(mig.small_collected(), home);
     let mut i = 0;
     while i < n {
         let (at, src) = (i, mig.src(i));
@@ -330,7 +332,7 @@ pub(super) fn fill_to_system(
         };
         let addr = start + at * PAGE_SIZE;
         let dst = if src.compound() {
-            match large_system_folio(vma, addr) {
+            match large_system_folio(vma, addr, home) {
                 Some(d) => d,
                 // Dropping `mig` restores the sources.
                 None => return Ok(None),

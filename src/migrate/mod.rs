@@ -40,6 +40,7 @@ use crate::mm::{
     fault::{Fault, FaultError},
     migrate::vma_is_secretmem,
     mmap::{ExclusiveVma, MmapWriteGuard},
+    numa::Home,
     page::{BLOCK_PAGES, BLOCK_SIZE},
     pagemap::PAGE_SIZE,
     trace,
@@ -123,18 +124,20 @@ pub(crate) enum Direction {
 }
 
 /// Where a migration moves pages and, to a device, for which request (the
-/// device's eviction policy records its uses, see `crate::vram::Lru`).
+/// device's eviction policy records its uses, see `crate::vram::Lru`); to
+/// system RAM, on which node when no NUMA policy decides (see
+/// `crate::mm::numa`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Dest {
     Device(Use),
-    System,
+    System(Home),
 }
 
 impl Dest {
     fn dir(self) -> Direction {
         match self {
             Dest::Device(_) => Direction::ToDevice,
-            Dest::System => Direction::ToSystem,
+            Dest::System(_) => Direction::ToSystem,
         }
     }
 }
@@ -190,7 +193,8 @@ fn evict_range(
     cancel: &Cancel<'_>,
 ) -> Result<Outcome> {
     let end = start.checked_add(len).ok_or(EINVAL)?;
-    steps(pool, mm, start, end, Dest::System, cancel)
+    // An eviction: on the node of the device the pages leave.
+    steps(pool, mm, start, end, Dest::System(pool.home()), cancel)
 }
 
 /// The steps of [`migrate_range`], recorded as one `msvm_migrate` trace
@@ -350,7 +354,9 @@ fn one_step(
         Dest::Device(u) => step(pool, vma, addr, step_end, large, grow, |p, v, s, e, l| {
             fill_to_device(p, v, s, e, l, u)
         }),
-        Dest::System => step(pool, vma, addr, step_end, large, grow, fill_to_system),
+        Dest::System(home) => step(pool, vma, addr, step_end, large, grow, |p, v, s, e, l| {
+            fill_to_system(p, v, s, e, l, home)
+        }),
     };
     match r {
         // `migrate_vma_setup` refused the VMA for a reason of its own

@@ -12,6 +12,7 @@ use kernel::sync::atomic::Relaxed;
 use crate::access;
 use crate::mm::cancel::Cancel;
 use crate::mm::hmm::{HmmPfn, Mirror};
+use crate::mm::numa::Home;
 use crate::mm::owner::Owner;
 use crate::mm::page::{BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::PAGE_SIZE;
@@ -254,11 +255,13 @@ pub(crate) fn to_system(
                 }
             };
             let gone = || pool.withdrawn();
-            let o =
-                match migrate_range(&pool, mm, start, len, Dest::System, &cancel.watching(&gone)) {
-                    Err(e) if e == ENODEV && pool.withdrawn() => continue,
-                    o => o?,
-                };
+            // A MIGRATE: on the calling CPU's node, unless a NUMA policy
+            // decides.
+            let dest = Dest::System(Home::LOCAL);
+            let o = match migrate_range(&pool, mm, start, len, dest, &cancel.watching(&gone)) {
+                Err(e) if e == ENODEV && pool.withdrawn() => continue,
+                o => o?,
+            };
             moved += o.moved;
             busy += o.busy;
             folios += o.folios;

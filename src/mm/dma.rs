@@ -206,7 +206,7 @@ fn mapped(dev: &device::Device, addr: u64) -> bool {
 }
 
 /// `device::Device` is `#[repr(transparent)]` over `Opaque<bindings::device>`.
-fn raw(dev: &device::Device) -> *mut bindings::device {
+pub(super) fn raw(dev: &device::Device) -> *mut bindings::device {
     core::ptr::from_ref(dev)
         .cast::<bindings::device>()
         .cast_mut()

@@ -26,6 +26,7 @@ pub(crate) mod hmm;
 pub(crate) mod iomem;
 pub(crate) mod migrate;
 pub(crate) mod mmap;
+pub(crate) mod numa;
 pub(crate) mod owner;
 pub(crate) mod page;
 pub(crate) mod pagemap;

@@ -12,9 +12,11 @@ use core::ptr::NonNull;
 
 use kernel::bindings;
 use kernel::error::{code::EINVAL, to_result, Result};
+use kernel::mm::virt::VmaRef;
 use kernel::num::casts::u32_as_usize;
 
 use super::bindings as b;
+use super::numa::{self, Home};
 
 /// The page size (`PAGE_SIZE`).
 pub(crate) const PAGE_SIZE: usize = kernel::page::PAGE_SIZE;
@@ -164,6 +166,40 @@ pub(crate) fn large_order() -> u32 {
     unsafe { b::msvm_large_order() }
 }
 
+/// The kind of system page [`NewPage::home`] allocates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum How {
+    /// A page for a migration into a VMA: may reclaim, may fail.
+    Migrate,
+    /// A page for data that has nowhere else to go (a device going away):
+    /// waits for memory rather than fail.
+    Must,
+    /// A page if one is free right now, without reclaiming or warning (an
+    /// eviction that may fail: making room on a full device).
+    Try,
+    /// A 2 MiB folio if one is free right now, without retrying.
+    Large,
+    /// A 2 MiB folio, reclaiming and compacting hard (an eviction); may
+    /// fail.
+    LargeHard,
+}
+
+impl How {
+    fn raw(self) -> u32 {
+        match self {
+            How::Migrate => b::MSVM_HOME_MIGRATE,
+            How::Must => b::MSVM_HOME_MUST,
+            How::Try => b::MSVM_HOME_TRY,
+            How::Large => b::MSVM_HOME_LARGE,
+            How::LargeHard => b::MSVM_HOME_LARGE_HARD,
+        }
+    }
+
+    fn large(self) -> bool {
+        matches!(self, How::Large | How::LargeHard)
+    }
+}
+
 /// A page prepared as a migration destination: locked, with one reference,
 /// ours until handed to a migration ([`super::migrate::VmaMigration::set_dst`]),
 /// which unlocks and releases it when it finalizes; released (unlocked and
@@ -179,51 +215,24 @@ pub(crate) struct NewPage(NonNull<bindings::page>);
 unsafe impl Send for NewPage {}
 
 impl NewPage {
-    /// Allocates a movable user page for `addr` of the VMA the migration
-    /// works on, and locks it.
-    pub(crate) fn for_vma(vma: &kernel::mm::virt::VmaRef, addr: usize) -> Option<Self> {
-        // SAFETY: `vma` is a valid VMA (the caller holds the mmap or VMA lock,
-        // which the borrow proves); any address is accepted.
-        let p = unsafe { b::msvm_alloc_page_vma(vma.as_ptr(), addr) };
-        Self::lock_new(p)
-    }
-
-    /// Allocates a movable user page without a VMA, waiting for memory
-    /// rather than failing (device eviction: the data has nowhere else to
-    /// go), and locks it.
-    pub(crate) fn must() -> Option<Self> {
-        // SAFETY: plain page allocation.
-        let p = unsafe { b::msvm_alloc_page_nofail() };
-        Self::lock_new(p)
-    }
-
-    /// Allocates a movable folio of [`large_order`] (2 MiB) for the
-    /// PMD-aligned block around `addr` of the VMA, and locks it; `None` if
-    /// none is free right now or the kernel does not migrate such folios
-    /// whole (the caller then moves the block in small pages).
-    pub(crate) fn large_for_vma(vma: &kernel::mm::virt::VmaRef, addr: usize) -> Option<Self> {
-        // SAFETY: `vma` is a valid VMA (the caller holds the mmap or VMA lock,
-        // which the borrow proves); any address is accepted.
-        let p = unsafe { b::msvm_alloc_large_vma(vma.as_ptr(), addr) };
-        Self::lock_new(p)
-    }
-
-    /// Allocates a movable folio of [`large_order`] without a VMA, reclaiming
-    /// and compacting hard (device eviction), and locks it; `None` if even
-    /// that failed.
-    pub(crate) fn large_evict() -> Option<Self> {
-        // SAFETY: plain folio allocation.
-        let p = unsafe { b::msvm_alloc_large_evict() };
-        Self::lock_new(p)
-    }
-
-    /// Allocates a movable page, not zeroed, without reclaiming or warning
-    /// (an eviction that may fail: making room on a full device), and locks
-    /// it; `None` if none is free right now. Its contents are stale memory:
-    /// the caller fills the whole page before it maps it anywhere.
-    pub(crate) fn try_movable() -> Option<Self> {
-        // SAFETY: plain page allocation.
-        let p = unsafe { b::msvm_alloc_page_nowait() };
+    /// Allocates a system page, or a folio of [`large_order`] (2 MiB) for
+    /// the large kinds, for data coming home from a device, and locks it:
+    /// of kind `how`, for `addr` of `vma` if the move goes through a VMA
+    /// (the PMD-aligned block around it for a folio), on the node a NUMA
+    /// policy says, else on `home`'s (see [`super::numa`]). Not zeroed: the
+    /// caller fills it whole before anything maps it. `None` if none could
+    /// be had now (never for [`How::Must`]), or for a large kind if the
+    /// kernel does not migrate such folios whole (the caller then moves the
+    /// block in small pages).
+    pub(crate) fn home(at: Option<(&VmaRef, usize)>, home: Home, how: How) -> Option<Self> {
+        let (vma, addr) = at.map_or((core::ptr::null_mut(), 0), |(v, a)| (v.as_ptr(), a));
+        // SAFETY: `vma` is null or a valid VMA (the caller holds the mmap or
+        // VMA lock, which the borrow proves); any address, node and kind
+        // are accepted (an unknown kind gives NULL).
+        let p = unsafe { b::msvm_alloc_home(vma, addr, home.nid(), how.raw()) };
+        if !how.large() && !p.is_null() {
+            numa::count_single();
+        }
         Self::lock_new(p)
     }
 
@@ -330,12 +339,15 @@ pub(crate) struct NewPages {
     want: usize,
     /// Whether to try the bulk path for the next batch.
     bulk: bool,
+    /// Where the pages go when no NUMA policy decides.
+    home: Home,
 }
 
 impl NewPages {
     /// A source of at most `want` pages (the caller's count of the small
-    /// pages its step moves), none allocated yet.
-    pub(crate) fn new(want: usize) -> Self {
+    /// pages its step moves) for data coming home to `home` (see
+    /// [`NewPage::home`]), none allocated yet.
+    pub(crate) fn new(want: usize, home: Home) -> Self {
         // INVARIANT: no pages held.
         Self {
             pages: [core::ptr::null_mut(); BATCH],
@@ -343,15 +355,16 @@ impl NewPages {
             len: 0,
             want,
             bulk: true,
+            home,
         }
     }
 
     /// A locked page for `addr` of `vma`, the migration's VMA (as
-    /// [`NewPage::for_vma`]): from the batch, refilled in bulk while the
-    /// caller's count lasts, else on its own (the VMA or task has a NUMA
-    /// policy the bulk path does not follow, the count is spent, or memory
-    /// is short); `None` if no page could be had.
-    pub(crate) fn take(&mut self, vma: &kernel::mm::virt::VmaRef, addr: usize) -> Option<NewPage> {
+    /// [`NewPage::home`], [`How::Migrate`]): from the batch, refilled in
+    /// bulk while the caller's count lasts, else on its own (a NUMA policy
+    /// decides, which the bulk path does not follow, the count is spent, or
+    /// memory is short); `None` if no page could be had.
+    pub(crate) fn take(&mut self, vma: &VmaRef, addr: usize) -> Option<NewPage> {
         if self.next == self.len && self.want > 1 && self.bulk {
             // CAST: at most `BATCH` (32), which fits in `u32`.
             let n = self.want.min(BATCH) as u32;
@@ -359,13 +372,15 @@ impl NewPages {
             // SAFETY: `vma` is a valid VMA (the caller holds the mmap or
             // VMA lock, which the borrow proves); `pages` has room for `n`
             // pointers, and the batch is empty (we hold nothing there).
-            let got = unsafe { b::msvm_alloc_pages_bulk_vma(vma.as_ptr(), n, pages) };
+            let got =
+                unsafe { b::msvm_alloc_pages_bulk_vma(vma.as_ptr(), self.home.nid(), n, pages) };
             // INVARIANT: the helper filled `pages[..got]` with pages of one
             // reference each, ours.
             (self.next, self.len) = (0, u32_as_usize(got).min(BATCH));
             // None: a NUMA policy, or memory short (the allocator's own
             // fallback already reclaimed): one by one from here on.
             self.bulk = got > 0;
+            numa::count_bulk(u64::from(got));
         }
         self.want = self.want.saturating_sub(1);
         if self.next < self.len {
@@ -374,7 +389,7 @@ impl NewPages {
             self.next += 1;
             return NewPage::lock_new(p);
         }
-        NewPage::for_vma(vma, addr)
+        NewPage::home(Some((vma, addr)), self.home, How::Migrate)
     }
 }
 
@@ -394,8 +409,8 @@ mod tests {
 
     #[test]
     fn copy_onto_itself_is_refused() {
-        let a = NewPage::must().expect("a page");
-        let b = NewPage::must().expect("a page");
+        let a = NewPage::home(None, Home::LOCAL, How::Must).expect("a page");
+        let b = NewPage::home(None, Home::LOCAL, How::Must).expect("a page");
         assert_eq!(a.copy_page_from(0, &a, 0), Err(EINVAL));
         assert_eq!(a.copy_page_from(0, &b, 0), Ok(()));
         // Past the (small) folios.

@@ -36,6 +36,7 @@ use super::bindings as b;
 use super::fault::{Fault, FaultError, FaultLock};
 use super::freemap::FreeMap;
 use super::migrate::DeviceMigration;
+use super::numa::Home;
 use super::page::{large_order, NewPage, PageRef, BLOCK_PAGES};
 
 pub(crate) use super::owner::OwnerKey;
@@ -219,11 +220,13 @@ impl<T: PagemapOps> Pagemap<T> {
     /// Creates a pagemap of `len` bytes (a multiple of [`PAGE_SIZE`]) whose
     /// owner (the `dev_private_owner` of HMM and migration) is `key`'s; `data`
     /// is built from the first page frame number of the map. All its pages
-    /// are free.
+    /// are free; their struct pages are taken on `home`'s NUMA node (the
+    /// device's).
     pub(crate) fn new<I: PinInit<T, Error>>(
         len: usize,
         key: &'static OwnerKey<T>,
         name: &'static CStr,
+        home: Home,
         data: impl FnOnce(usize) -> I,
     ) -> Result<Arc<Self>> {
         let owner = key.owner();
@@ -291,8 +294,9 @@ impl<T: PagemapOps> Pagemap<T> {
         .inspect_err(|_| release())?;
         // From here on, dropping `map` releases the region.
         // SAFETY: `pgmap` is initialised above and pinned in the box; the
-        // node id is a valid one.
-        let ret = unsafe { bindings::memremap_pages(map.pgmap.get(), b::msvm_numa_node_id()) };
+        // node id is an online node's, or `NUMA_NO_NODE`, which
+        // `memremap_pages` takes as the local node (`Home`'s invariant).
+        let ret = unsafe { bindings::memremap_pages(map.pgmap.get(), home.nid()) };
         from_err_ptr(ret)?;
         // SAFETY: setting a flag moves nothing out of the pinned box.
         // INVARIANT: `memremap_pages` just succeeded; `drop` undoes it.

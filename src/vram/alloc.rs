@@ -317,13 +317,19 @@ impl VramPool {
         let charged = self.region.is_registered();
         let base = c * self.chunk_size;
         let serial = self.stats.chunks_created.load(Relaxed);
-        Pagemap::new(self.chunk_size, self.key, c"msvm-vram", |pfn_first| {
-            // Large folios need the kernel's support, and frames (and BAR
-            // offsets) aligned to them (the pagemap checks its frames again
-            // when it hands one out).
-            let large = large_folios() && pfn_first % BLOCK_PAGES == 0 && base % BLOCK_SIZE == 0;
-            let mappings = no_mappings(if large { npages / BLOCK_PAGES } else { 0 });
-            try_pin_init!(Chunk {
+        Pagemap::new(
+            self.chunk_size,
+            self.key,
+            c"msvm-vram",
+            self.home,
+            |pfn_first| {
+                // Large folios need the kernel's support, and frames (and BAR
+                // offsets) aligned to them (the pagemap checks its frames again
+                // when it hands one out).
+                let large =
+                    large_folios() && pfn_first % BLOCK_PAGES == 0 && base % BLOCK_SIZE == 0;
+                let mappings = no_mappings(if large { npages / BLOCK_PAGES } else { 0 });
+                try_pin_init!(Chunk {
                 pool,
                 base,
                 serial,
@@ -335,6 +341,7 @@ impl VramPool {
                 // No slots without the controller: nothing to charge.
                 charges: PageCharges::new(if charged { npages } else { 0 })?,
             }? Error)
-        })
+            },
+        )
     }
 }

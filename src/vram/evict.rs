@@ -13,7 +13,7 @@ use kernel::sync::atomic::Relaxed;
 use crate::mm::cancel::Cancel;
 use crate::mm::migrate::{device_folio_mapcount, DeviceMigration, Select, VmaMigration};
 use crate::mm::mmap::{MmExcluded, MmapRead, Wait};
-use crate::mm::page::{NewPage, PageRef, BLOCK_PAGES, BLOCK_SIZE};
+use crate::mm::page::{How, NewPage, PageRef, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::{self, Pagemap, PAGE_SIZE};
 use crate::mm::trace::{self, EvictReason};
 
@@ -313,12 +313,14 @@ impl VramPool {
                 *f = Some(true);
                 continue;
             }
-            // `must` waits for memory rather than fail: the data has
-            // nowhere else to go; making room only takes what comes.
-            let dst = match dest.how {
-                Drain::All => NewPage::must(),
-                Drain::Room => NewPage::try_movable(),
+            // `Must` waits for memory rather than fail: the data has
+            // nowhere else to go; making room only takes what comes. On
+            // this device's node, unless the VMA's NUMA policy says where.
+            let how = match dest.how {
+                Drain::All => How::Must,
+                Drain::Room => How::Try,
             };
+            let dst = NewPage::home(Some((vma, s + j * PAGE_SIZE)), self.home(), how);
             let Some(dst) = dst else {
                 continue;
             };
@@ -466,9 +468,9 @@ impl VramPool {
                 }
                 continue;
             }
-            // `must` waits for memory rather than fail: the data has
-            // nowhere else to go.
-            let Some(dst) = NewPage::must() else {
+            // `Must` waits for memory rather than fail: the data has
+            // nowhere else to go. No VMA here: on this device's node.
+            let Some(dst) = NewPage::home(None, self.home(), How::Must) else {
                 continue;
             };
             self.bar()?.copy_to_page(from, &dst, 0)?;
@@ -496,7 +498,7 @@ impl VramPool {
     /// `from`) a 2 MiB system folio and copies it there. Returns whether it
     /// found one (eviction retries otherwise).
     fn evict_large(&self, mig: &mut DeviceMigration<'_>, i: usize, from: usize) -> Result<bool> {
-        let Some(dst) = crate::sysmem::large_system_folio_evict() else {
+        let Some(dst) = crate::sysmem::large_system_folio_evict(self.home()) else {
             return Ok(false);
         };
         self.copy_to_folio(from, &dst, BLOCK_PAGES)?;

@@ -81,6 +81,7 @@ use crate::mm::{
     fault::{Fault, FaultError},
     hmm::Tables,
     iomem::WcBar,
+    numa::Home,
     owner::{Owner, OwnerKey},
     page::{NewPage, PageRef, BLOCK_SIZE},
     pagemap::{self, Pagemap, PAGE_SIZE},
@@ -222,6 +223,9 @@ pub(crate) struct VramPool {
     shadows: Shadows,
     /// msvm index of the device.
     index: usize,
+    /// The device's NUMA node: where its evicted pages go when no NUMA
+    /// policy decides, and where its chunks' struct pages are.
+    home: Home,
     /// The layer above, for what the pool cannot do itself.
     ops: &'static dyn PoolOps,
     /// Where idle chunks' pagemaps are removed side by side (see
@@ -249,12 +253,15 @@ impl VramPool {
     /// returned owner is dropped), in chunks of `chunk_size` bytes (a multiple of the
     /// page size; the BAR's tail that does not fill a chunk is not used),
     /// of a device in owner group `group`, its memory registered with the
-    /// dmem cgroup controller as region `region` (`drm/<pci address>/vram`).
+    /// dmem cgroup controller as region `region` (`drm/<pci address>/vram`),
+    /// on NUMA node `home`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn create(
         bar: Devres<WcBar>,
         chunk_size: usize,
         group: usize,
         index: usize,
+        home: Home,
         ops: &'static dyn PoolOps,
         region: &CStr,
         pt: Arc<Tables>,
@@ -291,6 +298,7 @@ impl VramPool {
                 lru: Lru::new(nblocks)?,
                 shadows: Shadows::new(nblocks)?,
                 index,
+                home,
                 ops,
                 teardown_queue: ReclaimQueue::with_max_active(&queue_name, teardown::WORKERS)?,
                 replicas <- replicas,
@@ -311,6 +319,11 @@ impl VramPool {
     /// msvm index of the device.
     pub(crate) fn index(&self) -> usize {
         self.index
+    }
+
+    /// The device's NUMA node (see `crate::mm::numa`).
+    pub(crate) fn home(&self) -> Home {
+        self.home
     }
 
     /// The `dev_private_owner` of this device's pages (and its group's).

@@ -26,6 +26,7 @@ mod harness;
 mod large;
 mod lifecycle;
 mod multi;
+mod numa;
 mod placement;
 mod policy;
 mod race;

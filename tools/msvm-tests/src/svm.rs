@@ -104,6 +104,13 @@ pub struct Map {
     len: usize,
 }
 
+// SAFETY: a `Map` owns its mapping, as a `Box<[u8]>` owns its memory:
+// moving it or sharing it between threads is sound, and its byte accessors
+// borrow it as a slice would be.
+unsafe impl Send for Map {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Map {}
+
 impl Map {
     pub fn new(len: usize) -> Result<Self, String> {
         // SAFETY: a fresh anonymous mapping aliases nothing.

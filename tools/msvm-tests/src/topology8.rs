@@ -20,8 +20,9 @@ use crate::harness::{Outcome, Test};
 use crate::svm::{fill, Map, PAGE};
 use crate::sysfs::{self, SysGpu};
 
+/// The NUMA tests (`crate::numa`) run before the unplug, on all 8 GPUs.
 pub fn tests() -> Vec<Test> {
-    vec![
+    let mut t = vec![
         Test {
             name: "eight_gpus_two_host_bridges_p2p_matrix_and_groups",
             run: matrix_and_groups,
@@ -30,11 +31,13 @@ pub fn tests() -> Vec<Test> {
             name: "eight_gpus_jobs_read_peers_of_their_group_over_p2p_only",
             run: jobs_across_bridges,
         },
-        Test {
-            name: "eight_gpus_a_gpu_of_node1_unplugged_and_plugged_back",
-            run: unplug_node1,
-        },
-    ]
+    ];
+    t.extend(crate::numa::tests());
+    t.push(Test {
+        name: "eight_gpus_a_gpu_of_node1_unplugged_and_plugged_back",
+        run: unplug_node1,
+    });
+    t
 }
 
 /// A bound GPU: what sysfs says, its open device and what QUERY says.
@@ -226,9 +229,44 @@ fn unplug_node1() -> Outcome {
     use crate::unplug::host_wait_on;
     let count = || -> Result<usize, String> { Ok(sysfs::msvm_gpus()?.len()) };
     check!(count()? == 8, "{} GPUs bound, want 8", count()?);
+    // 256 KiB parked on each GPU of node 1, their files kept open: the
+    // unplugged one's pages go home to node 1 (its node), though the
+    // unplug runs on a CPU of node 0 (the hot-plug interrupts' threads
+    // are bound there).
+    let cpu0 = crate::numa::cpus_by_node()?[0];
+    let irqs = crate::numa::pciehp_irqs_to(cpu0)?;
+    check!(irqs > 0, "no pciehp interrupt");
+    let mut parked = Vec::new();
+    for (k, sys) in sysfs::msvm_gpus()?.into_iter().enumerate() {
+        if crate::numa::gpu_node(&sys)? != 1 {
+            continue;
+        }
+        let dev = Device::open(&sys.node).map_err(|e| e.to_string())?;
+        dev.vm_create().map_err(|e| e.to_string())?;
+        let mut m = Map::small(64 * PAGE)?;
+        fill(m.bytes_mut(), 900 + k as u64);
+        let out = dev
+            .migrate_slice(m.bytes(), Location::Device)
+            .map_err(|e| format!("{}: {e}", sys.addr))?;
+        check!(out.moved == 64, "{}: {out:?}", sys.addr);
+        parked.push((sys.addr, dev, m, 900 + k as u64));
+    }
+    check!(parked.len() == 4, "{} GPUs on node 1", parked.len());
     host_wait_on(NODE1_VICTIM, "device_del", "7 GPUs", 60, || {
         Ok(count()? == 7)
     })?;
+    let left: Vec<String> = sysfs::msvm_gpus()?.into_iter().map(|g| g.addr).collect();
+    let gone: Vec<_> = parked.iter().filter(|p| !left.contains(&p.0)).collect();
+    check!(gone.len() == 1, "{} of node 1's GPUs gone", gone.len());
+    let (addr, _, m, _) = gone[0];
+    crate::numa::wait_home(m.addr(), m.len(), 60)?;
+    let what =
+        format!("parked on {addr}, unplugged by a thread on CPU {cpu0} ({irqs} pciehp IRQs)");
+    crate::numa::all_on(m.addr(), m.len(), 1, &what)?;
+    for (addr, _, m, seed) in &parked {
+        crate::svm::verify(m.bytes(), *seed).map_err(|e| format!("parked on {addr}: {e}"))?;
+    }
+    drop(parked);
     let g = gpus()?;
     let groups = check_matrix(&g)?;
     check!(
