@@ -369,11 +369,11 @@ impl NewPages {
             // CAST: at most `BATCH` (32), which fits in `u32`.
             let n = self.want.min(BATCH) as u32;
             let pages = self.pages.as_mut_ptr();
+            let nid = self.home.nid();
             // SAFETY: `vma` is a valid VMA (the caller holds the mmap or
             // VMA lock, which the borrow proves); `pages` has room for `n`
             // pointers, and the batch is empty (we hold nothing there).
-            let got =
-                unsafe { b::msvm_alloc_pages_bulk_vma(vma.as_ptr(), self.home.nid(), n, pages) };
+            let got = unsafe { b::msvm_alloc_pages_bulk_vma(vma.as_ptr(), nid, n, pages) };
             // INVARIANT: the helper filled `pages[..got]` with pages of one
             // reference each, ours.
             (self.next, self.len) = (0, u32_as_usize(got).min(BATCH));
