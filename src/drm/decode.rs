@@ -6,7 +6,7 @@
 use kernel::num::casts::FromSafeCast;
 use kernel::prelude::*;
 
-use crate::engine::{Job, Op};
+use crate::engine::{Job, Op, Pattern};
 use crate::migrate::Direction;
 use crate::mm::abi::{
     drm_msvm_exec, drm_msvm_migrate, drm_msvm_peer, drm_msvm_query, drm_msvm_set_attr,
@@ -190,12 +190,23 @@ impl AttrRequest {
     }
 }
 
-/// Decodes and checks an EXEC request.
-pub(super) fn decode_exec(arg: &drm_msvm_exec) -> Result<Job> {
-    if arg.flags & !MSVM_EXEC_IN_PLACE != 0 || arg.reserved.iter().any(|&r| r != 0) {
+/// Decodes and checks an EXEC request; `read` reads a FILL's pattern of
+/// `n` bytes at user address `src` into the slice it is given.
+pub(super) fn decode_exec(
+    arg: &drm_msvm_exec,
+    read: impl FnOnce(usize, &mut [u8]) -> Result,
+) -> Result<Job> {
+    if arg.flags & !MSVM_EXEC_IN_PLACE != 0 || arg.pad != 0 || arg.reserved.iter().any(|&r| r != 0)
+    {
         return Err(EINVAL);
     }
-    if arg.addr % 8 != 0 || arg.length % 8 != 0 || arg.src % 8 != 0 || arg.length == 0 {
+    if arg.length == 0 {
+        return Err(EINVAL);
+    }
+    if arg.op == MSVM_EXEC_ATOMIC_ADD && (arg.addr % 8 != 0 || arg.length % 8 != 0) {
+        return Err(EINVAL);
+    }
+    if arg.pattern_size != 0 && arg.op != MSVM_EXEC_FILL {
         return Err(EINVAL);
     }
     let end = arg.addr.checked_add(arg.length).ok_or(EINVAL)?;
@@ -203,7 +214,17 @@ pub(super) fn decode_exec(arg: &drm_msvm_exec) -> Result<Job> {
         return Err(EFAULT);
     }
     let op = match arg.op {
-        MSVM_EXEC_FILL => Op::Fill(arg.value),
+        MSVM_EXEC_FILL if arg.pattern_size == 0 => Op::Fill(Pattern::word(arg.value)),
+        MSVM_EXEC_FILL => {
+            if arg.value != 0 {
+                return Err(EINVAL);
+            }
+            let src = user_usize(arg.src)?;
+            Op::Fill(Pattern::read(
+                usize::from_safe_cast(arg.pattern_size),
+                |buf| read(src, buf),
+            )?)
+        }
         MSVM_EXEC_ATOMIC_ADD => Op::AtomicAdd(arg.value),
         MSVM_EXEC_CHECKSUM => Op::Checksum,
         MSVM_EXEC_COPY => {
@@ -220,7 +241,7 @@ pub(super) fn decode_exec(arg: &drm_msvm_exec) -> Result<Job> {
         }
         _ => return Err(EINVAL),
     };
-    if !matches!(op, Op::Copy { .. }) && arg.src != 0 {
+    if !matches!(op, Op::Copy { .. }) && arg.pattern_size == 0 && arg.src != 0 {
         return Err(EINVAL);
     }
     if matches!(op, Op::Checksum | Op::Copy { .. }) && arg.value != 0 {
@@ -495,69 +516,139 @@ mod tests {
         }
     }
 
+    /// Decodes `arg` where no pattern can be read.
+    fn dec(arg: &drm_msvm_exec) -> Result<Job> {
+        decode_exec(arg, |_, _| Err(EFAULT))
+    }
+
     #[test]
     fn exec_decode_ops() -> Result {
-        let j = decode_exec(&drm_msvm_exec {
+        let j = dec(&drm_msvm_exec {
             value: 7,
             ..ex(MSVM_EXEC_FILL, 0x1000, 64)
         })?;
         assert_eq!(
             j,
             Job {
-                op: Op::Fill(7),
+                op: Op::Fill(Pattern::word(7)),
                 addr: 0x1000,
                 len: 64,
                 in_place: false
             }
         );
-        let j = decode_exec(&drm_msvm_exec {
+        let j = dec(&drm_msvm_exec {
             src: 0x9000,
             ..ex(MSVM_EXEC_COPY, 0x1000, 0x100)
         })?;
         assert_eq!(j.op, Op::Copy { src: 0x9000 });
-        let j = decode_exec(&drm_msvm_exec {
+        let j = dec(&drm_msvm_exec {
             flags: MSVM_EXEC_IN_PLACE,
             ..ex(MSVM_EXEC_CHECKSUM, 8, 8)
         })?;
         assert!(j.in_place);
+        // Any bytes for FILL, COPY and CHECKSUM (ABI version 17).
+        let j = dec(&drm_msvm_exec {
+            src: 0x9003,
+            ..ex(MSVM_EXEC_COPY, 0x1001, 3)
+        })?;
+        assert_eq!((j.addr, j.len, j.op), (0x1001, 3, Op::Copy { src: 0x9003 }));
+        assert_eq!(dec(&ex(MSVM_EXEC_CHECKSUM, 0x1005, 1))?.len, 1);
+        assert_eq!(dec(&ex(MSVM_EXEC_FILL, 0x1004, 12))?.addr, 0x1004);
+        Ok(())
+    }
+
+    #[test]
+    fn exec_decode_reads_patterns() -> Result {
+        for n in [1u32, 2, 3, 64, 128] {
+            let mut asked = (0, 0);
+            let j = decode_exec(
+                &drm_msvm_exec {
+                    src: 0x7000,
+                    pattern_size: n,
+                    ..ex(MSVM_EXEC_FILL, 0x1001, 300)
+                },
+                |src, buf| {
+                    asked = (src, buf.len());
+                    for (i, b) in buf.iter_mut().enumerate() {
+                        // CAST: `i` < 128.
+                        *b = i as u8 + 1;
+                    }
+                    Ok(())
+                },
+            )?;
+            // CAST: `n` <= 128.
+            assert_eq!(asked, (0x7000, n as usize));
+            // CAST: as above.
+            let want = Pattern::read(n as usize, |buf| {
+                for (i, b) in buf.iter_mut().enumerate() {
+                    // CAST: `i` < 128.
+                    *b = i as u8 + 1;
+                }
+                Ok(())
+            })?;
+            assert_eq!(j.op, Op::Fill(want));
+        }
+        // Too long, not readable, with a value, for another operation.
+        let pat = |n, op| drm_msvm_exec {
+            src: 0x7000,
+            pattern_size: n,
+            ..ex(op, 0x1000, 8)
+        };
+        assert_eq!(
+            decode_exec(&pat(129, MSVM_EXEC_FILL), |_, _| Ok(())),
+            Err(EINVAL)
+        );
+        assert_eq!(dec(&pat(4, MSVM_EXEC_FILL)), Err(EFAULT));
+        let with_value = drm_msvm_exec {
+            value: 1,
+            ..pat(4, MSVM_EXEC_FILL)
+        };
+        assert_eq!(decode_exec(&with_value, |_, _| Ok(())), Err(EINVAL));
+        for op in [MSVM_EXEC_COPY, MSVM_EXEC_CHECKSUM, MSVM_EXEC_ATOMIC_ADD] {
+            assert_eq!(decode_exec(&pat(4, op), |_, _| Ok(())), Err(EINVAL));
+        }
         Ok(())
     }
 
     #[test]
     fn exec_decode_rejects_bad_input() {
-        assert_eq!(decode_exec(&ex(0, 0x1000, 8)), Err(EINVAL));
-        assert_eq!(decode_exec(&ex(9, 0x1000, 8)), Err(EINVAL));
-        assert_eq!(decode_exec(&ex(MSVM_EXEC_FILL, 0x1004, 8)), Err(EINVAL));
-        assert_eq!(decode_exec(&ex(MSVM_EXEC_FILL, 0x1000, 12)), Err(EINVAL));
-        assert_eq!(decode_exec(&ex(MSVM_EXEC_FILL, 0x1000, 0)), Err(EINVAL));
+        assert_eq!(dec(&ex(0, 0x1000, 8)), Err(EINVAL));
+        assert_eq!(dec(&ex(9, 0x1000, 8)), Err(EINVAL));
+        assert_eq!(dec(&ex(MSVM_EXEC_ATOMIC_ADD, 0x1004, 8)), Err(EINVAL));
+        assert_eq!(dec(&ex(MSVM_EXEC_ATOMIC_ADD, 0x1000, 12)), Err(EINVAL));
+        assert_eq!(dec(&ex(MSVM_EXEC_FILL, 0x1000, 0)), Err(EINVAL));
+        assert_eq!(dec(&ex(MSVM_EXEC_FILL, USER_END - 8, 16)), Err(EFAULT));
         assert_eq!(
-            decode_exec(&ex(MSVM_EXEC_FILL, USER_END - 8, 16)),
-            Err(EFAULT)
+            dec(&drm_msvm_exec {
+                flags: 2,
+                ..ex(MSVM_EXEC_FILL, 8, 8)
+            }),
+            Err(EINVAL)
         );
         assert_eq!(
-            decode_exec(&drm_msvm_exec {
-                flags: 2,
+            dec(&drm_msvm_exec {
+                pad: 1,
                 ..ex(MSVM_EXEC_FILL, 8, 8)
             }),
             Err(EINVAL)
         );
         // Overlapping copy, and stray arguments.
         assert_eq!(
-            decode_exec(&drm_msvm_exec {
+            dec(&drm_msvm_exec {
                 src: 0x1800,
                 ..ex(MSVM_EXEC_COPY, 0x1000, 0x1000)
             }),
             Err(EINVAL)
         );
         assert_eq!(
-            decode_exec(&drm_msvm_exec {
+            dec(&drm_msvm_exec {
                 src: 8,
                 ..ex(MSVM_EXEC_FILL, 0x1000, 8)
             }),
             Err(EINVAL)
         );
         assert_eq!(
-            decode_exec(&drm_msvm_exec {
+            dec(&drm_msvm_exec {
                 value: 1,
                 ..ex(MSVM_EXEC_CHECKSUM, 0x1000, 8)
             }),

@@ -472,7 +472,11 @@ impl File {
         arg: &mut drm_msvm_exec,
         file: &drm::File<File>,
     ) -> Result<u32> {
-        let job = decode_exec(arg)?;
+        let job = decode_exec(arg, |src, buf| {
+            UserSlice::new(UserPtr::from_addr(src), buf.len())
+                .reader()
+                .read_slice(buf)
+        })?;
         let cancel = Cancel::ioctl(dev);
         let done = with_vm(file, |vm, mm| {
             // From here (the VM's lock held: not the wait for it) to the

@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 /* Bumped on every ABI addition. */
-#define MSVM_UAPI_VERSION 16
+#define MSVM_UAPI_VERSION 17
 
 /* At most this many msvm devices are bound at once. */
 #define MSVM_MAX_DEVICES 16
@@ -452,6 +452,10 @@ struct drm_msvm_stats {
  * counters off: MSVM_ATTR_ACCESS_OFF; see Documentation/placement.rst). */
 #define MSVM_EXEC_IN_PLACE (1u << 0)
 
+/* drm_msvm_exec.pattern_size: the longest FILL pattern, in bytes (Level
+ * Zero's zeCommandListAppendMemoryFill allows up to 128). */
+#define MSVM_EXEC_PATTERN_MAX 128
+
 /**
  * struct drm_msvm_exec - DRM_IOCTL_MSVM_EXEC
  *
@@ -463,15 +467,29 @@ struct drm_msvm_stats {
  * DRM_IOCTL_MSVM_SET_ATTR); with MSVM_EXEC_IN_PLACE, pages are used where
  * they are, except blocks the access counters move here.
  *
- * MSVM_EXEC_FILL writes the 64-bit @value over the range;
+ * MSVM_EXEC_FILL repeats a pattern over the range from @addr on (byte i of
+ * the range is byte i % size of the pattern; the last repeat may be cut
+ * short): the 8 bytes of @value in memory order when @pattern_size is
+ * zero, else the @pattern_size bytes (1 to MSVM_EXEC_PATTERN_MAX) at user
+ * address @src, read when the job is submitted (ABI version 17);
  * MSVM_EXEC_COPY copies [@src, @src + @length) over it (the two must not
  * overlap); MSVM_EXEC_ATOMIC_ADD adds @value to every 64-bit word of it;
  * MSVM_EXEC_CHECKSUM returns in @result the 64-bit FNV-1a hash of its bytes.
+ * FILL, COPY and CHECKSUM work on any bytes (since ABI version 17; before,
+ * as ATOMIC_ADD still does, @addr, @src and @length had to be multiples of
+ * 8).
  *
- * Errors: -EINVAL: unknown @op or @flags, @addr, @src or @length not a
- * multiple of 8, @length zero, a range wraps or the COPY ranges overlap,
- * non-zero @reserved; -EFAULT: part of a range is not mapped or is beyond
- * the user address space; -EACCES: part of a range lacks the access the job
+ * Errors: -EINVAL: unknown @op or @flags, @length zero, @addr or @length
+ * not a multiple of 8 for ATOMIC_ADD, a range wraps or the COPY ranges
+ * overlap, @pattern_size above MSVM_EXEC_PATTERN_MAX or given for an
+ * operation other than FILL, @src or @value given to an operation that
+ * does not take it (@value with a @pattern_size), non-zero @pad or
+ * @reserved; -EFAULT: part of a range is not mapped or is beyond the user
+ * address space, or the pattern cannot be read (it is copied as the CPU
+ * reads, before the VM is looked up: an unreadable pattern is -EFAULT
+ * before -ENOENT, -EPERM or -ESRCH, and a pattern in device memory is
+ * faulted home first);
+ * -EACCES: part of a range lacks the access the job
  * needs (read; write for FILL, COPY's destination and ATOMIC_ADD);
  * -EFAULT also for memory no device may reach (memfd_secret() memory,
  * VM_IO/VM_PFNMAP mappings), as GUP refuses it; -ENOENT: no VM; -EPERM:
@@ -482,11 +500,16 @@ struct drm_msvm_stats {
  * @flags: in: MSVM_EXEC_IN_PLACE
  * @addr: in: start of the range (the destination of a COPY)
  * @length: in: bytes
- * @src: in: source of a COPY, else zero
- * @value: in: FILL pattern or ATOMIC_ADD addend, else zero
+ * @src: in: source of a COPY, user address of a FILL's pattern of
+ *       @pattern_size bytes, else zero
+ * @value: in: FILL's 8-byte pattern (without @pattern_size) or ATOMIC_ADD
+ *         addend, else zero
  * @result: out: CHECKSUM result
  * @migrated: out: pages the job's placement pass moved (to this device, or
  *            to the preferred location the range's attributes name)
+ * @pattern_size: in: bytes of a FILL's pattern at @src, 0 for @value's 8
+ *                (ABI version 17; zero for other operations)
+ * @pad: must be zero
  * @reserved: must be zero
  */
 struct drm_msvm_exec {
@@ -498,7 +521,9 @@ struct drm_msvm_exec {
 	__u64 value;
 	__u64 result;
 	__u64 migrated;
-	__u64 reserved[2];
+	__u32 pattern_size;
+	__u32 pad;
+	__u64 reserved[1];
 };
 
 /* Locations: drm_msvm_set_attr.location, drm_msvm_prefetch.location. */

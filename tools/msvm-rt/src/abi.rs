@@ -4,7 +4,7 @@
 //! which compiles a small C program against the real header.
 
 /// `MSVM_UAPI_VERSION`.
-pub const MSVM_UAPI_VERSION: u32 = 16;
+pub const MSVM_UAPI_VERSION: u32 = 17;
 /// `MSVM_MAX_DEVICES`.
 pub const MSVM_MAX_DEVICES: u32 = 16;
 /// `MSVM_SIZE_4K`: a migration step in 4 KiB pages.
@@ -46,6 +46,8 @@ pub const MSVM_EXEC_ATOMIC_ADD: u32 = 3;
 pub const MSVM_EXEC_CHECKSUM: u32 = 4;
 /// `MSVM_EXEC_IN_PLACE`.
 pub const MSVM_EXEC_IN_PLACE: u32 = 1 << 0;
+/// `MSVM_EXEC_PATTERN_MAX`: the longest FILL pattern, in bytes.
+pub const MSVM_EXEC_PATTERN_MAX: u32 = 128;
 /// `MSVM_MIGRATE_TO_SYSTEM`.
 pub const MSVM_MIGRATE_TO_SYSTEM: u32 = 0;
 /// `MSVM_MIGRATE_TO_DEVICE`.
@@ -237,7 +239,9 @@ pub struct DrmMsvmExec {
     pub value: u64,
     pub result: u64,
     pub migrated: u64,
-    pub reserved: [u64; 2],
+    pub pattern_size: u32,
+    pub pad: u32,
+    pub reserved: [u64; 1],
 }
 
 /// `struct drm_msvm_set_attr`.

@@ -188,7 +188,8 @@ impl MigrateOutcome {
 /// An engine job (`DRM_IOCTL_MSVM_EXEC`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exec {
-    /// Writes the 64-bit value over the range.
+    /// Writes the 64-bit value over the range, repeated in memory order
+    /// from its first byte ([`Device::fill`] takes other patterns).
     Fill(u64),
     /// Copies the range at `src` over the range.
     Copy { src: usize },
@@ -436,8 +437,8 @@ impl Device {
             })
     }
 
-    /// Runs `job` on the device's engine over `[addr, addr + len)` (8-byte
-    /// aligned). With `in_place`, pages are used where they are (system RAM
+    /// Runs `job` on the device's engine over `[addr, addr + len)` (any
+    /// bytes; 8-byte aligned for `AtomicAdd`). With `in_place`, pages are used where they are (system RAM
     /// by DMA, a peer of the owner group over P2P); otherwise the range is
     /// migrated first (to the device, or where its placement attributes say).
     pub fn exec(&self, job: Exec, addr: usize, len: usize, in_place: bool) -> Result<ExecOutcome> {
@@ -454,6 +455,34 @@ impl Device {
             length: len as u64,
             src,
             value,
+            ..Default::default()
+        };
+        self.exec_raw(&mut arg)?;
+        Ok(ExecOutcome {
+            result: arg.result,
+            migrated: arg.migrated,
+        })
+    }
+
+    /// Repeats `pattern` (1 to [`abi::MSVM_EXEC_PATTERN_MAX`] bytes) over
+    /// `[addr, addr + len)` on the device's engine, from `addr` on (any
+    /// bytes; the last repeat may be cut short); `in_place` as for
+    /// [`Device::exec`].
+    pub fn fill(
+        &self,
+        pattern: &[u8],
+        addr: usize,
+        len: usize,
+        in_place: bool,
+    ) -> Result<ExecOutcome> {
+        let mut arg = DrmMsvmExec {
+            op: abi::MSVM_EXEC_FILL,
+            flags: if in_place { abi::MSVM_EXEC_IN_PLACE } else { 0 },
+            addr: addr as u64,
+            length: len as u64,
+            src: pattern.as_ptr() as u64,
+            // A length the kernel refuses (EINVAL) if it does not fit.
+            pattern_size: u32::try_from(pattern.len()).unwrap_or(u32::MAX),
             ..Default::default()
         };
         self.exec_raw(&mut arg)?;

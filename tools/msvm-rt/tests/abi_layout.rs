@@ -116,7 +116,17 @@ fn c_layout() -> Vec<(String, u64)> {
         + &fields(
             "drm_msvm_exec",
             &[
-                "op", "flags", "addr", "length", "src", "value", "result", "migrated", "reserved",
+                "op",
+                "flags",
+                "addr",
+                "length",
+                "src",
+                "value",
+                "result",
+                "migrated",
+                "pattern_size",
+                "pad",
+                "reserved",
             ],
         )
         + &fields(
@@ -197,6 +207,7 @@ fn c_layout() -> Vec<(String, u64)> {
          P(\"MSVM_EXEC_ATOMIC_ADD\", MSVM_EXEC_ATOMIC_ADD);\n\
          P(\"MSVM_EXEC_CHECKSUM\", MSVM_EXEC_CHECKSUM);\n\
          P(\"MSVM_EXEC_IN_PLACE\", MSVM_EXEC_IN_PLACE);\n\
+         P(\"MSVM_EXEC_PATTERN_MAX\", MSVM_EXEC_PATTERN_MAX);\n\
          P(\"MSVM_MIGRATE_TO_SYSTEM\", MSVM_MIGRATE_TO_SYSTEM);\n\
          P(\"MSVM_MIGRATE_TO_DEVICE\", MSVM_MIGRATE_TO_DEVICE);\n\
          P(\"MSVM_UAPI_VERSION\", MSVM_UAPI_VERSION);\n\
@@ -396,7 +407,19 @@ fn layouts_match_the_c_header() {
     same!(
         DrmMsvmExec,
         "drm_msvm_exec",
-        [op, flags, addr, length, src, value, result, migrated, reserved]
+        [
+            op,
+            flags,
+            addr,
+            length,
+            src,
+            value,
+            result,
+            migrated,
+            pattern_size,
+            pad,
+            reserved
+        ]
     );
     for (name, v) in [
         ("MSVM_EXEC_FILL", MSVM_EXEC_FILL),
@@ -404,6 +427,7 @@ fn layouts_match_the_c_header() {
         ("MSVM_EXEC_ATOMIC_ADD", MSVM_EXEC_ATOMIC_ADD),
         ("MSVM_EXEC_CHECKSUM", MSVM_EXEC_CHECKSUM),
         ("MSVM_EXEC_IN_PLACE", MSVM_EXEC_IN_PLACE),
+        ("MSVM_EXEC_PATTERN_MAX", MSVM_EXEC_PATTERN_MAX),
         ("MSVM_LOC_DEFAULT", MSVM_LOC_DEFAULT),
         ("MSVM_LOC_SYSTEM", MSVM_LOC_SYSTEM),
         ("MSVM_LOC_DEVICE", MSVM_LOC_DEVICE),

@@ -6,7 +6,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use msvm_rt::abi::{self, DrmMsvmExec};
-use msvm_rt::{Device, Exec, Location, Stats};
+use msvm_rt::{Access, Attributes, Device, Exec, Location, Place, Stats};
 use nix::errno::Errno;
 use nix::sys::mman::{mmap_anonymous, mprotect, MapFlags, ProtFlags};
 
@@ -31,6 +31,14 @@ pub fn tests() -> Vec<Test> {
         Test {
             name: "exec_copy_unaligned_offsets",
             run: copy_unaligned,
+        },
+        Test {
+            name: "exec_fill_patterns_any_bytes_every_path",
+            run: fill_patterns,
+        },
+        Test {
+            name: "exec_copy_checksum_odd_bytes_every_path",
+            run: odd_bytes,
         },
         Test {
             name: "exec_atomic_add_both_paths",
@@ -190,6 +198,224 @@ fn copy_unaligned() -> Outcome {
     verify(src.bytes(), 51)
 }
 
+/// Where a job finds its pages: parked on `a` (its VRAM), in system RAM
+/// (by DMA, in place), parked on `a`'s peer `b` (over P2P, in place).
+#[derive(Clone, Copy, Debug)]
+enum Path {
+    Vram,
+    Dma,
+    P2p,
+}
+
+/// The paths this boot has: not P2P with bounce buffers (`swiotlb=force`:
+/// a peer's memory cannot be mapped there, a job in place on it fails
+/// with `ENOMEM`, see design.rst).
+fn paths() -> Vec<Path> {
+    let bounce =
+        std::fs::read_to_string("/proc/cmdline").is_ok_and(|c| c.contains("swiotlb=force"));
+    let mut p = vec![Path::Vram, Path::Dma, Path::P2p];
+    if bounce {
+        p.pop();
+    }
+    p
+}
+
+/// Parks `m` where `path` wants it, for a job of `a`'s: whether it runs in
+/// place.
+fn park(path: Path, a: &Device, b: &Device, m: &Map) -> Result<bool, String> {
+    let (dev, loc) = match path {
+        Path::Vram => (a, Location::Device),
+        Path::Dma => (a, Location::System),
+        Path::P2p => (b, Location::Device),
+    };
+    let out = dev
+        .migrate(m.addr(), m.len(), loc)
+        .map_err(|e| e.to_string())?;
+    check!(
+        out.moved + out.already == (m.len() / PAGE) as u64,
+        "park {path:?}: {out:?}"
+    );
+    Ok(!matches!(path, Path::Vram))
+}
+
+/// `m` without the policies that would move its pages behind a test's
+/// back on `a`'s jobs: the access counters, thrashing detection.
+fn quiet(a: &Device, m: &Map) -> Outcome {
+    let attrs = Attributes {
+        preferred: Place::Default,
+        access: Access::Migrate,
+        thrash: false,
+        counters: false,
+        read_mostly: false,
+    };
+    a.set_attr(m.addr(), m.len(), attrs)
+        .map_err(|e| e.to_string())
+}
+
+/// Bytes the engine of `a` wrote (`read` false) or read by `path`.
+fn by_path(path: Path, s0: &Stats, s1: &Stats, read: bool) -> u64 {
+    let (v, d, p) = if read {
+        (
+            s1.engine_vram_read - s0.engine_vram_read,
+            s1.engine_sys_read - s0.engine_sys_read,
+            s1.engine_p2p_read - s0.engine_p2p_read,
+        )
+    } else {
+        (
+            s1.engine_vram_written - s0.engine_vram_written,
+            s1.engine_sys_written - s0.engine_sys_written,
+            s1.engine_p2p_written - s0.engine_p2p_written,
+        )
+    };
+    match path {
+        Path::Vram => v,
+        Path::Dma => d,
+        Path::P2p => p,
+    }
+}
+
+/// FILL with patterns of 1 to 128 bytes over ranges starting and ending
+/// off word boundaries (ABI version 17), on each path the engine has: byte
+/// i of the range is byte i % size of the pattern, the bytes around are
+/// untouched, and the counters name the path; the pattern goes on across
+/// a 2 MiB block; one byte; a range ending on a page.
+fn fill_patterns() -> Outcome {
+    let (a, b, _) = crate::multi::devices()?;
+    let mut m = Map::new(3 * PAGE)?;
+    quiet(&a, &m)?;
+    for size in [1usize, 2, 3, 4, 8, 16, 32, 64, 100, 128] {
+        let pattern: Vec<u8> = (0..size).map(|i| (i * 7 + size) as u8 | 1).collect();
+        for path in paths() {
+            // Across a page boundary, off word boundaries at both ends.
+            let (off, len) = (PAGE - 3 - size, PAGE + 2 * size + 5);
+            m.bytes_mut().fill(0xee);
+            let in_place = park(path, &a, &b, &m)?;
+            let s0 = stats(&a)?;
+            a.fill(&pattern, m.addr() + off, len, in_place)
+                .map_err(|e| format!("fill {size} {path:?}: {e}"))?;
+            let s1 = stats(&a)?;
+            let w = by_path(path, &s0, &s1, false);
+            check!(
+                w == len as u64,
+                "{size}-byte pattern on {path:?}: {w} bytes written that way, want {len}"
+            );
+            let got = m.bytes();
+            for (i, &x) in got[off..off + len].iter().enumerate() {
+                check!(
+                    x == pattern[i % size],
+                    "{size}-byte pattern on {path:?}: byte {i} is {x:#x}, want {:#x}",
+                    pattern[i % size]
+                );
+            }
+            check!(
+                got[..off]
+                    .iter()
+                    .chain(&got[off + len..])
+                    .all(|&x| x == 0xee),
+                "{size}-byte pattern on {path:?}: bytes around the range written"
+            );
+        }
+    }
+    // Across a 2 MiB block (two windows of the job): the pattern goes on
+    // from the first window into the second, parked here (the device page
+    // table's path) and in system RAM (the faulting path).
+    let mut big = Map::new(6 << 20)?;
+    quiet(&a, &big)?;
+    let block = (big.addr() + (2 << 20)) & !((2 << 20) - 1);
+    let (off, len) = (block - big.addr() - 5, (2 << 20) + 11);
+    for size in [3usize, 100] {
+        let pattern: Vec<u8> = (0..size).map(|i| (i * 5 + 1) as u8).collect();
+        for path in [Path::Vram, Path::Dma] {
+            big.bytes_mut().fill(0xee);
+            let in_place = park(path, &a, &b, &big)?;
+            a.fill(&pattern, big.addr() + off, len, in_place)
+                .map_err(|e| format!("fill {size} over a block on {path:?}: {e}"))?;
+            let got = big.bytes();
+            let bad = got[off..off + len]
+                .iter()
+                .enumerate()
+                .find(|&(i, &x)| x != pattern[i % size]);
+            check!(
+                bad.is_none(),
+                "{size}-byte pattern over a block on {path:?}: byte {bad:?} of the job"
+            );
+            check!(
+                got[off - 1] == 0xee && got[off + len] == 0xee,
+                "{size}-byte pattern over a block on {path:?}: a neighbour written"
+            );
+        }
+    }
+    // One byte, the last of a page; an odd start that ends on a page.
+    for (off, len) in [(PAGE - 1, 1), (PAGE + 7, PAGE - 7)] {
+        m.bytes_mut().fill(0);
+        a.fill(&[0x42, 0x43], m.addr() + off, len, false)
+            .map_err(|e| e.to_string())?;
+        let got = m.bytes();
+        check!(
+            got[off..off + len]
+                .iter()
+                .enumerate()
+                .all(|(i, &x)| x == [0x42, 0x43][i % 2])
+                && got[..off].iter().chain(&got[off + len..]).all(|&x| x == 0),
+            "a fill of {len} bytes from byte {off}"
+        );
+    }
+    // The 8-byte value without a pattern, from an odd byte: memory order.
+    m.bytes_mut().fill(0);
+    a.exec(Exec::Fill(0x0807_0605_0403_0201), m.addr() + 5, 11, false)
+        .map_err(|e| e.to_string())?;
+    check!(
+        m.bytes()[4..17] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 0],
+        "8-byte value from byte 5: {:?}",
+        &m.bytes()[4..17]
+    );
+    Ok(())
+}
+
+/// COPY and CHECKSUM over odd bytes: the source and destination on each
+/// path, the result checked byte by byte against the CPU.
+fn odd_bytes() -> Outcome {
+    let (a, b, _) = crate::multi::devices()?;
+    let mut src = Map::new(4 * PAGE)?;
+    let mut dst = Map::new(4 * PAGE)?;
+    quiet(&a, &src)?;
+    quiet(&a, &dst)?;
+    let (so, doff, len) = (3, PAGE + 1, 2 * PAGE + 13);
+    for sp in paths() {
+        for dp in paths() {
+            fill(src.bytes_mut(), 71);
+            dst.bytes_mut().fill(0x5a);
+            // In place unless both are in `a`'s memory.
+            let in_place = park(sp, &a, &b, &src)? | park(dp, &a, &b, &dst)?;
+            let s0 = stats(&a)?;
+            let job = Exec::Copy {
+                src: src.addr() + so,
+            };
+            exec(&a, job, dst.addr() + doff, len, in_place)?;
+            let s1 = stats(&a)?;
+            let (r, w) = (by_path(sp, &s0, &s1, true), by_path(dp, &s0, &s1, false));
+            check!(
+                r == len as u64 && w == len as u64,
+                "copy {sp:?} to {dp:?}: read {r}, wrote {w} that way, want {len}"
+            );
+            let (s, d) = (src.bytes(), dst.bytes());
+            check!(
+                d[doff..doff + len] == s[so..so + len],
+                "copy {sp:?} to {dp:?}: bytes differ"
+            );
+            check!(
+                d[..doff].iter().chain(&d[doff + len..]).all(|&x| x == 0x5a),
+                "copy {sp:?} to {dp:?}: bytes around the destination written"
+            );
+        }
+        let want = msvm_rt::checksum(&src.bytes()[so..so + len]);
+        let in_place = park(sp, &a, &b, &src)?;
+        let got = exec(&a, Exec::Checksum, src.addr() + so, len, in_place)?.result;
+        check!(got == want, "checksum on {sp:?}: {got:#x}, want {want:#x}");
+    }
+    Ok(())
+}
+
 fn atomic_add_both_paths() -> Outcome {
     let dev = gpu0()?;
     let m = Map::new(16 * PAGE)?;
@@ -253,8 +479,13 @@ fn errors() -> Outcome {
     let cases = [
         ("unknown op", e(0, a, 8, 0, 0), Errno::EINVAL),
         (
-            "unaligned",
-            e(abi::MSVM_EXEC_FILL, a + 4, 8, 0, 0),
+            "unaligned atomic add",
+            e(abi::MSVM_EXEC_ATOMIC_ADD, a + 4, 8, 0, 0),
+            Errno::EINVAL,
+        ),
+        (
+            "atomic add of a part of a word",
+            e(abi::MSVM_EXEC_ATOMIC_ADD, a, 12, 0, 0),
             Errno::EINVAL,
         ),
         (
@@ -273,6 +504,11 @@ fn errors() -> Outcome {
             Errno::EINVAL,
         ),
         (
+            "copy overlapping by one byte",
+            e(abi::MSVM_EXEC_COPY, a, 100, a + 99, 0),
+            Errno::EINVAL,
+        ),
+        (
             "unmapped",
             e(abi::MSVM_EXEC_FILL, PAGE as u64, 8, 0, 0),
             Errno::EFAULT,
@@ -286,6 +522,63 @@ fn errors() -> Outcome {
     for (what, got, want) in cases {
         check!(got == Some(want), "{what}: got {got:?}, want {want}");
     }
+    let mut x = DrmMsvmExec {
+        op: abi::MSVM_EXEC_FILL,
+        addr: a,
+        length: 8,
+        reserved: [1],
+        ..Default::default()
+    };
+    let got = dev.exec_raw(&mut x).err().and_then(|e| e.errno());
+    check!(got == Some(Errno::EINVAL), "reserved: {got:?}");
+    // FILL patterns (ABI version 17).
+    let pattern = [7u8; 129];
+    let p = |op: u32, src: u64, size: u32, value: u64, pad: u32| {
+        let mut x = DrmMsvmExec {
+            op,
+            addr: a,
+            length: 64,
+            src,
+            value,
+            pattern_size: size,
+            pad,
+            ..Default::default()
+        };
+        dev.exec_raw(&mut x).err().and_then(|e| e.errno())
+    };
+    let pp = pattern.as_ptr() as u64;
+    let fill = abi::MSVM_EXEC_FILL;
+    let cases = [
+        (
+            "pattern of 129 bytes",
+            p(fill, pp, 129, 0, 0),
+            Errno::EINVAL,
+        ),
+        ("pattern and value", p(fill, pp, 4, 1, 0), Errno::EINVAL),
+        (
+            "pattern for COPY",
+            p(abi::MSVM_EXEC_COPY, pp, 4, 0, 0),
+            Errno::EINVAL,
+        ),
+        ("pad", p(fill, pp, 4, 0, 1), Errno::EINVAL),
+        (
+            "unmapped pattern",
+            p(fill, PAGE as u64, 4, 0, 0),
+            Errno::EFAULT,
+        ),
+        (
+            "kernel pattern",
+            p(fill, 0xffff_8880_0000_0000, 4, 0, 0),
+            Errno::EFAULT,
+        ),
+    ];
+    for (what, got, want) in cases {
+        check!(got == Some(want), "{what}: got {got:?}, want {want}");
+    }
+    check!(
+        p(fill, pp, 128, 0, 0).is_none() && m.bytes()[..64].iter().all(|&b| b == 7),
+        "a 128-byte pattern"
+    );
     // Writing a read-only mapping: EACCES, and it stays unchanged.
     let ro = Map::new(4 * PAGE)?;
     // SAFETY: changing the protection of our own mapping.

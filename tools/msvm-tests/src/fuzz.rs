@@ -205,18 +205,35 @@ fn call(r: &mut Rng, dev: &Device, arena: usize) -> (&'static str, Result<(), Er
                     small(r)
                 },
                 flags: if valid { r.below(2) as u32 } else { small(r) },
-                addr: addr(r, arena) & if valid { !7 } else { !0 },
-                length: len(r) & if valid { !7 } else { !0 },
+                addr: addr(r, arena),
+                length: len(r),
                 ..Default::default()
             };
+            // Words for ATOMIC_ADD; any bytes for the others (ABI 17).
+            if valid && e.op == abi::MSVM_EXEC_ATOMIC_ADD {
+                e.addr &= !7;
+                e.length &= !7;
+            }
             match e.op {
-                abi::MSVM_EXEC_COPY => e.src = addr(r, arena) & !7,
+                abi::MSVM_EXEC_COPY => e.src = addr(r, arena),
                 abi::MSVM_EXEC_FILL | abi::MSVM_EXEC_ATOMIC_ADD => e.value = r.next(),
                 _ => {}
+            }
+            // A FILL pattern (ABI version 17): from the arena, a valid
+            // size, or anything.
+            if e.op == abi::MSVM_EXEC_FILL && r.below(2) == 0 {
+                e.value = 0;
+                e.src = addr(r, arena);
+                e.pattern_size = if valid {
+                    1 + r.below(128) as u32
+                } else {
+                    small(r)
+                };
             }
             if !valid && r.below(8) == 0 {
                 e.src = r.next();
                 e.value = r.next();
+                e.pattern_size = r.next() as u32;
             }
             let res = err(dev.exec_raw(&mut e));
             (
