@@ -76,7 +76,7 @@ clippy:
 	scripts/build.sh clippy
 
 clean:
-	rm -rf build tools/target
+	rm -rf build tools/target tools/ze-msvm/target
 	rm -f msvm.ko msvm.o msvm.mod msvm.mod.c msvm.mod.o .module-common.o \
 		modules.order Module.symvers src/*.o src/mm/bindings_generated.rs
 	find . -name '.*.cmd' -delete

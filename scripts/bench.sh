@@ -18,6 +18,7 @@ mkdir -p "$B"
 msvm_stage module "$MSVM_TOP/scripts/build.sh" module >/dev/null
 msvm_stage tools "$MSVM_TOP/scripts/build.sh" tools
 msvm_stage hmm-bench "$MSVM_TOP/scripts/build.sh" hmm-bench
+msvm_stage ze "$MSVM_TOP/scripts/build.sh" ze
 "$MSVM_TOP/scripts/mkinitramfs.sh" "$B/bench-initramfs.cpio"
 rc=0
 boot() {
@@ -182,6 +183,12 @@ if any(f"latency_{p}_p50_us" in vals for p in paths):
     v, q = vals.get("latency_vram_p50_us"), vals.get("latency_p2p_p50_us")
     if v and q:
         print(f"{'p2p / vram p50':<24}{q / v:>8.2f}x")
+    print()
+if "ze_overhead_64M" in vals:
+    p = lambda k: vals.get(k, float("nan"))
+    print(f"{'Level Zero / msvm-rt':<24}{'ratio':>8}{'ze ms':>10}{'rt ms':>10}")
+    for n in ("ze_overhead_64M", "ze_overhead_4K"):
+        print(f"{n:<24}{p(n):>7.3f}x{p(n + '.ze_ms'):>10.3f}{p(n + '.msvm_rt_ms'):>10.3f}")
     print()
 if "warm_job_64M.overhead" in vals:
     p = lambda k: vals.get(k, float("nan"))

@@ -11,6 +11,9 @@
 #   build.sh hmm-tests     the kernel's hmm-tests selftest, static
 #   build.sh hmm-bench     the test_hmm side of make bench, static
 #   build.sh c-example     the uAPI walk-through for runtime authors, static
+#   build.sh ze            the Level Zero driver (libze_msvm.so.1), its
+#                          guest tests and tools/ze-example, dynamic (the
+#                          loader is a shared library), into build/ze/
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -84,6 +87,18 @@ c-example)
 	gcc -static -O2 -Wall -Wextra -Werror -o "$out" -I "$MSVM_TOP/include/uapi/drm" \
 		-isystem "$MSVM_KDIR/usr/include/drm" -isystem "$MSVM_KDIR/usr/include" \
 		"$MSVM_TOP/tools/c-example/msvm_example.c"
+	;;
+ze)
+	# Its own workspace: a cdylib, which the tools' +crt-static forbids;
+	# an empty RUSTFLAGS replaces the config's.
+	(cd "$MSVM_TOP/tools/ze-msvm" && RUSTFLAGS= cargo build --release --locked --quiet)
+	out=$MSVM_TOP/build/ze
+	rel=$MSVM_TOP/tools/ze-msvm/target/x86_64-unknown-linux-gnu/release
+	mkdir -p "$out"
+	cp "$rel/libze_msvm.so" "$out/libze_msvm.so.1"
+	cp "$rel/ze-tests" "$out/ze-tests"
+	gcc -O2 -Wall -Wextra -Werror -o "$out/ze-example" \
+		"$MSVM_TOP/tools/ze-example/ze_example.c" -lze_loader
 	;;
 *)
 	msvm_die "unknown build target '$1'"

@@ -11,7 +11,7 @@ source "$(dirname "$0")/lib.sh"
 
 PKGS=(rustc-web rust-web-src clang-22 lld-22 llvm-22 libclang-22-dev flex bison bc
 	libelf-dev libssl-dev cpio busybox-static qemu-system-x86 python3 make gcc libc6-dev
-	xz-utils libdrm-dev rust-web-clippy rsync file python3-matplotlib dkms)
+	xz-utils libdrm-dev rust-web-clippy rsync file python3-matplotlib dkms libze1 libze-dev)
 
 stage_packages() {
 	local missing=() p

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: sets everything up, then
-#   1. host: the user-space workspace (cargo test, clippy -D warnings, fmt),
+#   1. host: the user-space workspaces (cargo test, clippy -D warnings, fmt;
+#      tools/ and the Level Zero driver's tools/ze-msvm/),
 #   2. host: the module with rustfmt --check and clippy (CLIPPY=1), no warnings,
 #      and the build checks (scripts/build-check.sh): dkms builds msvm.ko
 #      against the release kernel tree, and a tree without two options msvm
@@ -43,12 +44,21 @@ host_tests() {
 	cargo clippy --release --locked --quiet -- -D warnings
 	cargo test --release --locked 2>&1 | tee "$B/cargo-test.log" | grep -E '^test |test result' || true
 	! grep -q 'test result: FAILED' "$B/cargo-test.log" && grep -q 'test result: ok' "$B/cargo-test.log"
+	# The Level Zero driver: its own workspace (a cdylib), an empty
+	# RUSTFLAGS (the tools' +crt-static forbids a cdylib); its loader tests
+	# run the driver through Debian's loader.
+	cd "$MSVM_TOP/tools/ze-msvm"
+	cargo fmt --check
+	RUSTFLAGS= cargo clippy --release --locked --quiet --all-targets -- -D warnings
+	RUSTFLAGS= cargo test --release --locked 2>&1 | tee -a "$B/cargo-test.log" | grep -E '^test |test result' || true
+	! grep -q 'test result: FAILED' "$B/cargo-test.log"
 }
 msvm_stage host-tests host_tests
 msvm_stage module-rustfmt "$MSVM_TOP/scripts/build.sh" rustfmtcheck
 msvm_stage module-clippy "$MSVM_TOP/scripts/build.sh" clippy >/dev/null # also builds msvm.ko
 msvm_stage tools "$MSVM_TOP/scripts/build.sh" tools
 msvm_stage c-example "$MSVM_TOP/scripts/build.sh" c-example
+msvm_stage ze "$MSVM_TOP/scripts/build.sh" ze
 build_rc=0
 msvm_stage build-checks "$MSVM_TOP/scripts/build-check.sh" 2>&1 | tee "$B/build-check.log" || build_rc=$?
 "$MSVM_TOP/scripts/mkinitramfs.sh" "$B/test-initramfs.cpio"

@@ -47,6 +47,14 @@ echo "== multi-device, 64 MiB"
 msvm-tests bench-p2p 64 || rc=1
 echo "== independent work on independent devices"
 msvm-tests bench-scale || rc=1
+echo "== Level Zero overhead (libze_msvm.so.1 through the loader, no validation layer)"
+if [ -x /msvm/ze/ze-tests ]; then
+	LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu ZE_ENABLE_ALT_DRIVERS=/msvm/ze/libze_msvm.so.1 \
+		/msvm/ze/ze-tests bench || rc=1
+else
+	echo "Level Zero: not in the initramfs"
+	rc=1
+fi
 echo "== pagemap lifecycle"
 msvm-tests bench-lifecycle || rc=1
 for mib in 16 256; do

@@ -98,3 +98,31 @@ cg_gone() {
 	done
 	echo "msvm-tests: 1 passed, 0 failed (cgroup $1 freed: no charge held it)"
 }
+
+# run_ze: the Level Zero driver through Debian's loader (build.sh ze; an
+# initramfs without it says so and fails): its tests with the validation
+# layer on, the 1.9 advice values without it (the 1.8 layer refuses them),
+# and tools/ze-example. Each prints "msvm-tests: N passed, M failed".
+run_ze() {
+	if [ ! -x /msvm/ze/ze-tests ]; then
+		echo "msvm-tests: 0 passed, 1 failed (Level Zero: not in the initramfs)"
+		return 1
+	fi
+	zrc=0
+	export LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu
+	export ZE_ENABLE_ALT_DRIVERS=/msvm/ze/libze_msvm.so.1
+	echo "== Level Zero: ze-tests (validation layer on)"
+	ZE_ENABLE_VALIDATION_LAYER=1 ZE_ENABLE_PARAMETER_VALIDATION=1 \
+		ZE_ENABLE_HANDLE_LIFETIME=1 timeout 600 /msvm/ze/ze-tests || zrc=1
+	echo "== Level Zero: ze-tests system-advice (no validation layer)"
+	timeout 300 /msvm/ze/ze-tests system-advice || zrc=1
+	echo "== Level Zero: ze-example (tools/ze-example)"
+	if ZE_ENABLE_VALIDATION_LAYER=1 ZE_ENABLE_PARAMETER_VALIDATION=1 timeout 300 /msvm/ze/ze-example; then
+		echo "msvm-tests: 1 passed, 0 failed (ze-example)"
+	else
+		echo "msvm-tests: 0 passed, 1 failed (ze-example)"
+		zrc=1
+	fi
+	unset LD_LIBRARY_PATH ZE_ENABLE_ALT_DRIVERS
+	return $zrc
+}

@@ -26,6 +26,8 @@ else
 	echo "msvm-tests: 0 passed, 1 failed (msvm-example)"
 	rc=1
 fi
+# Level Zero: the driver through Debian's loader (lib.sh's run_ze).
+run_ze || rc=1
 echo "== msvm-tests stress (${msvm_stress_secs:-20} s, 3 processes x 2 threads, 4 KiB pages and THPs, all devices; in a cgroup with dmem.max 4M on every device)"
 cg_new stress 4M || rc=1
 cg_run stress msvm-tests stress "${msvm_stress_secs:-20}" 3 2 >/tmp/stress.log 2>&1 || rc=1
