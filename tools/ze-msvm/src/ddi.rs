@@ -183,6 +183,11 @@ pub(crate) fn fill_ze_module(mut t: ze_module_dditable_t) -> ze_module_dditable_
     t
 }
 
+pub(crate) fn fill_ze_virtual_mem(mut t: ze_virtual_mem_dditable_t) -> ze_virtual_mem_dditable_t {
+    t.pfnQueryPageSize = Some(memory::query_page_size);
+    t
+}
+
 pub(crate) fn fill_ze_event(mut t: ze_event_dditable_t) -> ze_event_dditable_t {
     t.pfnCreate = Some(sync::event_create);
     t.pfnDestroy = Some(sync::event_destroy);
@@ -204,7 +209,6 @@ unimplemented_tables! {
     fill_ze_kernel_exp: ze_kernel_exp_dditable_t,
     fill_ze_sampler: ze_sampler_dditable_t,
     fill_ze_physical_mem: ze_physical_mem_dditable_t,
-    fill_ze_virtual_mem: ze_virtual_mem_dditable_t,
     fill_ze_fabric_vertex_exp: ze_fabric_vertex_exp_dditable_t,
     fill_ze_fabric_edge_exp: ze_fabric_edge_exp_dditable_t,
     fill_zet_device: zet_device_dditable_t,

@@ -307,7 +307,9 @@ pub(crate) unsafe extern "C" fn get_memory_properties(
         let p = unsafe { output(props) }?;
         p.flags = 0;
         p.maxClockRate = 0;
-        p.maxBusWidth = 0;
+        // The engine reaches VRAM through the device's BAR in 64-bit
+        // accesses.
+        p.maxBusWidth = 64;
         p.totalSize = d.info.vram_size;
         set_name(&mut p.name, "VRAM");
         Ok(())

@@ -348,3 +348,25 @@ pub(crate) unsafe extern "C" fn get_address_range(
         Ok(())
     })
 }
+
+/// `zeVirtualMemQueryPageSize`: the page size msvm places memory in. The
+/// rest of the virtual memory API (reservations, physical memory) is
+/// unsupported.
+///
+/// # Safety
+///
+/// `out` must be null or valid for writing.
+pub(crate) unsafe extern "C" fn query_page_size(
+    h: ze_context_handle_t,
+    dev: ze_device_handle_t,
+    _size: usize,
+    out: *mut usize,
+) -> ze_result_t {
+    entry(|| {
+        context::get(h)?;
+        device::get(dev)?;
+        // SAFETY: the caller's contract.
+        *unsafe { output(out) }? = PAGE;
+        Ok(())
+    })
+}
