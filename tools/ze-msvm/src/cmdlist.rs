@@ -199,6 +199,15 @@ impl Object for CommandList {
 }
 
 impl CommandList {
+    /// A new, empty list of `device`'s, published: its handle.
+    fn publish(device: Arc<Device>, mode: Mode) -> ze_command_list_handle_t {
+        handle::publish(Arc::new(CommandList {
+            device,
+            mode,
+            state: Mutex::default(),
+        }))
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -306,11 +315,7 @@ pub(crate) unsafe extern "C" fn create(
         }
         // SAFETY: the caller's contract.
         let out = unsafe { output(out) }?;
-        *out = handle::publish(Arc::new(CommandList {
-            device,
-            mode: Mode::Regular,
-            state: Mutex::default(),
-        }));
+        *out = CommandList::publish(device, Mode::Regular);
         Ok(())
     })
 }
@@ -341,11 +346,7 @@ pub(crate) unsafe extern "C" fn create_immediate(
         } else {
             Mode::Queued(Queue::spawn(device.clone(), false)?)
         };
-        *out = handle::publish(Arc::new(CommandList {
-            device,
-            mode,
-            state: Mutex::default(),
-        }));
+        *out = CommandList::publish(device, mode);
         Ok(())
     })
 }

@@ -191,6 +191,34 @@ fn immediate(env: &Env, d: ze_device_handle_t) -> Result<ze_command_list_handle_
     Ok(l)
 }
 
+/// Fills `[p, p + len)` with the byte `v` on list `l`, with no events.
+///
+/// # Safety
+///
+/// `l` must be a live list and `[p, p + len)` memory of the process that
+/// nothing else uses until the fill has run.
+unsafe fn fill_byte(
+    what: &str,
+    l: ze_command_list_handle_t,
+    p: *mut u8,
+    len: usize,
+    v: u8,
+) -> Outcome {
+    // SAFETY: the caller's contract; the pattern is copied at append.
+    ok(what, unsafe {
+        zeCommandListAppendMemoryFill(
+            l,
+            p.cast(),
+            [v].as_ptr().cast(),
+            1,
+            len,
+            null_mut(),
+            0,
+            null_mut(),
+        )
+    })
+}
+
 fn destroy_list(l: ze_command_list_handle_t) -> Outcome {
     // SAFETY: a live list.
     ok("zeCommandListDestroy", unsafe { zeCommandListDestroy(l) })
@@ -734,19 +762,7 @@ fn advise_and_prefetch(env: &Env) -> Outcome {
                 ZE_MEMORY_ADVICE_SET_PREFERRED_LOCATION,
             ),
         )?;
-        ok(
-            "fill on b",
-            zeCommandListAppendMemoryFill(
-                lb,
-                p.cast(),
-                [5u8].as_ptr().cast(),
-                1,
-                len,
-                null_mut(),
-                0,
-                null_mut(),
-            ),
-        )?;
+        fill_byte("fill on b", lb, p, len, 5)?;
     }
     let r = env.residency(p as usize, len)?;
     check!(
@@ -855,19 +871,7 @@ fn system_advice(env: &Env) -> Outcome {
             "system preferred",
             zeCommandListAppendMemAdvise(l, env.a, p.cast(), len, 8),
         )?;
-        ok(
-            "fill",
-            zeCommandListAppendMemoryFill(
-                l,
-                p.cast(),
-                [9u8].as_ptr().cast(),
-                1,
-                len,
-                null_mut(),
-                0,
-                null_mut(),
-            ),
-        )?;
+        fill_byte("fill", l, p, len, 9)?;
     }
     let r = env.residency(p as usize, len)?;
     check!(r.system == len as u64, "under system preferred: {r:?}");
@@ -877,19 +881,7 @@ fn system_advice(env: &Env) -> Outcome {
             "clear system preferred",
             zeCommandListAppendMemAdvise(l, env.a, p.cast(), len, 9),
         )?;
-        ok(
-            "fill",
-            zeCommandListAppendMemoryFill(
-                l,
-                p.cast(),
-                [9u8].as_ptr().cast(),
-                1,
-                len,
-                null_mut(),
-                0,
-                null_mut(),
-            ),
-        )?;
+        fill_byte("fill", l, p, len, 9)?;
     }
     let r = env.residency(p as usize, len)?;
     check!(r.devices[ai] == len as u64, "after clearing: {r:?}");
