@@ -12,6 +12,7 @@
 #include <linux/mm.h>
 #include <linux/pci.h>
 #include <linux/pci-p2pdma.h>
+#include <linux/rmap.h>
 #include <drm/drm.h>
 
 #include "uapi/drm/msvm_drm.h"

@@ -118,6 +118,7 @@ bool msvm_vma_is_secretmem(struct vm_area_struct *vma);
 bool msvm_page_is_secretmem(struct page *page);
 bool msvm_page_is_anon(struct page *page);
 bool msvm_page_maybe_dma_pinned(struct page *page);
+bool msvm_is_zero_pfn(unsigned long pfn);
 
 /* Long operations: fatal signals, rescheduling, a device going away. */
 struct drm_device;

@@ -5,7 +5,7 @@
 # dkms; no set-up; RUSTC, BINDGEN, LLVM override the toolchain it picks).
 # The kernel tree is checked before anything is compiled
 # (scripts/check-kdir.sh).
-#   build.sh module        msvm.ko (CLIPPY=1 in the environment runs clippy)
+#   build.sh module        msvm.ko and msvm_dmirror.ko (CLIPPY=1 runs clippy)
 #   build.sh rustfmtcheck  rustfmt --check over the module crate
 #   build.sh tools         the user-space workspace (static binaries)
 #   build.sh hmm-tests     the kernel's hmm-tests selftest, static
@@ -42,7 +42,7 @@ module)
 clippy)
 	check_kdir
 	# Rebuild the Rust objects so that clippy sees them.
-	rm -f "$MSVM_TOP"/src/msvm_main.o
+	rm -f "$MSVM_TOP"/src/msvm_main.o "$MSVM_TOP"/dmirror/msvm_dmirror.o
 	kmake CLIPPY=1 -j"$(nproc)" modules 2>&1 | tee "$MSVM_TOP/build/clippy.log"
 	if grep -qE '^(warning|error)' "$MSVM_TOP/build/clippy.log"; then
 		msvm_die "clippy found problems (see above)"
@@ -50,10 +50,11 @@ clippy)
 	;;
 rustfmtcheck)
 	rustfmt --check --edition 2021 --config-path "$MSVM_KSRC/.rustfmt.toml" \
-		"$MSVM_TOP"/src/msvm_main.rs
+		"$MSVM_TOP"/src/msvm_main.rs "$MSVM_TOP"/dmirror/msvm_dmirror.rs
 	;;
 rustfmt)
-	rustfmt --edition 2021 --config-path "$MSVM_KSRC/.rustfmt.toml" "$MSVM_TOP"/src/msvm_main.rs
+	rustfmt --edition 2021 --config-path "$MSVM_KSRC/.rustfmt.toml" "$MSVM_TOP"/src/msvm_main.rs \
+		"$MSVM_TOP"/dmirror/msvm_dmirror.rs
 	;;
 tools)
 	(cd "$MSVM_TOP/tools" && cargo build --release --locked --quiet)

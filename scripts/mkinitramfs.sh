@@ -20,6 +20,7 @@ chmod +x "$root/init" "$root"/msvm/guest/*
 
 [ -f "$MSVM_TOP/msvm.ko" ] || msvm_die "msvm.ko is not built"
 cp "$MSVM_TOP/msvm.ko" "$root/msvm/"
+[ -f "$MSVM_TOP/msvm_dmirror.ko" ] && cp "$MSVM_TOP/msvm_dmirror.ko" "$root/msvm/"
 bins=$MSVM_TOP/tools/target/x86_64-unknown-linux-gnu/release
 for b in msvm msvm-tests; do
 	[ -x "$bins/$b" ] || msvm_die "$b is not built (make tools)"

@@ -78,6 +78,14 @@ KNOWN_UPSTREAM = [
         [r"BUG: KASAN: wild-memory-access in do_raw_spin_lock", r"handle_edge_irq",
          r"identify_boot_cpu", r"start_kernel", r"Not tainted"],
     ),
+    (
+        "test_hmm.ko (C) on a stock 7.3: its release evicts a chunk with "
+        "migrate_device_range(), which holds no anon_vma reference, after the process "
+        "exited (Documentation/upstream/migrate_device_anon_vma.rst; make hmm-tests, "
+        "when a case is killed by its timeout)",
+        [r"KASAN: slab-use-after-free in rmap_walk_anon", r"__migrate_device_finalize",
+         r"dmirror_device_evict_chunk\+.*\[test_hmm\]", r"dmirror_fops_release"],
+    ),
 ]
 REPORT_END_RE = re.compile(r"</TASK>|---\[ end trace|^\[ *[0-9.]+\] *$")
 
@@ -94,8 +102,9 @@ def classify_splats(lines):
         end = i + 1
         while end < len(lines) and end - i < 150 and not REPORT_END_RE.search(lines[end]):
             end += 1
-        # A lockdep report has blank-ish lines inside: extend to the trace end.
-        if "circular locking" in lines[i] or "lock" in lines[i]:
+        # A lockdep or KASAN report has blank-ish lines inside: extend to the
+        # trace end.
+        if "circular locking" in lines[i] or "lock" in lines[i] or "KASAN" in lines[i]:
             while end < len(lines) and end - i < 150 and "</TASK>" not in lines[end]:
                 end += 1
         block = lines[i:end + 1]

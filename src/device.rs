@@ -8,7 +8,7 @@ use kernel::{
 
 use crate::fault::FaultHandler;
 use crate::mm::{
-    hmm::Tables,
+    devtables::Tables,
     iomem::WcBar,
     numa::Home,
     pci::{self as mmpci, MemBar},

@@ -24,7 +24,7 @@
 //! What the handler leaves to the job (a page not present or without the
 //! access, a busy mmap lock, a page it could not bind), a window that
 //! reads replicas, and one that keeps being zapped before its replay, is
-//! serviced in the job's own context: [`Mirror::fault`] (`hmm_range_fault`
+//! serviced in the job's own context: [`DevMirror::fault`] (`hmm_range_fault`
 //! with the device's owner, so that its own device pages come back as
 //! they are, faulting the others in) under the VM's mirror sequence, a
 //! table of the window's own of device-visible addresses (a VRAM offset
@@ -52,7 +52,7 @@
 //! mmap or mirror lock); the handler takes the job's leaf spare, then the
 //! mirror's lock, and only tries the mmap lock.
 //! `mmap_lock` (read, only around `hmm_range_fault` and migration) is never
-//! held together with the mirror's lock ([`Mirror::lock`]); invalidations
+//! held together with the mirror's lock ([`DevMirror::lock`]); invalidations
 //! take it from under the mm core's locks, so the job holds it only while
 //! it touches pages, and takes nothing inside it but the pool's `atomics`
 //! mutex and its replica store (`crate::vram::ReplicaWindow`). A job that
@@ -77,9 +77,10 @@ use crate::mm::{
     abi::MSVM_EXEC_PATTERN_MAX,
     cancel::Cancel,
     devpt::{Bind, DevPt, Life, Mapping, Spare},
+    devtables::DevMirror,
     dma::{DmaPage, PeerMap, SysPage},
     faultq::{Access, Fault, Served, Service, MAX_RAISE},
-    hmm::{HmmPfn, Mirror, Pages},
+    hmm::{HmmPfn, Pages},
     page::{PageRef, BLOCK_PAGES, BLOCK_SIZE},
     pagemap::PAGE_SIZE,
     trace,
@@ -110,7 +111,7 @@ pub(crate) fn bind_ahead(
     pool: &VramPool,
     dev: &kernel::device::Device<kernel::device::Bound>,
     mm: &MmWithUser,
-    mirror: &Mirror,
+    mirror: &DevMirror,
     (start, len): (usize, usize),
     cancel: &Cancel<'_>,
 ) -> Result<u64> {
@@ -453,7 +454,7 @@ struct Raised {
 struct JobService<'a, 'p> {
     engine: &'a Engine<'p>,
     mm: &'a MmWithUser,
-    mirror: &'a Mirror,
+    mirror: &'a DevMirror,
     /// The leaves the faults may need, allocated by the job (charged to
     /// its memory cgroup, not the handler's).
     spare: &'a Mutex<Spare>,
@@ -726,7 +727,7 @@ impl<'p> Engine<'p> {
     /// them touches a page no device may (the job ends with it). The
     /// windows whose faults came back unserviced are remembered
     /// ([`Self::unserved`]).
-    fn raise(&mut self, mm: &MmWithUser, mirror: &Mirror, faults: &Raised) -> Result<bool> {
+    fn raise(&mut self, mm: &MmWithUser, mirror: &DevMirror, faults: &Raised) -> Result<bool> {
         let leaves = Spare::new(faults.leaves)?;
         pin_init::stack_pin_init!(let spare = new_mutex!(leaves));
         let svc = JobService {
@@ -876,7 +877,7 @@ impl<'p> Engine<'p> {
     pub(crate) fn run(
         &mut self,
         mm: &MmWithUser,
-        mirror: &Mirror,
+        mirror: &DevMirror,
         job: &Job,
         clock: &mut Clock,
         cancel: &Cancel<'_>,
@@ -927,7 +928,7 @@ impl<'p> Engine<'p> {
         &mut self,
         // The mirrored mm, with users while the job faults.
         mm: &MmWithUser,
-        mirror: &Mirror,
+        mirror: &DevMirror,
         job: &Job,
         (off, n): (usize, usize),
         write: bool,

@@ -582,6 +582,12 @@ bool msvm_page_is_anon(struct page *page)
 	return folio_test_anon(page_folio(page));
 }
 
+/* Whether @pfn is the zero page's (is_zero_pfn() is an inline). */
+bool msvm_is_zero_pfn(unsigned long pfn)
+{
+	return is_zero_pfn(pfn);
+}
+
 unsigned int msvm_memalloc_noreclaim_save(void)
 {
 	return memalloc_noreclaim_save();

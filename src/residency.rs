@@ -18,7 +18,8 @@ use kernel::prelude::*;
 
 use crate::mm::{
     cancel::Cancel,
-    hmm::{HmmPfn, Mirror},
+    devtables::DevMirror,
+    hmm::HmmPfn,
     owner::Owner,
     page::{BLOCK_PAGES, BLOCK_SIZE},
     pagemap::PAGE_SIZE,
@@ -55,7 +56,7 @@ enum Place {
 /// (page aligned, at most [`MAX_LEN`] bytes, checked by the caller).
 pub(crate) fn residency(
     mm: &kernel::mm::MmWithUser,
-    mirror: &Mirror,
+    mirror: &DevMirror,
     start: usize,
     len: usize,
     cancel: &Cancel<'_>,

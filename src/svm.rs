@@ -15,7 +15,7 @@ use kernel::{
     sync::{aref::ARef, Arc},
 };
 
-use crate::mm::hmm::{Mirror, Tables};
+use crate::mm::devtables::{DevMirror, Tables};
 use crate::placement::Attrs;
 use crate::process::{Process, Registration};
 
@@ -50,7 +50,7 @@ pub(crate) struct Vm {
     mm: ARef<Mm>,
     /// The interval notifier over the whole user address space: the
     /// engine's view of the process's page tables.
-    mirror: Pin<KBox<Mirror>>,
+    mirror: Pin<KBox<DevMirror>>,
     /// Placement attributes of the VM's ranges (guarded by the file's VM
     /// lock, like the rest of the VM).
     attrs: Attrs,
@@ -65,7 +65,11 @@ impl Vm {
         let range = (MIRROR_START, MIRROR_LEN);
         // Registered before the mirror exists: its invalidations find it.
         let process = Registration::new(mm)?;
-        let mirror = Mirror::new(mm, range, invalidated, tables)?;
+        let hooks = (
+            invalidated as fn(_, _, _, _),
+            crate::mm::trace::pt_invalidate as fn(_, _, _, _, _),
+        );
+        let mirror = DevMirror::new(mm, range, hooks, tables)?;
         Ok(Self {
             process,
             mm: ARef::from(&**mm),
@@ -121,7 +125,7 @@ impl Vm {
     }
 
     /// The mirror of the VM's page tables.
-    pub(crate) fn mirror(&self) -> &Mirror {
+    pub(crate) fn mirror(&self) -> &DevMirror {
         &self.mirror
     }
 

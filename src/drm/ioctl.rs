@@ -35,7 +35,7 @@ use crate::mm::abi::{
 };
 use crate::mm::{
     cancel::{lock_killable, Cancel},
-    hmm::Mirror,
+    devtables::DevMirror,
     pagemap::PAGE_SIZE,
     trace,
 };
@@ -68,7 +68,7 @@ macro_rules! put_outcome {
 /// empty), writable if `write`: looked at 64 MiB at a time, the lock
 /// dropped between (it is the one invalidations wait for).
 fn mapped(
-    mirror: &Mirror,
+    mirror: &DevMirror,
     (a, n): (usize, usize),
     write: bool,
     cancel: &Cancel<'_>,

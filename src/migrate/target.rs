@@ -11,7 +11,8 @@ use kernel::sync::atomic::Relaxed;
 
 use crate::access;
 use crate::mm::cancel::Cancel;
-use crate::mm::hmm::{HmmPfn, Mirror};
+use crate::mm::devtables::DevMirror;
+use crate::mm::hmm::HmmPfn;
 use crate::mm::numa::Home;
 use crate::mm::owner::Owner;
 use crate::mm::page::{BLOCK_PAGES, BLOCK_SIZE};
@@ -135,7 +136,7 @@ impl core::ops::Deref for Held<'_> {
 pub(crate) fn prefetch(
     here: &VramPool,
     mm: &MmWithUser,
-    mirror: &Mirror,
+    mirror: &DevMirror,
     target: &Target,
     start: usize,
     len: usize,
@@ -166,7 +167,7 @@ pub(crate) fn prefetch(
 fn to_device<'p>(
     hold: impl Fn() -> Result<Held<'p>>,
     mm: &MmWithUser,
-    mirror: &Mirror,
+    mirror: &DevMirror,
     start: usize,
     len: usize,
     u: Use,
@@ -195,7 +196,7 @@ fn to_device<'p>(
 /// `cancel` stops it. `mm` is the mirrored mm.
 fn fault_in(
     mm: &MmWithUser,
-    mirror: &Mirror,
+    mirror: &DevMirror,
     owner: Owner,
     start: usize,
     len: usize,
@@ -312,7 +313,7 @@ pub(crate) struct Memo {
 pub(crate) fn place(
     here: &VramPool,
     (mm, process): (&MmWithUser, &Process),
-    mirror: &Mirror,
+    mirror: &DevMirror,
     pieces: &[Span],
     in_place: bool,
     epoch: Epoch,
@@ -439,7 +440,7 @@ fn stays(
 fn place_run(
     here: &VramPool,
     mm: &MmWithUser,
-    mirror: &Mirror,
+    mirror: &DevMirror,
     target: Target,
     (start, end): (usize, usize),
     u: Use,
@@ -465,7 +466,7 @@ fn place_run(
 fn place_range(
     here: &VramPool,
     mm: &MmWithUser,
-    mirror: &Mirror,
+    mirror: &DevMirror,
     target: Target,
     start: usize,
     end: usize,

@@ -13,177 +13,120 @@
 //! the protocol: a page is only had from [`Pages`], which borrows the
 //! guard, so no safe code can use a page found by a walk that went stale.
 //!
-//! The lock also holds the device page table of the mirror
-//! ([`DevPt`]): a valid walk's pages are bound into it
-//! ([`MirrorGuard::bind`]), and every invalidation zaps the entries of its
-//! range before it returns, so that the device may use them across jobs
-//! without walking again.
+//! The lock holds the mirror's table `T` ([`MirrorTable`]): what the
+//! device keeps of the walks (msvm's device page table,
+//! [`DevTable`](super::devtables::DevTable); the dmirror's page table,
+//! [`PageTable`](super::pagetable::PageTable)). Every invalidation hands
+//! its range to the table under the lock, before the new sequence is
+//! published and before the mm core changes the process's page tables.
+//!
+//! # Lock order
+//!
+//! The mirror's lock is taken inside the mm core's own locks (an
+//! invalidation comes from unmap, migration, reclaim): under it, nothing
+//! allocates memory that can reclaim, takes `mmap_lock` or migrates.
 
-use core::marker::PhantomPinned;
+use core::marker::{PhantomData, PhantomPinned};
 
 use kernel::{
-    device::{Bound, Device},
     mm::MmWithUser,
     new_mutex,
     prelude::*,
-    sync::{aref::ARef, atomic::Relaxed, Arc, Mutex, MutexGuard},
-    time::{Instant, Monotonic},
+    sync::{Mutex, MutexGuard},
     types::Opaque,
 };
 
 use super::bindings as b;
-use super::devpt::{Bind, Counters, DevPt, Life, Spare};
 use super::owner::Owner;
-use super::page::{PageRef, PAGE_SIZE};
+use super::page::{PageRef, BLOCK_PAGES, PAGE_SIZE};
 
-/// The device page tables of one device: the device, their counters, and
-/// the mirrors that hold them, so that they are emptied before the device
-/// goes.
-///
-/// # Invariants
-///
-/// Every address in `mirrors` is that of a live, pinned [`Mirror`] whose
-/// table is `dev`'s: a mirror adds itself once pinned and removes itself
-/// in its drop, before it is freed, both under the lock. `mirrors` is
-/// `None` once the device is gone; until then `dev` is bound: the tables
-/// are emptied ([`Tables::gone`]) by a device-managed action at the latest,
-/// which runs before the device's DMA is torn down.
-#[pin_data]
-pub(crate) struct Tables {
-    dev: ARef<Device>,
-    pub(crate) counters: Counters,
-    #[pin]
-    mirrors: Mutex<Option<KVec<usize>>>,
+/// An invalidation of a mirrored range, as the table sees it.
+pub(crate) struct Invalidation {
+    /// The mm (its address: a key only).
+    pub(crate) mm: usize,
+    /// The first address.
+    pub(crate) start: usize,
+    /// The address after the last.
+    pub(crate) end: usize,
+    /// `MMU_NOTIFY_UNMAP`: `munmap`, `mremap`'s old range, the whole
+    /// address space when the process exits.
+    pub(crate) unmap: bool,
+    /// The invalidation may sleep (else the lock was only tried).
+    pub(crate) blockable: bool,
 }
 
-/// Empties a device's tables when it is unbound (a device-managed action).
-struct Gone(Arc<Tables>);
+/// What a [`Mirror`]'s lock holds: the device's view of the mirrored
+/// pages, told of every invalidation.
+pub(crate) trait MirrorTable: Send + Sized + Unpin + 'static {
+    /// Drops what the table holds of `inv`'s range: called under the
+    /// mirror's lock, before the mm core changes the range (the pages it
+    /// named may go right after). Must neither allocate nor sleep unless
+    /// `inv.blockable`, nor take `mmap_lock`.
+    fn invalidate(&mut self, inv: &Invalidation);
 
-impl Drop for Gone {
-    fn drop(&mut self) {
-        self.0.gone();
-    }
-}
-
-impl Tables {
-    /// The tables of device `dev`, msvm's device `index`, none yet.
-    pub(crate) fn new(dev: &Device<Bound>, index: usize) -> Result<Arc<Self>> {
-        let d: &Device = dev;
-        let t = Arc::pin_init(
-            pin_init!(Self {
-                dev: d.into(),
-                counters: Counters::new(index),
-                mirrors <- new_mutex!(Some(KVec::new())),
-            }),
-            GFP_KERNEL,
-        )?;
-        // INVARIANT: the device is bound now (the borrow), and the action
-        // empties the tables when it is unbound, before its DMA goes.
-        kernel::devres::register(dev, Gone(t.clone()), GFP_KERNEL)?;
-        Ok(t)
-    }
-
-    /// Under memory pressure: empties the tables of the VMs that are not
-    /// running a job (their mirror's lock is free), which refault. Only
-    /// tries locks (a VM being created holds the list's while it
-    /// allocates). Returns the bytes freed.
-    pub(crate) fn shrink(&self) -> usize {
-        let Some(list) = self.mirrors.try_lock() else {
-            return 0;
-        };
-        let mut freed = 0;
-        for &a in list.iter().flatten() {
-            // SAFETY: a registered mirror is alive while the lock is held
-            // (invariant).
-            let m = unsafe { &*(a as *const Mirror) };
-            if let Some(mut t) = m.lock.try_lock() {
-                let before = t.bytes();
-                t.zap(0, usize::MAX, Some(&self.counters), true);
-                freed += before - t.bytes();
-            }
-        }
-        freed
-    }
-
-    /// The device goes: empties every table of it (their DMA and P2P
-    /// mappings are unmapped) and detaches them, and refuses new ones
-    /// (`ENODEV`). Called while the device is still bound, with no mirror
-    /// lock held; again, it does nothing.
-    pub(crate) fn gone(&self) {
-        let mut list = self.mirrors.lock();
-        for &a in list.iter().flatten() {
-            // SAFETY: a registered mirror is alive while the lock is held
-            // (invariant).
-            let m = unsafe { &*(a as *const Mirror) };
-            m.lock.lock().detach(&self.counters);
-        }
-        // INVARIANT: no mirror is registered any more.
-        *list = None;
-    }
+    /// Called first when `mirror` is dropped, still inserted and pinned.
+    fn release(_mirror: &Mirror<Self>) {}
 }
 
 /// An interval notifier on `[start, end)` of an mm, and the lock its
-/// invalidations take, which holds the device page table of one device.
+/// invalidations take, which holds the table `T`.
 ///
 /// # Invariants
 ///
 /// If `inserted`, `sub` is registered with the mm for `[start, end)` and
 /// stays so until drop, and `sub` is the first field so that the callback
-/// finds the `Mirror`. Its table is attached to its device (may bind) only
-/// while its address is in `tables`.
+/// finds the `Mirror`.
 #[repr(C)]
 #[pin_data(PinnedDrop)]
-pub(crate) struct Mirror {
+pub(crate) struct Mirror<T: MirrorTable> {
     #[pin]
     sub: Opaque<b::mmu_interval_notifier>,
     /// Held by users of the pages a walk found, and by every invalidation
     /// (from inside the mm core, under its locks, possibly from reclaim):
-    /// never allocate memory that can reclaim under it, never take
-    /// `mmap_lock` or migrate under it. It holds the device page table.
+    /// see the lock order above.
     #[pin]
-    lock: Mutex<DevPt>,
+    pub(super) lock: Mutex<T>,
     start: usize,
     end: usize,
     inserted: bool,
-    /// The tables of its device.
-    tables: Arc<Tables>,
-    /// Told of each invalidation in the range: the mm's address (a key
-    /// only), the range, and whether it is an unmap.
-    on_invalidate: fn(usize, usize, usize, bool),
     #[pin]
     _pin: PhantomPinned,
 }
 
 // SAFETY: the notifier is driven by the mm core's own locking; the rest is
-// a mutex (around the device page table, whose pages and mappings any
-// thread may use under it), an `Arc` and plain values.
-unsafe impl Send for Mirror {}
+// a mutex around a `Send` table and plain values.
+unsafe impl<T: MirrorTable> Send for Mirror<T> {}
 // SAFETY: see `Send`.
-unsafe impl Sync for Mirror {}
+unsafe impl<T: MirrorTable> Sync for Mirror<T> {}
 
-const OPS: b::mmu_interval_notifier_ops = b::mmu_interval_notifier_ops {
-    invalidate: Some(invalidate_cb),
-    invalidate_start: None,
-    invalidate_finish: None,
-};
+struct Ops<T>(PhantomData<T>);
+
+impl<T: MirrorTable> Ops<T> {
+    const OPS: b::mmu_interval_notifier_ops = b::mmu_interval_notifier_ops {
+        invalidate: Some(invalidate_cb::<T>),
+        invalidate_start: None,
+        invalidate_finish: None,
+    };
+}
 
 /// `mmu_interval_notifier_ops.invalidate`: takes the mirror's lock (or, if
-/// the invalidation may not sleep and the lock is busy, fails) and
-/// publishes the new sequence, so that a walk checked under the lock before
-/// this sees it stale.
+/// the invalidation may not sleep and the lock is busy, fails), tells the
+/// table and publishes the new sequence, so that a walk checked under the
+/// lock before this sees it stale.
 ///
 /// # Safety
 ///
-/// Called by the mm core for a notifier inserted by [`Mirror::new`].
-unsafe extern "C" fn invalidate_cb(
+/// Called by the mm core for a notifier inserted by [`Mirror::create`].
+unsafe extern "C" fn invalidate_cb<T: MirrorTable>(
     sub: *mut b::mmu_interval_notifier,
     range: *const b::mmu_notifier_range,
     cur_seq: usize,
 ) -> bool {
-    // SAFETY: `sub` is the first field of a live `Mirror` (invariant): it
-    // stays registered, hence alive, until `mmu_interval_notifier_remove`,
-    // which waits for callbacks.
-    let mirror = unsafe { &*sub.cast::<Mirror>() };
+    // SAFETY: `sub` is the first field of a live `Mirror<T>` (invariant;
+    // only `Mirror<T>` inserts with `Ops<T>`): it stays registered, hence
+    // alive, until `mmu_interval_notifier_remove`, which waits for
+    // callbacks.
+    let mirror = unsafe { &*sub.cast::<Mirror<T>>() };
     // SAFETY: `range` is valid for the callback.
     let blockable = unsafe { b::msvm_mmu_notifier_range_blockable(range) };
     // SAFETY: `range` is valid for the callback; plain fields.
@@ -207,41 +150,26 @@ unsafe extern "C" fn invalidate_cb(
     };
     // Under the lock, before the new sequence: a user that checks its walk
     // under the lock after this sees both, one before sees neither.
-    let unmap = event == kernel::bindings::mmu_notifier_event_MMU_NOTIFY_UNMAP;
-    (mirror.on_invalidate)(mm, start, end, unmap);
-    // The device's entries of the range go before the mm core changes
-    // them, and the translations of its TLB with them (`DevPt::zap`).
-    let t0 = Instant::<Monotonic>::now();
-    let c = &mirror.tables.counters;
-    let zapped = guard.zap(start, end, Some(c), blockable);
-    if zapped > 0 {
-        // CAST: an elapsed time is not negative.
-        let ns = t0.elapsed().as_nanos() as u64;
-        c.invalidations.add(1, Relaxed);
-        c.zapped.add(zapped, Relaxed);
-        c.zap_ns.add(ns, Relaxed);
-        super::trace::pt_invalidate(c.index, start, end, zapped, ns);
-    }
+    let table: &mut T = &mut guard;
+    table.invalidate(&Invalidation {
+        mm,
+        start,
+        end,
+        unmap: event == kernel::bindings::mmu_notifier_event_MMU_NOTIFY_UNMAP,
+        blockable,
+    });
     // SAFETY: `sub` is the notifier being invalidated, valid for the
     // callback, and its lock is held as `mmu_interval_set_seq` requires.
     unsafe { b::msvm_mmu_interval_set_seq(sub, cur_seq) };
     true
 }
 
-impl Mirror {
-    /// Mirrors `[start, start + len)` of `mm`, telling `on_invalidate` of
-    /// every invalidation in it, and whether it is an unmap
-    /// (`MMU_NOTIFY_UNMAP`: `munmap`, `mremap`'s old range, the whole
-    /// address space when the process exits). It is called before the mm
-    /// core changes the page tables, under the mirror's lock, before the
-    /// new sequence is published (an invalidation that fails, unable to
-    /// sleep, calls nothing): it must neither sleep nor allocate. Its device
-    /// page table is one of `tables` (`ENODEV` if their device is gone).
-    pub(crate) fn new(
+impl<T: MirrorTable> Mirror<T> {
+    /// Mirrors `[start, start + len)` of `mm`, its lock holding `table`.
+    pub(crate) fn create(
         mm: &MmWithUser,
         (start, len): (usize, usize),
-        on_invalidate: fn(usize, usize, usize, bool),
-        tables: &Arc<Tables>,
+        table: impl PinInit<T>,
     ) -> Result<Pin<KBox<Self>>> {
         let end = start.checked_add(len).ok_or(EINVAL)?;
         let mut m = KBox::pin_init(
@@ -250,46 +178,67 @@ impl Mirror {
                     // SAFETY: all-zeroes is the expected state before insert.
                     unsafe { core::ptr::write_bytes(p, 0, 1) };
                 }),
-                // SAFETY: no device: attached below, once registered.
-                lock <- new_mutex!(unsafe { DevPt::new(None) }),
+                lock <- new_mutex!(table),
                 start,
                 end,
                 // INVARIANT: not inserted yet; `sub` is the first field
                 // (`#[repr(C)]`).
                 inserted: false,
-                tables: tables.clone(),
-                on_invalidate,
                 _pin: PhantomPinned,
             }? Error),
             GFP_KERNEL,
         )?;
         // SAFETY: `sub` is pinned and zeroed; `mm` has users (the borrow);
-        // the ops table is static.
+        // the ops table is static and `T`'s, this mirror's.
         kernel::error::to_result(unsafe {
-            b::mmu_interval_notifier_insert(m.sub.get(), mm.as_raw(), start, len, &OPS)
+            b::mmu_interval_notifier_insert(m.sub.get(), mm.as_raw(), start, len, &Ops::<T>::OPS)
         })?;
         // SAFETY: setting a flag moves nothing.
         // INVARIANT: inserted just above, for `[start, end)`.
         unsafe { m.as_mut().get_unchecked_mut() }.inserted = true;
-        {
-            let mut guard = tables.mirrors.lock();
-            let list = (*guard).as_mut().ok_or(ENODEV)?;
-            // CAST: an address, kept to find the pinned mirror again.
-            // INVARIANT (`Tables`): pinned; its drop removes it.
-            list.push(core::ptr::from_ref::<Self>(&*m) as usize, GFP_KERNEL)?;
-            // SAFETY: the device is bound while the list is (`Tables`
-            // invariant), and the mirror is on it: `Tables::gone` detaches
-            // the table before the device is unbound, or the mirror's drop
-            // does first.
-            unsafe { m.lock.lock().attach(tables.dev.clone()) };
-        }
         Ok(m)
+    }
+
+    /// The mirrored mm.
+    pub(super) fn mm(&self) -> *mut kernel::bindings::mm_struct {
+        // SAFETY: the notifier is inserted (it is, for every `Mirror` that
+        // `create` returned), so its `mm` is set and stays.
+        unsafe { (*self.sub.get()).mm }
+    }
+
+    /// The notifier's sequence, once no invalidation is running.
+    pub(super) fn read_begin(&self) -> usize {
+        // SAFETY: the notifier is inserted (see `mm`).
+        unsafe { b::mmu_interval_read_begin(self.sub.get()) }
+    }
+
+    /// Whether an invalidation came since `seq` was read; reliable with
+    /// the lock held.
+    pub(super) fn retry(&self, seq: usize) -> bool {
+        // SAFETY: the notifier is inserted (see `mm`).
+        unsafe { b::msvm_mmu_interval_read_retry(self.sub.get(), seq) }
+    }
+
+    /// The sequence now, once no invalidation is running: what a change
+    /// made after this call (a migration's) is checked against under the
+    /// lock ([`MirrorSeq`]).
+    #[allow(dead_code)] // msvm_dmirror.ko's (the glue is built into both modules).
+    pub(crate) fn begin(&self) -> MirrorSeq {
+        MirrorSeq {
+            mirror: self.id(),
+            seq: self.read_begin(),
+        }
+    }
+
+    /// The mirror's identity, for walks (an address, compared only).
+    pub(super) fn id(&self) -> usize {
+        core::ptr::from_ref(self).cast::<()>() as usize
     }
 
     /// Holds invalidations off: the pages of a walk that is still valid
     /// once this is taken ([`MirrorGuard::pages`]) stay as found while the
     /// guard lives.
-    pub(crate) fn lock(&self) -> MirrorGuard<'_> {
+    pub(crate) fn lock(&self) -> MirrorGuard<'_, T> {
         MirrorGuard {
             mirror: self,
             guard: self.lock.lock(),
@@ -307,9 +256,7 @@ impl Mirror {
         default_flags: usize,
         owner: Owner,
     ) -> Result<b::hmm_range> {
-        // SAFETY: the notifier is inserted (it is, for every `Mirror` that
-        // `new` returned), so its `mm` is set and stays.
-        let mirrored = unsafe { (*self.sub.get()).mm };
+        let mirrored = self.mm();
         let end = pfns
             .len()
             .checked_mul(PAGE_SIZE)
@@ -361,8 +308,10 @@ impl Mirror {
         // keeps up; the notifier is inserted. Timeout 0: retry
         // invalidations until the walk is stable.
         kernel::error::to_result(unsafe { b::hmm_range_fault_unlocked_timeout(&mut range, 0) })?;
+        fix_pmd_offsets(start, pfns);
         Ok(Walk {
-            mirror: self,
+            mirror: self.id(),
+            _mirror: PhantomData,
             start,
             pfns,
             seq: range.notifier_seq,
@@ -409,8 +358,7 @@ impl Mirror {
         wait: bool,
     ) -> Result<Walk<'_, 'p>> {
         let mut range = self.range(mm, start, pfns, 0, owner)?;
-        // SAFETY: the notifier is inserted (see `range`).
-        range.notifier_seq = unsafe { b::mmu_interval_read_begin(self.sub.get()) };
+        range.notifier_seq = self.read_begin();
         let _lock = if wait {
             mm.mmap_read_lock()
         } else {
@@ -420,8 +368,10 @@ impl Mirror {
         // inside the notifier's interval of `mm`; the mmap lock is held as
         // `hmm_range_fault` requires.
         kernel::error::to_result(unsafe { b::hmm_range_fault(&mut range) })?;
+        fix_pmd_offsets(start, pfns);
         Ok(Walk {
-            mirror: self,
+            mirror: self.id(),
+            _mirror: PhantomData,
             start,
             pfns,
             seq: range.notifier_seq,
@@ -430,23 +380,36 @@ impl Mirror {
 }
 
 #[pinned_drop]
-impl PinnedDrop for Mirror {
+impl<T: MirrorTable> PinnedDrop for Mirror<T> {
     fn drop(self: Pin<&mut Self>) {
-        // The table is emptied, and the mirror forgotten by its device's
-        // tables, under their lock: the device cannot go meanwhile (its
-        // mappings are unmapped while it is bound).
-        {
-            let mut list = self.tables.mirrors.lock();
-            let me = core::ptr::from_ref::<Self>(&*self) as usize;
-            if let Some(l) = (*list).as_mut() {
-                l.retain(|a| *a != me);
-            }
-            self.lock.lock().detach(&self.tables.counters);
-        }
+        T::release(&self);
         if self.inserted {
             // SAFETY: inserted (invariant); this waits for running callbacks.
             unsafe { b::mmu_interval_notifier_remove(self.sub.get()) };
         }
+    }
+}
+
+/// Linux 7.3's `hmm_vma_handle_absent_pmd()` fills the entries of a
+/// device-private folio mapped by a PMD from the folio's first page frame,
+/// whatever the offset in the PMD the walk starts at: a walk that starts
+/// inside such a block gets each page's neighbour `offset` pages back
+/// (`Documentation/upstream/hmm_absent_pmd.rst`; the present-PMD case adds
+/// the offset). A 2 MiB folio's frames are aligned (the buddy allocator's;
+/// [`super::pagemap::Pagemap::holds_large`] for device memory), so each
+/// entry of PMD order is set to its folio's first frame plus its address's
+/// offset in the block: what the kernel gives when it is right, and what
+/// it should have given when it is not. Pure arithmetic: no page is read.
+fn fix_pmd_offsets(start: usize, pfns: &mut [HmmPfn]) {
+    const PMD_ORDER: u32 = BLOCK_PAGES.trailing_zeros();
+    for (i, e) in pfns.iter_mut().enumerate() {
+        let Some(pfn) = e.pfn() else { continue };
+        if e.map_order() != PMD_ORDER {
+            continue;
+        }
+        let off = (start / PAGE_SIZE + i) % BLOCK_PAGES;
+        let right = (pfn & !(BLOCK_PAGES - 1)) + off;
+        e.0 = (e.0 & HMM_PFN_FLAGS) | right;
     }
 }
 
@@ -467,14 +430,35 @@ impl HmmPfn {
     pub(crate) const NONE: Self = Self(0);
 
     /// The page frame, if the entry names a page.
-    fn pfn(self) -> Option<usize> {
+    pub(super) fn pfn(self) -> Option<usize> {
         (self.0 & HMM_PFN_VALID != 0 && self.0 & HMM_PFN_ERROR == 0)
             .then_some(self.0 & !HMM_PFN_FLAGS)
     }
 
     /// Whether the entry is mapped writable.
-    fn writable(self) -> bool {
+    pub(crate) fn writable(self) -> bool {
         self.0 & HMM_PFN_WRITE != 0
+    }
+
+    /// Whether the walk found something that maps the page (else it is
+    /// not present, and was not faulted in).
+    #[allow(dead_code)] // msvm_dmirror.ko's (the glue is built into both modules).
+    pub(crate) fn is_valid(self) -> bool {
+        self.0 & HMM_PFN_VALID != 0
+    }
+
+    /// Whether the walk found that the page cannot be mapped (a mapping
+    /// the access is not allowed on, a poisoned page).
+    #[allow(dead_code)] // msvm_dmirror.ko's (the glue is built into both modules).
+    pub(crate) fn is_error(self) -> bool {
+        self.0 & HMM_PFN_ERROR != 0
+    }
+
+    /// The order of the CPU mapping the page is part of: 9 for a PMD, 18
+    /// for a PUD (`hmm_pfn_to_map_order`).
+    pub(crate) fn map_order(self) -> u32 {
+        // CAST: five bits.
+        ((self.0 >> b::hmm_pfn_flags_HMM_PFN_ORDER_SHIFT) & 0x1f) as u32
     }
 }
 
@@ -483,30 +467,51 @@ impl HmmPfn {
 /// lives (a sequence means nothing to another mirror, even one at the same
 /// address).
 pub(crate) struct Walk<'m, 'p> {
-    mirror: &'m Mirror,
+    /// The mirror's identity ([`Mirror::id`]), borrowed for `'m`.
+    mirror: usize,
+    _mirror: PhantomData<&'m ()>,
     /// The address of the first entry.
-    start: usize,
-    pfns: &'p [HmmPfn],
+    pub(super) start: usize,
+    pub(super) pfns: &'p [HmmPfn],
+    seq: usize,
+}
+
+/// A sequence of a [`Mirror`] ([`Mirror::begin`]).
+#[derive(Clone, Copy)]
+pub(crate) struct MirrorSeq {
+    mirror: usize,
     seq: usize,
 }
 
 /// A [`Mirror`]'s lock, held.
-pub(crate) struct MirrorGuard<'a> {
-    mirror: &'a Mirror,
-    guard: MutexGuard<'a, DevPt>,
+pub(crate) struct MirrorGuard<'a, T: MirrorTable> {
+    pub(super) mirror: &'a Mirror<T>,
+    pub(super) guard: MutexGuard<'a, T>,
 }
 
-impl MirrorGuard<'_> {
+impl<T: MirrorTable> MirrorGuard<'_, T> {
     /// Whether `walk` is this mirror's and no invalidation came since it:
     /// `EAGAIN` if one did (walk again), `EINVAL` if it is another
     /// mirror's.
-    fn check(&self, walk: &Walk<'_, '_>) -> Result {
-        if !core::ptr::eq(walk.mirror, self.mirror) {
+    pub(super) fn check(&self, walk: &Walk<'_, '_>) -> Result {
+        if walk.mirror != self.mirror.id() {
             return Err(EINVAL);
         }
-        // SAFETY: the notifier is inserted, and its lock is held (`self`),
-        // as `mmu_interval_read_retry` requires to be reliable.
-        if unsafe { b::msvm_mmu_interval_read_retry(self.mirror.sub.get(), walk.seq) } {
+        // The lock is held (`self`), as the check requires to be reliable.
+        if self.mirror.retry(walk.seq) {
+            return Err(EAGAIN);
+        }
+        Ok(())
+    }
+
+    /// Whether no invalidation came since `seq` was read: `EAGAIN` if one
+    /// did, `EINVAL` if `seq` is another mirror's.
+    pub(super) fn check_seq(&self, seq: MirrorSeq) -> Result {
+        if seq.mirror != self.mirror.id() {
+            return Err(EINVAL);
+        }
+        // The lock is held (`self`), as the check requires to be reliable.
+        if self.mirror.retry(seq.seq) {
             return Err(EAGAIN);
         }
         Ok(())
@@ -520,62 +525,6 @@ impl MirrorGuard<'_> {
         // INVARIANT: no invalidation came since the walk, and none can
         // complete while `self` holds the lock: the pages stay as found.
         Ok(Pages { pfns: walk.pfns })
-    }
-
-    /// The device page table.
-    pub(crate) fn table(&self) -> &DevPt {
-        &self.guard
-    }
-
-    /// Zaps the device page table's entries of `[start, end)` (the
-    /// range's placement changed: its pages must fault again). Returns the
-    /// entries removed.
-    pub(crate) fn zap(&mut self, start: usize, end: usize) -> u64 {
-        let c = &self.mirror.tables.counters;
-        self.guard.zap(start, end, Some(c), true)
-    }
-
-    /// Zaps the device page table's [`Life::Job`] entries of `[start,
-    /// end)`: the job that faulted them ended. Returns the entries removed.
-    pub(crate) fn zap_job(&mut self, start: usize, end: usize) -> u64 {
-        let c = &self.mirror.tables.counters;
-        self.guard.zap_job(start, end, c)
-    }
-
-    /// Binds the pages of `walk` into the device page table of `dev`, as
-    /// `how` says for each (its address and page; `None` leaves the page
-    /// out), writable where the walk found them writable; leaves come from
-    /// `spare`. The same errors as [`Self::pages`]; the pages bound.
-    pub(crate) fn bind(
-        &mut self,
-        walk: &Walk<'_, '_>,
-        dev: &Device<Bound>,
-        spare: &mut Spare,
-        mut how: impl FnMut(usize, PageRef<'_>) -> Option<(Bind, Life)>,
-    ) -> Result<u64> {
-        self.check(walk)?;
-        let mut bound = 0;
-        for (i, e) in walk.pfns.iter().enumerate() {
-            let Some(pfn) = e.pfn() else { continue };
-            // SAFETY: a page the walk found, which no invalidation changed
-            // since (checked above) and none can while the lock is held.
-            let page = unsafe { PageRef::from_pfn(pfn) };
-            let addr = walk.start + i * PAGE_SIZE;
-            let Some((b, life)) = how(addr, page) else {
-                continue;
-            };
-            let c = &self.mirror.tables.counters;
-            // SAFETY: the lock is held (`self`); the walk found `page` at
-            // `addr`, with write access if the entry says so, and is still
-            // valid (checked above).
-            if unsafe {
-                self.guard
-                    .set(dev, c, addr, page, b, (e.writable(), life), spare)?
-            } {
-                bound += 1;
-            }
-        }
-        Ok(bound)
     }
 }
 
@@ -603,6 +552,12 @@ impl<'g> Pages<'g> {
         Some(unsafe { PageRef::from_pfn(pfn) })
     }
 
+    /// Entry `i` of the walk.
+    #[allow(dead_code)] // msvm_dmirror.ko's (the glue is built into both modules).
+    pub(crate) fn entry(&self, i: usize) -> Option<HmmPfn> {
+        self.pfns.get(i).copied()
+    }
+
     /// The pages of the walk, in order (`None` where it found none).
     pub(crate) fn iter(&self) -> impl Iterator<Item = Option<PageRef<'g>>> + '_ {
         (0..self.pfns.len()).map(|i| self.page(i))
@@ -621,5 +576,54 @@ impl<'g> Pages<'g> {
         (0..self.pfns.len()).any(|i| {
             !self.pfns[i].writable() && self.page(i).is_some_and(PageRef::is_device_private)
         })
+    }
+}
+
+#[kunit_tests(msvm_hmm)]
+mod tests {
+    use super::*;
+
+    /// An entry as `hmm_range_fault` fills it: `pfn`, valid, of map order
+    /// `order`.
+    fn entry(pfn: usize, order: u32) -> HmmPfn {
+        HmmPfn(pfn | HMM_PFN_VALID | (order as usize) << b::hmm_pfn_flags_HMM_PFN_ORDER_SHIFT)
+    }
+
+    /// A walk that starts 64 pages into a device-private block mapped by a
+    /// PMD gets each page's frame, not the block's first ones (what Linux
+    /// 7.3 fills), and entries of other orders stay as they are.
+    #[test]
+    fn pmd_offsets_from_the_walks_address() {
+        let order = BLOCK_PAGES.trailing_zeros();
+        let head = 0x40000; // a block-aligned frame
+        let start = 3 * BLOCK_PAGES * PAGE_SIZE + 64 * PAGE_SIZE;
+        // The block's first frames, as the kernel gives them; a 4 KiB
+        // entry at the end.
+        let mut pfns = [HmmPfn::NONE; 5];
+        for (i, e) in pfns.iter_mut().take(4).enumerate() {
+            *e = entry(head + i, order);
+        }
+        pfns[4] = entry(0x1234, 0);
+        fix_pmd_offsets(start, &mut pfns);
+        for (i, e) in pfns.iter().take(4).enumerate() {
+            assert_eq!(e.pfn(), Some(head + 64 + i));
+            assert_eq!(e.map_order(), order);
+        }
+        assert_eq!(pfns[4].pfn(), Some(0x1234));
+        // Right entries stay right.
+        let before = pfns;
+        fix_pmd_offsets(start, &mut pfns);
+        assert!(pfns.iter().zip(before.iter()).all(|(a, b)| a.0 == b.0));
+        // A walk ending in the next block's first pages.
+        let start = 4 * BLOCK_PAGES * PAGE_SIZE - 2 * PAGE_SIZE;
+        let mut pfns = [
+            entry(head, order),
+            entry(head + 1, order),
+            entry(head + BLOCK_PAGES, order),
+        ];
+        fix_pmd_offsets(start, &mut pfns);
+        assert_eq!(pfns[0].pfn(), Some(head + BLOCK_PAGES - 2));
+        assert_eq!(pfns[1].pfn(), Some(head + BLOCK_PAGES - 1));
+        assert_eq!(pfns[2].pfn(), Some(head + BLOCK_PAGES));
     }
 }

@@ -250,6 +250,12 @@ impl<'a> VmaMigration<'a> {
         self.npages
     }
 
+    /// The first address of the range.
+    #[allow(dead_code)] // msvm_dmirror.ko's (the glue is built into both modules).
+    pub(crate) fn start(&self) -> usize {
+        self.args.start
+    }
+
     /// Source entry `i`.
     pub(crate) fn src(&self, i: usize) -> Entry {
         Entry(self.src[i])
@@ -280,6 +286,19 @@ impl<'a> VmaMigration<'a> {
         // SAFETY: a destination the migration owns (locked, referenced:
         // `set_dst`) until `drop` finalizes it.
         Some(unsafe { PageRef::from_pfn(pfn) })
+    }
+
+    /// Destination entry `i` (empty if none was given).
+    pub(crate) fn dst(&self, i: usize) -> Entry {
+        Entry(self.dst[..self.npages].get(i).copied().unwrap_or(0))
+    }
+
+    /// Whether the destinations are installed ([`Self::pages`]): each
+    /// source still marked [`Entry::migrate`] is then mapped by its
+    /// destination, at its address, until the migration finalizes and
+    /// after (until the mm changes it).
+    pub(crate) fn installed(&self) -> bool {
+        self.pages_done
     }
 
     /// Gives destination entry `i` the page `dst`, writable if `write`: the

@@ -185,6 +185,12 @@ impl<'a> MmapRead<'a> {
         })
     }
 
+    /// The mm whose lock this is.
+    #[allow(dead_code)] // msvm_dmirror.ko's (the glue is built into both modules).
+    pub(crate) fn mm(&self) -> &'a MmWithUser {
+        self.mm
+    }
+
     /// The VMA at `addr`, if any, for as long as the lock is held.
     pub(crate) fn vma_lookup(&self, addr: usize) -> Option<&VmaRef> {
         // SAFETY: the lock is held for reading (invariant).

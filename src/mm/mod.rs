@@ -11,13 +11,20 @@
 //! on; each `unsafe` block says why it holds.
 
 pub(crate) mod abi;
+// Used by msvm_dmirror.ko only (the glue is built into both modules).
+#[allow(dead_code)]
+pub(crate) mod backing;
 mod bindings;
 pub(crate) mod cancel;
 pub(crate) mod clock;
 pub(crate) mod devpt;
+pub(crate) mod devtables;
 pub(crate) mod dma;
 pub(crate) mod dmem;
+// Used by msvm_dmirror.ko only (the glue is built into both modules).
 pub(crate) mod drm_ioctl;
+#[allow(dead_code)]
+pub(crate) mod exclusive;
 pub(crate) mod fault;
 pub(crate) mod faultq;
 pub(crate) mod fdinfo;
@@ -25,11 +32,17 @@ pub(crate) mod freemap;
 pub(crate) mod hmm;
 pub(crate) mod iomem;
 pub(crate) mod migrate;
+// Used by msvm_dmirror.ko only (the glue is built into both modules).
+#[allow(dead_code)]
+pub(crate) mod misc;
 pub(crate) mod mmap;
 pub(crate) mod numa;
 pub(crate) mod owner;
 pub(crate) mod page;
+// Used by msvm_dmirror.ko only (the glue is built into both modules).
 pub(crate) mod pagemap;
+#[allow(dead_code)]
+pub(crate) mod pagetable;
 pub(crate) mod pci;
 pub(crate) mod reclaim;
 pub(crate) mod tlb;

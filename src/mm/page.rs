@@ -145,6 +145,13 @@ impl<'a> PageRef<'a> {
         unsafe { b::msvm_page_is_anon(self.as_ptr()) }
     }
 
+    /// Whether this is the shared zero page.
+    #[allow(dead_code)] // msvm_dmirror.ko's (the glue is built into both modules).
+    pub(crate) fn is_zero_page(self) -> bool {
+        // SAFETY: a pure function of its argument.
+        unsafe { b::msvm_is_zero_pfn(self.pfn()) }
+    }
+
     /// Whether this is a device-private page.
     pub(crate) fn is_device_private(self) -> bool {
         // SAFETY: the page is valid (type invariant).

@@ -77,9 +77,9 @@ use kernel::{
 
 use crate::mm::{
     cancel::Cancel,
+    devtables::Tables,
     dmem::Region,
     fault::{Fault, FaultError},
-    hmm::Tables,
     iomem::WcBar,
     numa::Home,
     owner::{Owner, OwnerKey},

@@ -1,12 +1,19 @@
 #!/bin/sh
 # The kernel's own device-private test suite (tools/testing/selftests/mm/
-# hmm-tests.c) against test_hmm.ko: proves the harness on a suite nobody here
-# wrote, and is the reference later msvm tests compare against.
-[ -f /msvm/test_hmm.ko ] || { echo "test_hmm.ko missing"; exit 1; }
+# hmm-tests.c), unchanged, against test_hmm.ko and then against
+# msvm_dmirror.ko (lib/test_hmm.c in Rust, on msvm's glue): each run
+# between "hmm-tests: module NAME" and "hmm-tests: end NAME" lines, which
+# scripts/hmm-tests.sh sets side by side. msvm_hmm_modules= names the
+# modules (default both), msvm_hmm_filter= the cases (hmm-tests -r).
 [ -x /msvm/bin/hmm-tests ] || { echo "hmm-tests missing"; exit 1; }
-insmod /msvm/test_hmm.ko || exit 1
 echo always >/sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null
-hmm-tests ${msvm_hmm_filter:+-r "$msvm_hmm_filter"}
-rc=$?
-rmmod test_hmm
+rc=0
+for m in ${msvm_hmm_modules:-test_hmm msvm_dmirror}; do
+	[ -f /msvm/$m.ko ] || { echo "$m.ko missing"; rc=1; continue; }
+	insmod /msvm/$m.ko || { rc=1; continue; }
+	echo "hmm-tests: module $m"
+	hmm-tests ${msvm_hmm_filter:+-r "$msvm_hmm_filter"} || rc=1
+	echo "hmm-tests: end $m"
+	rmmod $m || rc=1
+done
 exit $rc

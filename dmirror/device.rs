@@ -1,0 +1,442 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! One emulated device (`struct dmirror_device`): its memory in chunks of
+//! device-private pages, each page backed by a system page that holds its
+//! data (the device is the CPU), and the moves of its pages home.
+//!
+//! # Lock order
+//!
+//! `DeviceData::chunks`, then a chunk's `backing` (a leaf spinlock, also
+//! taken when the mm core frees a page: nothing sleeps or allocates under
+//! it).
+
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use kernel::{
+    mm::{virt::VmaRef, Mm, MmWithUser},
+    new_mutex, new_spinlock,
+    page::Page,
+    prelude::*,
+    sync::{aref::ARef, Arc, Mutex, SpinLock},
+};
+
+use crate::mm::{
+    backing,
+    cancel::Cancel,
+    fault::{Fault, FaultError, Relock},
+    migrate::{device_folio_mapcount, Select, VmaMigration},
+    mmap::MmExcluded,
+    numa::Home,
+    owner::Owner,
+    page::{How, NewPage, PageRef, BLOCK_PAGES, BLOCK_SIZE, PAGE_SIZE},
+    pagemap::{map_of, OwnerKey, Pagemap, PagemapOps},
+};
+use crate::uapi::FLAG_FAIL_ALLOC;
+
+/// Bytes of one chunk of device memory (`DEVMEM_CHUNK_SIZE`).
+const CHUNK_SIZE: usize = 256 << 20;
+
+/// The owner tokens of the devices: each device is its own owner group, as
+/// in `test_hmm` (a page of device 1 is not device 0's).
+static KEYS: [OwnerKey<Chunk>; crate::NDEVICES] = [OwnerKey::new(), OwnerKey::new()];
+
+/// A chunk of device memory: a device-private pagemap, and the system
+/// page behind each page in use.
+#[pin_data]
+pub(crate) struct Chunk {
+    #[pin]
+    backing: SpinLock<KVVec<Option<Page>>>,
+}
+
+impl PagemapOps for Chunk {
+    fn folio_freeing(&self, first: usize, nr: usize) {
+        for i in first..first + nr {
+            // Freed outside the spinlock.
+            let old = self.backing.lock().get_mut(i).and_then(Option::take);
+            drop(old);
+        }
+    }
+
+    fn folio_freed(&self, _freed: usize) {}
+
+    fn migrate_to_ram(&self, fault: Fault<'_>) -> Result<(), FaultError> {
+        let page = fault.page();
+        let Some(key) = KEYS.iter().find(|k| map_of(page.page(), k).is_some()) else {
+            return Err(FaultError::Sigbus);
+        };
+        if fault.is_pmd() {
+            return pmd_fault(fault, key);
+        }
+        // The page (`dmirror_devmem_fault` of a page mapped by a PTE).
+        let addr = fault.address() & !(PAGE_SIZE - 1);
+        let vma = fault.vma();
+        let mut mig = VmaMigration::setup(
+            vma,
+            addr,
+            addr + PAGE_SIZE,
+            Select::DevicePrivate,
+            None,
+            key.owner(),
+            Some(page),
+        )
+        .map_err(|_| FaultError::Sigbus)?;
+        copy_home(&mut mig, key, Some(vma), None).map_err(|_| FaultError::Oom)?;
+        mig.pages();
+        Ok(())
+    }
+}
+
+/// A fault on a 2 MiB device folio mapped whole: `test_hmm` moves it home
+/// whole under the fault's own lock, which Linux 7.3's `zap_huge_pmd()`
+/// does not survive (see `src/zap_huge_pmd.c`); the glue's way is to trade
+/// that lock for the mmap lock held for writing, move the folio whole if
+/// this mm alone maps it (else split it), and let the access fault again.
+fn pmd_fault(fault: Fault<'_>, key: &'static OwnerKey<Chunk>) -> Result<(), FaultError> {
+    let address = fault.address();
+    let start = address & !(BLOCK_SIZE - 1);
+    let excl = match fault.relock_exclusive() {
+        Relock::Exclusive(x) => x,
+        Relock::Retry => return Err(FaultError::Retry),
+        Relock::Unsupported => return Err(FaultError::Sigbus),
+    };
+    let Some(vma) = excl.vma_lookup(start) else {
+        return Err(FaultError::Retry);
+    };
+    if start < vma.start() || start + BLOCK_SIZE > vma.end() {
+        return Err(FaultError::Retry);
+    }
+    if device_folio_mapcount(&vma, start) != 1 {
+        excl.split_whole_folio(start, key.owner());
+        return Err(FaultError::Retry);
+    }
+    let r = VmaMigration::setup(
+        &vma,
+        start,
+        start + BLOCK_SIZE,
+        Select::DevicePrivate,
+        Some(&vma),
+        key.owner(),
+        Some(excl.page()),
+    )
+    .and_then(|mut mig| {
+        copy_home(&mut mig, key, Some(&vma), None)?;
+        mig.pages();
+        Ok(())
+    });
+    match r {
+        // Moved: the access faults again and finds it home.
+        Ok(()) => Err(FaultError::Retry),
+        Err(_) => Err(excl.fail(FaultError::Oom)),
+    }
+}
+
+/// Gives each device page of `key`'s device that `mig` collected a system
+/// page with its data, a whole 2 MiB device folio a 2 MiB system folio
+/// (for `vma` if the move goes through one): `ENOMEM` if a page cannot be
+/// had. `fail` is the file's `HMM_DMIRROR_FLAG_FAIL_ALLOC`, taken by the
+/// first page that moves: a small one then fails (`ENOMEM`), a folio moves
+/// in small pages.
+pub(crate) fn copy_home(
+    mig: &mut VmaMigration<'_>,
+    key: &'static OwnerKey<Chunk>,
+    vma: Option<&VmaRef>,
+    fail: Option<&AtomicU64>,
+) -> Result {
+    let mut i = 0;
+    while i < mig.npages() {
+        let src = mig.src(i);
+        let nr = src.nr_pages();
+        let here = i;
+        i += nr;
+        if !src.migrate() || mig.src_page(here).is_none() {
+            continue;
+        }
+        let failed =
+            fail.is_some_and(|f| f.fetch_and(!FLAG_FAIL_ALLOC, Relaxed) & FLAG_FAIL_ALLOC != 0);
+        let base = mig.start();
+        let at = |k: usize| vma.map(|v| (v, base + (here + k) * PAGE_SIZE));
+        // Page `k` of the source folio, held by the migration.
+        let source = |mig: &VmaMigration<'_>, k: usize, dst: &NewPage, j: usize| -> Result {
+            let p = mig.src_page(here).and_then(|p| p.nth(k)).ok_or(EINVAL)?;
+            copy_from_device(dst, j, p, key)
+        };
+        if src.compound() {
+            let large = if failed {
+                None
+            } else {
+                NewPage::home(at(0), Home::LOCAL, How::Large)
+            };
+            if let Some(dst) = large {
+                for k in 0..nr {
+                    source(mig, k, &dst, k)?;
+                }
+                mig.set_dst(here, dst, src.write())?;
+                continue;
+            }
+            // No 2 MiB folio: small pages, the core splits the source.
+            for k in 0..nr {
+                let dst = NewPage::home(at(k), Home::LOCAL, How::Migrate).ok_or(ENOMEM)?;
+                source(mig, k, &dst, 0)?;
+                mig.set_dst(here + k, dst, src.write())?;
+            }
+            continue;
+        }
+        if failed {
+            return Err(ENOMEM);
+        }
+        let dst = NewPage::home(at(0), Home::LOCAL, How::Migrate).ok_or(ENOMEM)?;
+        source(mig, 0, &dst, 0)?;
+        mig.set_dst(here, dst, src.write())?;
+    }
+    Ok(())
+}
+
+/// Copies the data of `page`, a device page of `key`'s device, into page
+/// `k` of `dst`.
+fn copy_from_device(
+    dst: &NewPage,
+    k: usize,
+    page: PageRef<'_>,
+    key: &'static OwnerKey<Chunk>,
+) -> Result {
+    let map = map_of(page, key).ok_or(EINVAL)?;
+    let index = map.index_of(page).ok_or(EINVAL)?;
+    let backing = map.data().backing.lock();
+    let src = backing.get(index).and_then(Option::as_ref).ok_or(EINVAL)?;
+    backing::copy_out(dst, k, src)
+}
+
+/// One emulated device.
+#[pin_data]
+pub(crate) struct DeviceData {
+    id: usize,
+    /// Its chunks of memory.
+    #[pin]
+    chunks: Mutex<KVec<Arc<Pagemap<Chunk>>>>,
+}
+
+/// A device page just allocated, with the chunk it is in and its index
+/// there.
+pub(crate) struct DevPage {
+    pub(crate) chunk: Arc<Pagemap<Chunk>>,
+    pub(crate) index: usize,
+    pub(crate) page: NewPage,
+}
+
+impl DeviceData {
+    /// Device `id`, with one chunk of memory.
+    pub(crate) fn new(id: usize) -> Result<Arc<Self>> {
+        if id >= KEYS.len() {
+            return Err(EINVAL);
+        }
+        let d = Arc::pin_init(
+            try_pin_init!(Self {
+                id,
+                chunks <- new_mutex!(KVec::new()),
+            }),
+            GFP_KERNEL,
+        )?;
+        let c = d.new_chunk()?;
+        d.chunks.lock().push(c, GFP_KERNEL)?;
+        Ok(d)
+    }
+
+    fn new_chunk(&self) -> Result<Arc<Pagemap<Chunk>>> {
+        let npages = CHUNK_SIZE / PAGE_SIZE;
+        let mut slots = KVVec::with_capacity(npages, GFP_KERNEL)?;
+        for _ in 0..npages {
+            slots.push(None, GFP_KERNEL)?;
+        }
+        let map = Pagemap::new(CHUNK_SIZE, self.key(), c"hmm_dmirror", Home::LOCAL, |_| {
+            try_pin_init!(Chunk {
+                backing <- new_spinlock!(slots),
+            }? Error)
+        })?;
+        pr_info!(
+            "hmm_dmirror{}: added a {} MB chunk\n",
+            self.id,
+            CHUNK_SIZE >> 20
+        );
+        Ok(map)
+    }
+
+    /// The device's owner token.
+    pub(crate) fn key(&self) -> &'static OwnerKey<Chunk> {
+        &KEYS[self.id]
+    }
+
+    /// The device's owner.
+    pub(crate) fn owner(&self) -> Owner {
+        self.key().owner()
+    }
+
+    /// Up to `want` free device pages, in new chunks if the device has too
+    /// few.
+    pub(crate) fn alloc_pages(&self, want: usize) -> Result<KVec<DevPage>> {
+        let mut out = KVec::with_capacity(want, GFP_KERNEL)?;
+        let mut scratch = KVec::with_capacity(want, GFP_KERNEL)?;
+        let mut chunks = self.chunks.lock();
+        let mut k = 0;
+        while out.len() < want {
+            if k == chunks.len() {
+                let c = self.new_chunk()?;
+                chunks.push(c, GFP_KERNEL)?;
+            }
+            let chunk = chunks[k].clone();
+            let left = want - out.len();
+            let mut err: Result = Ok(());
+            chunk.alloc_pages(left, &mut scratch, |index, page| {
+                // Room reserved above (`want`).
+                if let Err(e) = out.push(
+                    DevPage {
+                        chunk: chunk.clone(),
+                        index,
+                        page,
+                    },
+                    GFP_KERNEL,
+                ) {
+                    err = Err(e.into());
+                }
+            });
+            err?;
+            k += 1;
+        }
+        Ok(out)
+    }
+
+    /// A free 2 MiB block of device memory, as one folio, in a new chunk if
+    /// no chunk has one; `None` if the kernel cannot migrate such folios.
+    pub(crate) fn alloc_block(&self) -> Result<Option<DevPage>> {
+        let mut chunks = self.chunks.lock();
+        for c in chunks.iter() {
+            if let Some((index, page)) = c.alloc_block() {
+                let chunk = c.clone();
+                return Ok(Some(DevPage { chunk, index, page }));
+            }
+        }
+        let chunk = self.new_chunk()?;
+        chunks.push(chunk.clone(), GFP_KERNEL)?;
+        Ok(chunk
+            .alloc_block()
+            .map(|(index, page)| DevPage { chunk, index, page }))
+    }
+
+    /// Moves every page home and gives the chunks back
+    /// (`dmirror_device_remove_chunks`); new ones come as pages are needed.
+    pub(crate) fn remove_chunks(&self, mm: &Mm) -> Result {
+        // Out of the list first: the eviction takes the mmap lock, which
+        // is taken before `chunks` (an allocation under a migration).
+        let mut chunks = core::mem::take(&mut *self.chunks.lock());
+        for c in chunks.iter() {
+            if let Err(e) = evict_chunk(c, self.key(), mm) {
+                // Kept (pages still in use would hold their map's removal
+                // up): a later release tries again.
+                let mut list = self.chunks.lock();
+                for c in chunks.drain_all() {
+                    list.push(c, GFP_KERNEL)?;
+                }
+                return Err(e);
+            }
+        }
+        // Each map waits, as it goes, until its pages are free.
+        drop(chunks);
+        Ok(())
+    }
+
+    /// Reads `n` device pages of this device from `first` on (one after
+    /// another in one chunk) into `buf`, under one lock.
+    pub(crate) fn read_run(&self, first: PageRef<'_>, n: usize, buf: &mut [u8]) -> Result {
+        let map = map_of(first, self.key()).ok_or(EFAULT)?;
+        let index = map.index_of(first).ok_or(EFAULT)?;
+        if index + n > map.npages() || buf.len() < n * PAGE_SIZE {
+            return Err(EINVAL);
+        }
+        let backing = map.data().backing.lock();
+        for (k, b) in buf.chunks_exact_mut(PAGE_SIZE).take(n).enumerate() {
+            let p = backing
+                .get(index + k)
+                .and_then(Option::as_ref)
+                .ok_or(EFAULT)?;
+            backing::contents(p).read(0, b);
+        }
+        Ok(())
+    }
+
+    /// Writes `buf` to device page `page` (one of this device's).
+    pub(crate) fn write_page(&self, page: PageRef<'_>, buf: &[u8]) -> Result {
+        self.with_backing(page, |p| backing::contents(p).write(0, buf))
+    }
+
+    fn with_backing(&self, page: PageRef<'_>, f: impl FnOnce(&Page)) -> Result {
+        let map = map_of(page, self.key()).ok_or(EFAULT)?;
+        let index = map.index_of(page).ok_or(EFAULT)?;
+        let backing = map.data().backing.lock();
+        let p = backing.get(index).and_then(Option::as_ref).ok_or(EFAULT)?;
+        f(p);
+        Ok(())
+    }
+}
+
+/// Installs `pages` as the data of the pages of `chunk` from `first` on.
+pub(crate) fn set_backings(
+    chunk: &Pagemap<Chunk>,
+    first: usize,
+    pages: impl IntoIterator<Item = Page>,
+) {
+    let mut backing = chunk.data().backing.lock();
+    for (k, p) in pages.into_iter().enumerate() {
+        // A page in use has no older data (freed pages drop theirs); a
+        // page is freed in any context.
+        if let Some(s) = backing.get_mut(first + k) {
+            drop(s.replace(p));
+        }
+    }
+}
+
+/// Moves every page of `chunk` in use home.
+fn evict_chunk(chunk: &Pagemap<Chunk>, key: &'static OwnerKey<Chunk>, mm: &Mm) -> Result {
+    let cancel = Cancel::task();
+    let n = chunk.npages();
+    let step = BLOCK_PAGES;
+    let mut first = 0;
+    while first < n {
+        cancel.check()?;
+        let last = (first + step).min(n);
+        let mut indices = KVec::with_capacity(last - first, GFP_KERNEL)?;
+        for i in first..last {
+            indices.push(i, GFP_KERNEL)?;
+        }
+        let _excluded = MmExcluded::lock(mm);
+        let mut mig = chunk.device_migration_of(&indices)?;
+        for i in 0..mig.len() {
+            let src = mig.src(i);
+            let Some(spage) = mig.src_page(i).filter(|_| src.migrate()) else {
+                continue;
+            };
+            // A 2 MiB folio moves whole (`test_hmm` does not split here
+            // either); if none can be had, it stays.
+            let how = if src.compound() {
+                How::LargeHard
+            } else {
+                How::Must
+            };
+            let Some(dst) = NewPage::home(None, Home::LOCAL, how) else {
+                continue;
+            };
+            for k in 0..src.nr_pages() {
+                copy_from_device(&dst, k, spage.nth(k).ok_or(EINVAL)?, key)?;
+            }
+            mig.set_dst(i, dst, src.write())?;
+        }
+        mig.pages();
+        first = last;
+    }
+    Ok(())
+}
+
+/// The mm of the calling task, referenced.
+pub(crate) fn current_mm() -> Result<ARef<Mm>> {
+    let task = kernel::current!();
+    let mm: &MmWithUser = task.mm().ok_or(EINVAL)?;
+    Ok(ARef::from(&**mm))
+}

@@ -1,0 +1,8 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The glue's C pieces (static-inline kernel functions that Rust cannot
+ * call, and the zap_huge_pmd() workaround's locks), built into
+ * msvm_dmirror.ko as into msvm.ko.
+ */
+#include "../src/helpers.c"
+#include "../src/zap_huge_pmd.c"

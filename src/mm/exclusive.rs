@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Device-exclusive access (`make_device_exclusive`): a page of a process
+//! that its CPU cannot reach until the device lets go, as a GPU takes a
+//! page for its atomics. The CPU's next access faults and turns the entry
+//! back, after an invalidation (`MMU_NOTIFY_EXCLUSIVE`) of the address.
+
+use core::ptr::NonNull;
+
+use kernel::{bindings, error::from_err_ptr, prelude::*};
+
+use super::bindings as b;
+use super::hmm::{Mirror, MirrorTable};
+use super::mmap::MmapRead;
+use super::owner::Owner;
+use super::page::PageRef;
+
+/// A page made device-exclusive, its folio locked and referenced until
+/// this goes: meanwhile the CPU's access waits for the folio, so the
+/// device-exclusive entry stays.
+///
+/// # Invariants
+///
+/// `folio` is locked and referenced by us; `page` is its page mapped at
+/// `addr` through a device-exclusive entry, made after the mirror's
+/// sequence `seq` was read.
+pub(crate) struct ExclusivePage<'m> {
+    folio: NonNull<bindings::folio>,
+    page: NonNull<bindings::page>,
+    addr: usize,
+    seq: usize,
+    mirror: usize,
+    _mirror: core::marker::PhantomData<&'m ()>,
+}
+
+impl ExclusivePage<'_> {
+    /// The page.
+    pub(crate) fn page(&self) -> PageRef<'_> {
+        // SAFETY: referenced while `self` lives (invariant).
+        unsafe { PageRef::from_raw(self.page.as_ptr()) }.expect("a page")
+    }
+
+    /// Its address.
+    pub(crate) fn address(&self) -> usize {
+        self.addr
+    }
+
+    /// Whether no invalidation of `mirror` came since the page was made
+    /// exclusive (the caller holds its lock).
+    pub(super) fn still_valid<T: MirrorTable>(&self, mirror: &Mirror<T>) -> bool {
+        mirror.id() == self.mirror && !mirror.retry(self.seq)
+    }
+}
+
+impl Drop for ExclusivePage<'_> {
+    fn drop(&mut self) {
+        // SAFETY: locked and referenced by us (invariant), given up here.
+        unsafe {
+            bindings::folio_unlock(self.folio.as_ptr());
+            b::msvm_put_page(self.page.as_ptr());
+        }
+    }
+}
+
+impl<T: MirrorTable> Mirror<T> {
+    /// Makes the page at `addr` (page aligned) of the mirrored mm, whose
+    /// mmap lock `mmap` holds, exclusive to the device, for `owner` (its
+    /// own invalidation names it). Errors as `make_device_exclusive`:
+    /// `EOPNOTSUPP` for a page that is not anonymous, `EFAULT` and others
+    /// from faulting it in writable, `EINVAL` for another mm's lock.
+    pub(crate) fn make_exclusive<'m>(
+        &'m self,
+        mmap: &MmapRead<'_>,
+        addr: usize,
+        owner: Owner,
+    ) -> Result<ExclusivePage<'m>> {
+        if !core::ptr::eq(mmap.mm().as_raw(), self.mm()) {
+            return Err(EINVAL);
+        }
+        let mut folio: *mut bindings::folio = core::ptr::null_mut();
+        // SAFETY: the mm has users and its mmap lock is held for reading
+        // (`mmap`); `folio` is valid for writes.
+        let page = unsafe {
+            b::make_device_exclusive(mmap.mm().as_raw(), addr, owner.as_ptr(), &mut folio)
+        };
+        let page = from_err_ptr(page)?;
+        let (Some(page), Some(folio)) = (NonNull::new(page), NonNull::new(folio)) else {
+            return Err(EFAULT);
+        };
+        // After the function's own invalidation ended: a later one, which
+        // may unmap the page, shows in the sequence.
+        let seq = self.read_begin();
+        // INVARIANT: the function returns the folio locked and referenced,
+        // and `page` mapped at `addr` through a device-exclusive entry.
+        Ok(ExclusivePage {
+            folio,
+            page,
+            addr,
+            seq,
+            mirror: self.id(),
+            _mirror: core::marker::PhantomData,
+        })
+    }
+}
