@@ -17,7 +17,11 @@
 #                      build msvm.ko against a Linux 7.3 kernel of your own
 #                      (no set-up; the tree is checked first; dkms.conf)
 #   make tools         build the user-space workspace (tools/)
-#   make hmm-tests     the kernel's hmm-tests against test_hmm.ko, in a guest
+#   make hmm-tests     the kernel's hmm-tests against test_hmm.ko and
+#                      msvm_dmirror.ko (its Rust port on src/mm/), in a guest
+#   make rust-mm       src/mm/ as a patch series against 7.3 (build/rust-mm/),
+#                      built in a patched debug kernel with the port as
+#                      samples/rust/rust_dmirror, hmm-tests against it
 #   make upstream-repro  Linux 7.3's two core bugs (zap_huge_pmd(),
 #                      migrate_device_range()'s anon_vma): stock vs patched
 #   make rustfmtcheck  rustfmt --check over the module
@@ -27,7 +31,7 @@
 # default ~/.cache/msvm), MSVM_KVM=1 (use /dev/kvm instead of TCG); for
 # make module KDIR=...: RUSTC, BINDGEN, LLVM (the toolchain of that kernel).
 
-.PHONY: all run test bench soak fuzz setup module tools hmm-tests upstream-repro rustfmtcheck rustfmt clippy clean
+.PHONY: all run test bench soak fuzz setup module tools hmm-tests rust-mm upstream-repro rustfmtcheck rustfmt clippy clean
 
 all: module
 
@@ -62,6 +66,9 @@ tools:
 
 hmm-tests:
 	scripts/hmm-tests.sh
+
+rust-mm:
+	scripts/rust-mm.sh
 
 upstream-repro:
 	scripts/upstream-repro.sh

@@ -22,13 +22,11 @@ use kernel::{
 
 use crate::mm::{
     backing,
-    cancel::Cancel,
     fault::{Fault, FaultError, Relock},
     migrate::{device_folio_mapcount, Select, VmaMigration},
-    mmap::MmExcluded,
     numa::Home,
     owner::Owner,
-    page::{How, NewPage, PageRef, BLOCK_PAGES, BLOCK_SIZE, PAGE_SIZE},
+    page::{How, NewPage, PageRef, BLOCK_SIZE, PAGE_SIZE},
     pagemap::{map_of, OwnerKey, Pagemap, PagemapOps},
 };
 use crate::uapi::FLAG_FAIL_ALLOC;
@@ -321,34 +319,15 @@ impl DeviceData {
             .map(|(index, page)| DevPage { chunk, index, page }))
     }
 
-    /// Moves every page home and gives the chunks back
-    /// (`dmirror_device_remove_chunks`); new ones come as pages are needed.
-    pub(crate) fn remove_chunks(&self, mm: &Mm) -> Result {
-        // Out of the list first: the eviction takes the mmap lock, which
-        // is taken before `chunks` (an allocation under a migration).
-        let mut chunks = core::mem::take(&mut *self.chunks.lock());
-        for c in chunks.iter() {
-            if let Err(e) = evict_chunk(c, self.key(), mm) {
-                // Kept (pages still in use would hold their map's removal
-                // up): a later release tries again.
-                let mut list = self.chunks.lock();
-                for c in chunks.drain_all() {
-                    list.push(c, GFP_KERNEL)?;
-                }
-                return Err(e);
-            }
-        }
-        // Each map waits, as it goes, until its pages are free.
-        drop(chunks);
-        Ok(())
-    }
-
-    /// Reads `n` device pages of this device from `first` on (one after
-    /// another in one chunk) into `buf`, under one lock.
-    pub(crate) fn read_run(&self, first: PageRef<'_>, n: usize, buf: &mut [u8]) -> Result {
+    /// Reads up to `n` device pages of this device from `first` on (one
+    /// after another) into `buf`, under one lock: those up to the end of
+    /// `first`'s chunk (the next chunk's pages may follow in frame
+    /// numbers). Returns how many.
+    pub(crate) fn read_run(&self, first: PageRef<'_>, n: usize, buf: &mut [u8]) -> Result<usize> {
         let map = map_of(first, self.key()).ok_or(EFAULT)?;
         let index = map.index_of(first).ok_or(EFAULT)?;
-        if index + n > map.npages() || buf.len() < n * PAGE_SIZE {
+        let n = n.min(map.npages() - index);
+        if buf.len() < n * PAGE_SIZE {
             return Err(EINVAL);
         }
         let backing = map.data().backing.lock();
@@ -359,7 +338,7 @@ impl DeviceData {
                 .ok_or(EFAULT)?;
             backing::contents(p).read(0, b);
         }
-        Ok(())
+        Ok(n)
     }
 
     /// Writes `buf` to device page `page` (one of this device's).
@@ -391,47 +370,6 @@ pub(crate) fn set_backings(
             drop(s.replace(p));
         }
     }
-}
-
-/// Moves every page of `chunk` in use home.
-fn evict_chunk(chunk: &Pagemap<Chunk>, key: &'static OwnerKey<Chunk>, mm: &Mm) -> Result {
-    let cancel = Cancel::task();
-    let n = chunk.npages();
-    let step = BLOCK_PAGES;
-    let mut first = 0;
-    while first < n {
-        cancel.check()?;
-        let last = (first + step).min(n);
-        let mut indices = KVec::with_capacity(last - first, GFP_KERNEL)?;
-        for i in first..last {
-            indices.push(i, GFP_KERNEL)?;
-        }
-        let _excluded = MmExcluded::lock(mm);
-        let mut mig = chunk.device_migration_of(&indices)?;
-        for i in 0..mig.len() {
-            let src = mig.src(i);
-            let Some(spage) = mig.src_page(i).filter(|_| src.migrate()) else {
-                continue;
-            };
-            // A 2 MiB folio moves whole (`test_hmm` does not split here
-            // either); if none can be had, it stays.
-            let how = if src.compound() {
-                How::LargeHard
-            } else {
-                How::Must
-            };
-            let Some(dst) = NewPage::home(None, Home::LOCAL, how) else {
-                continue;
-            };
-            for k in 0..src.nr_pages() {
-                copy_from_device(&dst, k, spage.nth(k).ok_or(EINVAL)?, key)?;
-            }
-            mig.set_dst(i, dst, src.write())?;
-        }
-        mig.pages();
-        first = last;
-    }
-    Ok(())
 }
 
 /// The mm of the calling task, referenced.

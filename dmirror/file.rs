@@ -59,7 +59,11 @@ impl MiscFile for DmirrorFile {
         let mm = current_mm()?;
         let user = mm.mmget_not_zero().ok_or(EINVAL)?;
         // The whole address space, as `test_hmm` mirrors it.
-        let mirror = PtMirror::create(&user, (0, usize::MAX & !(PAGE_SIZE - 1)), PageTable::new())?;
+        let mirror = PtMirror::create(
+            &user,
+            (0, usize::MAX & !(PAGE_SIZE - 1)),
+            PageTable::new(dev.owner()),
+        )?;
         KBox::pin_init(
             pin_init!(Self {
                 dev: dev.clone(),
@@ -96,10 +100,7 @@ impl MiscFile for DmirrorFile {
                     return Err(EPERM);
                 }
             }
-            uapi::RELEASE => {
-                this.evict_own()?;
-                this.dev.remove_chunks(&this.mm)?;
-            }
+            uapi::RELEASE => this.evict_own()?,
             uapi::FLAGS => this.flags.store(c.npages, Relaxed),
             _ => return Err(EINVAL),
         }
@@ -289,7 +290,7 @@ impl DmirrorFile {
                         })
                         .unwrap_or(left);
                     let b = &mut buf[off..off + run * PAGE_SIZE];
-                    self.dev.read_run(p, run, b)?;
+                    let run = self.dev.read_run(p, run, b)?;
                     *done += run as u64;
                     addr += run * PAGE_SIZE;
                 }
@@ -631,19 +632,29 @@ impl DmirrorFile {
     fn exclusive(&self, c: &mut Cmd) -> Result {
         let (start, end) = range(c);
         let mm = self.user().map_err(|_| EINVAL)?;
-        {
-            let cancel = Cancel::task();
-            let mmap = MmapRead::lock(&mm, Wait::Always)?;
-            let mut addr = start;
-            while addr < end {
-                cancel.check()?;
-                let mut spare = PtSpare::new(addr, 1)?;
+        let cancel = Cancel::task();
+        let mut addr = start;
+        while addr < end {
+            cancel.check()?;
+            let mut spare = PtSpare::new(addr, 1)?;
+            let entered = {
+                let mmap = MmapRead::lock(&mm, Wait::Always)?;
                 let page = self.mirror.make_exclusive(&mmap, addr, self.dev.owner())?;
-                match self.mirror.lock().map_exclusive(&page, &mut spare) {
-                    Err(e) if e == EAGAIN => continue,
-                    r => r?,
+                // The folio is unlocked, then the mmap lock let go.
+                self.mirror.lock().map_exclusive(&page, &mut spare)
+            };
+            match entered {
+                // An invalidation came since the sequence was read: maybe
+                // the core's own on its way (a THP split, a COW, or the
+                // fault that turns back a page made exclusive by a try
+                // before, which every next try would meet again). The page
+                // faulted in writable first, the next try starts from a
+                // plain page.
+                Err(e) if e == EAGAIN => self.fault(addr, addr + PAGE_SIZE, true)?,
+                r => {
+                    r?;
+                    addr += PAGE_SIZE;
                 }
-                addr += PAGE_SIZE;
             }
         }
         self.read_back(c)

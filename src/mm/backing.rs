@@ -49,9 +49,10 @@ pub(crate) fn copy_out(dst: &NewPage, k: usize, src: &Page) -> Result {
 
 /// A buffer of `size` zero bytes, for the data a device's reads and writes
 /// carry to and from user space: zeroed by the allocator (`__GFP_ZERO`),
-/// not byte by byte.
+/// not byte by byte. `ENOMEM`, without a warning, for a size user space
+/// chose too large.
 pub(crate) fn zeroed_buffer(size: usize) -> Result<KVVec<u8>> {
-    let mut v = KVVec::with_capacity(size, GFP_KERNEL | __GFP_ZERO)?;
+    let mut v = KVVec::with_capacity(size, GFP_KERNEL | __GFP_ZERO | __GFP_NOWARN)?;
     // SAFETY: the capacity is at least `size` (just allocated for it), and
     // the allocator zeroed it all (`__GFP_ZERO`): zero is a valid `u8`.
     unsafe { v.inc_len(size) };

@@ -13,7 +13,7 @@ use super::bindings as b;
 use super::hmm::{Mirror, MirrorTable};
 use super::mmap::MmapRead;
 use super::owner::Owner;
-use super::page::PageRef;
+use super::page::{PageRef, PAGE_SIZE};
 
 /// A page made device-exclusive, its folio locked and referenced until
 /// this goes: meanwhile the CPU's access waits for the folio, so the
@@ -22,8 +22,8 @@ use super::page::PageRef;
 /// # Invariants
 ///
 /// `folio` is locked and referenced by us; `page` is its page mapped at
-/// `addr` through a device-exclusive entry, made after the mirror's
-/// sequence `seq` was read.
+/// `addr`, in the mirror's range, through a device-exclusive entry, made
+/// after the mirror's sequence `seq` was read.
 pub(crate) struct ExclusivePage<'m> {
     folio: NonNull<bindings::folio>,
     page: NonNull<bindings::page>,
@@ -65,18 +65,35 @@ impl Drop for ExclusivePage<'_> {
 impl<T: MirrorTable> Mirror<T> {
     /// Makes the page at `addr` (page aligned) of the mirrored mm, whose
     /// mmap lock `mmap` holds, exclusive to the device, for `owner` (its
-    /// own invalidation names it). Errors as `make_device_exclusive`:
-    /// `EOPNOTSUPP` for a page that is not anonymous, `EFAULT` and others
-    /// from faulting it in writable, `EINVAL` for another mm's lock.
+    /// own invalidation names it: the table must ignore that one,
+    /// [`MirrorTable::ignores`], or entering the page always fails). Errors
+    /// as `make_device_exclusive`: `EOPNOTSUPP` for a page that is not
+    /// anonymous, `EFAULT` and others from faulting it in writable;
+    /// `EINVAL` for another mm's lock or an address outside the mirror.
+    ///
+    /// Any other invalidation of the address after the sequence is read
+    /// fails the entry (`MirrorGuard::map_exclusive`: `EAGAIN`), the
+    /// call's own on its way too (a THP split, a COW, or the fault that
+    /// turns back a page made exclusive before: a page left exclusive by a
+    /// failed try meets that one at every next try). Fault the page in
+    /// writable before trying again.
     pub(crate) fn make_exclusive<'m>(
         &'m self,
         mmap: &MmapRead<'_>,
         addr: usize,
         owner: Owner,
     ) -> Result<ExclusivePage<'m>> {
-        if !core::ptr::eq(mmap.mm().as_raw(), self.mm()) {
+        if !core::ptr::eq(mmap.mm().as_raw(), self.mm())
+            || addr % PAGE_SIZE != 0
+            || !self.covers(addr, addr.checked_add(PAGE_SIZE).ok_or(EINVAL)?)
+        {
             return Err(EINVAL);
         }
+        // Before the function's own invalidation (which the table ignores):
+        // any other one that comes from here on, which may unmap the page,
+        // shows in the sequence. (Read after, one that ran in between
+        // would not.)
+        let seq = self.read_begin();
         let mut folio: *mut bindings::folio = core::ptr::null_mut();
         // SAFETY: the mm has users and its mmap lock is held for reading
         // (`mmap`); `folio` is valid for writes.
@@ -87,9 +104,6 @@ impl<T: MirrorTable> Mirror<T> {
         let (Some(page), Some(folio)) = (NonNull::new(page), NonNull::new(folio)) else {
             return Err(EFAULT);
         };
-        // After the function's own invalidation ended: a later one, which
-        // may unmap the page, shows in the sequence.
-        let seq = self.read_begin();
         // INVARIANT: the function returns the folio locked and referenced,
         // and `page` mapped at `addr` through a device-exclusive entry.
         Ok(ExclusivePage {

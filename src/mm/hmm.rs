@@ -53,6 +53,10 @@ pub(crate) struct Invalidation {
     pub(crate) unmap: bool,
     /// The invalidation may sleep (else the lock was only tried).
     pub(crate) blockable: bool,
+    /// `MMU_NOTIFY_EXCLUSIVE`: the owner that `make_device_exclusive`
+    /// makes the range's page exclusive for (the page stays mapped, through
+    /// a device-exclusive entry).
+    pub(crate) exclusive_for: Option<Owner>,
 }
 
 /// What a [`Mirror`]'s lock holds: the device's view of the mirrored
@@ -63,6 +67,17 @@ pub(crate) trait MirrorTable: Send + Sized + Unpin + 'static {
     /// named may go right after). Must neither allocate nor sleep unless
     /// `inv.blockable`, nor take `mmap_lock`.
     fn invalidate(&mut self, inv: &Invalidation);
+
+    /// Whether the table ignores `inv`: neither told, nor the sequence
+    /// moved, so walks and sequences read before it stay valid. Only for
+    /// an invalidation that leaves every page the table names mapped where
+    /// it was, as `make_device_exclusive` does for the owner the table's
+    /// device makes pages exclusive for ([`Invalidation::exclusive_for`]:
+    /// a table that does not ignore that one never gets to enter such a
+    /// page, see `super::exclusive`). Same rules as `invalidate`.
+    fn ignores(&self, _inv: &Invalidation) -> bool {
+        false
+    }
 
     /// Called first when `mirror` is dropped, still inserted and pinned.
     fn release(_mirror: &Mirror<Self>) {}
@@ -130,13 +145,23 @@ unsafe extern "C" fn invalidate_cb<T: MirrorTable>(
     // SAFETY: `range` is valid for the callback.
     let blockable = unsafe { b::msvm_mmu_notifier_range_blockable(range) };
     // SAFETY: `range` is valid for the callback; plain fields.
-    let (event, mm, start, end) = unsafe {
+    let (event, mm, start, end, owner) = unsafe {
         (
             (*range).event,
             (*range).mm as usize,
             (*range).start,
             (*range).end,
+            (*range).owner,
         )
+    };
+    let inv = Invalidation {
+        mm,
+        start,
+        end,
+        unmap: event == kernel::bindings::mmu_notifier_event_MMU_NOTIFY_UNMAP,
+        blockable,
+        exclusive_for: (event == kernel::bindings::mmu_notifier_event_MMU_NOTIFY_EXCLUSIVE)
+            .then(|| Owner::from_ptr(owner)),
     };
     // Users hold the lock while they use pages of the range: an
     // invalidation waits for them (or, if it may not sleep, fails).
@@ -151,13 +176,10 @@ unsafe extern "C" fn invalidate_cb<T: MirrorTable>(
     // Under the lock, before the new sequence: a user that checks its walk
     // under the lock after this sees both, one before sees neither.
     let table: &mut T = &mut guard;
-    table.invalidate(&Invalidation {
-        mm,
-        start,
-        end,
-        unmap: event == kernel::bindings::mmu_notifier_event_MMU_NOTIFY_UNMAP,
-        blockable,
-    });
+    if table.ignores(&inv) {
+        return true;
+    }
+    table.invalidate(&inv);
     // SAFETY: `sub` is the notifier being invalidated, valid for the
     // callback, and its lock is held as `mmu_interval_set_seq` requires.
     unsafe { b::msvm_mmu_interval_set_seq(sub, cur_seq) };
@@ -206,6 +228,12 @@ impl<T: MirrorTable> Mirror<T> {
         unsafe { (*self.sub.get()).mm }
     }
 
+    /// Whether `[start, end)` lies in the mirrored range: only there do
+    /// invalidations reach the table.
+    pub(super) fn covers(&self, start: usize, end: usize) -> bool {
+        self.start <= start && start <= end && end <= self.end
+    }
+
     /// The notifier's sequence, once no invalidation is running.
     pub(super) fn read_begin(&self) -> usize {
         // SAFETY: the notifier is inserted (see `mm`).
@@ -223,10 +251,11 @@ impl<T: MirrorTable> Mirror<T> {
     /// made after this call (a migration's) is checked against under the
     /// lock ([`MirrorSeq`]).
     #[allow(dead_code)] // msvm_dmirror.ko's (the glue is built into both modules).
-    pub(crate) fn begin(&self) -> MirrorSeq {
+    pub(crate) fn begin(&self) -> MirrorSeq<'_> {
         MirrorSeq {
             mirror: self.id(),
             seq: self.read_begin(),
+            _mirror: PhantomData,
         }
     }
 
@@ -476,11 +505,13 @@ pub(crate) struct Walk<'m, 'p> {
     seq: usize,
 }
 
-/// A sequence of a [`Mirror`] ([`Mirror::begin`]).
+/// A sequence of a [`Mirror`] ([`Mirror::begin`]), which it cannot
+/// outlive (another mirror may take its address).
 #[derive(Clone, Copy)]
-pub(crate) struct MirrorSeq {
+pub(crate) struct MirrorSeq<'m> {
     mirror: usize,
     seq: usize,
+    _mirror: PhantomData<&'m ()>,
 }
 
 /// A [`Mirror`]'s lock, held.
@@ -506,7 +537,7 @@ impl<T: MirrorTable> MirrorGuard<'_, T> {
 
     /// Whether no invalidation came since `seq` was read: `EAGAIN` if one
     /// did, `EINVAL` if `seq` is another mirror's.
-    pub(super) fn check_seq(&self, seq: MirrorSeq) -> Result {
+    pub(super) fn check_seq(&self, seq: MirrorSeq<'_>) -> Result {
         if seq.mirror != self.mirror.id() {
             return Err(EINVAL);
         }

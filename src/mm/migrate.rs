@@ -9,7 +9,11 @@
 //! then install the destinations (`pages`) and release everything
 //! (`finalize`). [`Entry`] wraps one element of the `src`/`dst` arrays.
 
-use kernel::{mm::virt::VmaRef, num::casts::FromSafeCast, prelude::*};
+use kernel::{
+    mm::{virt::VmaRef, MmWithUser},
+    num::casts::FromSafeCast,
+    prelude::*,
+};
 
 use super::bindings as b;
 use super::fault::FaultPage;
@@ -165,7 +169,7 @@ pub(crate) struct VmaMigration<'a> {
     dst: KBox<[u64; BLOCK_PAGES]>,
     npages: usize,
     pages_done: bool,
-    _vma: &'a VmaRef,
+    vma: &'a VmaRef,
 }
 
 impl<'a> VmaMigration<'a> {
@@ -241,8 +245,13 @@ impl<'a> VmaMigration<'a> {
             dst,
             npages,
             pages_done: false,
-            _vma: vma,
+            vma,
         })
+    }
+
+    /// The mm of the VMA the range is in.
+    pub(super) fn mm(&self) -> &MmWithUser {
+        self.vma.mm()
     }
 
     /// Number of pages in the range.

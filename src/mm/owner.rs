@@ -5,7 +5,7 @@
 use core::ffi::c_void;
 use core::marker::PhantomData;
 
-use kernel::types::Opaque;
+use kernel::{prelude::*, types::Opaque};
 
 /// A `dev_private_owner` token: the identity of an owner group of
 /// device-private memory (HMM and migration tell its pages from others' by
@@ -21,6 +21,11 @@ unsafe impl Sync for Owner {}
 impl Owner {
     /// No owner: a walk with it reports no device-private page as it is.
     pub(crate) const NONE: Self = Self(core::ptr::null());
+
+    /// The token a C struct carries.
+    pub(super) fn from_ptr(p: *mut c_void) -> Self {
+        Self(p.cast_const())
+    }
 
     /// The address, for the C structs that carry it.
     pub(super) fn as_ptr(self) -> *mut c_void {
@@ -62,5 +67,23 @@ impl<T> OwnerKey<T> {
     /// The owner token of this key.
     pub(crate) fn owner(&'static self) -> Owner {
         Owner(core::ptr::from_ref(self).cast())
+    }
+}
+
+#[kunit_tests(msvm_owner)]
+mod tests {
+    use super::*;
+
+    static A: OwnerKey<u8> = OwnerKey::new();
+    static B: OwnerKey<u8> = OwnerKey::new();
+
+    /// Two keys, even of one type and built alike, are two owners, and
+    /// neither is no owner.
+    #[test]
+    fn keys_are_distinct_owners() {
+        assert!(A.owner() == A.owner());
+        assert!(A.owner() != B.owner());
+        assert!(A.owner() != Owner::NONE && B.owner() != Owner::NONE);
+        assert!(Owner::from_ptr(A.owner().as_ptr()) == A.owner());
     }
 }

@@ -26,6 +26,7 @@ use super::dma::SysPage;
 use super::exclusive::ExclusivePage;
 use super::hmm::{Invalidation, Mirror, MirrorGuard, MirrorSeq, MirrorTable, Walk};
 use super::migrate::VmaMigration;
+use super::owner::Owner;
 use super::page::{PageRef, BLOCK_PAGES, BLOCK_SIZE, PAGE_SIZE};
 
 // An entry: the page frame, and its bits.
@@ -48,14 +49,16 @@ struct Leaf {
 ///
 /// # Invariants
 ///
-/// Every present entry, at its address's page in its block, names a page
-/// that the mirrored mm maps at that address (with write access if the
-/// entry says so, or through a device-exclusive entry of this mirror's
-/// owner), and no invalidation of that address has ended since the entry
-/// was made. `live` counts a leaf's present entries; no leaf is empty.
-#[derive(Default)]
+/// Every present entry, at its address's page in its block, lies in the
+/// mirror's range and names a page that the mirrored mm maps at that
+/// address (with write access if the entry says so, or through a
+/// device-exclusive entry for `owner`), and no invalidation of that
+/// address has ended since the entry was made, but those for `owner`'s
+/// exclusive access (which leave the page mapped there). `live` counts a
+/// leaf's present entries; no leaf is empty.
 pub(crate) struct PageTable {
     leaves: RBTree<usize, Leaf>,
+    owner: Owner,
 }
 
 /// Room for leaves, allocated before the mirror's lock is taken.
@@ -80,10 +83,14 @@ impl PtSpare {
 }
 
 impl PageTable {
-    /// An empty table, for [`Mirror::create`].
-    pub(crate) fn new() -> Self {
+    /// An empty table, for [`Mirror::create`], of a device whose pages
+    /// are made exclusive for `owner`.
+    pub(crate) fn new(owner: Owner) -> Self {
         // INVARIANT: no entries.
-        Self::default()
+        Self {
+            leaves: RBTree::new(),
+            owner,
+        }
     }
 
     fn get(&self, addr: usize) -> Option<u64> {
@@ -145,6 +152,12 @@ impl MirrorTable for PageTable {
         // changes it.
         self.remove(inv.start, inv.end);
     }
+
+    fn ignores(&self, inv: &Invalidation) -> bool {
+        // The page at the address stays mapped, through a device-exclusive
+        // entry for our owner: what every entry there names still is.
+        inv.exclusive_for == Some(self.owner)
+    }
 }
 
 /// Where an entry's page is, for the device to read or write it.
@@ -168,8 +181,7 @@ impl MirrorGuard<'_, PageTable> {
             // INVARIANT: found at that address by a walk that no
             // invalidation changed since (checked), and none can while the
             // lock is held.
-            self.guard
-                .insert(walk.start + i * PAGE_SIZE, pfn, bits, spare)?;
+            self.enter(walk.start + i * PAGE_SIZE, pfn, bits, spare)?;
         }
         Ok(())
     }
@@ -192,8 +204,7 @@ impl MirrorGuard<'_, PageTable> {
             }
             let bits = if e.writable() { WRITE } else { 0 };
             // INVARIANT: as in `map`.
-            self.guard
-                .insert(walk.start + i * PAGE_SIZE, pfn, bits, spare)?;
+            self.enter(walk.start + i * PAGE_SIZE, pfn, bits, spare)?;
         }
         Ok(())
     }
@@ -203,15 +214,20 @@ impl MirrorGuard<'_, PageTable> {
     /// them without walking again, with their write permission; only those
     /// `keep` accepts. `seq` must have been read after `mig` was set up:
     /// `EAGAIN` if an invalidation came since (walk instead), `EINVAL` if
-    /// the destinations are not installed or `seq` is another mirror's.
+    /// the destinations are not installed, the migration is not of the
+    /// mirror's mm and range, or `seq` is another mirror's.
     pub(crate) fn map_migrated(
         &mut self,
         mig: &VmaMigration<'_>,
-        seq: MirrorSeq,
+        seq: MirrorSeq<'_>,
         spare: &mut PtSpare,
         mut keep: impl FnMut(PageRef<'_>) -> bool,
     ) -> Result {
-        if !mig.installed() {
+        let end = mig.start() + mig.npages() * PAGE_SIZE;
+        if !mig.installed()
+            || !core::ptr::eq(mig.mm().as_raw(), self.mirror.mm())
+            || !self.mirror.covers(mig.start(), end)
+        {
             return Err(EINVAL);
         }
         self.check_seq(seq)?;
@@ -231,8 +247,7 @@ impl MirrorGuard<'_, PageTable> {
                 // invalidation came since `seq`, read after the migration
                 // collected its pages (checked under the lock, which keeps
                 // new ones out): it is still mapped there.
-                self.guard
-                    .insert(mig.start() + (i + k) * PAGE_SIZE, p.pfn(), bits, spare)?;
+                self.enter(mig.start() + (i + k) * PAGE_SIZE, p.pfn(), bits, spare)?;
             }
         }
         Ok(())
@@ -254,8 +269,7 @@ impl MirrorGuard<'_, PageTable> {
         // address turns back or unmaps, and none came since it was made
         // (checked under the lock, which keeps new ones out).
         let pfn = page.page().pfn();
-        self.guard
-            .insert(page.address(), pfn, WRITE | EXCLUSIVE, spare)
+        self.enter(page.address(), pfn, WRITE | EXCLUSIVE, spare)
     }
 
     /// The page entered at `addr` (writable, if `write`): `None` if there
@@ -278,13 +292,104 @@ impl MirrorGuard<'_, PageTable> {
 
     /// Whether some page of `[start, end)` is entered as held exclusively.
     pub(crate) fn any_exclusive(&self, start: usize, end: usize) -> bool {
-        (start / PAGE_SIZE..end.div_ceil(PAGE_SIZE)).any(|k| {
-            self.guard
-                .get(k * PAGE_SIZE)
-                .is_some_and(|p| p & EXCLUSIVE != 0)
-        })
+        // Over the leaves there are (their number is bounded by the memory
+        // they take), not the range's pages: a range may be as large as
+        // the address space.
+        let (first, last) = (start / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
+        self.guard
+            .leaves
+            .iter()
+            .filter(|&(&k, _)| k >= first && k < last)
+            .any(|(&k, leaf)| {
+                leaf.ptes.iter().enumerate().any(|(i, &p)| {
+                    let a = k * BLOCK_SIZE + i * PAGE_SIZE;
+                    a >= start && a < end && p & PRESENT != 0 && p & EXCLUSIVE != 0
+                })
+            })
+    }
+
+    /// Enters `pfn` at `addr` with `bits` (room from `spare`): `EINVAL`
+    /// outside the mirror's range, where no invalidation would remove it.
+    fn enter(&mut self, addr: usize, pfn: usize, bits: u64, spare: &mut PtSpare) -> Result {
+        if !self
+            .mirror
+            .covers(addr, addr.checked_add(PAGE_SIZE).ok_or(EINVAL)?)
+        {
+            return Err(EINVAL);
+        }
+        self.guard.insert(addr, pfn, bits, spare)
     }
 }
 
 /// The mirror of a device that reaches pages by CPU.
 pub(crate) type PtMirror = Mirror<PageTable>;
+
+#[kunit_tests(msvm_pagetable)]
+mod tests {
+    use super::*;
+    use crate::mm::owner::OwnerKey;
+
+    static KEY: OwnerKey<()> = OwnerKey::new();
+    static OTHER: OwnerKey<()> = OwnerKey::new();
+
+    fn leaves(t: &PageTable) -> usize {
+        t.leaves.iter().count()
+    }
+
+    /// Entries go in with room from the spare (a leaf per 2 MiB block),
+    /// come out of a removed range only, and a leaf goes with its last
+    /// entry.
+    #[test]
+    fn entries_in_and_out_by_range() {
+        let mut t = PageTable::new(KEY.owner());
+        let base = 5 * BLOCK_SIZE;
+        // Three pages, the last in the next block.
+        let mut spare = PtSpare::new(base + BLOCK_SIZE - 2 * PAGE_SIZE, 3).unwrap();
+        assert_eq!(spare.leaves.len(), 2);
+        let a = base + BLOCK_SIZE - 2 * PAGE_SIZE;
+        t.insert(a, 0x100, WRITE, &mut spare).unwrap();
+        t.insert(a + PAGE_SIZE, 0x101, 0, &mut spare).unwrap();
+        t.insert(a + 2 * PAGE_SIZE, 0x102, WRITE | EXCLUSIVE, &mut spare)
+            .unwrap();
+        assert_eq!(leaves(&t), 2);
+        assert_eq!(t.get(a).map(|p| p & PFN_MASK), Some(0x100));
+        assert_eq!(t.get(a).map(|p| p & WRITE != 0), Some(true));
+        assert_eq!(t.get(a + PAGE_SIZE).map(|p| p & WRITE != 0), Some(false));
+        assert!(t.get(a - PAGE_SIZE).is_none());
+        // The spare is used up: a new block has no room.
+        assert!(t
+            .insert(base + 4 * BLOCK_SIZE, 0x200, 0, &mut spare)
+            .is_err());
+        // Over again: same count, new page.
+        t.insert(a, 0x300, 0, &mut spare).unwrap();
+        assert_eq!(t.get(a).map(|p| p & PFN_MASK), Some(0x300));
+        // The middle page only.
+        t.remove(a + PAGE_SIZE, a + 2 * PAGE_SIZE);
+        assert!(t.get(a + PAGE_SIZE).is_none());
+        assert!(t.get(a).is_some() && t.get(a + 2 * PAGE_SIZE).is_some());
+        // The next block's page: its leaf goes.
+        t.remove(a + 2 * PAGE_SIZE, a + 3 * PAGE_SIZE);
+        assert_eq!(leaves(&t), 1);
+        t.remove(0, usize::MAX);
+        assert_eq!(leaves(&t), 0);
+    }
+
+    /// The table ignores only `make_device_exclusive`'s invalidation for
+    /// its own owner.
+    #[test]
+    fn ignores_only_its_own_exclusive_invalidation() {
+        let t = PageTable::new(KEY.owner());
+        let inv = |exclusive_for| Invalidation {
+            mm: 0,
+            start: 0,
+            end: PAGE_SIZE,
+            unmap: false,
+            blockable: true,
+            exclusive_for,
+        };
+        assert!(t.ignores(&inv(Some(KEY.owner()))));
+        assert!(!t.ignores(&inv(Some(OTHER.owner()))));
+        assert!(!t.ignores(&inv(Some(Owner::NONE))));
+        assert!(!t.ignores(&inv(None)));
+    }
+}

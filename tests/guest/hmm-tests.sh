@@ -4,11 +4,11 @@
 # msvm_dmirror.ko (lib/test_hmm.c in Rust, on msvm's glue): each run
 # between "hmm-tests: module NAME" and "hmm-tests: end NAME" lines, which
 # scripts/hmm-tests.sh sets side by side. msvm_hmm_modules= names the
-# modules (default both), msvm_hmm_filter= the cases (hmm-tests -r).
+# modules, comma-separated (default test_hmm,msvm_dmirror), msvm_hmm_filter= the cases (hmm-tests -r).
 [ -x /msvm/bin/hmm-tests ] || { echo "hmm-tests missing"; exit 1; }
 echo always >/sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null
 rc=0
-for m in ${msvm_hmm_modules:-test_hmm msvm_dmirror}; do
+for m in $(echo "${msvm_hmm_modules:-test_hmm,msvm_dmirror}" | tr , " "); do
 	[ -f /msvm/$m.ko ] || { echo "$m.ko missing"; rc=1; continue; }
 	insmod /msvm/$m.ko || { rc=1; continue; }
 	echo "hmm-tests: module $m"

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# `make rust-mm`: the glue as a patch series against Linux 7.3
+# (scripts/rust-mm-series.py writes it to build/rust-mm/), applied to a copy
+# of the cached kernel source, built as the debug kernel with
+# CONFIG_SAMPLES_RUST and the port as samples/rust/rust_dmirror (a module),
+# and the kernel's unmodified hmm-tests run against test_hmm.ko and
+# rust_dmirror.ko of that kernel, side by side, as make hmm-tests does for
+# msvm_dmirror.ko (Documentation/upstream/rust-mm.rst). Not part of
+# `make test`. The patched tree and its build live in the cache
+# ($MSVM_CACHE/linux-7.3-rustmm, build-rustmm); the first run builds that
+# kernel (about as long as the debug kernel), later ones what changed.
+set -euo pipefail
+unset KDIR
+export MSVM_VARIANT=debug
+source "$(dirname "$0")/lib.sh"
+B=$MSVM_TOP/build
+
+"$MSVM_TOP/scripts/setup.sh" debug
+stock=$MSVM_CACHE/build-debug
+psrc=$MSVM_CACHE/linux-7.3-rustmm
+pdir=$MSVM_CACHE/build-rustmm
+series=$B/rust-mm
+
+msvm_stage series python3 "$MSVM_TOP/scripts/rust-mm-series.py" "$MSVM_KSRC" "$series"
+
+patched_kernel() {
+	local stamp p f
+	stamp=$(cat "$series"/0*.patch | grep -v '^From [0-9a-f]\{40\} ' | sha256sum | cut -d' ' -f1)
+	if [ "$(cat "$psrc/.msvm-patched" 2>/dev/null)" != "$stamp" ]; then
+		# Hard links share the unpatched files; the patched ones are copies
+		# (new files are created, not linked, by patch).
+		local fresh
+		fresh=$(mktemp -d "$MSVM_CACHE/rustmm.XXXXXX")
+		cp -al "$MSVM_KSRC/." "$fresh/"
+		for f in $(grep -h '^+++ b/' "$series"/0*.patch | sed 's|^+++ b/||' | sort -u); do
+			[ -e "$fresh/$f" ] && cp --remove-destination "$MSVM_KSRC/$f" "$fresh/$f"
+		done
+		for p in "$series"/0*.patch; do
+			[ "$(basename "$p")" = 0000-cover-letter.patch ] && continue
+			patch -s -d "$fresh" -p1 <"$p"
+		done
+		# Keep the old tree's timestamps out: sources the series did not
+		# change keep theirs (links), so the build redoes only what changed.
+		echo "$stamp" >"$fresh/.msvm-patched"
+		rm -rf "$psrc"
+		mv "$fresh" "$psrc"
+	fi
+	mkdir -p "$pdir"
+	cp "$stock/.config" "$pdir/.config"
+	"$psrc/scripts/config" --file "$pdir/.config" -e SAMPLES -e SAMPLES_RUST -m SAMPLE_RUST_DMIRROR
+	local mk=(make -C "$psrc" O="$pdir" $(msvm_kmake_args))
+	"${mk[@]}" -s olddefconfig
+	grep -q '^CONFIG_SAMPLE_RUST_DMIRROR=m' "$pdir/.config" ||
+		msvm_die "CONFIG_SAMPLE_RUST_DMIRROR did not stay set (its dependencies?)"
+	msvm_log "building the patched debug kernel in $pdir (log: $pdir/build.log)"
+	"${mk[@]}" -j"$(nproc)" bzImage modules >"$pdir/build.log" 2>&1 ||
+		{ grep -E '^(error|warning)' -A12 "$pdir/build.log" | head -80 >&2
+		  tail -20 "$pdir/build.log" >&2; msvm_die "patched kernel build failed"; }
+	if grep -E '^(warning|error)' "$pdir/build.log" | grep -q .; then
+		grep -E '^(warning|error)' -A8 "$pdir/build.log" | head -60
+		msvm_die "the patched kernel built with warnings (above)"
+	fi
+}
+msvm_stage patched-kernel patched_kernel
+msvm_stage hmm-tests-build "$MSVM_TOP/scripts/build.sh" hmm-tests
+
+root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT
+mkdir -p "$root"/{bin,dev,proc,sys,tmp,msvm/bin,msvm/guest}
+cp /bin/busybox "$root/bin/busybox"
+cp "$MSVM_TOP"/tests/guest/* "$root/msvm/guest/"
+mv "$root/msvm/guest/init" "$root/init"
+chmod +x "$root/init" "$root"/msvm/guest/*
+cp "$(find "$pdir/lib" -name test_hmm.ko | head -1)" "$root/msvm/"
+cp "$pdir/samples/rust/rust_dmirror.ko" "$root/msvm/"
+cp "$B/hmm-tests" "$root/msvm/bin/"
+(cd "$root" && find . | cpio -o -H newc --quiet) >"$B/rust-mm.cpio"
+
+log=$B/rust-mm-console.log
+python3 "$MSVM_TOP/scripts/vm.py" --kernel "$pdir/arch/x86/boot/bzImage" \
+	--initrd "$B/rust-mm.cpio" --gpus "" --mem 2G --cmd hmm-tests --quiet-boot \
+	--append "msvm_hmm_modules=test_hmm,rust_dmirror${MSVM_HMM_FILTER:+ msvm_hmm_filter=$MSVM_HMM_FILTER}" \
+	--log "$log" --timeout "${MSVM_HMM_TIMEOUT:-2400}" || true
+rc=0
+python3 "$MSVM_TOP/scripts/hmm-tests-report.py" "$log" test_hmm rust_dmirror || rc=1
+# The KUnit suites of the series (rust_mm_*) run at boot, built in.
+suites=$(grep -aoE '^\[ *[0-9.]+\] ok [0-9]+ rust_mm_[a-z_]+' "$log" | awk '{print $NF}' | tr '\n' ' ')
+echo "rust-mm: KUnit suites of the series at boot, passed: ${suites:-none}"
+if grep -aqE '^\[ *[0-9.]+\] +not ok' "$log" || [ -z "$suites" ]; then
+	grep -aE '^\[ *[0-9.]+\] +not ok' "$log" || true
+	echo "rust-mm: a KUnit case failed at boot, or none ran"
+	rc=1
+fi
+exit $rc
