@@ -62,7 +62,8 @@ impl MiscFile for DmirrorFile {
         let mirror = PtMirror::create(
             &user,
             (0, usize::MAX & !(PAGE_SIZE - 1)),
-            PageTable::new(dev.owner()),
+            PageTable::new(),
+            Some(dev.owner()),
         )?;
         KBox::pin_init(
             pin_init!(Self {
@@ -183,9 +184,11 @@ impl DmirrorFile {
         let Some(mm) = self.mm.mmget_not_zero() else {
             return Ok(());
         };
-        let blocks = core::mem::take(&mut *self.blocks.lock());
         let cancel = Cancel::task();
         let mmap = MmapWriteGuard::lock_killable(&mm)?;
+        // Forgotten only once all went home: a try that fails (a fatal
+        // signal, no memory) leaves them for the next.
+        let mut blocks = self.blocks.lock();
         for (&b, ()) in blocks.iter() {
             let mut addr = b;
             while addr < b + BLOCK_SIZE {
@@ -199,6 +202,7 @@ impl DmirrorFile {
                 addr = next;
             }
         }
+        *blocks = RBTree::new();
         Ok(())
     }
 
@@ -633,30 +637,43 @@ impl DmirrorFile {
         let (start, end) = range(c);
         let mm = self.user().map_err(|_| EINVAL)?;
         let cancel = Cancel::task();
+        // Held across the range, as `test_hmm` does (an unmap between two
+        // pages would remove the entries made before it), and let go only
+        // to fault a page in.
+        let mut mmap = Some(MmapRead::lock(&mm, Wait::Always)?);
         let mut addr = start;
         while addr < end {
             cancel.check()?;
             let mut spare = PtSpare::new(addr, 1)?;
-            let entered = {
-                let mmap = MmapRead::lock(&mm, Wait::Always)?;
-                let page = self.mirror.make_exclusive(&mmap, addr, self.dev.owner())?;
-                // The folio is unlocked, then the mmap lock let go.
-                self.mirror.lock().map_exclusive(&page, &mut spare)
+            let locked = match mmap.as_ref() {
+                Some(m) => m,
+                None => mmap.insert(MmapRead::lock(&mm, Wait::Always)?),
             };
+            let page = self.mirror.make_exclusive(locked, addr)?;
+            let entered = {
+                let mut table = self.mirror.lock();
+                table.map_exclusive(&page, &mut spare)
+            };
+            // The folio unlocked, with the mirror's lock let go.
+            drop(page);
             match entered {
                 // An invalidation came since the sequence was read: maybe
                 // the core's own on its way (a THP split, a COW, or the
                 // fault that turns back a page made exclusive by a try
                 // before, which every next try would meet again). The page
-                // faulted in writable first, the next try starts from a
-                // plain page.
-                Err(e) if e == EAGAIN => self.fault(addr, addr + PAGE_SIZE, true)?,
+                // faulted in writable first (without the mmap lock, which
+                // the fault takes), the next try starts from a plain page.
+                Err(e) if e == EAGAIN => {
+                    mmap = None;
+                    self.fault(addr, addr + PAGE_SIZE, true)?;
+                }
                 r => {
                     r?;
                     addr += PAGE_SIZE;
                 }
             }
         }
+        drop(mmap);
         self.read_back(c)
     }
 }

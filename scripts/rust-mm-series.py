@@ -73,7 +73,7 @@ SERIES = [
      "migration moves; a zeroed bounce buffer."),
     ("exclusive", ["exclusive"], "rust: mm: add make_device_exclusive",
      "ExclusivePage: the folio locked and referenced, the mirror's sequence\n"
-     "read before the call, whose own invalidation the table ignores."),
+     "read before the call, whose own invalidation the mirror skips."),
     ("pagetable", ["pagetable"], "rust: mm: add a CPU-side mirror table",
      "PageTable, what test_hmm keeps in an xarray: filled only from a walk\n"
      "or migration still valid under the mirror's lock, or from a page made\n"

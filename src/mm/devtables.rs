@@ -199,7 +199,7 @@ impl Mirror<DevTable> {
             on_invalidate,
             on_zapped,
         };
-        let m = Mirror::create(mm, range, table)?;
+        let m = Mirror::create(mm, range, table, None)?;
         let mut list = tables.mirrors.lock();
         let list = (*list).as_mut().ok_or(ENODEV)?;
         // CAST: an address, kept to find the pinned mirror again.

@@ -2,8 +2,10 @@
 
 //! Device-exclusive access (`make_device_exclusive`): a page of a process
 //! that its CPU cannot reach until the device lets go, as a GPU takes a
-//! page for its atomics. The CPU's next access faults and turns the entry
-//! back, after an invalidation (`MMU_NOTIFY_EXCLUSIVE`) of the address.
+//! page for its atomics. The call's own invalidation of the address
+//! (`MMU_NOTIFY_EXCLUSIVE`, naming the owner) leaves the page mapped; the
+//! CPU's next access faults and turns the entry back after another one
+//! (`MMU_NOTIFY_CLEAR`, no owner).
 
 use core::ptr::NonNull;
 
@@ -12,7 +14,6 @@ use kernel::{bindings, error::from_err_ptr, prelude::*};
 use super::bindings as b;
 use super::hmm::{Mirror, MirrorTable};
 use super::mmap::MmapRead;
-use super::owner::Owner;
 use super::page::{PageRef, PAGE_SIZE};
 
 /// A page made device-exclusive, its folio locked and referenced until
@@ -45,10 +46,15 @@ impl ExclusivePage<'_> {
         self.addr
     }
 
-    /// Whether no invalidation of `mirror` came since the page was made
-    /// exclusive (the caller holds its lock).
+    /// Whether the page was made exclusive by `mirror`.
+    pub(super) fn of<T: MirrorTable>(&self, mirror: &Mirror<T>) -> bool {
+        mirror.id() == self.mirror
+    }
+
+    /// Whether no invalidation of `mirror` (its own) came since the page
+    /// was made exclusive (the caller holds its lock).
     pub(super) fn still_valid<T: MirrorTable>(&self, mirror: &Mirror<T>) -> bool {
-        mirror.id() == self.mirror && !mirror.retry(self.seq)
+        self.of(mirror) && !mirror.retry(self.seq)
     }
 }
 
@@ -64,12 +70,12 @@ impl Drop for ExclusivePage<'_> {
 
 impl<T: MirrorTable> Mirror<T> {
     /// Makes the page at `addr` (page aligned) of the mirrored mm, whose
-    /// mmap lock `mmap` holds, exclusive to the device, for `owner` (its
-    /// own invalidation names it: the table must ignore that one,
-    /// [`MirrorTable::ignores`], or entering the page always fails). Errors
-    /// as `make_device_exclusive`: `EOPNOTSUPP` for a page that is not
+    /// mmap lock `mmap` holds, exclusive to the device, for the owner the
+    /// mirror was created with (whose invalidation it skips). Errors as
+    /// `make_device_exclusive`: `EOPNOTSUPP` for a page that is not
     /// anonymous, `EFAULT` and others from faulting it in writable;
-    /// `EINVAL` for another mm's lock or an address outside the mirror.
+    /// `EINVAL` for another mm's lock, an address outside the mirror, or a
+    /// mirror created without an exclusive owner.
     ///
     /// Any other invalidation of the address after the sequence is read
     /// fails the entry (`MirrorGuard::map_exclusive`: `EAGAIN`), the
@@ -81,15 +87,15 @@ impl<T: MirrorTable> Mirror<T> {
         &'m self,
         mmap: &MmapRead<'_>,
         addr: usize,
-        owner: Owner,
     ) -> Result<ExclusivePage<'m>> {
+        let owner = self.exclusive_owner().ok_or(EINVAL)?;
         if !core::ptr::eq(mmap.mm().as_raw(), self.mm())
             || addr % PAGE_SIZE != 0
             || !self.covers(addr, addr.checked_add(PAGE_SIZE).ok_or(EINVAL)?)
         {
             return Err(EINVAL);
         }
-        // Before the function's own invalidation (which the table ignores):
+        // Before the function's own invalidation (which the mirror skips):
         // any other one that comes from here on, which may unmap the page,
         // shows in the sequence. (Read after, one that ran in between
         // would not.)

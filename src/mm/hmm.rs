@@ -53,10 +53,6 @@ pub(crate) struct Invalidation {
     pub(crate) unmap: bool,
     /// The invalidation may sleep (else the lock was only tried).
     pub(crate) blockable: bool,
-    /// `MMU_NOTIFY_EXCLUSIVE`: the owner that `make_device_exclusive`
-    /// makes the range's page exclusive for (the page stays mapped, through
-    /// a device-exclusive entry).
-    pub(crate) exclusive_for: Option<Owner>,
 }
 
 /// What a [`Mirror`]'s lock holds: the device's view of the mirrored
@@ -67,17 +63,6 @@ pub(crate) trait MirrorTable: Send + Sized + Unpin + 'static {
     /// named may go right after). Must neither allocate nor sleep unless
     /// `inv.blockable`, nor take `mmap_lock`.
     fn invalidate(&mut self, inv: &Invalidation);
-
-    /// Whether the table ignores `inv`: neither told, nor the sequence
-    /// moved, so walks and sequences read before it stay valid. Only for
-    /// an invalidation that leaves every page the table names mapped where
-    /// it was, as `make_device_exclusive` does for the owner the table's
-    /// device makes pages exclusive for ([`Invalidation::exclusive_for`]:
-    /// a table that does not ignore that one never gets to enter such a
-    /// page, see `super::exclusive`). Same rules as `invalidate`.
-    fn ignores(&self, _inv: &Invalidation) -> bool {
-        false
-    }
 
     /// Called first when `mirror` is dropped, still inserted and pinned.
     fn release(_mirror: &Mirror<Self>) {}
@@ -103,6 +88,9 @@ pub(crate) struct Mirror<T: MirrorTable> {
     pub(super) lock: Mutex<T>,
     start: usize,
     end: usize,
+    /// The owner this mirror's device makes pages exclusive for, if any:
+    /// `make_device_exclusive`'s own invalidation for it is skipped.
+    exclusive_for: Option<Owner>,
     inserted: bool,
     #[pin]
     _pin: PhantomPinned,
@@ -154,14 +142,19 @@ unsafe extern "C" fn invalidate_cb<T: MirrorTable>(
             (*range).owner,
         )
     };
+    // `make_device_exclusive`'s own, for this mirror's device: neither
+    // told nor sequenced (so the sequence read before the call stays
+    // valid), before the lock (the caller may hold it).
+    let exclusive = event == kernel::bindings::mmu_notifier_event_MMU_NOTIFY_EXCLUSIVE;
+    if skipped(exclusive, Owner::from_ptr(owner), mirror.exclusive_for) {
+        return true;
+    }
     let inv = Invalidation {
         mm,
         start,
         end,
         unmap: event == kernel::bindings::mmu_notifier_event_MMU_NOTIFY_UNMAP,
         blockable,
-        exclusive_for: (event == kernel::bindings::mmu_notifier_event_MMU_NOTIFY_EXCLUSIVE)
-            .then(|| Owner::from_ptr(owner)),
     };
     // Users hold the lock while they use pages of the range: an
     // invalidation waits for them (or, if it may not sleep, fails).
@@ -176,9 +169,6 @@ unsafe extern "C" fn invalidate_cb<T: MirrorTable>(
     // Under the lock, before the new sequence: a user that checks its walk
     // under the lock after this sees both, one before sees neither.
     let table: &mut T = &mut guard;
-    if table.ignores(&inv) {
-        return true;
-    }
     table.invalidate(&inv);
     // SAFETY: `sub` is the notifier being invalidated, valid for the
     // callback, and its lock is held as `mmu_interval_set_seq` requires.
@@ -186,12 +176,27 @@ unsafe extern "C" fn invalidate_cb<T: MirrorTable>(
     true
 }
 
+/// Whether an invalidation is skipped, for a mirror whose device makes
+/// pages exclusive for `mine`: `make_device_exclusive`'s (`exclusive`) for
+/// that owner. Sound for any owner: the call leaves the same page mapped
+/// at the address (through a device-exclusive entry, `mm/rmap.c`), and
+/// whatever turns that entry back or removes it (a CPU fault's
+/// `MMU_NOTIFY_CLEAR`, a zap, a migration, an exit) is another event,
+/// which the table is told of.
+fn skipped(exclusive: bool, owner: Owner, mine: Option<Owner>) -> bool {
+    exclusive && mine == Some(owner)
+}
+
 impl<T: MirrorTable> Mirror<T> {
     /// Mirrors `[start, start + len)` of `mm`, its lock holding `table`.
+    /// `exclusive_for`: the owner its device makes pages exclusive for
+    /// ([`Mirror::make_exclusive`]), whose own invalidation the mirror
+    /// skips, or none.
     pub(crate) fn create(
         mm: &MmWithUser,
         (start, len): (usize, usize),
         table: impl PinInit<T>,
+        exclusive_for: Option<Owner>,
     ) -> Result<Pin<KBox<Self>>> {
         let end = start.checked_add(len).ok_or(EINVAL)?;
         let mut m = KBox::pin_init(
@@ -203,6 +208,7 @@ impl<T: MirrorTable> Mirror<T> {
                 lock <- new_mutex!(table),
                 start,
                 end,
+                exclusive_for,
                 // INVARIANT: not inserted yet; `sub` is the first field
                 // (`#[repr(C)]`).
                 inserted: false,
@@ -226,6 +232,11 @@ impl<T: MirrorTable> Mirror<T> {
         // SAFETY: the notifier is inserted (it is, for every `Mirror` that
         // `create` returned), so its `mm` is set and stays.
         unsafe { (*self.sub.get()).mm }
+    }
+
+    /// The owner the mirror's device makes pages exclusive for, if any.
+    pub(super) fn exclusive_owner(&self) -> Option<Owner> {
+        self.exclusive_for
     }
 
     /// Whether `[start, end)` lies in the mirrored range: only there do
@@ -656,5 +667,21 @@ mod tests {
         assert_eq!(pfns[0].pfn(), Some(head + BLOCK_PAGES - 2));
         assert_eq!(pfns[1].pfn(), Some(head + BLOCK_PAGES - 1));
         assert_eq!(pfns[2].pfn(), Some(head + BLOCK_PAGES));
+    }
+
+    /// Only `make_device_exclusive`'s invalidation for the mirror's own
+    /// exclusive owner is skipped; a mirror without one skips nothing.
+    #[test]
+    fn skips_only_its_own_exclusive_invalidation() {
+        use crate::mm::owner::OwnerKey;
+        static MINE: OwnerKey<()> = OwnerKey::new();
+        static OTHER: OwnerKey<()> = OwnerKey::new();
+        let mine = Some(MINE.owner());
+        assert!(skipped(true, MINE.owner(), mine));
+        assert!(!skipped(true, OTHER.owner(), mine));
+        assert!(!skipped(true, Owner::NONE, mine));
+        assert!(!skipped(false, MINE.owner(), mine));
+        assert!(!skipped(true, MINE.owner(), None));
+        assert!(!skipped(true, Owner::NONE, None));
     }
 }

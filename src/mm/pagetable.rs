@@ -26,7 +26,6 @@ use super::dma::SysPage;
 use super::exclusive::ExclusivePage;
 use super::hmm::{Invalidation, Mirror, MirrorGuard, MirrorSeq, MirrorTable, Walk};
 use super::migrate::VmaMigration;
-use super::owner::Owner;
 use super::page::{PageRef, BLOCK_PAGES, BLOCK_SIZE, PAGE_SIZE};
 
 // An entry: the page frame, and its bits.
@@ -52,13 +51,13 @@ struct Leaf {
 /// Every present entry, at its address's page in its block, lies in the
 /// mirror's range and names a page that the mirrored mm maps at that
 /// address (with write access if the entry says so, or through a
-/// device-exclusive entry for `owner`), and no invalidation of that
-/// address has ended since the entry was made, but those for `owner`'s
-/// exclusive access (which leave the page mapped there). `live` counts a
-/// leaf's present entries; no leaf is empty.
+/// device-exclusive entry), and no invalidation of that address that the
+/// mirror does not skip has ended since the entry was made (it skips only
+/// `make_device_exclusive`'s for its device, which leaves the page mapped
+/// there). `live` counts a leaf's present entries; no leaf is empty.
+#[derive(Default)]
 pub(crate) struct PageTable {
     leaves: RBTree<usize, Leaf>,
-    owner: Owner,
 }
 
 /// Room for leaves, allocated before the mirror's lock is taken.
@@ -83,14 +82,10 @@ impl PtSpare {
 }
 
 impl PageTable {
-    /// An empty table, for [`Mirror::create`], of a device whose pages
-    /// are made exclusive for `owner`.
-    pub(crate) fn new(owner: Owner) -> Self {
+    /// An empty table, for [`Mirror::create`].
+    pub(crate) fn new() -> Self {
         // INVARIANT: no entries.
-        Self {
-            leaves: RBTree::new(),
-            owner,
-        }
+        Self::default()
     }
 
     fn get(&self, addr: usize) -> Option<u64> {
@@ -151,12 +146,6 @@ impl MirrorTable for PageTable {
         // INVARIANT: the entries of the range go before the mm core
         // changes it.
         self.remove(inv.start, inv.end);
-    }
-
-    fn ignores(&self, inv: &Invalidation) -> bool {
-        // The page at the address stays mapped, through a device-exclusive
-        // entry for our owner: what every entry there names still is.
-        inv.exclusive_for == Some(self.owner)
     }
 }
 
@@ -261,6 +250,9 @@ impl MirrorGuard<'_, PageTable> {
         page: &ExclusivePage<'_>,
         spare: &mut PtSpare,
     ) -> Result {
+        if !page.of(self.mirror) {
+            return Err(EINVAL);
+        }
         if !page.still_valid(self.mirror) {
             return Err(EAGAIN);
         }
@@ -327,10 +319,6 @@ pub(crate) type PtMirror = Mirror<PageTable>;
 #[kunit_tests(msvm_pagetable)]
 mod tests {
     use super::*;
-    use crate::mm::owner::OwnerKey;
-
-    static KEY: OwnerKey<()> = OwnerKey::new();
-    static OTHER: OwnerKey<()> = OwnerKey::new();
 
     fn leaves(t: &PageTable) -> usize {
         t.leaves.iter().count()
@@ -341,7 +329,7 @@ mod tests {
     /// entry.
     #[test]
     fn entries_in_and_out_by_range() {
-        let mut t = PageTable::new(KEY.owner());
+        let mut t = PageTable::new();
         let base = 5 * BLOCK_SIZE;
         // Three pages, the last in the next block.
         let mut spare = PtSpare::new(base + BLOCK_SIZE - 2 * PAGE_SIZE, 3).unwrap();
@@ -372,24 +360,5 @@ mod tests {
         assert_eq!(leaves(&t), 1);
         t.remove(0, usize::MAX);
         assert_eq!(leaves(&t), 0);
-    }
-
-    /// The table ignores only `make_device_exclusive`'s invalidation for
-    /// its own owner.
-    #[test]
-    fn ignores_only_its_own_exclusive_invalidation() {
-        let t = PageTable::new(KEY.owner());
-        let inv = |exclusive_for| Invalidation {
-            mm: 0,
-            start: 0,
-            end: PAGE_SIZE,
-            unmap: false,
-            blockable: true,
-            exclusive_for,
-        };
-        assert!(t.ignores(&inv(Some(KEY.owner()))));
-        assert!(!t.ignores(&inv(Some(OTHER.owner()))));
-        assert!(!t.ignores(&inv(Some(Owner::NONE))));
-        assert!(!t.ignores(&inv(None)));
     }
 }
