@@ -165,9 +165,9 @@ pub(crate) fn copy_home(
                 NewPage::home(at(0), Home::LOCAL, How::Large)
             };
             if let Some(dst) = large {
-                for k in 0..nr {
-                    source(mig, k, &dst, k)?;
-                }
+                // The folio's data at once, under one lock of its chunk.
+                let head = mig.src_page(here).ok_or(EINVAL)?;
+                copy_run_from_device(&dst, head, nr, key)?;
                 mig.set_dst(here, dst, src.write())?;
                 continue;
             }
@@ -185,6 +185,28 @@ pub(crate) fn copy_home(
         let dst = NewPage::home(at(0), Home::LOCAL, How::Migrate).ok_or(ENOMEM)?;
         source(mig, 0, &dst, 0)?;
         mig.set_dst(here, dst, src.write())?;
+    }
+    Ok(())
+}
+
+/// Copies the data of the `nr` device pages of `key`'s device from `first`
+/// on (a folio's) into pages `0..nr` of `dst`, under one lock of their
+/// chunk (`test_hmm` copies a folio at once too).
+fn copy_run_from_device(
+    dst: &NewPage,
+    first: PageRef<'_>,
+    nr: usize,
+    key: &'static OwnerKey<Chunk>,
+) -> Result {
+    let map = map_of(first, key).ok_or(EINVAL)?;
+    let index = map.index_of(first).ok_or(EINVAL)?;
+    let backing = map.data().backing.lock();
+    for k in 0..nr {
+        let src = backing
+            .get(index + k)
+            .and_then(Option::as_ref)
+            .ok_or(EINVAL)?;
+        backing::copy_out(dst, k, src)?;
     }
     Ok(())
 }

@@ -247,19 +247,19 @@ def main():
                "share with their C helpers.")
 
         # The abstractions, each with the helpers it is the first to call.
-        given = set()
+        given, all_calls = set(), set()
         mmrs = os.path.join(tree, "rust/kernel/mm.rs")
         helpers_c = os.path.join(tree, "rust/helpers/helpers.c")
         for name, mods, subject, body in SERIES:
             calls = set()
             for m in mods:
-                src = open(os.path.join(GLUE, m + ".rs")).read()
+                others = "".join(open(os.path.join(GLUE, x + ".rs")).read()
+                                 for _, ms, _, _ in SERIES for x in ms if x != m)
+                src = drop_unused(open(os.path.join(GLUE, m + ".rs")).read(), others)
                 calls |= {c for c in re.findall(r"\bb::(msvm_\w+)\s*\(", src)}
                 dst = os.path.join(tree, "rust/kernel/mm", m + ".rs")
                 os.makedirs(os.path.dirname(dst), exist_ok=True)
-                others = "".join(open(os.path.join(GLUE, x + ".rs")).read()
-                                 for _, ms, _, _ in SERIES for x in ms if x != m)
-                open(dst, "w").write(rust_glue(drop_unused(src, others)))
+                open(dst, "w").write(rust_glue(src))
                 # After the modules before it (sorted), so that the list
                 # reads as the series adds it.
                 t = open(mmrs).read()
@@ -268,6 +268,7 @@ def main():
                 after = "pub mod " + (max(prev) if prev else "virt") + ";\n"
                 t = t.replace(after, after + line, 1)
                 open(mmrs, "w").write(t)
+            all_calls |= calls
             need = closure(items, calls) - given
             if need:
                 given |= need
@@ -282,8 +283,7 @@ def main():
                 t = t.replace(after, after + '#include "' + fname + '"\n', 1)
                 open(helpers_c, "w").write(t)
             commit(subject, body)
-        missing = {c for c in re.findall(r"\bb::(msvm_\w+)\s*\(", "".join(
-            open(os.path.join(GLUE, m + ".rs")).read() for _, ms, _, _ in SERIES for m in ms))} - given
+        missing = all_calls - given
         if missing:
             sys.exit("rust-mm-series: helpers not found: " + ", ".join(sorted(missing)))
 
