@@ -237,10 +237,15 @@ impl DmirrorFile {
         self.mm.mmget_not_zero().ok_or(EFAULT)
     }
 
-    /// Faults `[start, end)` in and enters it in the page table
-    /// (`dmirror_fault`).
-    fn fault(&self, start: usize, end: usize, write: bool) -> Result {
-        let mm = self.user()?;
+    /// Runs `enter` over `[start, end)` in windows of up to `MAP_WALK`
+    /// pages, each with room for its entries, again while it says `EAGAIN`
+    /// (an invalidation since its walk) or `EBUSY` (one during it).
+    fn by_windows(
+        &self,
+        start: usize,
+        end: usize,
+        mut enter: impl FnMut(usize, &mut [HmmPfn], &mut PtSpare) -> Result,
+    ) -> Result {
         let cancel = Cancel::task();
         let mut pfns = KVec::from_elem(HmmPfn::NONE, MAP_WALK, GFP_KERNEL)?;
         let mut addr = start;
@@ -249,17 +254,27 @@ impl DmirrorFile {
             loop {
                 cancel.check()?;
                 let mut spare = PtSpare::new(addr, n)?;
-                let walk = self
-                    .mirror
-                    .fault(&mm, addr, &mut pfns[..n], write, self.dev.owner())?;
-                match self.mirror.lock().map(&walk, &mut spare) {
-                    Err(e) if e == EAGAIN => continue,
+                match enter(addr, &mut pfns[..n], &mut spare) {
+                    Err(e) if e == EAGAIN || e == EBUSY => continue,
                     r => break r?,
                 }
             }
             addr += n * PAGE_SIZE;
         }
         Ok(())
+    }
+
+    /// Faults `[start, end)` in and enters it in the page table
+    /// (`dmirror_fault`).
+    fn fault(&self, start: usize, end: usize, write: bool) -> Result {
+        let mm = self.user()?;
+        self.by_windows(start, end, |addr, pfns, spare| {
+            let walk = self
+                .mirror
+                .fault(&mm, addr, pfns, write, self.dev.owner())?;
+            let mut table = self.mirror.lock();
+            table.map(&walk, spare)
+        })
     }
 
     /// Copies the pages of `[start, end)` entered in the page table into
@@ -457,34 +472,12 @@ impl DmirrorFile {
     /// Enters this device's pages of `[start, end)` in the page table, from
     /// walks that fault nothing in.
     fn map_moved(&self, mm: &MmWithUser, start: usize, end: usize) -> Result {
-        let cancel = Cancel::task();
         let key = self.dev.key();
-        let mut pfns = KVec::from_elem(HmmPfn::NONE, MAP_WALK, GFP_KERNEL)?;
-        let mut addr = start;
-        while addr < end {
-            let n = ((end - addr) / PAGE_SIZE).min(MAP_WALK);
-            loop {
-                cancel.check()?;
-                let mut spare = PtSpare::new(addr, n)?;
-                let walk = match self
-                    .mirror
-                    .snapshot(mm, addr, &mut pfns[..n], self.dev.owner())
-                {
-                    Err(e) if e == EBUSY => continue,
-                    r => r?,
-                };
-                match self
-                    .mirror
-                    .lock()
-                    .map_some(&walk, &mut spare, |p| map_of(p, key).is_some())
-                {
-                    Err(e) if e == EAGAIN => continue,
-                    r => break r?,
-                }
-            }
-            addr += n * PAGE_SIZE;
-        }
-        Ok(())
+        self.by_windows(start, end, |addr, pfns, spare| {
+            let walk = self.mirror.snapshot(mm, addr, pfns, self.dev.owner())?;
+            let mut table = self.mirror.lock();
+            table.map_some(&walk, spare, |p| map_of(p, key).is_some())
+        })
     }
 
     /// Device pages for the system pages `mig` collected, with their data
