@@ -22,6 +22,8 @@
 #   make rust-mm       src/mm/ as a patch series against 7.3 (build/rust-mm/),
 #                      built in a patched debug kernel with the port as
 #                      samples/rust/rust_dmirror, hmm-tests against it
+#   make rust-mm-bisect  each patch of that series built on those before
+#                      it (CLIPPY=1), as a bisection would
 #   make upstream-repro  Linux 7.3's two core bugs (zap_huge_pmd(),
 #                      migrate_device_range()'s anon_vma): stock vs patched
 #   make rustfmtcheck  rustfmt --check over the module
@@ -31,7 +33,7 @@
 # default ~/.cache/msvm), MSVM_KVM=1 (use /dev/kvm instead of TCG); for
 # make module KDIR=...: RUSTC, BINDGEN, LLVM (the toolchain of that kernel).
 
-.PHONY: all run test bench soak fuzz setup module tools hmm-tests rust-mm upstream-repro rustfmtcheck rustfmt clippy clean
+.PHONY: all run test bench soak fuzz setup module tools hmm-tests rust-mm rust-mm-bisect upstream-repro rustfmtcheck rustfmt clippy clean
 
 all: module
 
@@ -69,6 +71,9 @@ hmm-tests:
 
 rust-mm:
 	scripts/rust-mm.sh
+
+rust-mm-bisect:
+	scripts/rust-mm.sh --bisect
 
 upstream-repro:
 	scripts/upstream-repro.sh

@@ -15,13 +15,13 @@ use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use kernel::{
     mm::{virt::VmaRef, Mm, MmWithUser},
     new_mutex, new_spinlock,
-    page::Page,
     prelude::*,
     sync::{aref::ARef, Arc, Mutex, SpinLock},
 };
 
+use crate::memory::Memory;
 use crate::mm::{
-    backing,
+    backing::Block,
     fault::{Fault, FaultError, Relock},
     migrate::{device_folio_mapcount, Select, VmaMigration},
     numa::Home,
@@ -39,19 +39,21 @@ const CHUNK_SIZE: usize = 256 << 20;
 static KEYS: [OwnerKey<Chunk>; crate::NDEVICES] = [OwnerKey::new(), OwnerKey::new()];
 
 /// A chunk of device memory: a device-private pagemap, and the system
-/// page behind each page in use.
+/// pages behind the pages in use.
 #[pin_data]
 pub(crate) struct Chunk {
     #[pin]
-    backing: SpinLock<KVVec<Option<Page>>>,
+    backing: SpinLock<Memory>,
 }
 
 impl PagemapOps for Chunk {
     fn folio_freeing(&self, first: usize, nr: usize) {
-        for i in first..first + nr {
-            // Freed outside the spinlock.
-            let old = self.backing.lock().get_mut(i).and_then(Option::take);
+        let mut i = first;
+        while i < first + nr {
+            // Freed outside the spinlock: a whole block at once.
+            let (old, n) = self.backing.lock().take(i, first + nr - i);
             drop(old);
+            i += n;
         }
     }
 
@@ -78,7 +80,7 @@ impl PagemapOps for Chunk {
             Some(page),
         )
         .map_err(|_| FaultError::Sigbus)?;
-        copy_home(&mut mig, key, Some(vma), None).map_err(|_| FaultError::Oom)?;
+        copy_home(&mut mig, key, Some(vma.vma()), None).map_err(|_| FaultError::Oom)?;
         mig.pages();
         Ok(())
     }
@@ -103,12 +105,12 @@ fn pmd_fault(fault: Fault<'_>, key: &'static OwnerKey<Chunk>) -> Result<(), Faul
     if start < vma.start() || start + BLOCK_SIZE > vma.end() {
         return Err(FaultError::Retry);
     }
-    if device_folio_mapcount(&vma, start) != 1 {
+    if device_folio_mapcount(vma.locked(), start) != 1 {
         excl.split_whole_folio(start, key.owner());
         return Err(FaultError::Retry);
     }
     let r = VmaMigration::setup(
-        &vma,
+        vma.locked(),
         start,
         start + BLOCK_SIZE,
         Select::DevicePrivate,
@@ -202,11 +204,8 @@ fn copy_run_from_device(
     let index = map.index_of(first).ok_or(EINVAL)?;
     let backing = map.data().backing.lock();
     for k in 0..nr {
-        let src = backing
-            .get(index + k)
-            .and_then(Option::as_ref)
-            .ok_or(EINVAL)?;
-        backing::copy_out(dst, k, src)?;
+        let (src, j) = backing.get(index + k).ok_or(EINVAL)?;
+        src.copy_out(j, dst, k)?;
     }
     Ok(())
 }
@@ -222,8 +221,8 @@ fn copy_from_device(
     let map = map_of(page, key).ok_or(EINVAL)?;
     let index = map.index_of(page).ok_or(EINVAL)?;
     let backing = map.data().backing.lock();
-    let src = backing.get(index).and_then(Option::as_ref).ok_or(EINVAL)?;
-    backing::copy_out(dst, k, src)
+    let (src, j) = backing.get(index).ok_or(EINVAL)?;
+    src.copy_out(j, dst, k)
 }
 
 /// One emulated device.
@@ -263,10 +262,7 @@ impl DeviceData {
 
     fn new_chunk(&self) -> Result<Arc<Pagemap<Chunk>>> {
         let npages = CHUNK_SIZE / PAGE_SIZE;
-        let mut slots = KVVec::with_capacity(npages, GFP_KERNEL)?;
-        for _ in 0..npages {
-            slots.push(None, GFP_KERNEL)?;
-        }
+        let slots = Memory::new(npages)?;
         let map = Pagemap::new(CHUNK_SIZE, self.key(), c"hmm_dmirror", Home::LOCAL, |_| {
             try_pin_init!(Chunk {
                 backing <- new_spinlock!(slots),
@@ -354,44 +350,32 @@ impl DeviceData {
         }
         let backing = map.data().backing.lock();
         for (k, b) in buf.chunks_exact_mut(PAGE_SIZE).take(n).enumerate() {
-            let p = backing
-                .get(index + k)
-                .and_then(Option::as_ref)
-                .ok_or(EFAULT)?;
-            backing::contents(p).read(0, b);
+            let (p, j) = backing.get(index + k).ok_or(EFAULT)?;
+            p.contents(j).ok_or(EFAULT)?.read(0, b);
         }
         Ok(n)
     }
 
     /// Writes `buf` to device page `page` (one of this device's).
     pub(crate) fn write_page(&self, page: PageRef<'_>, buf: &[u8]) -> Result {
-        self.with_backing(page, |p| backing::contents(p).write(0, buf))
-    }
-
-    fn with_backing(&self, page: PageRef<'_>, f: impl FnOnce(&Page)) -> Result {
         let map = map_of(page, self.key()).ok_or(EFAULT)?;
         let index = map.index_of(page).ok_or(EFAULT)?;
         let backing = map.data().backing.lock();
-        let p = backing.get(index).and_then(Option::as_ref).ok_or(EFAULT)?;
-        f(p);
+        let (p, j) = backing.get(index).ok_or(EFAULT)?;
+        p.contents(j).ok_or(EFAULT)?.write(0, buf);
         Ok(())
     }
 }
 
-/// Installs `pages` as the data of the pages of `chunk` from `first` on.
-pub(crate) fn set_backings(
+/// Puts `blocks` behind the pages of `chunk` from `first` on, one after
+/// another: `EINVAL` past the chunk's end, `EBUSY` over data already there
+/// (see [`Memory::set`]).
+pub(crate) fn set_backing(
     chunk: &Pagemap<Chunk>,
     first: usize,
-    pages: impl IntoIterator<Item = Page>,
-) {
-    let mut backing = chunk.data().backing.lock();
-    for (k, p) in pages.into_iter().enumerate() {
-        // A page in use has no older data (freed pages drop theirs); a
-        // page is freed in any context.
-        if let Some(s) = backing.get_mut(first + k) {
-            drop(s.replace(p));
-        }
-    }
+    blocks: impl IntoIterator<Item = Block>,
+) -> Result {
+    chunk.data().backing.lock().set(first, blocks)
 }
 
 /// The mm of the calling task, referenced.

@@ -19,9 +19,10 @@ use kernel::{
     uaccess::{UserPtr, UserSlice},
 };
 
-use crate::device::{copy_home, current_mm, set_backings, DeviceData};
+use crate::device::{copy_home, current_mm, set_backing, DeviceData};
+use crate::memory::order_of;
 use crate::mm::{
-    backing,
+    backing::{self, Block},
     cancel::Cancel,
     hmm::HmmPfn,
     migrate::{Select, VmaMigration},
@@ -38,6 +39,10 @@ const WALK: usize = 32;
 
 /// Pages one walk that enters pages covers: a 2 MiB block.
 const MAP_WALK: usize = BLOCK_SIZE / PAGE_SIZE;
+
+/// Passes of EXCLUSIVE over a range whose entries an invalidation removed
+/// before they were read back.
+const EXCLUSIVE_TRIES: u32 = 8;
 
 /// An open file of a device.
 #[pin_data(PinnedDrop)]
@@ -218,7 +223,7 @@ impl DmirrorFile {
         fail: Option<&AtomicU64>,
     ) -> Result<u64> {
         let mut mig = VmaMigration::setup(
-            vma,
+            vma.locked(),
             addr,
             next,
             Select::DevicePrivate,
@@ -418,7 +423,7 @@ impl DmirrorFile {
             let fail =
                 self.flags.fetch_and(!uapi::FLAG_FAIL_ALLOC, Relaxed) & uapi::FLAG_FAIL_ALLOC != 0;
             let mut mig = VmaMigration::setup(
-                vma,
+                vma.locked(),
                 addr,
                 next,
                 Select::System,
@@ -517,27 +522,30 @@ impl DmirrorFile {
                     None => continue,
                 }
             };
-            // The data: a system page per device page (`test_hmm`'s
-            // backing pages), installed under one lock per folio.
-            let data = |k: usize| -> Result<Page> {
-                Ok(match spage {
-                    Some(p) => {
-                        let b = Page::alloc_page(GFP_KERNEL)?;
-                        backing::copy_in(&b, p.nth(k).ok_or(EINVAL)?)?;
-                        b
+            // The data: a block of system pages behind the device folio
+            // (`test_hmm`'s backing page or folio), or a page each if the
+            // allocator has no block that large.
+            let block = |order: u32, from: usize| -> Result<Block> {
+                let b = Block::alloc(order, spage.is_none())?;
+                if let Some(p) = spage {
+                    for k in 0..b.nr_pages() {
+                        b.copy_in(k, p.nth(from + k).ok_or(EINVAL)?)?;
                     }
-                    // A hole or the zero page: zeroes.
-                    None => Page::alloc_page(GFP_KERNEL | __GFP_ZERO)?,
-                })
-            };
-            if nr == 1 {
-                set_backings(&d.chunk, d.index, [data(0)?]);
-            } else {
-                let mut pages = KVec::with_capacity(nr, GFP_KERNEL)?;
-                for k in 0..nr {
-                    pages.push(data(k)?, GFP_KERNEL)?;
                 }
-                set_backings(&d.chunk, d.index, pages);
+                Ok(b)
+            };
+            // (Unlike `test_hmm`, which then takes small device pages, the
+            // device folio stays whole over small system pages.)
+            match order_of(nr).ok_or(ENOMEM).and_then(|o| block(o, 0)) {
+                Ok(b) => set_backing(&d.chunk, d.index, [b])?,
+                Err(e) if e == ENOMEM && nr > 1 => {
+                    let mut pages = KVec::with_capacity(nr, GFP_KERNEL)?;
+                    for k in 0..nr {
+                        pages.push(block(0, k)?, GFP_KERNEL)?;
+                    }
+                    set_backing(&d.chunk, d.index, pages)?;
+                }
+                Err(e) => return Err(e),
             }
             mig.set_dst(here, d.page, src.write())?;
         }
@@ -628,8 +636,30 @@ impl DmirrorFile {
     /// device, then returns what the device reads there.
     fn exclusive(&self, c: &mut Cmd) -> Result {
         let (start, end) = range(c);
-        let mm = self.user().map_err(|_| EINVAL)?;
         let cancel = Cancel::task();
+        let mut tries = 0;
+        loop {
+            self.make_exclusive(start, end, &cancel)?;
+            match self.read_back(c) {
+                // An invalidation removed an entry made above once the mmap
+                // lock was let go (a page migrated by compaction, a
+                // collapse attempt): `test_hmm` fails with `ENOENT` there;
+                // a device would map the range again, and so does this, a
+                // few times (not forever: something may invalidate the
+                // range as fast as it is mapped).
+                Err(e) if e == ENOENT && tries < EXCLUSIVE_TRIES => {
+                    tries += 1;
+                    cancel.check()?;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// Makes each page of `[start, end)` device-exclusive and enters it in
+    /// the table (the loop of `dmirror_exclusive`).
+    fn make_exclusive(&self, start: usize, end: usize, cancel: &Cancel<'_>) -> Result {
+        let mm = self.user().map_err(|_| EINVAL)?;
         // Held across the range, as `test_hmm` does (an unmap between two
         // pages would remove the entries made before it), and let go only
         // to fault a page in.
@@ -666,7 +696,6 @@ impl DmirrorFile {
                 }
             }
         }
-        drop(mmap);
-        self.read_back(c)
+        Ok(())
     }
 }

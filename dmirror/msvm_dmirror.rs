@@ -17,6 +17,7 @@ mod mm;
 
 mod device;
 mod file;
+mod memory;
 mod uapi;
 
 use kernel::{prelude::*, sync::Arc};

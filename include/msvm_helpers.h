@@ -71,6 +71,7 @@ struct page *msvm_alloc_home(struct vm_area_struct *vma, unsigned long addr, int
 unsigned int msvm_alloc_pages_bulk_vma(struct vm_area_struct *vma, int nid, unsigned int nr,
 				       struct page **pages);
 struct page *msvm_alloc_zeroed_try(unsigned int order);
+struct page *msvm_alloc_block(unsigned int order, bool zeroed);
 int msvm_dev_node(struct device *dev);
 int msvm_node_checked(int nid);
 bool msvm_node_has_memory(int nid);

@@ -5,10 +5,12 @@ reference module and its port: the results side by side, test by test,
 benchmark_thp_migration's times as ratios (port / reference, one boot),
 and one line "hmm-tests: REF P/T passed, PORT P/T passed".
 
-Usage: hmm-tests-report.py CONSOLE_LOG REF PORT
+Usage: hmm-tests-report.py CONSOLE_LOG REF PORT [SUITE,...]
 
 Exits 1 if the port fails a test the reference passes, a module's run did
-not end, or vm.py found kernel reports it does not know for upstream ones.
+not end, a KUnit case the modules ran at load failed or one of the SUITEs
+did not run, or vm.py found kernel reports it does not know for upstream
+ones.
 """
 
 import re
@@ -20,7 +22,13 @@ splats = False
 bench = {}  # module -> (size, direction) -> (ms with THP, ms without)
 mod = None
 size = None
+kunit = {}  # KUnit suite (top level of the modules' KTAP) -> passed
 for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"\[ *[\d.]+\] (ok|not ok) \d+ (\w+)$", line.rstrip())
+    if m:
+        kunit[m.group(2)] = kunit.get(m.group(2), True) and m.group(1) == "ok"
+    if re.match(r"\[ *[\d.]+\] +not ok ", line):
+        kunit["(a case)"] = False
     m = re.match(r"hmm-tests: (module|end) (\S+)", line)
     if m:
         mod = m.group(2) if m.group(1) == "module" else None
@@ -64,6 +72,16 @@ fail = False
 if worse or any(m not in ended for m in mods):
     print(f"hmm-tests: {port} fails where {ref} passes: "
           + (", ".join(worse) or "a module's run did not end"))
+    fail = True
+if kunit:
+    print("hmm-tests: KUnit suites at load: "
+          + " ".join(n + ("" if ok else " FAILED") for n, ok in sorted(kunit.items())))
+if not all(kunit.values()):
+    print("hmm-tests: a KUnit case failed")
+    fail = True
+missing = [n for n in (sys.argv[4].split(",") if len(sys.argv) > 4 else []) if n not in kunit]
+if missing:
+    print("hmm-tests: KUnit suites that did not run: " + " ".join(missing))
     fail = True
 if splats:
     print("hmm-tests: the kernel reported errors (see the console log above)")

@@ -30,5 +30,6 @@ python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
 # against test_hmm alone is the reference's (benchmark_thp_migration's
 # 120 s timeout, say), and reports of the kernel that vm.py knows for
 # upstream ones (test_hmm meeting a 7.3 core bug) are shown, not failed.
-python3 "$MSVM_TOP/scripts/hmm-tests-report.py" "$log" test_hmm msvm_dmirror || rc=1
+python3 "$MSVM_TOP/scripts/hmm-tests-report.py" "$log" test_hmm msvm_dmirror \
+	msvm_dmirror_memory,msvm_pagemap,msvm_backing || rc=1
 exit $rc

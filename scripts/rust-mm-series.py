@@ -35,11 +35,16 @@ SERIES = [
      "with it is known to be that type's."),
     ("mmap", ["mmap"], "rust: mm: add the mmap lock for writing, and a try for reading",
      "MmapWriteGuard (killable), its exclusive VMAs, MmExcluded (an mm's\n"
-     "mmap lock and every VMA lock held for writing, users or not) and\n"
-     "MmapRead (waiting or trying): kernel::mm offers the read lock only."),
+     "mmap lock and every VMA lock held for writing, users or not),\n"
+     "MmapRead (waiting or trying): kernel::mm offers the read lock only;\n"
+     "and LockedVma, a VMA whose mm's mmap lock is held (a VMA's own lock,\n"
+     "which VmaReadGuard derefs to a VmaRef with, is not enough for a page\n"
+     "walk)."),
     ("cancel", ["cancel"], "rust: mm: add cancellation points for long operations",
      "Cancel::check reschedules and stops an operation on a fatal signal\n"
-     "(EINTR) or when its DRM device is unplugged (ENODEV)."),
+     "(EINTR), when its DRM device is unplugged (ENODEV), or when another\n"
+     "device of its driver begins to go away (EAGAIN; the driver's own\n"
+     "Departures count those)."),
     ("misc", ["misc"], "rust: mm: add misc devices whose files reach their driver's data",
      "kernel::miscdevice hands open() the registration only; Misc<F> keeps\n"
      "the data beside it and finds it from there."),
@@ -68,9 +73,11 @@ SERIES = [
      "pages can only be had, checked, under that lock. Every walk is\n"
      "corrected for a device-private PMD walked from inside (see the hmm.c\n"
      "fix this series does not depend on)."),
-    ("backing", ["backing"], "rust: mm: add backing pages for devices a CPU emulates",
-     "Copies between a device page's backing system page and the pages a\n"
-     "migration moves; a zeroed bounce buffer."),
+    ("backing", ["backing"], "rust: mm: add backing blocks for devices a CPU emulates",
+     "Block: contiguous system pages of any order up to a 2 MiB block's,\n"
+     "allocated at once and split (split_page) into single pages on\n"
+     "demand; copies between their pages and the pages a migration moves;\n"
+     "a zeroed bounce buffer."),
     ("exclusive", ["exclusive"], "rust: mm: add make_device_exclusive",
      "ExclusivePage: the folio locked and referenced, the mirror's sequence\n"
      "read before the call, whose own invalidation the mirror skips."),
@@ -81,6 +88,8 @@ SERIES = [
 ]
 
 GLUE = os.path.join(TOP, "src", "mm")
+# The port's modules (dmirror/*.rs but its root).
+PORT_FILES = ("device", "file", "memory", "uapi")
 # What the abstractions need of the configuration (Cancel names DRM devices).
 RUST_CFG = '#[cfg(all(CONFIG_DEVICE_PRIVATE, CONFIG_HMM_MIRROR, CONFIG_DRM = "y"))]'
 C_CFG = ("#if IS_ENABLED(CONFIG_DEVICE_PRIVATE) && IS_ENABLED(CONFIG_HMM_MIRROR) && "
@@ -118,10 +127,11 @@ def drop_unused(text, others):
 def rust_sample(text, root):
     """A dmirror/ file as part of samples/rust/rust_dmirror."""
     text = text.replace("crate::mm::", "kernel::mm::")
+    text = text.replace("kunit_tests(msvm_dmirror_", "kunit_tests(rust_dmirror_")
     if root:
         text = re.sub(r"// The glue serves msvm too.*?\nmod mm;\n", "", text, flags=re.S)
         text = text.replace("use mm::misc::Misc;", "use kernel::mm::misc::Misc;")
-        for m in ("device", "file", "uapi"):
+        for m in PORT_FILES:
             text = text.replace(f"\nmod {m};", f'\n#[path = "rust_dmirror/{m}.rs"]\nmod {m};')
         text = text.replace('name: "msvm_dmirror"', 'name: "rust_dmirror"')
     return text
@@ -290,7 +300,7 @@ def main():
         # The port, as a sample.
         sdir = os.path.join(tree, "samples/rust/rust_dmirror")
         os.makedirs(sdir, exist_ok=True)
-        for f in ("device", "file", "uapi"):
+        for f in PORT_FILES:
             src = open(os.path.join(TOP, "dmirror", f + ".rs")).read()
             open(os.path.join(sdir, f + ".rs"), "w").write(rust_sample(src, False))
         src = open(os.path.join(TOP, "dmirror", "msvm_dmirror.rs")).read()

@@ -11,7 +11,7 @@
  *
  * The few functions that are more than a forward stay in C for these
  * reasons:
- *  - msvm_large_order, msvm_alloc_home, msvm_alloc_zeroed_try,
+ *  - msvm_large_order, msvm_alloc_home, msvm_alloc_zeroed_try, msvm_alloc_block,
  *    msvm_alloc_pages_bulk_vma: the NUMA policy of a VMA or task (which
  *    decides where pages coming home go, see msvm_home_by_policy()), the
  *    THP macros (thp_migration_supported(), HPAGE_PMD_*), GFP flag macros,
@@ -411,6 +411,22 @@ struct page *msvm_alloc_zeroed_try(unsigned int order)
 		return NULL;
 	folio = folio_alloc(GFP_HIGHUSER | __GFP_ZERO | __GFP_NORETRY | __GFP_NOWARN, order);
 	return folio ? &folio->page : NULL;
+}
+
+/*
+ * 1 << order pages for a backing block (src/mm/backing.rs), in the direct
+ * map and not compound, so that split_page() can part them. A large block
+ * is not worth a hard reclaim (its user falls back to single pages).
+ */
+struct page *msvm_alloc_block(unsigned int order, bool zeroed)
+{
+	gfp_t gfp = GFP_KERNEL | __GFP_NOWARN;
+
+	if (order)
+		gfp |= __GFP_NORETRY;
+	if (zeroed)
+		gfp |= __GFP_ZERO;
+	return alloc_pages(gfp, order);
 }
 
 void msvm_lock_page(struct page *page)

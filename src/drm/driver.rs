@@ -17,7 +17,7 @@ use crate::mm::abi::{
     DRM_MSVM_MIGRATE, DRM_MSVM_PREFETCH, DRM_MSVM_QUERY, DRM_MSVM_RESIDENCY, DRM_MSVM_SET_ATTR,
     DRM_MSVM_STATS, DRM_MSVM_VM_CREATE, DRM_MSVM_VM_DESTROY,
 };
-use crate::mm::cancel::{GoingAway, Gone};
+use crate::mm::cancel::{Departures, GoingAway, Gone};
 use crate::mm::drm_ioctl::declare_msvm_ioctls;
 
 use super::file::File;
@@ -47,6 +47,10 @@ kernel::pci_device_table!(
         IVSHMEM
     )]
 );
+
+/// msvm's devices going away, which every msvm ioctl stops for
+/// ([`Cancel::ioctl`](crate::mm::cancel::Cancel::ioctl)).
+pub(crate) static DEPARTURES: Departures = Departures::new();
 
 /// What a bound device holds: its DRM registration, which owns the [`Gpu`].
 pub(crate) struct Binding<'bound> {
@@ -88,10 +92,11 @@ impl pci::Driver for MsvmDriver {
         // SAFETY: `reg` is stored in the `Binding`, which is dropped when the
         // device is unbound; it is never forgotten.
         let reg = unsafe { drm::Registration::new(pdev.as_ref(), drm, gpu, 0)? };
+        let (going, gone) = DEPARTURES.bind();
         Ok(Binding {
-            _going: GoingAway,
+            _going: going,
             _reg: reg,
-            _gone: Gone,
+            _gone: gone,
         })
     }
 }

@@ -25,6 +25,7 @@ use kernel::{
 };
 
 use crate::device::Gpu;
+use crate::drm::driver::DEPARTURES;
 use crate::engine::{Engine, Keep, Op, Replicate};
 use crate::migrate::{place, prefetch as move_to, Direction, Memo, Outcome, Target};
 use crate::mm::abi::{
@@ -223,7 +224,7 @@ impl File {
             Direction::ToDevice => Target::Here,
             Direction::ToSystem => Target::System,
         };
-        let cancel = Cancel::ioctl(dev);
+        let cancel = Cancel::ioctl(dev, &DEPARTURES);
         let out = with_vm(file, |vm, mm| {
             move_to(
                 gpu.vram(),
@@ -281,7 +282,7 @@ impl File {
             return Err(EINVAL);
         }
         let target = Target::resolve(gpu.vram(), loc)?;
-        let cancel = Cancel::ioctl(dev);
+        let cancel = Cancel::ioctl(dev, &DEPARTURES);
         let out: Outcome = with_vm(file, |vm, mm| {
             let out = move_to(
                 gpu.vram(),
@@ -331,7 +332,7 @@ impl File {
         if u64::from_safe_cast(len) > crate::residency::MAX_LEN {
             return Err(EINVAL);
         }
-        let cancel = Cancel::ioctl(dev);
+        let cancel = Cancel::ioctl(dev, &DEPARTURES);
         let (r, first, mixed) = with_vm(file, |vm, mm| {
             let pieces = vm.attrs().pieces(start, start + len)?;
             let first = pieces.first().map_or(Placement::DEFAULT, |p| p.placement);
@@ -477,7 +478,7 @@ impl File {
                 .reader()
                 .read_slice(buf)
         })?;
-        let cancel = Cancel::ioctl(dev);
+        let cancel = Cancel::ioctl(dev, &DEPARTURES);
         let done = with_vm(file, |vm, mm| {
             // From here (the VM's lock held: not the wait for it) to the
             // end, whatever the end.

@@ -4,13 +4,12 @@
 //! RAM, with the 64 KiB around it; a 2 MiB folio comes back whole, or is
 //! split.
 
-use kernel::mm::virt::VmaRef;
 use kernel::prelude::*;
 use kernel::sync::atomic::Relaxed;
 
 use crate::mm::fault::{Fault, FaultError, FaultPage, FaultRelock, Relock};
 use crate::mm::migrate::{device_folio_mapcount, Select, VmaMigration};
-use crate::mm::mmap::ExclusiveVma;
+use crate::mm::mmap::{ExclusiveVma, LockedVma};
 use crate::mm::numa::Home;
 use crate::mm::page::{NewPages, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::PAGE_SIZE;
@@ -87,14 +86,14 @@ fn pmd_fault_exclusive(
     if large_start < vma.start() || large_start + BLOCK_SIZE > vma.end() {
         return Err(FaultError::Retry);
     }
-    match device_folio_mapcount(&vma, large_start) {
+    match device_folio_mapcount(vma.locked(), large_start) {
         // No device folio mapped whole there any more.
         0 => return Err(FaultError::Retry),
         1 => {
             let end = large_start + BLOCK_SIZE;
             if fault_range(
                 pool,
-                &vma,
+                vma.locked(),
                 excl.page(),
                 address,
                 large_start,
@@ -117,7 +116,7 @@ fn pmd_fault_exclusive(
 /// moves). Returns whether the faulting page moved.
 fn fault_range(
     pool: &VramPool,
-    vma: &VmaRef,
+    vma: LockedVma<'_>,
     fault_page: FaultPage<'_>,
     address: usize,
     start: usize,
@@ -158,7 +157,7 @@ fn fault_range(
         };
         let addr = start + at * PAGE_SIZE;
         let large_dst = if src.compound() {
-            large_system_folio(vma, addr, Home::LOCAL)
+            large_system_folio(vma.vma(), addr, Home::LOCAL)
         } else {
             None
         };
@@ -177,7 +176,7 @@ fn fault_range(
             // No 2 MiB folio: nothing moves (the caller splits the folio).
             continue;
         }
-        let Some(dst) = pages.take(vma, addr) else {
+        let Some(dst) = pages.take(vma.vma(), addr) else {
             // The faulting page must move; its neighbours may stay.
             if at == fault_at {
                 return Err(FaultError::Oom);

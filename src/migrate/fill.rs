@@ -3,13 +3,12 @@
 //! One step of a migration: collect, allocate, copy, install (towards a
 //! device or towards system RAM), whole 2 MiB folios where the step may.
 
-use kernel::mm::virt::VmaRef;
 use kernel::num::casts::FromSafeCast;
 use kernel::prelude::*;
 use kernel::sync::atomic::Relaxed;
 
 use crate::mm::migrate::{device_folio_mapcount, Select, VmaMigration};
-use crate::mm::mmap::ExclusiveVma;
+use crate::mm::mmap::{ExclusiveVma, LockedVma};
 use crate::mm::numa::Home;
 use crate::mm::page::{NewPages, PageRef, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::PAGE_SIZE;
@@ -48,9 +47,9 @@ fn step_class(large: u64) -> SizeClass {
 /// moves in small pages, the core splitting it first). Callers hold the
 /// mmap lock for writing: a folio collected whole may be device-private
 /// (see [`super::migrate_range`]).
-pub(super) fn large_step(vma: &VmaRef, start: usize, end: usize) -> bool {
+pub(super) fn large_step(vma: LockedVma<'_>, start: usize, end: usize) -> bool {
     end - start == BLOCK_SIZE
-        && whole_block(vma, start, end)
+        && whole_block(&vma, start, end)
         && device_folio_mapcount(vma, start) <= 1
 }
 
@@ -104,14 +103,14 @@ fn copy_in(pool: &VramPool, src: Option<PageRef<'_>>, nr: usize, offset: usize) 
 #[allow(clippy::too_many_arguments)]
 pub(super) fn step(
     pool: &VramPool,
-    vma: &VmaRef,
+    vma: LockedVma<'_>,
     start: usize,
     end: usize,
     large: Option<&ExclusiveVma<'_>>,
     grow: bool,
     fill: impl Fn(
         &VramPool,
-        &VmaRef,
+        LockedVma<'_>,
         usize,
         usize,
         Option<&ExclusiveVma<'_>>,
@@ -143,7 +142,7 @@ pub(super) fn step(
 /// this returns `None`.
 pub(super) fn fill_to_device(
     pool: &VramPool,
-    vma: &VmaRef,
+    vma: LockedVma<'_>,
     start: usize,
     end: usize,
     large: Option<&ExclusiveVma<'_>>,
@@ -294,7 +293,7 @@ pub(super) fn fill_to_device(
 /// none can be had, nothing moves and this returns `None`.
 pub(super) fn fill_to_system(
     pool: &VramPool,
-    vma: &VmaRef,
+    vma: LockedVma<'_>,
     start: usize,
     end: usize,
     large: Option<&ExclusiveVma<'_>>,
@@ -332,13 +331,13 @@ pub(super) fn fill_to_system(
         };
         let addr = start + at * PAGE_SIZE;
         let dst = if src.compound() {
-            match large_system_folio(vma, addr, home) {
+            match large_system_folio(vma.vma(), addr, home) {
                 Some(d) => d,
                 // Dropping `mig` restores the sources.
                 None => return Ok(None),
             }
         } else {
-            let Some(d) = pages.take(vma, addr) else {
+            let Some(d) = pages.take(vma.vma(), addr) else {
                 out.busy += 1;
                 continue;
             };

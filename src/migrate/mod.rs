@@ -39,7 +39,7 @@ use crate::mm::{
     cancel::Cancel,
     fault::{Fault, FaultError},
     migrate::vma_is_secretmem,
-    mmap::{ExclusiveVma, MmapWriteGuard},
+    mmap::{ExclusiveVma, LockedVma, MmapWriteGuard},
     numa::Home,
     page::{BLOCK_PAGES, BLOCK_SIZE},
     pagemap::PAGE_SIZE,
@@ -310,15 +310,15 @@ fn locked_step(
     may_grow: bool,
 ) -> Result<(Option<Outcome>, usize)> {
     let guard = mm.mmap_read_lock();
-    let vma = guard.vma_lookup(addr).ok_or(EFAULT)?;
-    if whole_block(vma, addr, end) {
+    let vma = LockedVma::lookup(&guard, addr).ok_or(EFAULT)?;
+    if whole_block(&vma, addr, end) {
         // A step that may collect a folio whole may meet a device-private
         // one (or one that becomes so meanwhile): only with every zap of
         // this mm excluded (see `device_folio_mapcount`).
         drop(guard);
         let excl = MmapWriteGuard::lock_killable(mm)?;
         let vma = excl.vma_lookup(addr).ok_or(EFAULT)?;
-        one_step(pool, &vma, addr, end, dest, Some(&vma), may_grow)
+        one_step(pool, vma.locked(), addr, end, dest, Some(&vma), may_grow)
     } else {
         one_step(pool, vma, addr, end, dest, None, may_grow)
     }
@@ -331,7 +331,7 @@ fn locked_step(
 /// where it ended.
 fn one_step(
     pool: &VramPool,
-    vma: &VmaRef,
+    vma: LockedVma<'_>,
     addr: usize,
     end: usize,
     dest: Dest,
@@ -341,7 +341,7 @@ fn one_step(
     let dir = dest.dir();
     let step_end = end.min(vma.end()).min((addr / BLOCK_SIZE + 1) * BLOCK_SIZE);
     let n = u64::from_safe_cast((step_end - addr) / PAGE_SIZE);
-    if vma.flags() & UNMIGRATABLE != 0 || vma_is_secretmem(vma) {
+    if vma.flags() & UNMIGRATABLE != 0 || vma_is_secretmem(&vma) {
         // hugetlb and special (I/O, PFN, mixed) mappings: the core
         // migrates none of their pages; none of them is on a device.
         // secretmem: the kernel must not even read its pages.

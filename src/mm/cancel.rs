@@ -7,8 +7,9 @@
 //! [`Cancel::check`], which reschedules and stops the operation once its
 //! task has a fatal signal pending (`EINTR`: the task is being killed) or
 //! the device it runs on is being unplugged (`ENODEV`: unbind waits for the
-//! ioctls in progress, see `drm_dev_unplug()`), or any other msvm device
-//! began to go away since the ioctl started (`EAGAIN`: `drm_dev_unplug()`
+//! ioctls in progress, see `drm_dev_unplug()`), or any other device of its
+//! driver ([`Departures`]) began to go away since the ioctl started
+//! (`EAGAIN`: `drm_dev_unplug()`
 //! waits for the `drm_dev_enter()` sections of *every* DRM device, one
 //! SRCU for all, and each ioctl runs in one: a long ioctl on one GPU would
 //! hold up the unbind of another). Waits for a lock that a long operation
@@ -29,33 +30,62 @@ use kernel::{
 
 use super::bindings as b;
 
-/// msvm devices that began to go away so far (see [`GoingAway`]).
-static GONE: Atomic<u64> = Atomic::new(0);
+/// The devices of one driver going away: what the ioctls of every device
+/// of that driver stop for ([`Cancel::ioctl`]). A driver keeps one, in a
+/// static; its counters are its own.
+pub(crate) struct Departures {
+    /// Devices that began to go away so far.
+    gone: Atomic<u64>,
+    /// Devices going away now: between their [`GoingAway`] and [`Gone`].
+    going: Atomic<u64>,
+}
 
-/// msvm devices going away now: between [`GoingAway`] and [`Gone`].
-static GOING: Atomic<u64> = Atomic::new(0);
+impl Departures {
+    /// No device gone.
+    pub(crate) const fn new() -> Self {
+        Self {
+            gone: Atomic::new(0),
+            going: Atomic::new(0),
+        }
+    }
+
+    /// The two marks a bound device holds, [`GoingAway`] to drop first
+    /// when it goes and [`Gone`] to drop last.
+    pub(crate) fn bind(&'static self) -> (GoingAway, Gone) {
+        (GoingAway(self), Gone(self))
+    }
+}
 
 /// Held by a bound device and dropped first when it goes (before its DRM
-/// device is unplugged): every ioctl in progress then stops at its next
-/// step ([`Cancel::check`]: `EAGAIN`), so that the unplug's wait for them
-/// ends, until the device is gone ([`Gone`]).
-pub(crate) struct GoingAway;
+/// device is unplugged): every ioctl of its driver in progress then stops
+/// at its next step ([`Cancel::check`]: `EAGAIN`), so that the unplug's
+/// wait for them ends, until the device is gone ([`Gone`]).
+pub(crate) struct GoingAway(&'static Departures);
 
 impl Drop for GoingAway {
     fn drop(&mut self) {
-        GOING.add(1, Relaxed);
-        GONE.add(1, Relaxed);
+        self.0.going.add(1, Relaxed);
+        self.0.gone.add(1, Relaxed);
     }
 }
 
 /// Held by a bound device and dropped last when it goes (after its DRM
 /// device is unplugged and its memory torn down): ioctls need not stop for
-/// it any more.
-pub(crate) struct Gone;
+/// it any more. (Dropped before its [`GoingAway`], ioctls would stop for a
+/// moment for nothing.)
+pub(crate) struct Gone(&'static Departures);
 
 impl Drop for Gone {
     fn drop(&mut self) {
-        GOING.fetch_sub(1, Relaxed);
+        // Never below zero: a `Gone` without its `GoingAway` (forgotten,
+        // say) would leave every ioctl of the driver failing for good.
+        let mut n = self.0.going.load(Relaxed);
+        while n > 0 {
+            match self.0.going.cmpxchg(n, n - 1, Relaxed) {
+                Ok(_) => break,
+                Err(now) => n = now,
+            }
+        }
     }
 }
 
@@ -67,8 +97,9 @@ impl Drop for Gone {
 /// DRM device, valid for `'a`.
 pub(crate) struct Cancel<'a> {
     dev: Option<NonNull<bindings::drm_device>>,
-    /// [`GONE`] when the ioctl started (none for the kernel's own work).
-    gone: Option<u64>,
+    /// The driver's departures, and how many devices had begun to go
+    /// when the ioctl started (none for the kernel's own work).
+    gone: Option<(&'a Departures, u64)>,
     /// More work to stop for: true once it must (a peer's memory this
     /// operation holds is being withdrawn, say).
     watch: Option<&'a dyn Fn() -> bool>,
@@ -78,9 +109,13 @@ pub(crate) struct Cancel<'a> {
 }
 
 impl<'a> Cancel<'a> {
-    /// An ioctl on `dev`: stops on a fatal signal or when `dev` is being
-    /// unplugged.
-    pub(crate) fn ioctl<T: drm::Driver>(dev: &'a drm::Device<T, drm::Registered>) -> Self {
+    /// An ioctl on `dev`: stops on a fatal signal, when `dev` is being
+    /// unplugged, or when another device of its driver (`departures`)
+    /// begins to go away.
+    pub(crate) fn ioctl<T: drm::Driver>(
+        dev: &'a drm::Device<T, drm::Registered>,
+        departures: &'a Departures,
+    ) -> Self {
         // `drm::Device` is `#[repr(C)]` with its `struct drm_device` first.
         let raw = core::ptr::from_ref(dev)
             .cast::<bindings::drm_device>()
@@ -88,7 +123,7 @@ impl<'a> Cancel<'a> {
         // INVARIANT: `dev` is registered and borrowed for `'a`.
         Self {
             dev: NonNull::new(raw),
-            gone: Some(GONE.load(Relaxed)),
+            gone: Some((departures, departures.gone.load(Relaxed))),
             watch: None,
             outer: None,
             _dev: PhantomData,
@@ -128,8 +163,9 @@ impl<'a> Cancel<'a> {
 
     /// Between two steps: lets other tasks run, then fails with `EINTR` if
     /// the calling task is being killed, `ENODEV` if the device is going
-    /// away (or what [`Cancel::watching`] watches is), `EAGAIN` if an msvm
-    /// device is going away, or began to since the ioctl started.
+    /// away (or what [`Cancel::watching`] watches is), `EAGAIN` if a device
+    /// of the ioctl's driver is going away, or began to since the ioctl
+    /// started.
     pub(crate) fn check(&self) -> Result {
         if let Some(outer) = self.outer {
             outer.check()?;
@@ -151,10 +187,10 @@ impl<'a> Cancel<'a> {
         }
         // A device going away now, or since the ioctl began: the ioctl may
         // have entered its `drm_dev_enter()` section before the unplug's
-        // wait for them began, and looked at `GONE` after.
+        // wait for them began, and looked at the count after.
         if self
             .gone
-            .is_some_and(|g| GOING.load(Relaxed) != 0 || GONE.load(Relaxed) != g)
+            .is_some_and(|(d, g)| d.going.load(Relaxed) != 0 || d.gone.load(Relaxed) != g)
         {
             return Err(EAGAIN);
         }

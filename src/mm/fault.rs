@@ -13,7 +13,7 @@ use kernel::bindings;
 use kernel::error::code::{EAGAIN, EOPNOTSUPP};
 
 use super::bindings as b;
-use super::mmap::{vma_exclusive, ExclusiveVma};
+use super::mmap::{vma_exclusive, ExclusiveVma, LockedVma};
 use super::owner::Owner;
 use super::page::{PageRef, BLOCK_SIZE};
 
@@ -157,11 +157,19 @@ impl<'a> Fault<'a> {
         }
     }
 
-    /// The VMA the fault is in; the fault path holds its lock for the call.
-    pub(crate) fn vma(&self) -> &kernel::mm::virt::VmaRef {
-        // SAFETY: `vmf->vma` is valid and locked (mmap or per-VMA lock) for
-        // the duration of the fault handler, which bounds the borrow.
-        unsafe { kernel::mm::virt::VmaRef::from_raw(self.vmf.__bindgen_anon_1.vma) }
+    /// The VMA the fault is in; the fault path holds its mm's mmap lock
+    /// for the call.
+    pub(crate) fn vma(&self) -> LockedVma<'_> {
+        // SAFETY: `vmf->vma` is valid for the duration of the fault
+        // handler, which bounds the borrow.
+        let vma = unsafe { kernel::mm::virt::VmaRef::from_raw(self.vmf.__bindgen_anon_1.vma) };
+        // SAFETY: Linux 7.3 calls `migrate_to_ram` with the mmap lock held
+        // (for reading): its two callers, `do_swap_page()` and
+        // `do_huge_pmd_device_private()`, let go of a per-VMA lock and
+        // retry (`VM_FAULT_RETRY`) before ("migrate_to_ram is not yet
+        // ready to operate under VMA lock"). A kernel that changes that
+        // changes this function (see `rust-mm.rst`).
+        unsafe { LockedVma::new(vma) }
     }
 }
 

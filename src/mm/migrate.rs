@@ -17,7 +17,7 @@ use kernel::{
 
 use super::bindings as b;
 use super::fault::FaultPage;
-use super::mmap::ExclusiveVma;
+use super::mmap::{ExclusiveVma, LockedVma};
 use super::owner::Owner;
 use super::page::{NewPage, PageRef, BLOCK_PAGES, PAGE_SIZE};
 
@@ -117,9 +117,10 @@ fn set_dst_in(slot: Option<&mut u64>, src: Entry, dst: NewPage, write: bool, don
 /// entry does not hold, so the folio is freed under the migration.
 /// Collected in small pages, the core splits the folio first, and every
 /// mm's PMD becomes page-table entries.
-pub(crate) fn device_folio_mapcount(vma: &VmaRef, addr: usize) -> usize {
-    // SAFETY: `vma` is a valid VMA whose mm's mmap lock the caller holds
-    // (the borrow of the `VmaRef` proves it); any address is accepted.
+pub(crate) fn device_folio_mapcount(vma: LockedVma<'_>, addr: usize) -> usize {
+    // SAFETY: `vma` is a valid VMA whose mm's mmap lock is held (the
+    // `LockedVma`), as the walk of its page tables needs; any address is
+    // accepted.
     let n = unsafe { b::msvm_pmd_device_folio_mapcount(vma.as_ptr(), addr) };
     usize::try_from(n).unwrap_or(0)
 }
@@ -163,6 +164,7 @@ pub(crate) enum Select {
 ///
 /// `args` was accepted by `migrate_vma_setup` and points at `src` and `dst`
 /// (boxed, so they do not move); it is finalized exactly once, in `drop`.
+/// The mmap lock of `vma`'s mm is held for `'a` (a [`LockedVma`] gave it).
 pub(crate) struct VmaMigration<'a> {
     args: b::migrate_vma,
     src: KBox<[u64; BLOCK_PAGES]>,
@@ -185,7 +187,7 @@ impl<'a> VmaMigration<'a> {
     /// may turn a device-private folio's PMD into a migration entry, which
     /// must not meet a zap (see [`device_folio_mapcount`]).
     pub(crate) fn setup(
-        vma: &'a VmaRef,
+        vma: LockedVma<'a>,
         start: usize,
         end: usize,
         select: Select,
@@ -193,7 +195,7 @@ impl<'a> VmaMigration<'a> {
         owner: Owner,
         fault_page: Option<FaultPage<'a>>,
     ) -> Result<Self> {
-        let npages = (end - start) / PAGE_SIZE;
+        let npages = end.saturating_sub(start) / PAGE_SIZE;
         if large.is_some_and(|x| !core::ptr::eq(x.as_ptr(), vma.as_ptr())) {
             return Err(EINVAL);
         }
@@ -235,8 +237,9 @@ impl<'a> VmaMigration<'a> {
             flags: usize::from_safe_cast(flags),
             fault_page: fault_page.map_or(core::ptr::null_mut(), |p| p.page().as_ptr()),
         };
-        // SAFETY: `args` describes a range inside `vma`, which is locked for
-        // `'a` (the borrow), with `src`/`dst` arrays of `npages` entries.
+        // SAFETY: `args` describes a range inside `vma`, whose mm's mmap
+        // lock is held for `'a` (the `LockedVma`, as the collection's page
+        // walk asserts), with `src`/`dst` arrays of `npages` entries.
         kernel::error::to_result(unsafe { b::migrate_vma_setup(&mut args) })?;
         // INVARIANT: set up just above; `src`/`dst` are boxed.
         Ok(Self {
@@ -245,7 +248,7 @@ impl<'a> VmaMigration<'a> {
             dst,
             npages,
             pages_done: false,
-            vma,
+            vma: vma.vma(),
         })
     }
 

@@ -13,12 +13,57 @@
 
 use kernel::{
     bindings,
-    mm::{virt::VmaRef, Mm, MmWithUser},
+    mm::{virt::VmaRef, Mm, MmWithUser, MmapReadGuard},
     prelude::*,
     types::NotThreadSafe,
 };
 
 use super::bindings as b;
+
+/// A VMA whose mm's mmap lock is held, for reading or writing, for as long
+/// as the borrow lasts: what a walk of its page tables needs
+/// (`migrate_vma_setup` asserts it, `PGWALK_RDLOCK`). The VMA's own lock
+/// (`lock_vma_under_rcu`, the kernel crate's `VmaReadGuard`, which derefs
+/// to a `VmaRef` too) is not enough, so a bare `&VmaRef` proves nothing:
+/// only the mmap guards (this module's, the kernel crate's read guard) and
+/// a CPU fault on a device page (`super::fault::Fault::vma`) make one.
+///
+/// # Invariants
+///
+/// The mmap lock of `0`'s mm is held, for reading or writing, for `'a`.
+#[derive(Clone, Copy)]
+pub(crate) struct LockedVma<'a>(&'a VmaRef);
+
+impl core::ops::Deref for LockedVma<'_> {
+    type Target = VmaRef;
+
+    fn deref(&self) -> &VmaRef {
+        self.0
+    }
+}
+
+impl<'a> LockedVma<'a> {
+    /// The VMA at `addr` of the mm whose mmap lock `guard` holds.
+    pub(crate) fn lookup(guard: &'a MmapReadGuard<'_>, addr: usize) -> Option<Self> {
+        // INVARIANT: `guard` holds the lock for the borrow.
+        guard.vma_lookup(addr).map(Self)
+    }
+
+    /// Wraps `vma`.
+    ///
+    /// # Safety
+    ///
+    /// The mmap lock of `vma`'s mm is held for `'a`.
+    pub(super) unsafe fn new(vma: &'a VmaRef) -> Self {
+        // INVARIANT: the caller's promise.
+        Self(vma)
+    }
+
+    /// The VMA, borrowed for as long as the lock is held.
+    pub(crate) fn vma(self) -> &'a VmaRef {
+        self.0
+    }
+}
 
 /// A VMA whose mm's mmap lock is held for writing and which is itself
 /// write-locked, for as long as the borrow lasts: no zap of its page
@@ -32,6 +77,14 @@ impl core::ops::Deref for ExclusiveVma<'_> {
 
     fn deref(&self) -> &VmaRef {
         self.0
+    }
+}
+
+impl ExclusiveVma<'_> {
+    /// The VMA as one whose mmap lock is held (for writing).
+    pub(crate) fn locked(&self) -> LockedVma<'_> {
+        // INVARIANT: held for writing while `self` lives (the type).
+        LockedVma(self.0)
     }
 }
 
@@ -192,7 +245,7 @@ impl<'a> MmapRead<'a> {
     }
 
     /// The VMA at `addr`, if any, for as long as the lock is held.
-    pub(crate) fn vma_lookup(&self, addr: usize) -> Option<&VmaRef> {
+    pub(crate) fn vma_lookup(&self, addr: usize) -> Option<LockedVma<'_>> {
         // SAFETY: the lock is held for reading (invariant).
         let vma = unsafe { b::msvm_vma_lookup(self.mm.as_raw(), addr) };
         if vma.is_null() {
@@ -200,7 +253,8 @@ impl<'a> MmapRead<'a> {
         }
         // SAFETY: a VMA of the mm, valid while its mmap lock is held, which
         // the borrow of `self` bounds.
-        Some(unsafe { VmaRef::from_raw(vma) })
+        // INVARIANT: the lock is held (for reading) for the borrow.
+        Some(LockedVma(unsafe { VmaRef::from_raw(vma) }))
     }
 }
 

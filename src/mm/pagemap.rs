@@ -516,3 +516,103 @@ impl<T: PagemapOps> PinnedDrop for Pagemap<T> {
         unsafe { release_devmem(self.res) };
     }
 }
+
+#[kernel::macros::kunit_tests(msvm_pagemap)]
+mod tests {
+    use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+    use super::*;
+
+    /// Counts the callbacks of the map's frees.
+    struct Counting {
+        freeing: AtomicUsize,
+        freed: AtomicUsize,
+    }
+
+    impl PagemapOps for Counting {
+        fn folio_freeing(&self, _first: usize, nr: usize) {
+            self.freeing.fetch_add(nr, Relaxed);
+        }
+
+        fn folio_freed(&self, freed: usize) {
+            self.freed.fetch_add(freed, Relaxed);
+        }
+
+        fn migrate_to_ram(&self, _fault: Fault<'_>) -> Result<(), FaultError> {
+            Err(FaultError::Sigbus)
+        }
+    }
+
+    static KEY: OwnerKey<Counting> = OwnerKey::new();
+    static OTHER: OwnerKey<Counting> = OwnerKey::new();
+
+    fn map(blocks: usize) -> Result<Arc<Pagemap<Counting>>> {
+        Pagemap::new(
+            blocks * BLOCK_PAGES * PAGE_SIZE,
+            &KEY,
+            c"msvm_kunit",
+            Home::LOCAL,
+            |_| {
+                try_init!(Counting {
+                    freeing: AtomicUsize::new(0),
+                    freed: AtomicUsize::new(0),
+                }? Error)
+            },
+        )
+    }
+
+    /// Pages handed out are the map's, known by its key only, and come
+    /// back through the callbacks when their last reference goes: once
+    /// each, to be handed out again.
+    #[test]
+    fn pages_out_are_the_maps_and_come_back_once() -> Result {
+        let m = map(2)?;
+        let mut scratch = KVec::with_capacity(3, GFP_KERNEL)?;
+        let mut pages = KVec::with_capacity(3, GFP_KERNEL)?;
+        let n = m.alloc_pages(5, &mut scratch, |i, p| {
+            // Room for as many as the scratch holds.
+            let _ = pages.push((i, p), GFP_KERNEL);
+        });
+        // No more than the scratch holds.
+        assert_eq!(n, 3);
+        assert_eq!(pages.len(), 3);
+        assert_eq!(m.used(), 3);
+        for (i, p) in &pages {
+            let page = p.page();
+            assert!(page.is_device_private());
+            assert_eq!(map_of(page, &KEY).and_then(|m| m.index_of(page)), Some(*i));
+            assert!(map_of(page, &OTHER).is_none());
+        }
+        drop(pages);
+        assert_eq!(m.used(), 0);
+        assert_eq!(m.data().freeing.load(Relaxed), 3);
+        assert_eq!(m.data().freed.load(Relaxed), 3);
+        assert_eq!(m.counts().free, 2 * BLOCK_PAGES);
+        Ok(())
+    }
+
+    /// A whole 2 MiB block goes out as one folio, only while a block is
+    /// wholly free, and comes back whole.
+    #[test]
+    fn blocks_go_out_whole() -> Result {
+        let m = map(2)?;
+        // msvm's kernels migrate THPs (`CONFIG_ARCH_ENABLE_THP_MIGRATION`),
+        // and the map's frames are aligned to 2 MiB blocks.
+        assert!(m.holds_large());
+        let mut scratch = KVec::with_capacity(1, GFP_KERNEL)?;
+        let mut small = None;
+        m.alloc_pages(1, &mut scratch, |_, p| small = Some(p));
+        let (i, folio) = m.alloc_block().ok_or(ENOMEM)?;
+        assert_eq!(i % BLOCK_PAGES, 0);
+        assert_eq!(folio.page().folio_order(), BLOCK_PAGES.trailing_zeros());
+        assert_eq!(m.block_use(i / BLOCK_PAGES), (BLOCK_PAGES, true));
+        // The other block has a page out: no block is wholly free.
+        assert!(m.alloc_block().is_none());
+        drop(folio);
+        assert_eq!(m.data().freeing.load(Relaxed), BLOCK_PAGES);
+        assert_eq!(m.used(), 1);
+        drop(small);
+        assert_eq!(m.used(), 0);
+        Ok(())
+    }
+}

@@ -3,7 +3,6 @@
 //! Eviction: every page of a chunk to system RAM (or into other chunks, for
 //! a consolidation), 2 MiB folios first through the mms that map them.
 
-use kernel::mm::virt::VmaRef;
 use kernel::mm::{Mm, MmWithUser};
 use kernel::num::casts::FromSafeCast;
 use kernel::prelude::*;
@@ -12,7 +11,7 @@ use kernel::sync::atomic::Relaxed;
 
 use crate::mm::cancel::Cancel;
 use crate::mm::migrate::{device_folio_mapcount, DeviceMigration, Select, VmaMigration};
-use crate::mm::mmap::{MmExcluded, MmapRead, Wait};
+use crate::mm::mmap::{LockedVma, MmExcluded, MmapRead, Wait};
 use crate::mm::page::{How, NewPage, PageRef, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::{self, Pagemap, PAGE_SIZE};
 use crate::mm::trace::{self, EvictReason};
@@ -256,8 +255,8 @@ impl VramPool {
     }
 
     /// Moves the pages of chunk `map` (pages `[start, end)` of it) that
-    /// `[s, e)` of `vma` maps, with the mmap lock of `mm` held (the borrow
-    /// of `vma`): a migration of that VMA range, in which every other page
+    /// `[s, e)` of `vma` maps, with the mmap lock of `mm` held (the
+    /// `LockedVma`): a migration of that VMA range, in which every other page
     /// found is left where it is.
     #[allow(clippy::too_many_arguments)]
     fn drain_run(
@@ -265,7 +264,7 @@ impl VramPool {
         map: &Pagemap<Chunk>,
         start: usize,
         end: usize,
-        vma: &VmaRef,
+        vma: LockedVma<'_>,
         mm: &Mm,
         s: usize,
         e: usize,
@@ -320,7 +319,7 @@ impl VramPool {
                 Drain::All => How::Must,
                 Drain::Room => How::Try,
             };
-            let dst = NewPage::home(Some((vma, s + j * PAGE_SIZE)), self.home(), how);
+            let dst = NewPage::home(Some((vma.vma(), s + j * PAGE_SIZE)), self.home(), how);
             let Some(dst) = dst else {
                 continue;
             };
