@@ -30,13 +30,18 @@ use core::marker::{PhantomData, PhantomPinned};
 
 use kernel::{
     mm::MmWithUser,
-    new_mutex,
     prelude::*,
     sync::{Mutex, MutexGuard},
     types::Opaque,
 };
 
 use super::bindings as b;
+
+/// The name of every mirror's lock, one lock class for all tables (see
+/// `super::pagemap::FREE_LOCK`: a literal in the generic
+/// [`Mirror::create`] would be copied into each crate that instantiates
+/// it).
+static MIRROR_LOCK: &CStr = c"Mirror::lock";
 use super::owner::Owner;
 use super::page::{PageRef, BLOCK_PAGES, PAGE_SIZE};
 
@@ -205,7 +210,7 @@ impl<T: MirrorTable> Mirror<T> {
                     // SAFETY: all-zeroes is the expected state before insert.
                     unsafe { core::ptr::write_bytes(p, 0, 1) };
                 }),
-                lock <- new_mutex!(table),
+                lock <- Mutex::new(table, MIRROR_LOCK, kernel::static_lock_class!()),
                 start,
                 end,
                 exclusive_for,

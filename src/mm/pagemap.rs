@@ -25,7 +25,6 @@ use core::ptr::NonNull;
 use kernel::{
     bindings,
     error::from_err_ptr,
-    new_spinlock,
     num::casts::FromSafeCast,
     prelude::*,
     sync::{Arc, SpinLock, UniqueArc},
@@ -33,6 +32,13 @@ use kernel::{
 };
 
 use super::bindings as b;
+
+/// The name of every pagemap's free-map lock, one lock class for all `T`
+/// (its key is the one static of [`Pagemap::new`]). A static, not a
+/// literal in the generic `new`: each crate that instantiates `new` would
+/// have its own copy of a literal, and lockdep warns when one key meets two
+/// names.
+static FREE_LOCK: &CStr = c"Pagemap::free";
 use super::fault::{Fault, FaultError, FaultLock};
 use super::freemap::FreeMap;
 use super::migrate::DeviceMigration;
@@ -283,7 +289,7 @@ impl<T: PagemapOps> Pagemap<T> {
                 pfn_first: first_pfn,
                 npages: len / PAGE_SIZE,
                 // INVARIANT: no page of a new map is in use.
-                free <- new_spinlock!(free),
+                free <- SpinLock::new(free, FREE_LOCK, kernel::static_lock_class!()),
                 data <- data(first_pfn),
                 // INVARIANT: not passed to `memremap_pages` yet.
                 mapped: false,
