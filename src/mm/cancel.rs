@@ -56,6 +56,12 @@ impl Departures {
     }
 }
 
+impl Default for Departures {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// Held by a bound device and dropped first when it goes (before its DRM
 /// device is unplugged): every ioctl of its driver in progress then stops
 /// at its next step ([`Cancel::check`]: `EAGAIN`), so that the unplug's

@@ -399,8 +399,8 @@ impl DeviceMigration<'_> {
         })
     }
 
-    /// Number of entries.
-    pub(crate) fn len(&self) -> usize {
+    /// Number of entries (pages).
+    pub(crate) fn npages(&self) -> usize {
         self.src.len()
     }
 

@@ -70,6 +70,12 @@ impl<T> OwnerKey<T> {
     }
 }
 
+impl<T> Default for OwnerKey<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 #[kunit_tests(msvm_owner)]
 mod tests {
     use super::*;

@@ -446,7 +446,7 @@ impl VramPool {
         d: &mut Drained,
     ) -> Result {
         let base = map.data().base;
-        let n = mig.len();
+        let n = mig.npages();
         // How many pages each filled entry stands for.
         let mut filled = KVec::from_elem(0usize, n, GFP_KERNEL)?;
         for (i, f) in filled.iter_mut().enumerate() {
