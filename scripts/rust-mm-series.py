@@ -112,16 +112,20 @@ def rust_glue(text):
 
 
 def drop_unused(text, others):
-    """`text` without its top-level `pub(super)` functions that no file of
-    the series calls (msvm's other modules do): dead code in the kernel
-    crate."""
+    """`text` without its `pub(super)` functions (top-level, or methods)
+    that neither it nor `others` calls: msvm's other modules may, or a
+    module of a later patch, which adds them then (so that each patch
+    builds without dead code)."""
     def keep(m):
         name = m.group(2)
         rest = text.replace(m.group(0), "")
         used = re.search(r"\b" + name + r"\b", rest + others)
         return m.group(0) if used else ""
-    return re.sub(r"((?:^///[^\n]*\n)*)^pub\(super\) fn (\w+)[^{]*\{\n.*?^\}\n\n?", keep, text,
-                  flags=re.M | re.S)
+    for ind in ("", "    "):
+        text = re.sub(r"((?:^" + ind + r"(?:///|#\[)[^\n]*\n)*)^" + ind
+                      + r"pub\(super\) (?:unsafe )?fn (\w+)[^{]*\{\n.*?^" + ind + r"\}\n\n?",
+                      keep, text, flags=re.M | re.S)
+    return text
 
 
 def rust_sample(text, root):
@@ -260,16 +264,22 @@ def main():
         given, all_calls = set(), set()
         mmrs = os.path.join(tree, "rust/kernel/mm.rs")
         helpers_c = os.path.join(tree, "rust/helpers/helpers.c")
+        added = []
         for name, mods, subject, body in SERIES:
             calls = set()
-            for m in mods:
+            added += mods
+            # Every module so far, again: a function that only a module of
+            # this patch calls goes into its (earlier) file now.
+            for m in added:
                 others = "".join(open(os.path.join(GLUE, x + ".rs")).read()
-                                 for _, ms, _, _ in SERIES for x in ms if x != m)
+                                 for x in added if x != m)
                 src = drop_unused(open(os.path.join(GLUE, m + ".rs")).read(), others)
                 calls |= {c for c in re.findall(r"\bb::(msvm_\w+)\s*\(", src)}
                 dst = os.path.join(tree, "rust/kernel/mm", m + ".rs")
                 os.makedirs(os.path.dirname(dst), exist_ok=True)
                 open(dst, "w").write(rust_glue(src))
+                if m not in mods:
+                    continue
                 # After the modules before it (sorted), so that the list
                 # reads as the series adds it.
                 t = open(mmrs).read()

@@ -54,7 +54,7 @@ impl<'a> LockedVma<'a> {
     /// # Safety
     ///
     /// The mmap lock of `vma`'s mm is held for `'a`.
-    pub(super) unsafe fn new(vma: &'a VmaRef) -> Self {
+    pub(crate) unsafe fn new(vma: &'a VmaRef) -> Self {
         // INVARIANT: the caller's promise.
         Self(vma)
     }
