@@ -116,15 +116,24 @@ def drop_unused(text, others):
     that neither it nor `others` calls: msvm's other modules may, or a
     module of a later patch, which adds them then (so that each patch
     builds without dead code)."""
-    def keep(m):
+    def keep(m, text, method):
         name = m.group(2)
         rest = text.replace(m.group(0), "")
-        used = re.search(r"\b" + name + r"\b", rest + others)
+        if method:
+            # A method: called as `Type::name` or `.name(` elsewhere, or as
+            # `Self::name` in its own file.
+            impls = re.findall(r"^impl(?:<[^\n>]*>)? (?:[\w:<>', ]+ for )?(\w+)",
+                               text[:m.start()], re.M)
+            ty = impls[-1] if impls else "Self"
+            pat = r"\b(?:%s|Self)::%s\b|\.%s\(" % (ty, name, name)
+            used = re.search(pat, rest) or re.search(r"\b%s::%s\b|\.%s\(" % (ty, name, name), others)
+        else:
+            used = re.search(r"\b" + name + r"\b", rest + others)
         return m.group(0) if used else ""
     for ind in ("", "    "):
-        text = re.sub(r"((?:^" + ind + r"(?:///|#\[)[^\n]*\n)*)^" + ind
-                      + r"pub\(super\) (?:unsafe )?fn (\w+)[^{]*\{\n.*?^" + ind + r"\}\n\n?",
-                      keep, text, flags=re.M | re.S)
+        pat = (r"((?:^" + ind + r"(?:///|#\[)[^\n]*\n)*)^" + ind
+               + r"pub\(super\) (?:unsafe )?fn (\w+)[^{]*\{\n.*?^" + ind + r"\}\n\n?")
+        text = re.sub(pat, lambda m, t=text, i=ind: keep(m, t, i != ""), text, flags=re.M | re.S)
     return text
 
 

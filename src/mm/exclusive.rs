@@ -53,7 +53,7 @@ impl ExclusivePage<'_> {
 
     /// Whether no invalidation of `mirror` (its own) came since the page
     /// was made exclusive (the caller holds its lock).
-    pub(super) fn still_valid<T: MirrorTable>(&self, mirror: &Mirror<T>) -> bool {
+    pub(crate) fn still_valid<T: MirrorTable>(&self, mirror: &Mirror<T>) -> bool {
         self.of(mirror) && !mirror.retry(self.seq)
     }
 }

@@ -240,7 +240,7 @@ impl<T: MirrorTable> Mirror<T> {
     }
 
     /// The owner the mirror's device makes pages exclusive for, if any.
-    pub(super) fn exclusive_owner(&self) -> Option<Owner> {
+    pub(crate) fn exclusive_owner(&self) -> Option<Owner> {
         self.exclusive_for
     }
 
@@ -553,7 +553,7 @@ impl<T: MirrorTable> MirrorGuard<'_, T> {
 
     /// Whether no invalidation came since `seq` was read: `EAGAIN` if one
     /// did, `EINVAL` if `seq` is another mirror's.
-    pub(super) fn check_seq(&self, seq: MirrorSeq<'_>) -> Result {
+    pub(crate) fn check_seq(&self, seq: MirrorSeq<'_>) -> Result {
         if seq.mirror != self.mirror.id() {
             return Err(EINVAL);
         }

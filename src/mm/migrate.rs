@@ -253,7 +253,7 @@ impl<'a> VmaMigration<'a> {
     }
 
     /// The mm of the VMA the range is in.
-    pub(super) fn mm(&self) -> &MmWithUser {
+    pub(crate) fn mm(&self) -> &MmWithUser {
         self.vma.mm()
     }
 

@@ -76,7 +76,7 @@ impl<'a> PageRef<'a> {
     }
 
     /// The raw pointer, for the other glue modules.
-    pub(super) fn as_non_null(self) -> NonNull<bindings::page> {
+    pub(crate) fn as_non_null(self) -> NonNull<bindings::page> {
         self.0
     }
 
@@ -274,7 +274,7 @@ impl NewPage {
     /// `page` must be a valid page, locked, with a reference, both of which
     /// the caller gives up, and fit to be a migration destination (nobody
     /// else uses it).
-    pub(super) unsafe fn from_locked(page: NonNull<bindings::page>) -> Self {
+    pub(crate) unsafe fn from_locked(page: NonNull<bindings::page>) -> Self {
         // INVARIANT: the caller's promise.
         Self(page)
     }
@@ -309,7 +309,7 @@ impl NewPage {
 
     /// Hands the page over to a migration, which unlocks and releases it
     /// when it finalizes.
-    pub(super) fn into_raw(self) -> NonNull<bindings::page> {
+    pub(crate) fn into_raw(self) -> NonNull<bindings::page> {
         let p = self.0;
         core::mem::forget(self);
         p
