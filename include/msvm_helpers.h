@@ -98,6 +98,7 @@ void msvm_mmap_read_lock(struct mm_struct *mm);
 bool msvm_mmap_read_trylock(struct mm_struct *mm);
 void msvm_mmap_read_unlock(struct mm_struct *mm);
 struct vm_area_struct *msvm_vma_lookup(struct mm_struct *mm, unsigned long addr);
+unsigned long msvm_kunit_mmap(unsigned long len);
 
 
 /* DMA mappings of system pages for a device. */

@@ -31,5 +31,5 @@ python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
 # 120 s timeout, say), and reports of the kernel that vm.py knows for
 # upstream ones (test_hmm meeting a 7.3 core bug) are shown, not failed.
 python3 "$MSVM_TOP/scripts/hmm-tests-report.py" "$log" test_hmm msvm_dmirror \
-	msvm_dmirror_memory,msvm_pagemap,msvm_backing || rc=1
+	msvm_dmirror_memory,msvm_pagemap,msvm_backing,msvm_mmap,msvm_cancel,msvm_misc,msvm_migrate,msvm_hmm,msvm_exclusive || rc=1
 exit $rc

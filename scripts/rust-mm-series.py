@@ -33,13 +33,15 @@ SERIES = [
      "A dev_private_owner token, and the static key whose address is the\n"
      "owner of a family of pagemaps of one Rust type, so that a page found\n"
      "with it is known to be that type's."),
-    ("mmap", ["mmap"], "rust: mm: add the mmap lock for writing, and a try for reading",
+    ("mmap", ["mmap", "kunit_mm"], "rust: mm: add the mmap lock for writing, and a try for reading",
      "MmapWriteGuard (killable), its exclusive VMAs, MmExcluded (an mm's\n"
      "mmap lock and every VMA lock held for writing, users or not),\n"
      "MmapRead (waiting or trying): kernel::mm offers the read lock only;\n"
      "and LockedVma, a VMA whose mm's mmap lock is held (a VMA's own lock,\n"
      "which VmaReadGuard derefs to a VmaRef with, is not enough for a page\n"
-     "walk)."),
+     "walk). With TestMapping, memory of a process for KUnit cases (the\n"
+     "case's kthread is given an mm, as kunit_vm_mmap() does), which the\n"
+     "KUnit cases of this series touch through user copies."),
     ("cancel", ["cancel"], "rust: mm: add cancellation points for long operations",
      "Cancel::check reschedules and stops an operation on a fatal signal\n"
      "(EINTR), when its DRM device is unplugged (ENODEV), or when another\n"

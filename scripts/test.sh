@@ -112,7 +112,7 @@ awk '/^== msvm: insmod/ { armed = 1 }
 python3 "$MSVM_KSRC/tools/testing/kunit/kunit.py" parse "$B/kunit-ktap.log" \
 	>"$B/kunit.log" 2>&1 || kunit_rc=$?
 sed 's/\x1b\[[0-9;]*m//g' "$B/kunit.log" | grep -vE '^\[..:..:..\] *$' | tail -20
-for suite in msvm_device msvm_dmem msvm_topology msvm_uapi msvm_placement msvm_vram msvm_freemap msvm_lru msvm_thrash msvm_access msvm_block_key msvm_process msvm_numa msvm_engine msvm_devpt msvm_tlb msvm_shadow msvm_pagemap msvm_backing; do
+for suite in msvm_device msvm_dmem msvm_topology msvm_uapi msvm_placement msvm_vram msvm_freemap msvm_lru msvm_thrash msvm_access msvm_block_key msvm_process msvm_numa msvm_engine msvm_devpt msvm_tlb msvm_shadow msvm_pagemap msvm_backing msvm_mmap msvm_cancel msvm_migrate msvm_hmm msvm_exclusive msvm_misc; do
 	grep -q "# Subtest: $suite" "$B/test-console.log" || {
 		echo "KUnit suite $suite did not run"
 		kunit_rc=1

@@ -81,6 +81,8 @@
 #include <linux/swiotlb.h>
 #include <linux/fs.h>
 #include <linux/mutex.h>
+#include <linux/mman.h>
+#include <kunit/test.h>
 #include <uapi/linux/magic.h>
 #include <drm/drm_drv.h>
 #include <drm/drm_file.h>
@@ -241,6 +243,38 @@ struct vm_area_struct *msvm_vma_lookup(struct mm_struct *mm, unsigned long addr)
 {
 	mmap_assert_locked(mm);
 	return vma_lookup(mm, addr);
+}
+
+/*
+ * For KUnit cases (src/mm/kunit_mm.rs): @len bytes of anonymous private
+ * memory, readable and writable, mapped in the mm of the calling task,
+ * which is given one first if it has none (a KUnit case's kthread:
+ * kunit_attach_mm(), as kunit_vm_mmap() does). Returns the address, or a
+ * negative errno cast as vm_mmap() returns one.
+ */
+unsigned long msvm_kunit_mmap(unsigned long len)
+{
+#if IS_BUILTIN(CONFIG_KUNIT)
+	bool fresh = !current->mm;
+	int ret = kunit_attach_mm();
+
+	if (ret)
+		return (unsigned long)ret;
+	/*
+	 * A fresh mm holds two references of the task's: mm_alloc()'s, which
+	 * exit_mm()'s mmput() drops, and kthread_use_mm()'s mmgrab() for
+	 * active_mm, which nothing drops: the kthread exits with the mm still
+	 * in use (no kthread_unuse_mm()), and exit_mm() takes a lazy-TLB
+	 * reference of its own, which the final context switch drops. As
+	 * 7.3's kunit_attach_mm() stands, each case's mm_struct would leak
+	 * (kmemleak): drop the extra one now, as a process holds its mm.
+	 */
+	if (fresh)
+		mmdrop(current->mm);
+	return vm_mmap(NULL, 0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, 0);
+#else
+	return (unsigned long)-EINVAL;
+#endif
 }
 
 /*

@@ -228,3 +228,93 @@ pub(crate) fn cond_resched() {
     // atomic context is a bug the kernel reports, not undefined behaviour).
     unsafe { b::msvm_cond_resched() };
 }
+
+#[kunit_tests(msvm_cancel)]
+mod tests {
+    use core::sync::atomic::{AtomicBool, Ordering};
+
+    use kernel::new_mutex;
+
+    use super::*;
+
+    /// An ioctl's conditions for `departures`, without a device (what
+    /// [`Cancel::ioctl`] makes, less the unplug check).
+    fn driver_work(departures: &Departures) -> Cancel<'_> {
+        // INVARIANT: no device.
+        Cancel {
+            dev: None,
+            gone: Some((departures, departures.gone.load(Relaxed))),
+            watch: None,
+            outer: None,
+            _dev: PhantomData,
+        }
+    }
+
+    /// The kernel's own work goes on; what it watches stops it (`ENODEV`),
+    /// and only it.
+    #[test]
+    fn watching_stops_on_its_condition() -> Result {
+        let task = Cancel::task();
+        task.check()?;
+        let withdrawn = AtomicBool::new(false);
+        let gone = || withdrawn.load(Ordering::Relaxed);
+        let peer = task.watching(&gone);
+        peer.check()?;
+        withdrawn.store(true, Ordering::Relaxed);
+        assert_eq!(peer.check(), Err(ENODEV));
+        task.check()?;
+        Ok(())
+    }
+
+    /// A device of the driver going away stops the driver's work
+    /// (`EAGAIN`) from its `GoingAway` on: work begun before stays stopped
+    /// after its `Gone`, work begun after goes on; another driver's work is
+    /// not stopped.
+    #[test]
+    fn departures_stop_the_drivers_work() -> Result {
+        static MINE: Departures = Departures::new();
+        static OTHER: Departures = Departures::new();
+        let before = driver_work(&MINE);
+        let other = driver_work(&OTHER);
+        let (going, gone) = MINE.bind();
+        before.check()?;
+        drop(going);
+        assert_eq!(before.check(), Err(EAGAIN));
+        // Through a watching one too.
+        let never = || false;
+        assert_eq!(before.watching(&never).check(), Err(EAGAIN));
+        assert_eq!(driver_work(&MINE).check(), Err(EAGAIN));
+        other.check()?;
+        drop(gone);
+        assert_eq!(before.check(), Err(EAGAIN));
+        driver_work(&MINE).check()?;
+        Ok(())
+    }
+
+    /// A `Gone` whose `GoingAway` was forgotten leaves the count at zero
+    /// (it would wrap): the driver's work is not stopped for good, and the
+    /// next pair balances.
+    #[test]
+    fn a_lone_gone_saturates() -> Result {
+        static D: Departures = Departures::new();
+        let (going, gone) = D.bind();
+        core::mem::forget(going);
+        drop(gone);
+        driver_work(&D).check()?;
+        let (going, gone) = D.bind();
+        drop(going);
+        drop(gone);
+        driver_work(&D).check()?;
+        Ok(())
+    }
+
+    /// An unheld lock is had at once, and let go with its guard.
+    #[test]
+    fn lock_killable_locks() -> Result {
+        let m = KBox::pin_init(new_mutex!(1u32), GFP_KERNEL)?;
+        *lock_killable(&m)? += 1;
+        assert!(m.try_lock().is_some());
+        assert_eq!(*lock_killable(&m)?, 2);
+        Ok(())
+    }
+}

@@ -219,21 +219,21 @@ impl Mirror<DevTable> {
 impl MirrorGuard<'_, DevTable> {
     /// The device page table.
     pub(crate) fn table(&self) -> &DevPt {
-        &self.guard.pt
+        &self.pt
     }
 
     /// Zaps the device page table's entries of `[start, end)` (the
     /// range's placement changed: its pages must fault again). Returns the
     /// entries removed.
     pub(crate) fn zap(&mut self, start: usize, end: usize) -> u64 {
-        let t = &mut *self.guard;
+        let t = self.table_mut();
         t.pt.zap(start, end, Some(&t.tables.counters), true)
     }
 
     /// Zaps the device page table's [`Life::Job`] entries of `[start,
     /// end)`: the job that faulted them ended. Returns the entries removed.
     pub(crate) fn zap_job(&mut self, start: usize, end: usize) -> u64 {
-        let t = &mut *self.guard;
+        let t = self.table_mut();
         t.pt.zap_job(start, end, &t.tables.counters)
     }
 
@@ -250,13 +250,13 @@ impl MirrorGuard<'_, DevTable> {
     ) -> Result<u64> {
         self.check(walk)?;
         let mut bound = 0;
-        let t = &mut *self.guard;
-        for (i, e) in walk.pfns.iter().enumerate() {
+        let t = self.table_mut();
+        for (i, e) in walk.pfns().iter().enumerate() {
             let Some(pfn) = e.pfn() else { continue };
             // SAFETY: a page the walk found, which no invalidation changed
             // since (checked above) and none can while the lock is held.
             let page = unsafe { PageRef::from_pfn(pfn) };
-            let addr = walk.start + i * PAGE_SIZE;
+            let addr = walk.start() + i * PAGE_SIZE;
             let Some((b, life)) = how(addr, page) else {
                 continue;
             };

@@ -12,7 +12,7 @@ use core::ptr::NonNull;
 use kernel::{bindings, error::from_err_ptr, prelude::*};
 
 use super::bindings as b;
-use super::hmm::{Mirror, MirrorTable};
+use super::hmm::{Mirror, MirrorGuard, MirrorTable};
 use super::mmap::MmapRead;
 use super::page::{PageRef, PAGE_SIZE};
 
@@ -51,10 +51,11 @@ impl ExclusivePage<'_> {
         mirror.id() == self.mirror
     }
 
-    /// Whether no invalidation of `mirror` (its own) came since the page
-    /// was made exclusive (the caller holds its lock).
-    pub(crate) fn still_valid<T: MirrorTable>(&self, mirror: &Mirror<T>) -> bool {
-        self.of(mirror) && !mirror.retry(self.seq)
+    /// Whether the page was made exclusive by the mirror `guard` holds the
+    /// lock of, and no invalidation of it came since (none can complete
+    /// while the lock is held).
+    pub(crate) fn still_valid<T: MirrorTable>(&self, guard: &MirrorGuard<'_, T>) -> bool {
+        self.of(guard.mirror()) && !guard.mirror().retry(self.seq)
     }
 }
 
@@ -120,5 +121,100 @@ impl<T: MirrorTable> Mirror<T> {
             mirror: self.id(),
             _mirror: core::marker::PhantomData,
         })
+    }
+}
+
+#[kunit_tests(msvm_exclusive)]
+mod tests {
+    use super::super::hmm::Invalidation;
+    use super::super::kunit_mm::{check, TestMapping};
+    use super::super::mmap::Wait;
+    use super::super::owner::OwnerKey;
+    use super::*;
+
+    /// Counts the invalidations that reach the mirror.
+    #[derive(Default)]
+    struct Seen {
+        invalidations: usize,
+        unmaps: usize,
+    }
+
+    impl MirrorTable for Seen {
+        fn invalidate(&mut self, inv: &Invalidation) {
+            self.invalidations += 1;
+            self.unmaps += usize::from(inv.unmap);
+        }
+    }
+
+    static DEV: OwnerKey<()> = OwnerKey::new();
+
+    /// A page made exclusive is the page the process wrote, and the call's
+    /// own invalidation is skipped: the page is still valid under the
+    /// mirror's lock. The CPU's next touch turns it back (the mirror is
+    /// told) and finds the data as it was.
+    #[test]
+    fn cpu_touch_turns_it_back() -> Result {
+        let m = TestMapping::new(PAGE_SIZE)?;
+        m.fill(0, PAGE_SIZE, 0x77)?;
+        let mirror = Mirror::create(
+            m.mm(),
+            (m.addr(), PAGE_SIZE),
+            Seen::default(),
+            Some(DEV.owner()),
+        )?;
+        {
+            let mmap = MmapRead::lock(m.mm(), Wait::Always)?;
+            let page = mirror.make_exclusive(&mmap, m.addr())?;
+            check(page.address() == m.addr())?;
+            check(page.page().is_anon())?;
+            let g = mirror.lock();
+            check(page.still_valid(&g))?;
+            check(g.invalidations == 0)?;
+        }
+        check(m.holds(0, PAGE_SIZE, 0x77)?)?;
+        check(mirror.lock().invalidations >= 1)?;
+        m.fill(0, 1, 0x78)?;
+        check(m.holds(0, 1, 0x78)? && m.holds(1, PAGE_SIZE - 1, 0x77)?)?;
+        Ok(())
+    }
+
+    /// An unmap while the page is held exclusive invalidates it: no longer
+    /// valid under the lock, and the mirror was told of the unmap.
+    #[test]
+    fn an_unmap_invalidates_it() -> Result {
+        let m = TestMapping::new(2 * PAGE_SIZE)?;
+        m.fill(0, 2 * PAGE_SIZE, 0x11)?;
+        let range = (m.addr(), 2 * PAGE_SIZE);
+        let mirror = Mirror::create(m.mm(), range, Seen::default(), Some(DEV.owner()))?;
+        let page = {
+            let mmap = MmapRead::lock(m.mm(), Wait::Always)?;
+            mirror.make_exclusive(&mmap, m.addr() + PAGE_SIZE)?
+        };
+        check(page.still_valid(&mirror.lock()))?;
+        drop(m);
+        let g = mirror.lock();
+        check(!page.still_valid(&g))?;
+        check(g.unmaps >= 1)?;
+        Ok(())
+    }
+
+    /// Refused (`EINVAL`): a mirror with no exclusive owner, an address
+    /// outside the mirror or not page aligned.
+    #[test]
+    fn refuses_what_it_cannot_do() -> Result {
+        let m = TestMapping::new(2 * PAGE_SIZE)?;
+        m.fill(0, 2 * PAGE_SIZE, 1)?;
+        let plain = Mirror::create(m.mm(), (m.addr(), 2 * PAGE_SIZE), Seen::default(), None)?;
+        let half = Mirror::create(
+            m.mm(),
+            (m.addr(), PAGE_SIZE),
+            Seen::default(),
+            Some(DEV.owner()),
+        )?;
+        let mmap = MmapRead::lock(m.mm(), Wait::Always)?;
+        check(plain.make_exclusive(&mmap, m.addr()).err() == Some(EINVAL))?;
+        check(half.make_exclusive(&mmap, m.addr() + PAGE_SIZE).err() == Some(EINVAL))?;
+        check(half.make_exclusive(&mmap, m.addr() + 8).err() == Some(EINVAL))?;
+        Ok(())
     }
 }

@@ -26,7 +26,10 @@
 //! invalidation comes from unmap, migration, reclaim): under it, nothing
 //! allocates memory that can reclaim, takes `mmap_lock` or migrates.
 
-use core::marker::{PhantomData, PhantomPinned};
+use core::{
+    marker::{PhantomData, PhantomPinned},
+    ops::Deref,
+};
 
 use kernel::{
     mm::MmWithUser,
@@ -36,14 +39,13 @@ use kernel::{
 };
 
 use super::bindings as b;
+use super::owner::Owner;
+use super::page::{PageRef, BLOCK_PAGES, PAGE_SIZE};
 
 /// The name of every mirror's lock, one lock class for all tables (see
 /// `super::pagemap::FREE_LOCK`: a literal in the generic
-/// [`Mirror::create`] would be copied into each crate that instantiates
-/// it).
+/// [`Mirror::create`] would be copied into each instantiation of it).
 static MIRROR_LOCK: &CStr = c"Mirror::lock";
-use super::owner::Owner;
-use super::page::{PageRef, BLOCK_PAGES, PAGE_SIZE};
 
 /// An invalidation of a mirrored range, as the table sees it.
 pub(crate) struct Invalidation {
@@ -284,6 +286,7 @@ impl<T: MirrorTable> Mirror<T> {
     /// once this is taken ([`MirrorGuard::pages`]) stay as found while the
     /// guard lives.
     pub(crate) fn lock(&self) -> MirrorGuard<'_, T> {
+        // INVARIANT: our lock.
         MirrorGuard {
             mirror: self,
             guard: self.lock.lock(),
@@ -516,9 +519,22 @@ pub(crate) struct Walk<'m, 'p> {
     mirror: usize,
     _mirror: PhantomData<&'m ()>,
     /// The address of the first entry.
-    pub(super) start: usize,
-    pub(super) pfns: &'p [HmmPfn],
+    start: usize,
+    pfns: &'p [HmmPfn],
     seq: usize,
+}
+
+impl<'p> Walk<'_, 'p> {
+    /// The address of the first entry.
+    pub(crate) fn start(&self) -> usize {
+        self.start
+    }
+
+    /// The entries, as found (a page in them is only had through
+    /// [`MirrorGuard::pages`], or under the guard's check).
+    pub(super) fn pfns(&self) -> &'p [HmmPfn] {
+        self.pfns
+    }
 }
 
 /// A sequence of a [`Mirror`] ([`Mirror::begin`]), which it cannot
@@ -530,13 +546,36 @@ pub(crate) struct MirrorSeq<'m> {
     _mirror: PhantomData<&'m ()>,
 }
 
-/// A [`Mirror`]'s lock, held.
+/// A [`Mirror`]'s lock, held; reads as the table it guards. Only this
+/// module's siblings change the table, keeping its invariants.
+///
+/// # Invariants
+///
+/// `guard` is `mirror`'s lock.
 pub(crate) struct MirrorGuard<'a, T: MirrorTable> {
-    pub(super) mirror: &'a Mirror<T>,
-    pub(super) guard: MutexGuard<'a, T>,
+    mirror: &'a Mirror<T>,
+    guard: MutexGuard<'a, T>,
 }
 
-impl<T: MirrorTable> MirrorGuard<'_, T> {
+impl<T: MirrorTable> Deref for MirrorGuard<'_, T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.guard
+    }
+}
+
+impl<'a, T: MirrorTable> MirrorGuard<'a, T> {
+    /// The mirror whose lock this is.
+    pub(super) fn mirror(&self) -> &'a Mirror<T> {
+        self.mirror
+    }
+
+    /// The table, to change.
+    pub(super) fn table_mut(&mut self) -> &mut T {
+        &mut self.guard
+    }
+
     /// Whether `walk` is this mirror's and no invalidation came since it:
     /// `EAGAIN` if one did (walk again), `EINVAL` if it is another
     /// mirror's.
@@ -628,6 +667,7 @@ impl<'g> Pages<'g> {
 
 #[kunit_tests(msvm_hmm)]
 mod tests {
+    use super::super::kunit_mm::{check, TestMapping};
     use super::*;
 
     /// An entry as `hmm_range_fault` fills it: `pfn`, valid, of map order
@@ -688,5 +728,59 @@ mod tests {
         assert!(!skipped(false, MINE.owner(), mine));
         assert!(!skipped(true, MINE.owner(), None));
         assert!(!skipped(true, Owner::NONE, None));
+    }
+
+    /// Counts the invalidations that reach the mirror.
+    #[derive(Default)]
+    struct Seen {
+        invalidations: usize,
+        unmaps: usize,
+    }
+
+    impl MirrorTable for Seen {
+        fn invalidate(&mut self, inv: &Invalidation) {
+            self.invalidations += 1;
+            self.unmaps += usize::from(inv.unmap);
+        }
+    }
+
+    /// A walk of a process's memory finds its pages (faulted in writable
+    /// if asked), valid under the lock until an invalidation of the range
+    /// comes: then `EAGAIN`, and the table was told first. Walks outside
+    /// the mirror, or checked against another mirror, are refused.
+    #[test]
+    fn a_walk_is_valid_until_an_invalidation() -> Result {
+        let m = TestMapping::new(2 * PAGE_SIZE)?;
+        m.fill(0, PAGE_SIZE, 0x21)?;
+        let mm = m.mm();
+        let mirror = Mirror::create(mm, (m.addr(), 2 * PAGE_SIZE), Seen::default(), None)?;
+        let other = Mirror::create(mm, (m.addr(), 2 * PAGE_SIZE), Seen::default(), None)?;
+        let mut pfns = [HmmPfn::NONE; 2];
+        let walk = mirror.fault(mm, m.addr(), &mut pfns, true, Owner::NONE)?;
+        check(walk.start() == m.addr())?;
+        // Both pages faulted in writable (the second, never touched, too).
+        check(
+            walk.pfns()
+                .iter()
+                .all(|e| e.pfn().is_some() && e.writable()),
+        )?;
+        {
+            let g = mirror.lock();
+            let pages = g.pages(&walk)?;
+            check(pages.page(0).is_some_and(|p| p.is_anon()))?;
+            check(g.invalidations == 0)?;
+        }
+        // (Not under the first mirror's lock: two mirrors' locks are one
+        // class, never nested.)
+        check(other.lock().pages(&walk).err() == Some(EINVAL))?;
+        // Beyond the mirror's range.
+        let mut past = [HmmPfn::NONE; 1];
+        let end = m.addr() + 2 * PAGE_SIZE;
+        check(mirror.fault(mm, end, &mut past, false, Owner::NONE).err() == Some(EINVAL))?;
+        drop(m);
+        let g = mirror.lock();
+        check(g.pages(&walk).err() == Some(EAGAIN))?;
+        check(g.unmaps >= 1)?;
+        Ok(())
     }
 }

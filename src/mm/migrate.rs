@@ -101,8 +101,9 @@ fn set_dst_in(slot: Option<&mut u64>, src: Entry, dst: NewPage, write: bool, don
         return Err(EBUSY);
     }
     *slot = dst_entry(src, &dst, write)?;
-    // The migration now owns the page: finalize unlocks and releases it.
-    dst.into_raw();
+    // The migration now owns the page (its entry is in `slot`): finalize
+    // unlocks and releases it.
+    let _ = dst.into_raw();
     Ok(())
 }
 
@@ -455,5 +456,106 @@ impl Drop for DeviceMigration<'_> {
                 self.src.len(),
             )
         };
+    }
+}
+
+#[kunit_tests(msvm_migrate)]
+mod tests {
+    use super::super::dma::SysPage;
+    use super::super::kunit_mm::{check, TestMapping};
+    use super::super::mmap::{MmapRead, Wait};
+    use super::super::numa::Home;
+    use super::super::page::How;
+    use super::*;
+
+    /// Four pages, the first and third written with their own byte.
+    fn four_pages() -> Result<TestMapping> {
+        let m = TestMapping::new(4 * PAGE_SIZE)?;
+        for i in [0u8, 2] {
+            m.fill(usize::from(i) * PAGE_SIZE, PAGE_SIZE, 0x10 + i)?;
+        }
+        Ok(m)
+    }
+
+    /// A migration collects the pages there are and the holes between,
+    /// and one never installed puts every page back as it was.
+    #[test]
+    fn collects_and_cancels() -> Result {
+        let m = four_pages()?;
+        {
+            let mmap = MmapRead::lock(m.mm(), Wait::Always)?;
+            let vma = mmap.vma_lookup(m.addr()).ok_or(ENOENT)?;
+            let end = m.addr() + 4 * PAGE_SIZE;
+            let mig =
+                VmaMigration::setup(vma, m.addr(), end, Select::System, None, Owner::NONE, None)?;
+            check(mig.npages() == 4)?;
+            check(core::ptr::eq(mig.mm(), m.mm()))?;
+            for i in 0..4 {
+                let e = mig.src(i);
+                check(e.migrate() && !e.compound() && e.nr_pages() == 1)?;
+                // Holes (never touched) have no page; written pages do.
+                let page = mig.src_page(i);
+                check(page.is_some() == (i % 2 == 0))?;
+                check(page.is_none_or(|p| p.is_anon() && !p.is_device_private()))?;
+                check(mig.dst_page(i).is_none())?;
+            }
+            check(mig.small_collected() == 4)?;
+            check(!mig.installed())?;
+            // Past the VMA: refused.
+            check(
+                VmaMigration::setup(
+                    vma,
+                    m.addr(),
+                    end + PAGE_SIZE,
+                    Select::System,
+                    None,
+                    Owner::NONE,
+                    None,
+                )
+                .err()
+                    == Some(EINVAL),
+            )?;
+        }
+        for i in 0..4u8 {
+            let want = if i % 2 == 0 { 0x10 + i } else { 0 };
+            check(m.holds(usize::from(i) * PAGE_SIZE, PAGE_SIZE, want)?)?;
+        }
+        Ok(())
+    }
+
+    /// Destinations given are installed: the process reads what was put
+    /// in them (a hole filled, a page replaced), and each slot takes one
+    /// page, before `pages` only.
+    #[test]
+    fn installs_destinations() -> Result {
+        let m = four_pages()?;
+        {
+            let mmap = MmapRead::lock(m.mm(), Wait::Always)?;
+            let vma = mmap.vma_lookup(m.addr()).ok_or(ENOENT)?;
+            let end = m.addr() + 4 * PAGE_SIZE;
+            let mut mig =
+                VmaMigration::setup(vma, m.addr(), end, Select::System, None, Owner::NONE, None)?;
+            let mut data = KVec::from_elem(0u8, PAGE_SIZE, GFP_KERNEL)?;
+            for i in [1u8, 2] {
+                let at = Some((vma.vma(), m.addr() + usize::from(i) * PAGE_SIZE));
+                let dst = NewPage::home(at, Home::LOCAL, How::Migrate).ok_or(ENOMEM)?;
+                data.fill(0xa0 + i);
+                SysPage::new(dst.page()).ok_or(EINVAL)?.write(0, &data);
+                let i = usize::from(i);
+                mig.set_dst(i, dst, true)?;
+                check(mig.dst_page(i).is_some())?;
+            }
+            let again = NewPage::home(None, Home::LOCAL, How::Migrate).ok_or(ENOMEM)?;
+            check(mig.set_dst(1, again, true) == Err(EBUSY))?;
+            mig.pages();
+            check(mig.installed())?;
+            check(mig.src(1).migrate() && mig.src(2).migrate())?;
+            let late = NewPage::home(None, Home::LOCAL, How::Migrate).ok_or(ENOMEM)?;
+            check(mig.set_dst(3, late, true) == Err(EBUSY))?;
+        }
+        for (i, want) in [(0usize, 0x10u8), (1, 0xa1), (2, 0xa2), (3, 0)] {
+            check(m.holds(i * PAGE_SIZE, PAGE_SIZE, want)?)?;
+        }
+        Ok(())
     }
 }

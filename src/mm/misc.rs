@@ -85,3 +85,49 @@ impl<F: MiscFile> MiscDevice for Adapter<F> {
         F::mmap(this, vma)
     }
 }
+
+#[kunit_tests(msvm_misc)]
+mod tests {
+    use super::*;
+
+    /// Files that open and do nothing.
+    struct Idle;
+
+    impl MiscFile for Idle {
+        type Data = u32;
+
+        fn open(_data: &u32) -> Result<Pin<KBox<Self>>> {
+            Ok(KBox::pin(Idle, GFP_KERNEL)?)
+        }
+
+        fn ioctl(_this: Pin<&Self>, _cmd: u32, _arg: usize) -> Result<isize> {
+            Err(ENOTTY)
+        }
+
+        fn mmap(_this: Pin<&Self>, _vma: &VmaNew) -> Result {
+            Err(ENODEV)
+        }
+    }
+
+    /// A device registers with a minor of its own under its name, keeps
+    /// its data, and is gone once dropped: the name can be had again.
+    #[test]
+    fn registers_and_deregisters() -> Result {
+        for round in 0..2u32 {
+            let dev = KBox::pin_init(
+                Misc::<Idle>::register(c"msvm_kunit_misc", round),
+                GFP_KERNEL,
+            )?;
+            assert_eq!(*dev.data(), round);
+            // SAFETY: the registration's `struct miscdevice`, registered
+            // while `dev` lives; plain fields.
+            let (minor, name) = unsafe {
+                let raw = dev.reg.as_raw();
+                ((*raw).minor, CStr::from_char_ptr((*raw).name))
+            };
+            assert!(minor != kernel::bindings::MISC_DYNAMIC_MINOR as i32);
+            assert_eq!(name, c"msvm_kunit_misc");
+        }
+        Ok(())
+    }
+}

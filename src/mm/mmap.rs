@@ -264,3 +264,57 @@ impl Drop for MmapRead<'_> {
         unsafe { b::msvm_mmap_read_unlock(self.mm.as_raw()) };
     }
 }
+
+#[kunit_tests(msvm_mmap)]
+mod tests {
+    use super::super::kunit_mm::{check, TestMapping};
+    use super::super::page::PAGE_SIZE;
+    use super::*;
+
+    /// The read lock, waited for or tried, finds the mapping as one VMA,
+    /// and nothing past it.
+    #[test]
+    fn read_lock_finds_the_mapping() -> Result {
+        let m = TestMapping::new(4 * PAGE_SIZE)?;
+        let (start, end) = (m.addr(), m.addr() + 4 * PAGE_SIZE);
+        for wait in [Wait::Always, Wait::Never] {
+            let mmap = MmapRead::lock(m.mm(), wait)?;
+            let vma = mmap.vma_lookup(start + PAGE_SIZE).ok_or(ENOENT)?;
+            check((vma.start(), vma.end()) == (start, end))?;
+            check(core::ptr::eq(mmap.mm(), m.mm()))?;
+            check(mmap.vma_lookup(end).is_none())?;
+        }
+        let guard = m.mm().mmap_read_lock();
+        let vma = LockedVma::lookup(&guard, end - 1).ok_or(ENOENT)?;
+        check(vma.vma().start() == start)?;
+        Ok(())
+    }
+
+    /// The write lock keeps readers out (a try fails, `EBUSY`) until it
+    /// goes, and its VMAs are the mapping's.
+    #[test]
+    fn write_lock_excludes_readers() -> Result {
+        let m = TestMapping::new(2 * PAGE_SIZE)?;
+        {
+            let w = MmapWriteGuard::lock_killable(m.mm())?;
+            let vma = w.vma_lookup(m.addr()).ok_or(ENOENT)?;
+            check(vma.locked().start() == m.addr())?;
+            check(w.vma_lookup(m.addr() + 2 * PAGE_SIZE).is_none())?;
+            check(MmapRead::lock(m.mm(), Wait::Never).err() == Some(EBUSY))?;
+            check(m.mm().mmap_read_trylock().is_none())?;
+        }
+        drop(MmapRead::lock(m.mm(), Wait::Never)?);
+        {
+            let _all = MmExcluded::lock(m.mm());
+            check(MmapRead::lock(m.mm(), Wait::Never).err() == Some(EBUSY))?;
+        }
+        drop(MmapRead::lock(m.mm(), Wait::Never)?);
+        // The memory is the case's to touch.
+        m.write(PAGE_SIZE - 2, &[1, 2, 3, 4])?;
+        let mut back = [0u8; 4];
+        m.read(PAGE_SIZE - 2, &mut back)?;
+        check(back == [1, 2, 3, 4])?;
+        check(m.write(2 * PAGE_SIZE - 1, &[0, 0]) == Err(EFAULT))?;
+        Ok(())
+    }
+}

@@ -31,6 +31,7 @@ pub(crate) mod fdinfo;
 pub(crate) mod freemap;
 pub(crate) mod hmm;
 pub(crate) mod iomem;
+pub(crate) mod kunit_mm;
 pub(crate) mod migrate;
 // Used by msvm_dmirror.ko only (the glue is built into both modules).
 #[allow(dead_code)]

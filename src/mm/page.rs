@@ -309,6 +309,7 @@ impl NewPage {
 
     /// Hands the page over to a migration, which unlocks and releases it
     /// when it finalizes.
+    #[must_use = "the page leaks unless a migration takes it"]
     pub(crate) fn into_raw(self) -> NonNull<bindings::page> {
         let p = self.0;
         core::mem::forget(self);

@@ -32,13 +32,6 @@ use kernel::{
 };
 
 use super::bindings as b;
-
-/// The name of every pagemap's free-map lock, one lock class for all `T`
-/// (its key is the one static of [`Pagemap::new`]). A static, not a
-/// literal in the generic `new`: each crate that instantiates `new` would
-/// have its own copy of a literal, and lockdep warns when one key meets two
-/// names.
-static FREE_LOCK: &CStr = c"Pagemap::free";
 use super::fault::{Fault, FaultError, FaultLock};
 use super::freemap::FreeMap;
 use super::migrate::DeviceMigration;
@@ -47,6 +40,13 @@ use super::page::{large_order, NewPage, PageRef, BLOCK_PAGES};
 
 pub(crate) use super::owner::OwnerKey;
 pub(crate) use super::page::PAGE_SIZE;
+
+/// The name of every pagemap's free-map lock, one lock class for all `T`
+/// (its key is the one static of [`Pagemap::new`]). A static, not a
+/// literal in the generic `new`: each instantiation of `new` would have
+/// its own copy of a literal, and lockdep warns when one key meets two
+/// names.
+static FREE_LOCK: &CStr = c"Pagemap::free";
 
 /// What a device-private pagemap's owner does when the mm core calls.
 pub(crate) trait PagemapOps: Send + Sync + Sized + 'static {
@@ -527,6 +527,13 @@ impl<T: PagemapOps> PinnedDrop for Pagemap<T> {
 mod tests {
     use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
+    use kernel::{new_mutex, sync::Mutex};
+
+    use super::super::dma::SysPage;
+    use super::super::kunit_mm::{check, TestMapping};
+    use super::super::migrate::{Select, VmaMigration};
+    use super::super::mmap::{MmapRead, Wait};
+    use super::super::page::How;
     use super::*;
 
     /// Counts the callbacks of the map's frees.
@@ -619,6 +626,126 @@ mod tests {
         assert_eq!(m.used(), 1);
         drop(small);
         assert_eq!(m.used(), 0);
+        Ok(())
+    }
+
+    /// Pages moved to the device keep their data in a store of the test's
+    /// (the memory a device would have), by index in the map.
+    #[pin_data]
+    struct Trip {
+        #[pin]
+        store: Mutex<KVec<(usize, KVec<u8>)>>,
+        homes: AtomicUsize,
+    }
+
+    impl PagemapOps for Trip {
+        fn folio_freeing(&self, _first: usize, _nr: usize) {}
+
+        fn folio_freed(&self, _freed: usize) {}
+
+        /// Moves the page home, with its data (`dmirror_devmem_fault`).
+        fn migrate_to_ram(&self, fault: Fault<'_>) -> Result<(), FaultError> {
+            let page = fault.page();
+            let map = map_of(page.page(), &TRIP).ok_or(FaultError::Sigbus)?;
+            let index = map.index_of(page.page()).ok_or(FaultError::Sigbus)?;
+            let addr = fault.address() & !(PAGE_SIZE - 1);
+            let vma = fault.vma();
+            let owner = TRIP.owner();
+            let end = addr + PAGE_SIZE;
+            let mut mig = VmaMigration::setup(
+                vma,
+                addr,
+                end,
+                Select::DevicePrivate,
+                None,
+                owner,
+                Some(page),
+            )
+            .map_err(|_| FaultError::Sigbus)?;
+            if mig.src(0).migrate() && mig.src_page(0).is_some() {
+                let dst = NewPage::home(Some((vma.vma(), addr)), Home::LOCAL, How::Migrate)
+                    .ok_or(FaultError::Oom)?;
+                {
+                    let store = self.store.lock();
+                    let (_, data) = store
+                        .iter()
+                        .find(|(i, _)| *i == index)
+                        .ok_or(FaultError::Sigbus)?;
+                    SysPage::new(dst.page())
+                        .ok_or(FaultError::Sigbus)?
+                        .write(0, data);
+                }
+                let write = mig.src(0).write();
+                mig.set_dst(0, dst, write).map_err(|_| FaultError::Sigbus)?;
+            }
+            mig.pages();
+            self.homes.fetch_add(1, Relaxed);
+            Ok(())
+        }
+    }
+
+    static TRIP: OwnerKey<Trip> = OwnerKey::new();
+
+    /// Pages of a process go to the device (its memory holds their data)
+    /// and come home, one by one, when the process touches them: a read
+    /// finds the data they left with, a write lands on it; each device
+    /// page is freed as its page comes home.
+    #[test]
+    fn pages_go_to_the_device_and_fault_home() -> Result {
+        // Before the mapping, so that it goes after: dropping a map waits
+        // for its pages, which the mapping may still hold if a check
+        // fails.
+        let map = Pagemap::new(
+            BLOCK_PAGES * PAGE_SIZE,
+            &TRIP,
+            c"msvm_kunit_trip",
+            Home::LOCAL,
+            |_| {
+                try_pin_init!(Trip {
+                    store <- new_mutex!(KVec::new()),
+                    homes: AtomicUsize::new(0),
+                }? Error)
+            },
+        )?;
+        let m = TestMapping::new(2 * PAGE_SIZE)?;
+        m.fill(0, PAGE_SIZE, 0x31)?;
+        m.fill(PAGE_SIZE, PAGE_SIZE, 0x32)?;
+        {
+            let mmap = MmapRead::lock(m.mm(), Wait::Always)?;
+            let vma = mmap.vma_lookup(m.addr()).ok_or(ENOENT)?;
+            let end = m.addr() + 2 * PAGE_SIZE;
+            let mut mig =
+                VmaMigration::setup(vma, m.addr(), end, Select::System, None, TRIP.owner(), None)?;
+            let mut scratch = KVec::with_capacity(2, GFP_KERNEL)?;
+            let mut out = KVec::with_capacity(2, GFP_KERNEL)?;
+            map.alloc_pages(2, &mut scratch, |i, p| {
+                // Room for two.
+                let _ = out.push((i, p), GFP_KERNEL);
+            });
+            check(out.len() == 2)?;
+            for (k, (index, dst)) in out.into_iter().enumerate() {
+                let src = mig.src_page(k).ok_or(EINVAL)?;
+                let mut data = KVec::from_elem(0u8, PAGE_SIZE, GFP_KERNEL)?;
+                SysPage::new(src).ok_or(EINVAL)?.read(0, &mut data);
+                map.data().store.lock().push((index, data), GFP_KERNEL)?;
+                mig.set_dst(k, dst, true)?;
+            }
+            mig.pages();
+            check(mig.src(0).migrate() && mig.src(1).migrate())?;
+        }
+        check(map.used() == 2)?;
+        check(map.data().homes.load(Relaxed) == 0)?;
+        // A read brings the second page home, with its data.
+        check(m.holds(PAGE_SIZE, PAGE_SIZE, 0x32)?)?;
+        check(map.data().homes.load(Relaxed) == 1)?;
+        check(map.used() == 1)?;
+        // A write brings the first home, then lands.
+        m.fill(0, 8, 0x41)?;
+        check(map.data().homes.load(Relaxed) == 2)?;
+        check(map.used() == 0)?;
+        check(m.holds(0, 8, 0x41)? && m.holds(8, PAGE_SIZE - 8, 0x31)?)?;
+        check(m.holds(PAGE_SIZE, PAGE_SIZE, 0x32)?)?;
+        check(map.data().homes.load(Relaxed) == 2)?;
         Ok(())
     }
 }

@@ -164,13 +164,13 @@ impl MirrorGuard<'_, PageTable> {
     /// `EINVAL` if it is another mirror's.
     pub(crate) fn map(&mut self, walk: &Walk<'_, '_>, spare: &mut PtSpare) -> Result {
         self.check(walk)?;
-        for (i, e) in walk.pfns.iter().enumerate() {
+        for (i, e) in walk.pfns().iter().enumerate() {
             let pfn = e.pfn().ok_or(EFAULT)?;
             let bits = if e.writable() { WRITE } else { 0 };
             // INVARIANT: found at that address by a walk that no
             // invalidation changed since (checked), and none can while the
             // lock is held.
-            self.enter(walk.start + i * PAGE_SIZE, pfn, bits, spare)?;
+            self.enter(walk.start() + i * PAGE_SIZE, pfn, bits, spare)?;
         }
         Ok(())
     }
@@ -184,7 +184,7 @@ impl MirrorGuard<'_, PageTable> {
         mut keep: impl FnMut(PageRef<'_>) -> bool,
     ) -> Result {
         self.check(walk)?;
-        for (i, e) in walk.pfns.iter().enumerate() {
+        for (i, e) in walk.pfns().iter().enumerate() {
             let Some(pfn) = e.pfn() else { continue };
             // SAFETY: a page the walk found, which no invalidation changed
             // since (checked above) and none can while the lock is held.
@@ -193,7 +193,7 @@ impl MirrorGuard<'_, PageTable> {
             }
             let bits = if e.writable() { WRITE } else { 0 };
             // INVARIANT: as in `map`.
-            self.enter(walk.start + i * PAGE_SIZE, pfn, bits, spare)?;
+            self.enter(walk.start() + i * PAGE_SIZE, pfn, bits, spare)?;
         }
         Ok(())
     }
@@ -214,8 +214,8 @@ impl MirrorGuard<'_, PageTable> {
     ) -> Result {
         let end = mig.start() + mig.npages() * PAGE_SIZE;
         if !mig.installed()
-            || !core::ptr::eq(mig.mm().as_raw(), self.mirror.mm())
-            || !self.mirror.covers(mig.start(), end)
+            || !core::ptr::eq(mig.mm().as_raw(), self.mirror().mm())
+            || !self.mirror().covers(mig.start(), end)
         {
             return Err(EINVAL);
         }
@@ -250,10 +250,10 @@ impl MirrorGuard<'_, PageTable> {
         page: &ExclusivePage<'_>,
         spare: &mut PtSpare,
     ) -> Result {
-        if !page.of(self.mirror) {
+        if !page.of(self.mirror()) {
             return Err(EINVAL);
         }
-        if !page.still_valid(self.mirror) {
+        if !page.still_valid(self) {
             return Err(EAGAIN);
         }
         // INVARIANT: `page` is mapped at its address through a
@@ -267,7 +267,7 @@ impl MirrorGuard<'_, PageTable> {
     /// The page entered at `addr` (writable, if `write`): `None` if there
     /// is none (fault it in).
     pub(crate) fn target(&self, addr: usize, write: bool) -> Option<Target<'_>> {
-        let pte = self.guard.get(addr)?;
+        let pte = (**self).get(addr)?;
         if write && pte & WRITE == 0 {
             return None;
         }
@@ -288,8 +288,7 @@ impl MirrorGuard<'_, PageTable> {
         // they take), not the range's pages: a range may be as large as
         // the address space.
         let (first, last) = (start / BLOCK_SIZE, end.div_ceil(BLOCK_SIZE));
-        self.guard
-            .leaves
+        self.leaves
             .iter()
             .filter(|&(&k, _)| k >= first && k < last)
             .any(|(&k, leaf)| {
@@ -304,12 +303,12 @@ impl MirrorGuard<'_, PageTable> {
     /// outside the mirror's range, where no invalidation would remove it.
     fn enter(&mut self, addr: usize, pfn: usize, bits: u64, spare: &mut PtSpare) -> Result {
         if !self
-            .mirror
+            .mirror()
             .covers(addr, addr.checked_add(PAGE_SIZE).ok_or(EINVAL)?)
         {
             return Err(EINVAL);
         }
-        self.guard.insert(addr, pfn, bits, spare)
+        self.table_mut().insert(addr, pfn, bits, spare)
     }
 }
 
