@@ -126,25 +126,11 @@ impl<T: MirrorTable> Mirror<T> {
 
 #[kunit_tests(msvm_exclusive)]
 mod tests {
-    use super::super::hmm::Invalidation;
+    use super::super::hmm::Counting;
     use super::super::kunit_mm::{check, TestMapping};
     use super::super::mmap::Wait;
     use super::super::owner::OwnerKey;
     use super::*;
-
-    /// Counts the invalidations that reach the mirror.
-    #[derive(Default)]
-    struct Seen {
-        invalidations: usize,
-        unmaps: usize,
-    }
-
-    impl MirrorTable for Seen {
-        fn invalidate(&mut self, inv: &Invalidation) {
-            self.invalidations += 1;
-            self.unmaps += usize::from(inv.unmap);
-        }
-    }
 
     static DEV: OwnerKey<()> = OwnerKey::new();
 
@@ -159,7 +145,7 @@ mod tests {
         let mirror = Mirror::create(
             m.mm(),
             (m.addr(), PAGE_SIZE),
-            Seen::default(),
+            Counting::default(),
             Some(DEV.owner()),
         )?;
         {
@@ -185,7 +171,7 @@ mod tests {
         let m = TestMapping::new(2 * PAGE_SIZE)?;
         m.fill(0, 2 * PAGE_SIZE, 0x11)?;
         let range = (m.addr(), 2 * PAGE_SIZE);
-        let mirror = Mirror::create(m.mm(), range, Seen::default(), Some(DEV.owner()))?;
+        let mirror = Mirror::create(m.mm(), range, Counting::default(), Some(DEV.owner()))?;
         let page = {
             let mmap = MmapRead::lock(m.mm(), Wait::Always)?;
             mirror.make_exclusive(&mmap, m.addr() + PAGE_SIZE)?
@@ -204,11 +190,11 @@ mod tests {
     fn refuses_what_it_cannot_do() -> Result {
         let m = TestMapping::new(2 * PAGE_SIZE)?;
         m.fill(0, 2 * PAGE_SIZE, 1)?;
-        let plain = Mirror::create(m.mm(), (m.addr(), 2 * PAGE_SIZE), Seen::default(), None)?;
+        let plain = Mirror::create(m.mm(), (m.addr(), 2 * PAGE_SIZE), Counting::default(), None)?;
         let half = Mirror::create(
             m.mm(),
             (m.addr(), PAGE_SIZE),
-            Seen::default(),
+            Counting::default(),
             Some(DEV.owner()),
         )?;
         let mmap = MmapRead::lock(m.mm(), Wait::Always)?;

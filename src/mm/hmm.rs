@@ -665,6 +665,24 @@ impl<'g> Pages<'g> {
     }
 }
 
+/// A table that counts the invalidations reaching it, for KUnit cases.
+#[cfg(CONFIG_KUNIT = "y")]
+#[derive(Default)]
+pub(crate) struct Counting {
+    /// Invalidations.
+    pub(crate) invalidations: usize,
+    /// Of those, unmaps.
+    pub(crate) unmaps: usize,
+}
+
+#[cfg(CONFIG_KUNIT = "y")]
+impl MirrorTable for Counting {
+    fn invalidate(&mut self, inv: &Invalidation) {
+        self.invalidations += 1;
+        self.unmaps += usize::from(inv.unmap);
+    }
+}
+
 #[kunit_tests(msvm_hmm)]
 mod tests {
     use super::super::kunit_mm::{check, TestMapping};
@@ -730,20 +748,6 @@ mod tests {
         assert!(!skipped(true, Owner::NONE, None));
     }
 
-    /// Counts the invalidations that reach the mirror.
-    #[derive(Default)]
-    struct Seen {
-        invalidations: usize,
-        unmaps: usize,
-    }
-
-    impl MirrorTable for Seen {
-        fn invalidate(&mut self, inv: &Invalidation) {
-            self.invalidations += 1;
-            self.unmaps += usize::from(inv.unmap);
-        }
-    }
-
     /// A walk of a process's memory finds its pages (faulted in writable
     /// if asked), valid under the lock until an invalidation of the range
     /// comes: then `EAGAIN`, and the table was told first. Walks outside
@@ -753,8 +757,8 @@ mod tests {
         let m = TestMapping::new(2 * PAGE_SIZE)?;
         m.fill(0, PAGE_SIZE, 0x21)?;
         let mm = m.mm();
-        let mirror = Mirror::create(mm, (m.addr(), 2 * PAGE_SIZE), Seen::default(), None)?;
-        let other = Mirror::create(mm, (m.addr(), 2 * PAGE_SIZE), Seen::default(), None)?;
+        let mirror = Mirror::create(mm, (m.addr(), 2 * PAGE_SIZE), Counting::default(), None)?;
+        let other = Mirror::create(mm, (m.addr(), 2 * PAGE_SIZE), Counting::default(), None)?;
         let mut pfns = [HmmPfn::NONE; 2];
         let walk = mirror.fault(mm, m.addr(), &mut pfns, true, Owner::NONE)?;
         check(walk.start() == m.addr())?;
