@@ -21,6 +21,7 @@
 use kernel::{
     bindings,
     mm::MmWithUser,
+    page::PAGE_SIZE,
     prelude::*,
     sync::aref::ARef,
     types::NotThreadSafe,
@@ -28,7 +29,6 @@ use kernel::{
 };
 
 use super::bindings as b;
-use super::page::PAGE_SIZE;
 
 /// Anonymous private memory, readable and writable, mapped in the mm of
 /// the KUnit case running; unmapped on drop.

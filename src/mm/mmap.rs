@@ -267,8 +267,9 @@ impl Drop for MmapRead<'_> {
 
 #[kunit_tests(msvm_mmap)]
 mod tests {
+    use kernel::page::PAGE_SIZE;
+
     use super::super::kunit_mm::{check, TestMapping};
-    use super::super::page::PAGE_SIZE;
     use super::*;
 
     /// The read lock, waited for or tried, finds the mapping as one VMA,
