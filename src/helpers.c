@@ -267,9 +267,12 @@ unsigned long msvm_kunit_mmap(unsigned long len)
 	 * in use (no kthread_unuse_mm()), and exit_mm() takes a lazy-TLB
 	 * reference of its own, which the final context switch drops. As
 	 * 7.3's kunit_attach_mm() stands, each case's mm_struct would leak
-	 * (kmemleak): drop the extra one now, as a process holds its mm.
+	 * (kmemleak does not see it): drop the extra one now, as a process
+	 * holds its mm. Only while the count is the two just taken, which
+	 * nothing else can hold yet: a kunit_attach_mm() that no longer leaks
+	 * it leaves one, and nothing is dropped.
 	 */
-	if (fresh)
+	if (fresh && atomic_read(&current->mm->mm_count) == 2)
 		mmdrop(current->mm);
 	return vm_mmap(NULL, 0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, 0);
 #else

@@ -12,9 +12,11 @@
 //! A case that fails a KUnit assertion ends its kthread at once, without
 //! running destructors: an assertion under a lock the mm's teardown takes
 //! (an mmap lock, a mirror's lock, a folio locked) would hang the run
-//! instead of failing the case. Under such locks, cases check with
-//! [`check`], which fails the case through its `Result`, after the
-//! guards are dropped.
+//! instead of failing the case, and one while a [`TestMapping`] lives
+//! would leave its mm a user (never torn down, a mirror in it never
+//! removed). While a [`TestMapping`] lives, cases check with [`check`],
+//! which fails the case through its `Result`, after every guard and the
+//! mapping are dropped.
 
 #![cfg(CONFIG_KUNIT = "y")]
 
@@ -54,7 +56,9 @@ impl TestMapping {
             return Err(EINVAL);
         }
         // SAFETY: a plain call, from a KUnit case's kthread (checked above);
-        // a fresh mm is attached only to a task that has none.
+        // a fresh mm is attached only to a task that has none, and stays
+        // in use until the kthread ends (no `kthread_unuse_mm()`), so no
+        // `CurrentTask` borrow of the task's mm outlives it.
         let addr = unsafe { b::msvm_kunit_mmap(len) };
         // An error is a negative errno, in the last page of the address
         // space (`IS_ERR_VALUE`).
