@@ -65,6 +65,19 @@ pub(crate) fn add(p: &Process, dev: usize, addr: usize, n: u64) {
 }
 
 /// Whether device `dev` has used the block of `addr` of process `p` in
+/// place `access_threshold` times since its count last started, without
+/// taking the count: a job in place whose table maps its range runs its
+/// placement pass only then (see `crate::engine`). Never if the counters
+/// are off. Takes the process's spinlock only.
+pub(crate) fn due(p: &Process, dev: usize, addr: usize) -> bool {
+    threshold().is_some_and(|t| {
+        p.with(addr, false, |b| {
+            b.is_some_and(|b| b.access[dev % MAX_DEVICES] >= t)
+        })
+    })
+}
+
+/// Whether device `dev` has used the block of `addr` of process `p` in
 /// place `access_threshold` times since its count last started; if so, the
 /// count is taken (cleared). Never if the counters are off.
 pub(crate) fn take_due(p: &Process, dev: usize, addr: usize) -> bool {

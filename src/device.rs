@@ -8,6 +8,7 @@ use kernel::{
 
 use crate::fault::FaultHandler;
 use crate::mm::{
+    cancel::Gone,
     devtables::Tables,
     iomem::WcBar,
     numa::Home,
@@ -78,6 +79,10 @@ pub(crate) struct Gpu<'a> {
     publication: Option<Publication>,
     /// The fault handler of the device's engine.
     faults: FaultHandler,
+    /// Dropped once the DRM device is unplugged and the pool withdrawn
+    /// from its peers, before the pool's shutdown: the other devices'
+    /// ioctls stop for this one's unplug only, not for its eviction.
+    departure: Option<Gone>,
     _member: Membership,
 }
 
@@ -107,8 +112,14 @@ impl<'a> Gpu<'a> {
         self.pdev.as_ref()
     }
 
-    /// Maps the VRAM of `pdev` and adds the device to the topology.
-    pub(crate) fn new(pdev: &'a pci::Device<Bound>, kind: &DeviceKind) -> Result<Self> {
+    /// Maps the VRAM of `pdev` and adds the device to the topology;
+    /// `departure` is dropped with the device's memory still there (see
+    /// [`Gone`]).
+    pub(crate) fn new(
+        pdev: &'a pci::Device<Bound>,
+        kind: &DeviceKind,
+        departure: Gone,
+    ) -> Result<Self> {
         let vram_bar = match kind.vram_bar {
             Some(b) => b,
             None => Self::generic_bar(pdev)?,
@@ -193,6 +204,7 @@ impl<'a> Gpu<'a> {
             vram,
             publication: Some(publication),
             faults: FaultHandler::new(index)?,
+            departure: Some(departure),
             _member: member,
         })
     }
@@ -244,6 +256,11 @@ impl Drop for Gpu<'_> {
         // their files stay open; a device-managed action would do it at
         // the unbind's end otherwise).
         self.vram.pt_tables().gone();
+        // The DRM device is unplugged (the registration does it before it
+        // drops this), and no peer uses the pool: the other devices' ioctls
+        // go on from here, while the pool's shutdown, which may take long,
+        // sends the pages home.
+        drop(self.departure.take());
         // Then `vram`, dropped after this, shuts the pool down.
     }
 }

@@ -16,10 +16,13 @@
 //! (`pt_replays`). The entries stay until the mm changes them where the
 //! job's ranges keep their pages ([`Engine::binding`]: its own memory's
 //! pages, and the pages of ranges whose access policy is "in place", not
-//! read-mostly ones: their jobs read replicas); elsewhere (a page used in
-//! place because migrating it failed, or because the job asked to run in
-//! place) they are the job's only ([`Life::Job`]), zapped when it ends, so
-//! that the next job's placement pass tries again, as before.
+//! read-mostly ones: their jobs read replicas) and elsewhere (a page used
+//! in place because migrating it failed, or because the job asked to run
+//! in place). Those elsewhere are [`Life::Job`] entries: a later job that
+//! runs in place uses them as they are, with no placement pass (unless the
+//! access counters have a block of its range due to move here), but any
+//! other job's placement pass looks at their pages first, as if they were
+//! not mapped, and a move zaps them (see `crate::drm::ioctl`'s `mapped`).
 //!
 //! What the handler leaves to the job (a page not present or without the
 //! access, a busy mmap lock, a page it could not bind), a window that
@@ -399,9 +402,6 @@ pub(crate) struct Engine<'p> {
     process: Arc<Process>,
     /// What a fault binds into the VM's device page table.
     keep: Keep,
-    /// Whether the job raised faults (its [`Life::Job`] entries are
-    /// zapped when it ends).
-    raised: bool,
     /// The job offsets of the windows after the missing one whose faults
     /// its last raise serviced ahead: each counts as a fault, and a replay,
     /// when its turn comes.
@@ -467,8 +467,8 @@ impl Service for JobService<'_, '_> {
 
     /// Binds every page of the fault's span as the process maps it now:
     /// kept entries where the job's ranges keep them (see
-    /// [`Engine::binding`]), entries for the job only ([`Life::Job`])
-    /// elsewhere. It never waits on the process: the walk faults nothing in
+    /// [`Engine::binding`]), entries the placement policies look behind
+    /// ([`Life::Job`]) elsewhere. It never waits on the process: the walk faults nothing in
     /// and only tries the mmap lock. Whatever needs more (a page not
     /// present, or not with the access asked: a first touch, a
     /// copy-on-write break, another owner's device page; a busy mmap lock;
@@ -559,6 +559,10 @@ pub(crate) struct Keep {
     /// Pages elsewhere (system RAM, a peer): where the access policy is
     /// "in place" (not read-mostly: jobs read replicas of those).
     pub(crate) remote: KVec<(usize, usize)>,
+    /// Read-mostly ranges: their pages elsewhere get no entry at all, not
+    /// even a [`Life::Job`] one (which no placement pass would take away,
+    /// and a later job would read the pages instead of its replicas).
+    pub(crate) replicated: KVec<(usize, usize)>,
 }
 
 impl Keep {
@@ -599,7 +603,6 @@ impl<'p> Engine<'p> {
             replicate,
             process,
             keep,
-            raised: false,
             ahead: [None; LOOKAHEAD],
             unserved: [None; LOOKAHEAD],
         })
@@ -630,11 +633,14 @@ impl<'p> Engine<'p> {
     }
 
     /// The entry a fault the handler services writes for the page at
-    /// `addr`: kept where [`Self::binding`] keeps it, for the job only
-    /// otherwise.
+    /// `addr`: kept where [`Self::binding`] keeps it, a [`Life::Job`] one
+    /// otherwise (a job's placement pass looks at its page first).
     fn entry(&self, addr: usize, page: PageRef<'_>) -> Option<(Bind, Life)> {
         if let Some(b) = self.binding(addr, page) {
             return Some((b, Life::Kept));
+        }
+        if Keep::has(&self.keep.replicated, addr) {
+            return None;
         }
         let how = match self.pool.locate(page) {
             Some((pool, _)) if self.pool.is(pool) => Bind::Own,
@@ -781,7 +787,9 @@ impl<'p> Engine<'p> {
             src_first,
             src_pages,
         } = w;
-        if !table.covers(dst_first, dst_pages, write) || !table.covers(src_first, src_pages, false)
+        // After the placement pass, every entry counts.
+        if !table.covers(dst_first, dst_pages, write, true)
+            || !table.covers(src_first, src_pages, false, true)
         {
             return None;
         }
@@ -887,38 +895,20 @@ impl<'p> Engine<'p> {
         if let Op::Checksum = job.op {
             done.result = FNV_OFFSET;
         }
-        self.raised = false;
         self.ahead = [None; LOOKAHEAD];
         self.unserved = [None; LOOKAHEAD];
-        let mut windows = || -> Result {
-            let mut off = 0;
-            while off < job.len {
-                // Between windows (a warm one checks nothing else).
-                cancel.check()?;
-                // A window ends at a 2 MiB block boundary of the destination.
-                let a = job.addr + off;
-                let wend = (a / BLOCK_SIZE + 1) * BLOCK_SIZE;
-                let n = (wend - a).min(job.len - off);
-                self.window(mm, mirror, job, (off, n), write, &mut done, clock, cancel)?;
-                off += n;
-            }
-            Ok(())
-        };
-        let r = windows();
-        // The entries its faults wrote for it alone go with it, however
-        // it ended.
-        if self.raised {
-            let mut guard = mirror.lock();
-            let src = match job.op {
-                Op::Copy { src } => src,
-                _ => job.addr,
-            };
-            for a in [job.addr, src] {
-                let end = (a + job.len).next_multiple_of(PAGE_SIZE);
-                guard.zap_job(a & !(PAGE_SIZE - 1), end);
-            }
+        let mut off = 0;
+        while off < job.len {
+            // Between windows (a warm one checks nothing else).
+            cancel.check()?;
+            // A window ends at a 2 MiB block boundary of the destination.
+            let a = job.addr + off;
+            let wend = (a / BLOCK_SIZE + 1) * BLOCK_SIZE;
+            let n = (wend - a).min(job.len - off);
+            self.window(mm, mirror, job, (off, n), write, &mut done, clock, cancel)?;
+            off += n;
         }
-        r.map(|()| done)
+        Ok(done)
     }
 
     /// Runs bytes `[off, off + n)` of the job, which lie in one window of
@@ -1001,7 +991,6 @@ impl<'p> Engine<'p> {
                 self.faults_from(table, job, off)
             };
             rounds += 1;
-            self.raised = true;
             // The later windows this raise services ahead, and those an
             // earlier one did.
             let raised = faults.windows.iter().flatten().map(|&(o, ..)| o);

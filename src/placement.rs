@@ -89,6 +89,20 @@ impl Placement {
     pub(crate) fn keeps_remote(&self) -> bool {
         self.access == Access::InPlace && !self.replicated()
     }
+
+    /// Whether the placement pass of a job in place on device `dev` moves
+    /// the range's blocks there when their access counts are due
+    /// (`crate::access`): the range migrates (not "in place", not
+    /// read-mostly), its counters are on, and it prefers no other place.
+    /// (The counters' module parameter is the caller's to check.)
+    pub(crate) fn counted_for(&self, dev: usize) -> bool {
+        let mine = match self.preferred {
+            Location::Default => true,
+            Location::Device(i) => i == dev,
+            Location::System => false,
+        };
+        self.access == Access::Migrate && !self.replicated() && self.counters && mine
+    }
 }
 
 /// One stored range: `[start, end)` with its attributes.

@@ -17,7 +17,7 @@ use crate::mm::abi::{
     DRM_MSVM_MIGRATE, DRM_MSVM_PREFETCH, DRM_MSVM_QUERY, DRM_MSVM_RESIDENCY, DRM_MSVM_SET_ATTR,
     DRM_MSVM_STATS, DRM_MSVM_VM_CREATE, DRM_MSVM_VM_DESTROY,
 };
-use crate::mm::cancel::{Departures, GoingAway, Gone};
+use crate::mm::cancel::{Departures, GoingAway};
 use crate::mm::drm_ioctl::declare_msvm_ioctls;
 
 use super::file::File;
@@ -57,11 +57,11 @@ pub(crate) struct Binding<'bound> {
     /// Dropped first: every msvm ioctl in progress stops at its next step,
     /// so that the unplug of the DRM device below, which waits for the
     /// ioctls of every DRM device, does not wait for a long one of another
-    /// GPU.
+    /// GPU. Its [`Gone`](crate::mm::cancel::Gone) is the [`Gpu`]'s: once
+    /// the DRM device is unplugged, the other GPUs' ioctls go on while
+    /// this one's memory is torn down.
     _going: GoingAway,
     _reg: drm::Registration<'bound, MsvmDriver>,
-    /// Dropped last: ioctls need not stop for this device any more.
-    _gone: Gone,
 }
 
 impl pci::Driver for MsvmDriver {
@@ -82,7 +82,9 @@ impl pci::Driver for MsvmDriver {
         // SAFETY: probe runs before any DMA allocation or mapping of this
         // device.
         unsafe { pdev.dma_set_mask_and_coherent(kernel::dma::DmaMask::new::<64>())? };
-        let gpu = Gpu::new(pdev, kind)?;
+        // A probe that fails drops the `Gone` first: the pair does nothing.
+        let (going, gone) = DEPARTURES.bind()?;
+        let gpu = Gpu::new(pdev, kind, gone)?;
         let drm = drm::UnregisteredDevice::<Self>::new(pdev, Ok(()))?;
         // Client statistics in fdinfo (`super::fdinfo`); the device works
         // without.
@@ -92,11 +94,9 @@ impl pci::Driver for MsvmDriver {
         // SAFETY: `reg` is stored in the `Binding`, which is dropped when the
         // device is unbound; it is never forgotten.
         let reg = unsafe { drm::Registration::new(pdev.as_ref(), drm, gpu, 0)? };
-        let (going, gone) = DEPARTURES.bind();
         Ok(Binding {
             _going: going,
             _reg: reg,
-            _gone: gone,
         })
     }
 }

@@ -24,6 +24,7 @@ use kernel::{
     uaccess::{UserPtr, UserSlice},
 };
 
+use crate::access;
 use crate::device::Gpu;
 use crate::drm::driver::DEPARTURES;
 use crate::engine::{Engine, Keep, Op, Replicate};
@@ -37,10 +38,12 @@ use crate::mm::abi::{
 use crate::mm::{
     cancel::{lock_killable, Cancel},
     devtables::DevMirror,
+    page::BLOCK_SIZE,
     pagemap::PAGE_SIZE,
     trace,
 };
-use crate::placement::{Access, Location, Placement, MAX_RANGES};
+use crate::placement::{Access, Location, Placement, Span, MAX_RANGES};
+use crate::process::Process;
 use crate::registry;
 use crate::svm::Vm;
 use crate::topology::MAX_DEVICES;
@@ -66,12 +69,16 @@ macro_rules! put_outcome {
 }
 
 /// Whether the VM's device page table maps all of `[a, a + n)` (not
-/// empty), writable if `write`: looked at 64 MiB at a time, the lock
-/// dropped between (it is the one invalidations wait for).
+/// empty), writable if `write`: with its
+/// [`Life::Job`](crate::mm::devpt::Life::Job) entries for a job that runs
+/// `in_place`, with its kept ones only for any other (its placement pass
+/// looks at the pages behind the others first). Looked at 64 MiB at a
+/// time, the lock dropped between (it is the one invalidations wait for).
 fn mapped(
     mirror: &DevMirror,
     (a, n): (usize, usize),
     write: bool,
+    in_place: bool,
     cancel: &Cancel<'_>,
 ) -> Result<bool> {
     const STEP: usize = 64 << 20;
@@ -85,13 +92,32 @@ fn mapped(
         if !mirror
             .lock()
             .table()
-            .covers(at, (next - at).div_ceil(PAGE_SIZE), write)
+            .covers(at, (next - at).div_ceil(PAGE_SIZE), write, in_place)
         {
             return Ok(false);
         }
         at = next;
     }
     Ok(true)
+}
+
+/// Whether the access counters of device `dev` have a block of `pieces`
+/// due to move there, where a placement pass of a job in place would move
+/// it ([`Placement::counted_for`]).
+fn due(p: &Process, dev: usize, pieces: &[Span], cancel: &Cancel<'_>) -> Result<bool> {
+    if !access::enabled() {
+        return Ok(false);
+    }
+    for s in pieces.iter().filter(|s| s.placement.counted_for(dev)) {
+        let (first, last) = (s.start / BLOCK_SIZE, (s.end - 1) / BLOCK_SIZE);
+        for b in first..=last {
+            cancel.check()?;
+            if access::due(p, dev, b * BLOCK_SIZE) {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
 }
 
 /// `spans`, sorted and merged where they touch or overlap (COPY's two
@@ -504,9 +530,12 @@ impl File {
             // runs without a placement pass.
             let write = !matches!(job.op, Op::Checksum);
             let mapped = [
-                mapped(vm.mirror(), ranges[0], write, &cancel)?,
-                mapped(vm.mirror(), ranges[1], false, &cancel)?,
+                mapped(vm.mirror(), ranges[0], write, job.in_place, &cancel)?,
+                mapped(vm.mirror(), ranges[1], false, job.in_place, &cancel)?,
             ];
+            // The read-mostly ranges, whose pages a fault does not bind
+            // where they are (jobs read replicas).
+            let mut replicated = KVec::new();
             for (k, (a, n)) in ranges.into_iter().enumerate().filter(|r| r.1 .1 != 0) {
                 let first = a & !(PAGE_SIZE - 1);
                 let end = (a + n).next_multiple_of(PAGE_SIZE);
@@ -519,8 +548,14 @@ impl File {
                     if p.placement.keeps_remote() {
                         remote.push((p.start, p.end), GFP_KERNEL)?;
                     }
+                    if p.placement.replicated() {
+                        replicated.push((p.start, p.end), GFP_KERNEL)?;
+                    }
                 }
-                if mapped[k] {
+                // A job in place still runs its placement pass when the
+                // access counters have a block of it due to move here.
+                let process = &**vm.process();
+                if mapped[k] && !(job.in_place && due(process, gpu.index, &pieces, &cancel)?) {
                     continue;
                 }
                 let (mirror, in_place) = (vm.mirror(), job.in_place);
@@ -537,6 +572,7 @@ impl File {
             let keep = Keep {
                 own: disjoint(own)?,
                 remote: disjoint(remote)?,
+                replicated: disjoint(replicated)?,
             };
             let parts = (pool, gpu.device(), gpu.faults());
             let mut engine = Engine::new(parts, epoch, (replicate, vm.process().clone()), keep)?;

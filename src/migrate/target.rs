@@ -335,12 +335,7 @@ pub(crate) fn place(
         // In place, unless the access counters move blocks here (where the
         // range prefers no other place).
         let counted = in_place;
-        let mine = match p.placement.preferred {
-            Location::Default => true,
-            Location::Device(i) => i == here.index(),
-            Location::System => false,
-        };
-        if counted && !(counters && p.placement.counters && mine) {
+        if counted && !(counters && p.placement.counted_for(here.index())) {
             continue;
         }
         let start = p.start & !(PAGE_SIZE - 1);

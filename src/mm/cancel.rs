@@ -24,7 +24,7 @@ use kernel::{
     sync::{
         atomic::{Atomic, Relaxed},
         lock::Guard,
-        Mutex, MutexGuard,
+        Arc, Mutex, MutexGuard,
     },
 };
 
@@ -50,11 +50,29 @@ impl Departures {
     }
 
     /// The two marks a bound device holds, [`GoingAway`] to drop first
-    /// when it goes and [`Gone`] to drop last.
-    pub(crate) fn bind(&'static self) -> (GoingAway, Gone) {
-        (GoingAway(self), Gone(self))
+    /// when it goes and [`Gone`] once its DRM device is unplugged. Dropped
+    /// the other way round (a probe that failed), they do nothing.
+    pub(crate) fn bind(&'static self) -> Result<(GoingAway, Gone)> {
+        let state = Arc::new(Atomic::new(BOUND), GFP_KERNEL)?;
+        Ok((
+            GoingAway {
+                departures: self,
+                state: state.clone(),
+            },
+            Gone {
+                departures: self,
+                state,
+            },
+        ))
     }
 }
+
+/// Where the device of a pair of marks is: bound, going away (its
+/// [`GoingAway`] dropped, its [`Gone`] not yet), settled (its [`Gone`]
+/// dropped).
+const BOUND: u32 = 0;
+const GOING: u32 = 1;
+const SETTLED: u32 = 2;
 
 impl Default for Departures {
     fn default() -> Self {
@@ -65,32 +83,37 @@ impl Default for Departures {
 /// Held by a bound device and dropped first when it goes (before its DRM
 /// device is unplugged): every ioctl of its driver in progress then stops
 /// at its next step ([`Cancel::check`]: `EAGAIN`), so that the unplug's
-/// wait for them ends, until the device is gone ([`Gone`]).
-pub(crate) struct GoingAway(&'static Departures);
+/// wait for them ends, until its [`Gone`] is dropped.
+pub(crate) struct GoingAway {
+    departures: &'static Departures,
+    state: Arc<Atomic<u32>>,
+}
 
 impl Drop for GoingAway {
     fn drop(&mut self) {
-        self.0.going.add(1, Relaxed);
-        self.0.gone.add(1, Relaxed);
+        // Not after its `Gone`: that device never stops anyone.
+        if self.state.cmpxchg(BOUND, GOING, Relaxed).is_ok() {
+            self.departures.going.add(1, Relaxed);
+            self.departures.gone.add(1, Relaxed);
+        }
     }
 }
 
-/// Held by a bound device and dropped last when it goes (after its DRM
-/// device is unplugged and its memory torn down): ioctls need not stop for
-/// it any more. (Dropped before its [`GoingAway`], ioctls would stop for a
-/// moment for nothing.)
-pub(crate) struct Gone(&'static Departures);
+/// Held by a bound device and dropped once its DRM device is unplugged
+/// (no ioctl of it runs any more, and the unplug's wait for every DRM
+/// device's is over), before its memory is torn down, which may take long:
+/// the other devices' ioctls need not stop for it any more. Only a `Gone`
+/// dropped after its [`GoingAway`] lowers the count its [`GoingAway`]
+/// raised: every other order leaves it as it was.
+pub(crate) struct Gone {
+    departures: &'static Departures,
+    state: Arc<Atomic<u32>>,
+}
 
 impl Drop for Gone {
     fn drop(&mut self) {
-        // Never below zero: a `Gone` without its `GoingAway` (forgotten,
-        // say) would leave every ioctl of the driver failing for good.
-        let mut n = self.0.going.load(Relaxed);
-        while n > 0 {
-            match self.0.going.cmpxchg(n, n - 1, Relaxed) {
-                Ok(_) => break,
-                Err(now) => n = now,
-            }
+        if self.state.xchg(SETTLED, Relaxed) == GOING {
+            self.departures.going.fetch_sub(1, Relaxed);
         }
     }
 }
@@ -276,7 +299,7 @@ mod tests {
         static OTHER: Departures = Departures::new();
         let before = driver_work(&MINE);
         let other = driver_work(&OTHER);
-        let (going, gone) = MINE.bind();
+        let (going, gone) = MINE.bind()?;
         before.check()?;
         drop(going);
         assert_eq!(before.check(), Err(EAGAIN));
@@ -291,17 +314,29 @@ mod tests {
         Ok(())
     }
 
-    /// A `Gone` whose `GoingAway` was forgotten leaves the count at zero
-    /// (it would wrap): the driver's work is not stopped for good, and the
-    /// next pair balances.
+    /// A `Gone` dropped before its `GoingAway` (a probe that failed)
+    /// changes nothing, nor does the `GoingAway` after it: the driver's
+    /// work is not stopped for good (the count would have stayed raised),
+    /// another device's departure is not cut short, and the next pair
+    /// balances.
     #[test]
-    fn a_lone_gone_saturates() -> Result {
+    fn marks_out_of_order_change_nothing() -> Result {
         static D: Departures = Departures::new();
-        let (going, gone) = D.bind();
-        core::mem::forget(going);
+        let before = driver_work(&D);
+        let (going, gone) = D.bind()?;
         drop(gone);
+        drop(going);
+        before.check()?;
+        // Another device going away stays so while these go.
+        let (going_b, gone_b) = D.bind()?;
+        drop(going_b);
+        let (going, gone) = D.bind()?;
+        drop(gone);
+        drop(going);
+        assert_eq!(driver_work(&D).check(), Err(EAGAIN));
+        drop(gone_b);
         driver_work(&D).check()?;
-        let (going, gone) = D.bind();
+        let (going, gone) = D.bind()?;
         drop(going);
         drop(gone);
         driver_work(&D).check()?;

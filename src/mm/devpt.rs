@@ -56,14 +56,17 @@ pub(crate) enum Bind {
     Peer { phys: u64 },
 }
 
-/// How long an entry is meant to stay.
+/// Whether an entry spares a job its placement pass. Either stays until
+/// the mm changes its page (an invalidation zaps it, as every entry).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Life {
-    /// Until the mm changes its page (an invalidation zaps it).
+    /// Where the range's attributes keep the page: a job that the table
+    /// maps runs without a placement pass.
     Kept,
-    /// For the job that faulted it only: zapped when the job ends (a page
-    /// the placement policies may move at the next job: see
-    /// `crate::engine`), or earlier by an invalidation.
+    /// A page used where it is, which the placement policies may move at a
+    /// later job (see `crate::engine`): only a job that runs in place
+    /// counts it as mapped ([`DevPt::covers`]); any other job's placement
+    /// pass looks at the page first, and a move zaps the entry.
     Job,
 }
 
@@ -256,8 +259,9 @@ impl DevPt {
     }
 
     /// Whether every page of `[first, first + pages * PAGE_SIZE)` has an
-    /// entry, writable if `write`.
-    pub(crate) fn covers(&self, first: usize, pages: usize, write: bool) -> bool {
+    /// entry, writable if `write`, counting [`Life::Job`] entries only if
+    /// `job`.
+    pub(crate) fn covers(&self, first: usize, pages: usize, write: bool, job: bool) -> bool {
         let mut at = first & !(PAGE_SIZE - 1);
         let Some(end) = pages.checked_mul(PAGE_SIZE).and_then(|l| at.checked_add(l)) else {
             return false;
@@ -269,9 +273,9 @@ impl DevPt {
             let stop = ((at / BLOCK_SIZE + 1) * BLOCK_SIZE).min(end);
             let from = at % BLOCK_SIZE / PAGE_SIZE;
             let to = from + (stop - at) / PAGE_SIZE;
-            let ok = leaf.ptes[from..to]
-                .iter()
-                .all(|p| p.kind() != 0 && (!write || p.word & WRITABLE != 0));
+            let ok = leaf.ptes[from..to].iter().all(|p| {
+                p.kind() != 0 && (!write || p.word & WRITABLE != 0) && (job || p.word & JOB == 0)
+            });
             if !ok {
                 return false;
             }
@@ -424,36 +428,16 @@ impl DevPt {
         counters: Option<&Counters>,
         resched: bool,
     ) -> u64 {
-        self.zap_if(start, end, counters, resched, false)
-    }
-
-    /// Zaps the [`Life::Job`] entries of `[start, end)`, as [`Self::zap`]
-    /// does every entry (the job that faulted them ended).
-    pub(crate) fn zap_job(&mut self, start: usize, end: usize, counters: &Counters) -> u64 {
-        self.zap_if(start, end, Some(counters), true, true)
-    }
-
-    fn zap_if(
-        &mut self,
-        start: usize,
-        end: usize,
-        counters: Option<&Counters>,
-        resched: bool,
-        job_only: bool,
-    ) -> u64 {
         let end = if end == 0 { usize::MAX } else { end };
         if start >= end || self.leaves.iter().next().is_none() {
             return 0;
         }
         let dev = self.dev.clone();
-        // The device's TLB invalidation, before any mapping goes: of the
-        // range, or of each job entry zapped (the translations of the
-        // entries that stay are used again).
+        // The device's TLB invalidation, of the range, before any mapping
+        // goes.
         // INVARIANT: no translation of an entry zapped below is left.
-        if !job_only {
-            self.tlb
-                .invalidate(start / PAGE_SIZE, end.div_ceil(PAGE_SIZE));
-        }
+        self.tlb
+            .invalidate(start / PAGE_SIZE, end.div_ceil(PAGE_SIZE));
         let (first, last) = (start / BLOCK_SIZE, (end - 1) / BLOCK_SIZE);
         let mut zapped = 0;
         let mut freed = 0;
@@ -471,21 +455,11 @@ impl DevPt {
             let from = start.max(base) - base;
             let to = end.min(base.saturating_add(BLOCK_SIZE)) - base;
             let first_pte = from / PAGE_SIZE;
-            for (i, pte) in leaf.ptes[first_pte..to.div_ceil(PAGE_SIZE)]
-                .iter_mut()
-                .enumerate()
-            {
-                if job_only && pte.word & JOB == 0 {
-                    continue;
-                }
+            for pte in leaf.ptes[first_pte..to.div_ceil(PAGE_SIZE)].iter_mut() {
                 let p = core::mem::take(pte);
                 if p.kind() != 0 {
                     leaf.live -= 1;
                     zapped += 1;
-                    if job_only {
-                        let vpn = base / PAGE_SIZE + first_pte + i;
-                        self.tlb.invalidate(vpn, vpn + 1);
-                    }
                     unmap(dev.as_deref(), p);
                 }
             }
@@ -588,11 +562,11 @@ mod tests {
         for i in 0..4 {
             own(&mut t, a + i * PAGE_SIZE, i != 3);
         }
-        assert!(t.covers(a, 4, false));
-        assert!(t.covers(a, 3, true));
-        assert!(!t.covers(a, 4, true));
-        assert!(!t.covers(a, 5, false));
-        assert!(!t.covers(a - PAGE_SIZE, 2, false));
+        assert!(t.covers(a, 4, false, true));
+        assert!(t.covers(a, 3, true, true));
+        assert!(!t.covers(a, 4, true, true));
+        assert!(!t.covers(a, 5, false, true));
+        assert!(!t.covers(a - PAGE_SIZE, 2, false, true));
         // From the first page lacking the access to the last.
         assert_eq!(t.uncovered(a, 2, true), None);
         assert_eq!(t.uncovered(a, 2, false), None);
@@ -624,9 +598,9 @@ mod tests {
             (BLOCK_PAGES / 2 + BLOCK_PAGES) as u64
         );
         assert_eq!(t.bytes(), 2 * LEAF_BYTES);
-        assert!(t.covers(BLOCK_SIZE, BLOCK_PAGES / 2, true));
-        assert!(!t.covers(start, 1, false));
-        assert!(t.covers(7 * BLOCK_SIZE, BLOCK_PAGES, true));
+        assert!(t.covers(BLOCK_SIZE, BLOCK_PAGES / 2, true, false));
+        assert!(!t.covers(start, 1, false, true));
+        assert!(t.covers(7 * BLOCK_SIZE, BLOCK_PAGES, true, false));
         // A range with no entries, then everything.
         assert_eq!(t.zap(3 * BLOCK_SIZE, 7 * BLOCK_SIZE, None, false), 0);
         let z = t.zap(0, 0, None, false);
@@ -653,17 +627,13 @@ mod tests {
         assert!(t.translate(a + PAGE_SIZE).is_some());
         assert!(t.translate(a + PAGE_SIZE).is_some());
         assert_eq!(t.tlb_counts(), (1, 2));
-        // A job's zap too, and a zap of nothing invalidates nothing.
-        own_for(&mut t, a, true, Life::Job);
-        assert!(t.translate(a).is_some());
-        assert_eq!(t.zap_job(a, a + BLOCK_SIZE, &c), 1);
-        assert!(t.translate(a).is_none());
+        // A zap of nothing invalidates nothing.
         assert_eq!(t.zap(a, a + PAGE_SIZE, Some(&c), false), 0);
-        assert_eq!(c.tlb_invalidations.load(Relaxed), 2);
+        assert_eq!(c.tlb_invalidations.load(Relaxed), 1);
     }
 
     #[test]
-    fn zap_job_removes_only_the_jobs_entries() {
+    fn job_entries_cover_only_for_jobs_in_place() {
         // SAFETY: no device.
         let mut t = unsafe { DevPt::new(None) };
         let a = 3 * BLOCK_SIZE;
@@ -671,14 +641,18 @@ mod tests {
             let life = if i % 2 == 0 { Life::Job } else { Life::Kept };
             own_for(&mut t, a + i * PAGE_SIZE, true, life);
         }
-        // One job entry in the next block: its leaf goes with it.
         own_for(&mut t, a + BLOCK_SIZE, true, Life::Job);
-        let c = Counters::new(0);
-        assert!(t.covers(a, 8, true));
-        assert_eq!(t.zap_job(a, a + 2 * BLOCK_SIZE, &c), 5);
-        assert!(t.covers(a + PAGE_SIZE, 1, true));
-        assert!(!t.covers(a, 1, false));
-        assert_eq!(t.missing_leaves(a + BLOCK_SIZE, 1), 1);
-        assert_eq!(t.zap(0, 0, None, false), 4);
+        // A job in place runs from all of them; another's placement pass
+        // looks at the pages behind the job entries first.
+        assert!(t.covers(a, 8, true, true));
+        assert!(!t.covers(a, 9, false, true));
+        assert!(t.covers(a + BLOCK_SIZE, 1, true, true));
+        assert!(!t.covers(a, 8, true, false));
+        assert!(!t.covers(a + BLOCK_SIZE, 1, false, false));
+        assert!(t.covers(a + PAGE_SIZE, 1, true, false));
+        // An invalidation zaps both kinds.
+        assert_eq!(t.zap(a, a + 2 * BLOCK_SIZE, None, false), 9);
+        assert!(!t.covers(a + PAGE_SIZE, 1, false, true));
+        assert_eq!(t.missing_leaves(a, 1), 1);
     }
 }

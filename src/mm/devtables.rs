@@ -230,13 +230,6 @@ impl MirrorGuard<'_, DevTable> {
         t.pt.zap(start, end, Some(&t.tables.counters), true)
     }
 
-    /// Zaps the device page table's [`Life::Job`] entries of `[start,
-    /// end)`: the job that faulted them ended. Returns the entries removed.
-    pub(crate) fn zap_job(&mut self, start: usize, end: usize) -> u64 {
-        let t = self.table_mut();
-        t.pt.zap_job(start, end, &t.tables.counters)
-    }
-
     /// Binds the pages of `walk` into the device page table of `dev`, as
     /// `how` says for each (its address and page; `None` leaves the page
     /// out), writable where the walk found them writable; leaves come from

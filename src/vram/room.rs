@@ -22,9 +22,10 @@
 //!
 //! It runs with no mmap lock held (the caller, `crate::migrate`'s device
 //! step, runs between two tries of its step). It holds the pool's
-//! `shrink_lock` while it picks a block and drains it (taking the mmap read
-//! lock of each mm the block's pages are recorded in, killably, and
-//! allocating system pages without waiting), so that no shrink
+//! `shrink_lock` while it picks a block and drains it (only trying the mmap
+//! read lock of each mm the block's pages are recorded in: a busy mm's
+//! pages stay, and the block with them; and allocating system pages
+//! without waiting), so that no shrink
 //! pass removes the chunk whose pagemap it holds (see the lock order in
 //! `mod.rs`), but not while a 2 MiB folio moves through its mm: that step
 //! may wait for system memory, which msvm's shrinker (whose passes take

@@ -81,6 +81,17 @@ cg_zero() {
 	fi
 }
 
+# cg_peak NAME BYTES WHAT: one check: cgroup NAME's dmem.peak on some msvm
+# region reached BYTES (its dmem.max there: WHAT reached the limit).
+cg_peak() {
+	if awk -v want="$2" '$1 ~ /^drm\// && $2 >= want { hit = 1 } END { exit !hit }' $CG/"$1"/dmem.peak; then
+		echo "msvm-tests: 1 passed, 0 failed (cgroup $1: $3 reached dmem.max $2 on a device)"
+	else
+		echo "msvm-tests: 0 passed, 1 failed (cgroup $1: $3 never reached dmem.max $2 on any device)"
+		return 1
+	fi
+}
+
 # cg_gone NAME: one check: cgroup NAME is removed and freed within 10 s. A
 # charge never undone keeps a reference to it for good: the root's
 # nr_dying_descendants would not come back to 0.

@@ -19,6 +19,7 @@ echo "== msvm-tests stress ($part s, 3 processes x 2 threads; in a cgroup with d
 cg_new soakstress 4M || rc=1
 cg_run soakstress msvm-tests stress "$part" 3 2 >/tmp/cgstress.log 2>&1 || rc=1
 grep -v '^ok ' /tmp/cgstress.log
+cg_peak soakstress 4194304 "the stress run" || rc=1
 cg_zero soakstress "after the stress run" || rc=1
 cg_gone soakstress || rc=1
 awk '/^# stress-proc/ { o += $3; b += $4 }

@@ -32,6 +32,7 @@ echo "== msvm-tests stress (${msvm_stress_secs:-20} s, 3 processes x 2 threads, 
 cg_new stress 4M || rc=1
 cg_run stress msvm-tests stress "${msvm_stress_secs:-20}" 3 2 >/tmp/stress.log 2>&1 || rc=1
 cat /tmp/stress.log
+cg_peak stress 4194304 "the stress run" || rc=1
 cg_zero stress "after the stress run" || rc=1
 cg_gone stress || rc=1
 awk '/^# stress-proc/ { o += $3; b += $4 }

@@ -308,7 +308,8 @@ struct drm_msvm_migrate {
  *             access the job needs; each was serviced (by the fault
  *             handler, or in the job's context) and its pages bound
  * @pt_bound: device page-table entries those faults wrote (kept ones, and
- *            those for the faulting job only, zapped when it ends)
+ *            those of pages used where they are, which serve later jobs
+ *            in place only: Documentation/design.rst)
  * @pt_invalidations: invalidations of the process's page tables (munmap,
  *                    mprotect, migration, CPU copy-on-write, exit, ...)
  *                    that zapped entries of this device's tables
@@ -344,9 +345,9 @@ struct drm_msvm_migrate {
  * @pt_tlb_misses: lookups that walked the table instead
  * @pt_tlb_invalidations: invalidations of the device's TLB: one per zap of
  *                        a range that removed entries (an invalidation of
- *                        the process's page tables, SET_ATTR, a job's end
- *                        (one per range it zaps), a shrink pass, closing
- *                        the VM, an unbind), and one per entry written over
+ *                        the process's page tables, SET_ATTR, a shrink
+ *                        pass, closing the VM, an unbind), and one per
+ *                        entry written over
  *                        a live one
  * @evict_refaults: 2 MiB blocks of processes that jobs brought back into
  *                  this device within its size of their eviction (no more

@@ -437,8 +437,8 @@ fn fill_device(dev: &msvm_rt::Device, quarter: usize) -> Result<Vec<crate::svm::
 const SAMPLES: usize = 1000;
 
 /// `p50`, `p99` and `max` of `samples` (seconds), printed as
-/// `BENCH latency_<name>_{p50,p99,max}_us` lines.
-fn report_latency(name: &str, samples: &mut [f64]) {
+/// `BENCH latency_<name>_{p50,p99,max}_us` lines; returns the `p50`.
+fn report_latency(name: &str, samples: &mut [f64]) -> f64 {
     samples.sort_by(f64::total_cmp);
     let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize] * 1e6;
     println!("BENCH latency_{name}_p50_us {:.1} us", at(0.5));
@@ -449,6 +449,7 @@ fn report_latency(name: &str, samples: &mut [f64]) {
         .map(|k| format!("{:.1}", at(f64::from(k) / 20.0)))
         .collect();
     println!("LATENCY {name} {}", cdf.join(","));
+    at(0.5)
 }
 
 /// `SAMPLES` timings of `op`, each after an untimed `reset`.
@@ -526,17 +527,24 @@ pub fn run_latency() -> Result<(), String> {
         read_mostly: false,
     };
     a.set_attr(p, PAGE, keep).map_err(e)?;
-    for (path, home) in [("vram", Some(&a)), ("p2p", Some(&b)), ("dma", None)] {
+    // The p50 of each path's ATOMIC_ADD, against own VRAM's.
+    let mut p50 = [0.0; 3];
+    for (k, (path, home)) in [("vram", Some(&a)), ("p2p", Some(&b)), ("dma", None)]
+        .into_iter()
+        .enumerate()
+    {
         match home {
             Some(d) => mv(d, p, PAGE, Location::Device)?,
             None => mv(&a, p, PAGE, Location::System)?,
         }
         // In place wherever it is: no placement pass, the same path for all.
         let mut s = sample(none, || job(&a, Exec::AtomicAdd(1), p, 8, true))?;
-        report_latency(path, &mut s);
+        p50[k] = report_latency(path, &mut s);
         let mut s = sample(none, || job(&a, Exec::Checksum, p, PAGE, true))?;
         report_latency(&format!("{path}_checksum"), &mut s);
     }
+    println!("BENCH latency_p2p_over_own {:.2} x", p50[1] / p50[0]);
+    println!("BENCH latency_dma_over_own {:.2} x", p50[2] / p50[0]);
     mv(&a, p, PAGE, Location::System)?;
     drop(m);
     // A job whose pages must first move to gpu0: CHECKSUM over 4 KiB,

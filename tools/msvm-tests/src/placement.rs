@@ -788,12 +788,14 @@ fn oversubscription_explicit() -> Outcome {
 }
 
 /// `msvm-tests oversub-stress SECS`: three processes, each with 128 MiB (half
-/// in THPs, half in 4 KiB pages) on the isolated device of 256 MiB, for
-/// `SECS` seconds: MIGRATEs of random pieces to the device, CHECKSUM jobs
-/// on random pieces (placed on access), CPU writes of random pages and CPU
-/// reads of random pieces, all checked against what each process knows it
-/// wrote. Together they need more than the device holds: blocks are evicted
-/// under every other operation, each process's and the others'. A fourth
+/// in THPs, half in 4 KiB pages) on the isolated device of 256 MiB. Each
+/// first places its whole set on the device (together 384 MiB: the device
+/// fills and blocks are evicted however slow the machine), then races the
+/// others for `SECS` seconds: MIGRATEs of random pieces to the device,
+/// CHECKSUM jobs on random pieces (placed on access), CPU writes of random
+/// pages and CPU reads of random pieces, all checked against what each
+/// process knows it wrote. Blocks are evicted under every other operation,
+/// each process's and the others'. A fourth
 /// process churns: its children each place 8 MiB of 4 KiB pages on the full
 /// device and exit at once (every other one is killed instead), so that
 /// blocks of processes going away are evicted while they go (and theirs
@@ -803,13 +805,13 @@ pub fn oversub_stress(secs: u64) -> Result<(), String> {
     use nix::unistd::{fork, ForkResult};
     const PROCS: u64 = 3;
     let before = trio()?.c.stats().map_err(e)?;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    let race = std::time::Duration::from_secs(secs);
     let mut children = Vec::new();
     for p in 0..PROCS {
         // SAFETY: the child runs its loop and exits without returning.
         match unsafe { fork() }.map_err(|x| x.to_string())? {
             ForkResult::Child => {
-                let code = match oversub_worker(p, deadline) {
+                let code = match oversub_worker(p, race) {
                     Ok(ops) => {
                         println!("# oversub-stress {p}: {ops} operations, every byte right");
                         0
@@ -828,7 +830,7 @@ pub fn oversub_stress(secs: u64) -> Result<(), String> {
     // SAFETY: the child runs its loop and exits without returning.
     match unsafe { fork() }.map_err(|x| x.to_string())? {
         ForkResult::Child => {
-            let code = match churn(deadline) {
+            let code = match churn(std::time::Instant::now() + race) {
                 Ok(n) => {
                     println!("# oversub-stress churn: {n} processes placed 8 MiB and went away");
                     0
@@ -914,8 +916,9 @@ fn churn(deadline: std::time::Instant) -> Result<u64, String> {
     Ok(n)
 }
 
-/// One process of [`oversub_stress`]: returns the operations it did.
-fn oversub_worker(p: u64, deadline: std::time::Instant) -> Result<u64, String> {
+/// One process of [`oversub_stress`]: places its whole set on the device,
+/// then races the others for `race`; returns the operations it did.
+fn oversub_worker(p: u64, race: std::time::Duration) -> Result<u64, String> {
     const MIB: usize = 1 << 20;
     let t = trio()?;
     let d = &t.c;
@@ -936,6 +939,25 @@ fn oversub_worker(p: u64, deadline: std::time::Instant) -> Result<u64, String> {
         }
         out
     };
+    // The whole set first: the three sets are more than the device holds,
+    // so the device is full (and evicting) before the race, on any machine.
+    let mut placed = 0;
+    for map in [&big, &small] {
+        let o = d
+            .migrate(map.addr(), map.len(), Location::Device)
+            .map_err(e)?;
+        // (A page busy for a moment under the others' eviction stays.)
+        check!(
+            o.total() == (map.len() / PAGE) as u64,
+            "placing the set: {o:?}"
+        );
+        placed += o.moved + o.already;
+    }
+    println!(
+        "# oversub-stress {p}: placed {} of 128 MiB before the race",
+        (placed * PAGE as u64) >> 20
+    );
+    let deadline = std::time::Instant::now() + race;
     let mut r = p.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     let mut next = |n: usize| {
         r ^= r << 13;

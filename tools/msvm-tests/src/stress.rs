@@ -9,6 +9,8 @@
 //! its upper half (`MAP_FIXED` over it) and forking children that check it
 //! and exit; a victim process migrating in a loop is killed mid-operation.
 //! Every step's result is checked against what the region must hold.
+//! Each worker first moves its whole region to the first GPU (the regions
+//! together exceed a small `dmem.max` there on any machine).
 //! Prints the operations done and the bytes verified.
 //!
 //! The workers also serve `make soak` ([`crate::soak`]), where GPUs go and
@@ -161,6 +163,14 @@ fn worker(seed: u64, thp: bool, replug: bool, deadline: Instant) -> Result<Count
     fill(m.bytes_mut(), seed);
     fill(&mut want, seed);
     let mut n = Counts::default();
+    // The whole region on the first GPU first: together the workers' regions
+    // are more than a cgroup's dmem.max there (make test's 4M), so the limit
+    // is reached on any machine, not only where the random phase is fast.
+    match gpus.devs[0].migrate(m.addr(), region, Location::Device) {
+        Ok(_) => n.ops += 1,
+        Err(e) if gpus.went(&e) => n.unplugged += 1,
+        Err(e) => return Err(format!("placing the region: {e}")),
+    }
     while Instant::now() < deadline {
         let dev = gpus.pick(&mut r)?;
         let res = match r.below(10) {

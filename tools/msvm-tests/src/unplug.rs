@@ -42,6 +42,10 @@ pub fn rebind_tests() -> Vec<Test> {
             name: "sysfs_unbind_while_fork_children_exit",
             run: unbind_while_fork_children_exit,
         },
+        Test {
+            name: "sysfs_unbind_other_gpus_work_during_the_teardown",
+            run: other_gpus_work_during_teardown,
+        },
     ]
 }
 
@@ -282,6 +286,67 @@ fn unbind_mremapped_folio_zapped() -> Outcome {
         crate::large::bytes(to, HUGE).iter().all(|&b| b == 0),
         "the zapped folio does not read as zero"
     );
+    bind_again(&victim.addr)
+}
+
+/// 64 KiB of 4 KiB pages of a process on the first GPU when it is unbound
+/// (2 MiB device folios go home by a path without the window), with
+/// debugfs `evict_delay_ms` holding each eviction step open: once the teardown
+/// evicts (its DRM device is unplugged by then), migrations and jobs on
+/// the last GPU run as usual, and end before the teardown does: a device's
+/// teardown
+/// stops other devices' ioctls only while its DRM device is unplugged,
+/// not for its whole eviction (they failed with `EAGAIN` throughout).
+fn other_gpus_work_during_teardown() -> Outcome {
+    use crate::race::{delays, in_window, Window, WINDOW_MS};
+    let gpus = sysfs::msvm_gpus()?;
+    check!(gpus.len() >= 2, "{} GPUs", gpus.len());
+    let (victim, other) = (&gpus[0], &gpus[gpus.len() - 1]);
+    let mut parked = svm::Map::small(64 << 10)?;
+    svm::fill(parked.bytes_mut(), 501);
+    {
+        let dev = Device::open(&victim.node).map_err(|x| x.to_string())?;
+        dev.vm_create().map_err(|x| x.to_string())?;
+        let out = dev
+            .migrate_slice(parked.bytes(), Location::Device)
+            .map_err(|x| x.to_string())?;
+        check!(out.moved == 16, "park: {out:?}");
+    }
+    let dev = Device::open(&other.node).map_err(|x| x.to_string())?;
+    dev.vm_create().map_err(|x| x.to_string())?;
+    let mut m = svm::Map::small(64 << 10)?;
+    svm::fill(m.bytes_mut(), 502);
+    let want = msvm_rt::checksum(m.bytes());
+    let d0 = delays()?;
+    let window = Window::open(WINDOW_MS)?;
+    let drv = "/sys/bus/pci/drivers/msvm";
+    let addr = victim.addr.clone();
+    let unbind = std::thread::spawn(move || std::fs::write(format!("{drv}/unbind"), addr));
+    let worked = in_window(d0).and_then(|()| {
+        let t = Instant::now();
+        for to in [Location::Device, Location::System] {
+            dev.migrate_slice(m.bytes(), to)
+                .map_err(|x| format!("MIGRATE on {} during the teardown: {x}", other.addr))?;
+            let j = dev
+                .exec(msvm_rt::Exec::Checksum, m.addr(), m.len(), true)
+                .map_err(|x| format!("EXEC on {} during the teardown: {x}", other.addr))?;
+            check!(j.result == want, "checksum during the teardown");
+        }
+        Ok(t.elapsed())
+    });
+    let during = !unbind.is_finished();
+    let unbound = unbind.join().map_err(|_| "unbind thread panicked")?;
+    drop(window);
+    unbound.map_err(|x| format!("unbind: {x}"))?;
+    let took = worked?;
+    println!(
+        "# {} worked for {} ms during the teardown of {}",
+        other.addr,
+        took.as_millis(),
+        victim.addr
+    );
+    check!(during, "the teardown ended before the other GPU's work did");
+    svm::verify(parked.bytes(), 501)?;
     bind_again(&victim.addr)
 }
 
@@ -716,7 +781,16 @@ pub fn unplug_loop(rounds: u32) -> Outcome {
                 }
                 Ok(())
             });
-            std::thread::sleep(Duration::from_millis(100));
+            // The unplug races both only once both run, however slow the
+            // machine (a thread that failed ends the wait too).
+            let t = Instant::now();
+            while (jobs.load(Ordering::Relaxed) == 0 || moves.load(Ordering::Relaxed) == 0)
+                && !peer_exec.is_finished()
+                && !migrator.is_finished()
+                && t.elapsed() < Duration::from_secs(60)
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
             let gone = host_wait("device_del", "GPU unbound", 60, || {
                 Ok(addrs()?.len() == before.len() - 1)
             });
@@ -727,7 +801,12 @@ pub fn unplug_loop(rounds: u32) -> Outcome {
             let r2 = migrator
                 .join()
                 .map_err(|_| "migrator panicked".to_string())?;
-            gone.and(r1).and(r2)
+            gone.and(r1).and(r2)?;
+            check!(
+                jobs.load(Ordering::Relaxed) > 0 && moves.load(Ordering::Relaxed) > 0,
+                "no peer job or no migration ran before the unplug"
+            );
+            Ok(())
         });
         // Let the child check its copy-on-write pages now.
         let _ = nix::unistd::write(&wr, b"g");
