@@ -67,13 +67,15 @@ pub(crate) fn add(p: &Process, dev: usize, addr: usize, n: u64) {
 /// Whether device `dev` has used the block of `addr` of process `p` in
 /// place `access_threshold` times since its count last started, without
 /// taking the count: a job in place whose table maps its range runs its
-/// placement pass only then (see `crate::engine`). Never if the counters
+/// placement pass only then (`crate::drm::ioctl`'s `due`). Never if the counters
 /// are off. Takes the process's spinlock only.
 pub(crate) fn due(p: &Process, dev: usize, addr: usize) -> bool {
-    threshold().is_some_and(|t| {
-        p.with(addr, false, |b| {
-            b.is_some_and(|b| b.access[dev % MAX_DEVICES] >= t)
-        })
+    threshold().is_some_and(|t| due_at(p, dev, addr, t))
+}
+
+fn due_at(p: &Process, dev: usize, addr: usize, threshold: u16) -> bool {
+    p.with(addr, false, |b| {
+        b.is_some_and(|b| b.access[dev % MAX_DEVICES] >= threshold)
     })
 }
 
@@ -126,6 +128,23 @@ mod tests {
         add(&p, 3, A, u64::MAX);
         add(&p, 3, A, 9);
         assert_eq!(counted(&p, 3, A), u16::MAX);
+        Ok(())
+    }
+
+    #[test]
+    fn a_peek_at_a_due_count_leaves_it() -> Result {
+        let p = Process::new()?;
+        add(&p, 1, A, 255);
+        assert!(!due_at(&p, 1, A, 256));
+        add(&p, 1, A, 1);
+        assert!(due_at(&p, 1, A, 256));
+        assert!(due_at(&p, 1, A, 256));
+        assert!(!due_at(&p, 2, A, 256));
+        assert!(!due_at(&p, 1, A + BLOCK_SIZE, 256));
+        assert_eq!(counted(&p, 1, A), 256);
+        // Taking it clears it: no longer due.
+        assert!(take_at(&p, 1, A, 256));
+        assert!(!due_at(&p, 1, A, 256));
         Ok(())
     }
 

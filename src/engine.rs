@@ -18,7 +18,9 @@
 //! pages, and the pages of ranges whose access policy is "in place", not
 //! read-mostly ones: their jobs read replicas) and elsewhere (a page used
 //! in place because migrating it failed, or because the job asked to run
-//! in place). Those elsewhere are [`Life::Job`] entries: a later job that
+//! in place; not a read-mostly range's page outside this device's memory,
+//! which gets no entry: a window that meets one is serviced in the job's
+//! context). Those elsewhere are [`Life::Job`] entries: a later job that
 //! runs in place uses them as they are, with no placement pass (unless the
 //! access counters have a block of its range due to move here), but any
 //! other job's placement pass looks at their pages first, as if they were
@@ -571,6 +573,18 @@ impl Keep {
         let i = spans.partition_point(|&(_, end)| end <= addr);
         spans.get(i).is_some_and(|&(start, _)| start <= addr)
     }
+
+    /// Whether `[first, first + pages * PAGE_SIZE)` meets a read-mostly
+    /// range: the handler would leave its window to the job anyway.
+    fn meets_replicated(&self, first: usize, pages: usize) -> bool {
+        let end = first + pages * PAGE_SIZE;
+        let i = self.replicated.partition_point(|&(_, e)| e <= first);
+        pages > 0
+            && self
+                .replicated
+                .get(i)
+                .is_some_and(|&(start, _)| start < end)
+    }
 }
 
 /// Which ranges of a job read the system pages of read-mostly ranges
@@ -959,8 +973,13 @@ impl<'p> Engine<'p> {
         // A window that reads replicas (the device's own copies, not the
         // process's pages) is serviced here, in the job's context, as is
         // one whose raised faults did not make it run (a copy-on-write
-        // break, an invalidation that kept zapping it).
-        let inline = self.replicate.dst || self.replicate.src;
+        // break, an invalidation that kept zapping it), and one that meets
+        // a read-mostly range (whose pages elsewhere a fault does not bind:
+        // the handler would only give it back).
+        let inline = self.replicate.dst
+            || self.replicate.src
+            || self.keep.meets_replicated(dst_first, dst_pages)
+            || self.keep.meets_replicated(src_first, src_pages);
         let mut rounds = 0;
         let missing = loop {
             let faults = {

@@ -526,8 +526,10 @@ impl File {
             // the VM's device page table: pages here, pages elsewhere.
             let (mut own, mut remote) = (KVec::new(), KVec::new());
             // A range the VM's device page table maps whole, with the
-            // access the job needs, takes no fault: like a GPU's, its job
-            // runs without a placement pass.
+            // access the job needs (see `mapped`), takes no fault: like a
+            // GPU's, its job runs without a placement pass, unless it runs
+            // in place and the access counters have a block of it due
+            // (`due`).
             let write = !matches!(job.op, Op::Checksum);
             let mapped = [
                 mapped(vm.mirror(), ranges[0], write, job.in_place, &cancel)?,

@@ -347,8 +347,7 @@ struct drm_msvm_migrate {
  *                        a range that removed entries (an invalidation of
  *                        the process's page tables, SET_ATTR, a shrink
  *                        pass, closing the VM, an unbind), and one per
- *                        entry written over
- *                        a live one
+ *                        entry written over a live one
  * @evict_refaults: 2 MiB blocks of processes that jobs brought back into
  *                  this device within its size of their eviction (no more
  *                  of its blocks evicted in between than it has), whose
