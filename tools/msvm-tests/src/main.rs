@@ -6,7 +6,8 @@
 //! `msvm-tests hold READY GO` parks data on a device across an rmmod; the
 //! other subcommands (defaults, fuzz, stress, soak, bench*, pressure, hog, unplug-loop,
 //! oversub-off, oversub-stress, thrash-off, thrash-expiry, access-off,
-//! policy-scale, topology8, read-mostly-off, generic, generic-bind) are
+//! policy-scale, topology8, read-mostly-off, generic, generic-bind,
+//! tenant-stall) are
 //! described where they are defined. Output: one `ok`/`not ok` line per
 //! test, then a summary line `N passed, N failed`. The exit status is
 //! non-zero if any test failed.
@@ -36,6 +37,7 @@ mod soak;
 mod stress;
 mod svm;
 mod sysfs;
+mod tenants;
 mod topology8;
 mod trace;
 mod trust;
@@ -233,6 +235,10 @@ fn main() -> ExitCode {
             return finish("unplug-loop", res, Some("unplug loop"));
         }
         Some("rebind") => named(unplug::rebind_tests()),
+        Some("tenant-stall") => {
+            let res = tenants::tenant_stall(arg(1, 200));
+            return finish("tenant-stall", res, Some("tenant stall"));
+        }
         // The data-integrity tests, for a boot with bounce buffers
         // (`swiotlb=force`): every path that copies or writes through a
         // DMA mapping.
