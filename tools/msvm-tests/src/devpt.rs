@@ -101,7 +101,7 @@ fn e(x: impl std::fmt::Display) -> String {
 /// buffer). The buffer is a mapping of its own, unmapped on drop (before
 /// the one around it: bind them in this order); dropping it alone leaves
 /// a hole that the mapping around it keeps for this process.
-fn aligned(len: usize) -> Result<(Map, Map), String> {
+pub(crate) fn aligned(len: usize) -> Result<(Map, Map), String> {
     let outer = Map::new(len + HUGE)?;
     let at = outer.addr().next_multiple_of(HUGE);
     // SAFETY: `[at, at + len)` lies inside `outer`, a fresh mapping of ours

@@ -76,12 +76,10 @@ fn batched_and_replayed() -> Outcome {
     let dev = gpu0()?;
     const LEN: usize = 8 * HUGE;
     let (pages, windows) = ((LEN / PAGE) as u64, (LEN / HUGE) as u64);
-    let outer = Map::new(LEN + HUGE)?;
-    let start = outer.addr().next_multiple_of(HUGE);
-    // SAFETY: inside `outer`, which lives to the end and is only read.
-    let bytes = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, LEN) };
-    fill(bytes, 401);
-    let want = msvm_rt::checksum(bytes);
+    let (_outer, mut m) = crate::devpt::aligned(LEN)?;
+    let start = m.addr();
+    fill(m.bytes_mut(), 401);
+    let want = msvm_rt::checksum(m.bytes());
     for k in 0..2 {
         let s0 = stats(&dev)?;
         let j = dev.exec(Exec::Checksum, start, LEN, true).map_err(e)?;
@@ -141,12 +139,10 @@ fn entries_in_place_serve_jobs_in_place_only() -> Outcome {
     let dev = gpu0()?;
     const LEN: usize = 2 * HUGE;
     let (pages, windows) = ((LEN / PAGE) as u64, (LEN / HUGE) as u64);
-    let outer = Map::new(LEN + HUGE)?;
-    let start = outer.addr().next_multiple_of(HUGE);
-    // SAFETY: inside `outer`, which lives to the end and is only read.
-    let bytes = unsafe { std::slice::from_raw_parts_mut(start as *mut u8, LEN) };
-    fill(bytes, 404);
-    let want = msvm_rt::checksum(bytes);
+    let (_outer, mut m) = crate::devpt::aligned(LEN)?;
+    let start = m.addr();
+    fill(m.bytes_mut(), 404);
+    let want = msvm_rt::checksum(m.bytes());
     let attrs = msvm_rt::Attributes {
         preferred: msvm_rt::Place::Default,
         access: msvm_rt::Access::Migrate,
@@ -193,7 +189,7 @@ fn entries_in_place_serve_jobs_in_place_only() -> Outcome {
         pt(&s0, &s1)
     );
     check!(
-        msvm_rt::checksum(bytes) == want,
+        msvm_rt::checksum(m.bytes()) == want,
         "the CPU's bytes after the jobs"
     );
     Ok(())
