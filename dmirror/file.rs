@@ -274,9 +274,9 @@ impl DmirrorFile {
     fn fault(&self, start: usize, end: usize, write: bool) -> Result {
         let mm = self.user()?;
         self.by_windows(start, end, |addr, pfns, spare| {
-            let walk = self
-                .mirror
-                .fault(&mm, addr, pfns, write, self.dev.owner())?;
+            let walk =
+                self.mirror
+                    .fault(&mm, addr, pfns, write, self.dev.owner(), &Cancel::task())?;
             let mut table = self.mirror.lock();
             table.map(&walk, spare)
         })
@@ -479,7 +479,9 @@ impl DmirrorFile {
     fn map_moved(&self, mm: &MmWithUser, start: usize, end: usize) -> Result {
         let key = self.dev.key();
         self.by_windows(start, end, |addr, pfns, spare| {
-            let walk = self.mirror.snapshot(mm, addr, pfns, self.dev.owner())?;
+            let walk = self
+                .mirror
+                .snapshot(mm, addr, pfns, self.dev.owner(), &Cancel::task())?;
             let mut table = self.mirror.lock();
             table.map_some(&walk, spare, |p| map_of(p, key).is_some())
         })
@@ -576,13 +578,14 @@ impl DmirrorFile {
             let mut perm = [0u8; WALK];
             loop {
                 cancel.check()?;
-                let walk = match self
-                    .mirror
-                    .snapshot(&mm, addr, &mut pfns[..n], self.dev.owner())
-                {
-                    Err(e) if e == EBUSY => continue,
-                    r => r?,
-                };
+                let walk =
+                    match self
+                        .mirror
+                        .snapshot(&mm, addr, &mut pfns[..n], self.dev.owner(), &cancel)
+                    {
+                        Err(e) if e == EBUSY => continue,
+                        r => r?,
+                    };
                 let g = self.mirror.lock();
                 let pages = match g.pages(&walk) {
                     Err(e) if e == EAGAIN => continue,

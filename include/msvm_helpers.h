@@ -89,6 +89,15 @@ int msvm_copy_highpage(struct page *dst, struct page *src);
 bool msvm_mmu_interval_read_retry(struct mmu_interval_notifier *sub, unsigned long seq);
 void msvm_mmu_interval_set_seq(struct mmu_interval_notifier *sub, unsigned long seq);
 bool msvm_mmu_notifier_range_blockable(const struct mmu_notifier_range *range);
+/* A notifier's sequence now, without waiting for an invalidation in flight. */
+unsigned long msvm_mmu_interval_seq(struct mmu_interval_notifier *sub);
+/*
+ * hmm_range_fault() under the mmap read lock taken killably, for a range
+ * whose notifier_seq the caller set; -EXDEV, walking nothing, for a range that
+ * faults pages in where a VMA has userfaultfd armed (its faults must be able
+ * to let go of the lock: hmm_range_fault_unlocked_timeout()).
+ */
+int msvm_hmm_range_fault_killable(struct hmm_range *range);
 
 /* The mmap lock for writing: what excludes every zap of an mm's page tables. */
 int msvm_mmap_write_lock_killable(struct mm_struct *mm);

@@ -137,7 +137,7 @@ pub(crate) fn bind_ahead(
                 cancel.check()?;
                 let missing = mirror.lock().table().missing_leaves(at, n);
                 let mut spare = Spare::new(missing)?;
-                let walk = match mirror.snapshot(mm, at, &mut pfns[..n], pool.owner()) {
+                let walk = match mirror.snapshot(mm, at, &mut pfns[..n], pool.owner(), cancel) {
                     Err(e) if e == EBUSY => continue,
                     r => r?,
                 };
@@ -474,11 +474,13 @@ impl Service for JobService<'_, '_> {
     /// Binds every page of the fault's span as the process maps it now:
     /// kept entries where the job's ranges keep them (see
     /// [`Engine::binding`]), entries the placement policies look behind
-    /// ([`Life::Job`]) elsewhere. It never waits on the process: the walk faults nothing in
-    /// and only tries the mmap lock. Whatever needs more (a page not
-    /// present, or not with the access asked: a first touch, a
-    /// copy-on-write break, another owner's device page; a busy mmap lock;
-    /// a page it could not bind) the job services itself
+    /// ([`Life::Job`]) elsewhere. It never waits on the process: the walk
+    /// faults nothing in, begins only while no invalidation of the mirror
+    /// is in flight and only tries the mmap lock. Whatever needs more (a
+    /// page not present, or not with the access asked: a first touch, a
+    /// copy-on-write break, another owner's device page; an invalidation
+    /// in flight; a busy mmap lock; a page it could not bind) the job
+    /// services itself
     /// ([`Served::InContext`]), in its own killable context.
     fn service(&self, f: &Fault) -> Result<Served> {
         let e = self.engine;
@@ -1007,14 +1009,14 @@ impl<'p> Engine<'p> {
                 });
             // The block's charge, for the window that takes it.
             let charge = core::cell::Cell::new(charge);
-            let dst_walk = match mirror.fault(mm, dst_first, &mut dst_pfns, write, owner) {
+            let dst_walk = match mirror.fault(mm, dst_first, &mut dst_pfns, write, owner, cancel) {
                 Err(e) if e == EBUSY => continue,
                 // The mapping changed since the check: no access.
                 Err(e) if e == EPERM => return Err(EACCES),
                 r => r?,
             };
             let src_walk = if src.is_some() {
-                match mirror.fault(mm, src_first, &mut src_pfns, false, owner) {
+                match mirror.fault(mm, src_first, &mut src_pfns, false, owner, cancel) {
                     Err(e) if e == EBUSY => continue,
                     r => Some(r?),
                 }

@@ -65,6 +65,8 @@
 #include <linux/hmm.h>
 #include <linux/mmu_notifier.h>
 #include <linux/mmap_lock.h>
+#include <linux/oom.h>
+#include <linux/userfaultfd_k.h>
 #include <linux/io.h>
 #include <linux/leafops.h>
 #include <linux/kmsan-checks.h>
@@ -532,6 +534,40 @@ void msvm_mmu_interval_set_seq(struct mmu_interval_notifier *sub, unsigned long 
 bool msvm_mmu_notifier_range_blockable(const struct mmu_notifier_range *range)
 {
 	return mmu_notifier_range_blockable(range);
+}
+
+unsigned long msvm_mmu_interval_seq(struct mmu_interval_notifier *sub)
+{
+	/* Pairs with the WRITE_ONCE in mmu_interval_set_seq(). */
+	return READ_ONCE(sub->invalidate_seq);
+}
+
+int msvm_hmm_range_fault_killable(struct hmm_range *range)
+{
+	struct mm_struct *mm = range->notifier->mm;
+	struct vm_area_struct *vma;
+	VMA_ITERATOR(vmi, mm, range->start);
+	int ret;
+
+	ret = mmap_read_lock_killable(mm);
+	if (ret)
+		return ret;
+	if (check_stable_address_space(mm)) {
+		ret = -EFAULT;
+		goto out;
+	}
+	if (range->default_flags & HMM_PFN_REQ_FAULT) {
+		for_each_vma_range(vmi, vma, range->end) {
+			if (userfaultfd_armed(vma)) {
+				ret = -EXDEV;
+				goto out;
+			}
+		}
+	}
+	ret = hmm_range_fault(range);
+out:
+	mmap_read_unlock(mm);
+	return ret;
 }
 
 int msvm_dma_mapping_error(struct device *dev, dma_addr_t addr)

@@ -89,7 +89,7 @@ pub(crate) fn residency(
             let owner = key.map_or(Owner::NONE, |k| k.owner());
             loop {
                 cancel.check()?;
-                let walk = match mirror.snapshot(mm, addr, &mut pfns[..n], owner) {
+                let walk = match mirror.snapshot(mm, addr, &mut pfns[..n], owner, cancel) {
                     Err(e) if e == EBUSY => continue,
                     r => r?,
                 };

@@ -35,8 +35,9 @@ const FAULT_WINDOW: usize = 64 * 1024;
 /// mappings instead, moving nothing: the CPU's retry of the access then
 /// faults on a small page, whose window moves in 4 KiB pages. A fault
 /// that may not let go of its lock (no `FAULT_FLAG_ALLOW_RETRY`: some
-/// kernel callers of `hmm_range_fault` or GUP) gets `SIGBUS` on such a
-/// folio.
+/// kernel callers of `hmm_range_fault` or GUP, and msvm's own walks under
+/// the mmap lock, which then fault the range again in a way that may)
+/// gets `SIGBUS` on such a folio.
 pub(super) fn fault_to_ram(pool: &VramPool, fault: Fault<'_>) -> Result<(), FaultError> {
     if fault.is_pmd() {
         return pmd_fault_to_ram(pool, fault);
@@ -58,7 +59,7 @@ fn pmd_fault_to_ram(pool: &VramPool, fault: Fault<'_>) -> Result<(), FaultError>
         Relock::Retry => return Err(FaultError::Retry),
         Relock::Unsupported => {
             kernel::pr_warn_once!(
-                "msvm: a fault that cannot retry hit a 2 MiB device folio: SIGBUS\n"
+                "msvm: a fault that cannot let go of the mmap lock hit a 2 MiB device folio: SIGBUS (msvm's own walks then fault it again)\n"
             );
             return Err(FaultError::Sigbus);
         }

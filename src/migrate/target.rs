@@ -208,7 +208,7 @@ fn fault_in(
     while addr < end {
         cancel.check()?;
         let n = ((end - addr) / PAGE_SIZE).min(BLOCK_PAGES);
-        let _ = mirror.fault(mm, addr, &mut pfns[..n], false, owner);
+        let _ = mirror.fault(mm, addr, &mut pfns[..n], false, owner, cancel);
         addr += n * PAGE_SIZE;
     }
     Ok(())

@@ -252,6 +252,16 @@ pub(crate) fn cond_resched() {
     unsafe { b::msvm_cond_resched() };
 }
 
+/// Sleeps a jiffy, killably (`schedule_timeout_killable`): between two
+/// looks at something that no wakeup announces (a mirror's invalidations
+/// in flight ending), in a loop that checks its [`Cancel`].
+pub(crate) fn nap() {
+    // SAFETY: a plain call, in a context that may sleep (as
+    // `cond_resched`); a fatal signal ends the sleep, which the caller's
+    // next check sees.
+    unsafe { bindings::schedule_timeout_killable(1) };
+}
+
 #[kunit_tests(msvm_cancel)]
 mod tests {
     use core::sync::atomic::{AtomicBool, Ordering};

@@ -26,11 +26,11 @@
 //! that is this file's one promise to the compiler. The wait cannot be
 //! interrupted, so a [`Service`] must be bounded: it must never wait on
 //! the process (a page fault stuck in user space: FUSE, userfaultfd) nor
-//! on anything a waiting job holds. msvm's walks what is mapped, with the
-//! mmap lock only tried (it may wait for an invalidation of the mm in
-//! progress to finish, which the mm core bounds), and leaves anything more
-//! to the job (see `crate::engine`). `kick` runs with faults queued: it
-//! must return.
+//! on anything a waiting job holds. msvm's walks what is mapped, once no
+//! invalidation of the job's mirror is in flight (else it waits for none:
+//! `crate::mm::inflight`) and with the mmap lock only tried, and leaves
+//! anything more to the job (see `crate::engine`). `kick` runs with faults
+//! queued: it must return.
 //!
 //! # Lock order
 //!

@@ -5,9 +5,12 @@
 //! count.
 //!
 //! The protocol (`Documentation/mm/hmm.rst`): a walk ([`Mirror::fault`],
-//! [`Mirror::snapshot`]) fills entries under a sequence; then the mirror's
-//! lock is taken ([`Mirror::lock`]) and the sequence checked
-//! ([`MirrorGuard::pages`]); while that lock is held, the pages found stay
+//! [`Mirror::snapshot`], in `walk`) fills entries under a sequence, begun
+//! once no invalidation of the mirror is in flight (which the mirror's
+//! [`Inflight`] tells, without `mmu_interval_read_begin()`'s
+//! uninterruptible wait); then the mirror's lock is taken
+//! ([`Mirror::lock`]) and the sequence and the mirror's generation of
+//! invalidations checked ([`MirrorGuard::pages`]); while that lock is held, the pages found stay
 //! valid, because every invalidation takes the same lock (here, in the
 //! notifier's callback) before it lets the mm core go on. The types carry
 //! the protocol: a page is only had from [`Pages`], which borrows the
@@ -39,8 +42,12 @@ use kernel::{
 };
 
 use super::bindings as b;
+use super::inflight::Inflight;
 use super::owner::Owner;
-use super::page::{PageRef, BLOCK_PAGES, PAGE_SIZE};
+use super::page::PageRef;
+
+mod walk;
+pub(crate) use walk::{HmmPfn, Walk};
 
 /// The name of every mirror's lock, one lock class for all tables (see
 /// `super::pagemap::FREE_LOCK`: a literal in the generic
@@ -99,6 +106,10 @@ pub(crate) struct Mirror<T: MirrorTable> {
     /// `make_device_exclusive`'s own invalidation for it is skipped.
     exclusive_for: Option<Owner>,
     inserted: bool,
+    /// The invalidations in flight, which walks begin without waiting
+    /// for.
+    #[pin]
+    inflight: Inflight,
     #[pin]
     _pin: PhantomPinned,
 }
@@ -177,6 +188,9 @@ unsafe extern "C" fn invalidate_cb<T: MirrorTable>(
     // under the lock after this sees both, one before sees neither.
     let table: &mut T = &mut guard;
     table.invalidate(&inv);
+    // Before the mm core changes the page tables, and under the lock that
+    // walks are checked under.
+    mirror.inflight.began(range as usize, cur_seq);
     // SAFETY: `sub` is the notifier being invalidated, valid for the
     // callback, and its lock is held as `mmu_interval_set_seq` requires.
     unsafe { b::msvm_mmu_interval_set_seq(sub, cur_seq) };
@@ -198,7 +212,10 @@ impl<T: MirrorTable> Mirror<T> {
     /// Mirrors `[start, start + len)` of `mm`, its lock holding `table`.
     /// `exclusive_for`: the owner its device makes pages exclusive for
     /// ([`Mirror::make_exclusive`]), whose own invalidation the mirror
-    /// skips, or none.
+    /// skips, or none. Registers a notifier of the mirror's invalidations
+    /// in flight ([`Inflight`]), which takes `mm`'s mmap lock for writing
+    /// and every rmap lock of it (the caller must hold none: it would
+    /// deadlock); `ERESTARTSYS` or `EINTR` if a signal stops that.
     pub(crate) fn create(
         mm: &MmWithUser,
         (start, len): (usize, usize),
@@ -219,18 +236,38 @@ impl<T: MirrorTable> Mirror<T> {
                 // INVARIANT: not inserted yet; `sub` is the first field
                 // (`#[repr(C)]`).
                 inserted: false,
+                inflight <- Inflight::new(),
                 _pin: PhantomPinned,
             }? Error),
             GFP_KERNEL,
         )?;
+        // Registered first: every invalidation the interval's callback
+        // sees then ends on a list that holds it (`super::inflight`).
+        // SAFETY: only the field is reached, pinned in place.
+        let inflight = unsafe { m.as_mut().map_unchecked_mut(|m| &mut m.inflight) };
+        // SAFETY: `mm` has users (the borrow).
+        unsafe { inflight.register(mm.as_raw()) }?;
+        // SAFETY: setting a flag moves nothing; no callback runs before
+        // the insertion below.
+        // INVARIANT: inserted just below, for `[start, end)`, or taken back
+        // (no callback ran).
+        unsafe { m.as_mut().get_unchecked_mut() }.inserted = true;
         // SAFETY: `sub` is pinned and zeroed; `mm` has users (the borrow);
         // the ops table is static and `T`'s, this mirror's.
-        kernel::error::to_result(unsafe {
+        let r = kernel::error::to_result(unsafe {
             b::mmu_interval_notifier_insert(m.sub.get(), mm.as_raw(), start, len, &Ops::<T>::OPS)
-        })?;
-        // SAFETY: setting a flag moves nothing.
-        // INVARIANT: inserted just above, for `[start, end)`.
-        unsafe { m.as_mut().get_unchecked_mut() }.inserted = true;
+        });
+        if let Err(e) = r {
+            // SAFETY: as above; not inserted.
+            unsafe { m.as_mut().get_unchecked_mut() }.inserted = false;
+            return Err(e);
+        }
+        // The interval's sequence once inserted: the period of the
+        // invalidations in flight now, whose callbacks a deferred insertion
+        // missed.
+        // SAFETY: inserted just above.
+        m.inflight
+            .missed(unsafe { b::msvm_mmu_interval_seq(m.sub.get()) });
         Ok(m)
     }
 
@@ -292,248 +329,17 @@ impl<T: MirrorTable> Mirror<T> {
             guard: self.lock.lock(),
         }
     }
-
-    /// The hmm range of a walk of `pfns` from `start` of `mm`: `EINVAL`
-    /// unless `mm` is the mirrored mm and the range lies in the mirrored
-    /// one (outside it, invalidations would not reach the walk).
-    fn range(
-        &self,
-        mm: &MmWithUser,
-        start: usize,
-        pfns: &mut [HmmPfn],
-        default_flags: usize,
-        owner: Owner,
-    ) -> Result<b::hmm_range> {
-        let mirrored = self.mm();
-        let end = pfns
-            .len()
-            .checked_mul(PAGE_SIZE)
-            .and_then(|l| start.checked_add(l))
-            .ok_or(EINVAL)?;
-        if !core::ptr::eq(mirrored, mm.as_raw())
-            || start % PAGE_SIZE != 0
-            || start < self.start
-            || end > self.end
-        {
-            return Err(EINVAL);
-        }
-        Ok(b::hmm_range {
-            notifier: self.sub.get(),
-            notifier_seq: 0,
-            start,
-            end,
-            // `HmmPfn` is a transparent `usize`.
-            hmm_pfns: pfns.as_mut_ptr().cast(),
-            default_flags,
-            pfn_flags_mask: 0,
-            dev_private_owner: owner.as_ptr(),
-        })
-    }
-
-    /// Faults `[start, start + pfns.len() pages)` of the mirrored mm `mm`
-    /// in and fills `pfns` (one per page) with what maps each page; check
-    /// the walk with [`MirrorGuard::pages`]. Device-private pages of
-    /// `owner` are returned as they are; others are faulted to RAM. Write
-    /// access is requested if `write`. Takes the mmap lock itself and lets
-    /// fault handlers drop it (userfaultfd, file I/O), as the kernel
-    /// recommends (`hmm_range_fault_unlocked_timeout`): the caller must not
-    /// hold it (it would deadlock). Fails with `EINVAL` for another mm or a
-    /// range outside the mirror, `EFAULT` if a page cannot be faulted with
-    /// that access, `EPERM` if it is not writable, `EINTR` if a fatal
-    /// signal is pending.
-    pub(crate) fn fault<'p>(
-        &self,
-        mm: &MmWithUser,
-        start: usize,
-        pfns: &'p mut [HmmPfn],
-        write: bool,
-        owner: Owner,
-    ) -> Result<Walk<'_, 'p>> {
-        let (valid, wr) = (HMM_PFN_VALID, HMM_PFN_WRITE);
-        let mut range = self.range(mm, start, pfns, valid | if write { wr } else { 0 }, owner)?;
-        // SAFETY: `range` describes `pfns`, which is exclusively borrowed,
-        // inside the notifier's interval of `mm`, whose users the borrow
-        // keeps up; the notifier is inserted. Timeout 0: retry
-        // invalidations until the walk is stable.
-        kernel::error::to_result(unsafe { b::hmm_range_fault_unlocked_timeout(&mut range, 0) })?;
-        fix_pmd_offsets(start, pfns);
-        Ok(Walk {
-            mirror: self.id(),
-            _mirror: PhantomData,
-            start,
-            pfns,
-            seq: range.notifier_seq,
-        })
-    }
-
-    /// Fills `pfns` with what maps each page from `start` of the mirrored
-    /// mm `mm` now, faulting nothing in: a page that is not present (never
-    /// touched, swapped out, a device page of another owner, a hole) gives
-    /// an entry without a page. Fails with `EBUSY` if an invalidation came
-    /// meanwhile, `EINVAL` as [`Self::fault`] does. The caller must not
-    /// hold the mmap lock.
-    pub(crate) fn snapshot<'p>(
-        &self,
-        mm: &MmWithUser,
-        start: usize,
-        pfns: &'p mut [HmmPfn],
-        owner: Owner,
-    ) -> Result<Walk<'_, 'p>> {
-        self.look(mm, start, pfns, owner, true)
-    }
-
-    /// [`Self::snapshot`], but without waiting for the mmap lock: `EAGAIN`
-    /// if it is taken for writing (or a writer waits). It never waits on
-    /// the process (a page fault stuck in user space, a writer queued
-    /// behind it): for the device's fault handler, which serves every
-    /// process of the device.
-    pub(crate) fn snapshot_nowait<'p>(
-        &self,
-        mm: &MmWithUser,
-        start: usize,
-        pfns: &'p mut [HmmPfn],
-        owner: Owner,
-    ) -> Result<Walk<'_, 'p>> {
-        self.look(mm, start, pfns, owner, false)
-    }
-
-    fn look<'p>(
-        &self,
-        mm: &MmWithUser,
-        start: usize,
-        pfns: &'p mut [HmmPfn],
-        owner: Owner,
-        wait: bool,
-    ) -> Result<Walk<'_, 'p>> {
-        let mut range = self.range(mm, start, pfns, 0, owner)?;
-        range.notifier_seq = self.read_begin();
-        let _lock = if wait {
-            mm.mmap_read_lock()
-        } else {
-            mm.mmap_read_trylock().ok_or(EAGAIN)?
-        };
-        // SAFETY: `range` describes `pfns`, which is exclusively borrowed,
-        // inside the notifier's interval of `mm`; the mmap lock is held as
-        // `hmm_range_fault` requires.
-        kernel::error::to_result(unsafe { b::hmm_range_fault(&mut range) })?;
-        fix_pmd_offsets(start, pfns);
-        Ok(Walk {
-            mirror: self.id(),
-            _mirror: PhantomData,
-            start,
-            pfns,
-            seq: range.notifier_seq,
-        })
-    }
 }
 
 #[pinned_drop]
 impl<T: MirrorTable> PinnedDrop for Mirror<T> {
     fn drop(self: Pin<&mut Self>) {
         T::release(&self);
+        // (`inflight` unregisters its notifier when it is dropped, after.)
         if self.inserted {
             // SAFETY: inserted (invariant); this waits for running callbacks.
             unsafe { b::mmu_interval_notifier_remove(self.sub.get()) };
         }
-    }
-}
-
-/// Linux 7.3's `hmm_vma_handle_absent_pmd()` fills the entries of a
-/// device-private folio mapped by a PMD from the folio's first page frame,
-/// whatever the offset in the PMD the walk starts at: a walk that starts
-/// inside such a block gets each page's neighbour `offset` pages back
-/// (`Documentation/upstream/hmm_absent_pmd.rst`; the present-PMD case adds
-/// the offset). A 2 MiB folio's frames are aligned (the buddy allocator's;
-/// [`super::pagemap::Pagemap::holds_large`] for device memory), so each
-/// entry of PMD order is set to its folio's first frame plus its address's
-/// offset in the block: what the kernel gives when it is right, and what
-/// it should have given when it is not. Pure arithmetic: no page is read.
-fn fix_pmd_offsets(start: usize, pfns: &mut [HmmPfn]) {
-    const PMD_ORDER: u32 = BLOCK_PAGES.trailing_zeros();
-    for (i, e) in pfns.iter_mut().enumerate() {
-        let Some(pfn) = e.pfn() else { continue };
-        if e.map_order() != PMD_ORDER {
-            continue;
-        }
-        let off = (start / PAGE_SIZE + i) % BLOCK_PAGES;
-        let right = (pfn & !(BLOCK_PAGES - 1)) + off;
-        e.0 = (e.0 & HMM_PFN_FLAGS) | right;
-    }
-}
-
-// The `hmm_pfn_flags` bit masks (`unsigned long`).
-const HMM_PFN_VALID: usize = b::hmm_pfn_flags_HMM_PFN_VALID;
-const HMM_PFN_WRITE: usize = b::hmm_pfn_flags_HMM_PFN_WRITE;
-const HMM_PFN_ERROR: usize = b::hmm_pfn_flags_HMM_PFN_ERROR;
-const HMM_PFN_FLAGS: usize = b::hmm_pfn_flags_HMM_PFN_FLAGS;
-
-/// One entry of a walk (`hmm_range_fault`'s pfn and flags). Only a walk
-/// fills them; their pages are had through [`Pages`].
-#[repr(transparent)]
-#[derive(Clone, Copy)]
-pub(crate) struct HmmPfn(usize);
-
-impl HmmPfn {
-    /// An entry naming no page, to fill a walk's array with first.
-    pub(crate) const NONE: Self = Self(0);
-
-    /// The page frame, if the entry names a page.
-    pub(super) fn pfn(self) -> Option<usize> {
-        (self.0 & HMM_PFN_VALID != 0 && self.0 & HMM_PFN_ERROR == 0)
-            .then_some(self.0 & !HMM_PFN_FLAGS)
-    }
-
-    /// Whether the entry is mapped writable.
-    pub(crate) fn writable(self) -> bool {
-        self.0 & HMM_PFN_WRITE != 0
-    }
-
-    /// Whether the walk found something that maps the page (else it is
-    /// not present, and was not faulted in).
-    #[allow(dead_code)] // msvm_dmirror.ko's (the glue is built into both modules).
-    pub(crate) fn is_valid(self) -> bool {
-        self.0 & HMM_PFN_VALID != 0
-    }
-
-    /// Whether the walk found that the page cannot be mapped (a mapping
-    /// the access is not allowed on, a poisoned page).
-    #[allow(dead_code)] // msvm_dmirror.ko's (the glue is built into both modules).
-    pub(crate) fn is_error(self) -> bool {
-        self.0 & HMM_PFN_ERROR != 0
-    }
-
-    /// The order of the CPU mapping the page is part of: 9 for a PMD, 18
-    /// for a PUD (`hmm_pfn_to_map_order`).
-    pub(crate) fn map_order(self) -> u32 {
-        // CAST: five bits.
-        ((self.0 >> b::hmm_pfn_flags_HMM_PFN_ORDER_SHIFT) & 0x1f) as u32
-    }
-}
-
-/// The entries a walk of a [`Mirror`] filled, and the sequence they were
-/// filled under; the entries cannot change, nor the mirror go, while this
-/// lives (a sequence means nothing to another mirror, even one at the same
-/// address).
-pub(crate) struct Walk<'m, 'p> {
-    /// The mirror's identity ([`Mirror::id`]), borrowed for `'m`.
-    mirror: usize,
-    _mirror: PhantomData<&'m ()>,
-    /// The address of the first entry.
-    start: usize,
-    pfns: &'p [HmmPfn],
-    seq: usize,
-}
-
-impl<'p> Walk<'_, 'p> {
-    /// The address of the first entry.
-    pub(crate) fn start(&self) -> usize {
-        self.start
-    }
-
-    /// The entries, as found (a page in them is only had through
-    /// [`MirrorGuard::pages`], or under the guard's check).
-    pub(super) fn pfns(&self) -> &'p [HmmPfn] {
-        self.pfns
     }
 }
 
@@ -583,8 +389,9 @@ impl<'a, T: MirrorTable> MirrorGuard<'a, T> {
         if walk.mirror != self.mirror.id() {
             return Err(EINVAL);
         }
-        // The lock is held (`self`), as the check requires to be reliable.
-        if self.mirror.retry(walk.seq) {
+        // The lock is held (`self`), as the check requires to be reliable;
+        // the generation changes under it too (`invalidate_cb`).
+        if self.mirror.retry(walk.seq) || self.mirror.inflight.generation() != walk.generation {
             return Err(EAGAIN);
         }
         Ok(())
@@ -610,7 +417,7 @@ impl<'a, T: MirrorTable> MirrorGuard<'a, T> {
         self.check(walk)?;
         // INVARIANT: no invalidation came since the walk, and none can
         // complete while `self` holds the lock: the pages stay as found.
-        Ok(Pages { pfns: walk.pfns })
+        Ok(Pages { pfns: walk.pfns() })
     }
 }
 
@@ -685,52 +492,10 @@ impl MirrorTable for Counting {
 
 #[kunit_tests(msvm_hmm)]
 mod tests {
+    use super::super::cancel::Cancel;
     use super::super::kunit_mm::{check, TestMapping};
+    use super::super::page::PAGE_SIZE;
     use super::*;
-
-    /// An entry as `hmm_range_fault` fills it: `pfn`, valid, of map order
-    /// `order`.
-    fn entry(pfn: usize, order: u32) -> HmmPfn {
-        HmmPfn(pfn | HMM_PFN_VALID | (order as usize) << b::hmm_pfn_flags_HMM_PFN_ORDER_SHIFT)
-    }
-
-    /// A walk that starts 64 pages into a device-private block mapped by a
-    /// PMD gets each page's frame, not the block's first ones (what Linux
-    /// 7.3 fills), and entries of other orders stay as they are.
-    #[test]
-    fn pmd_offsets_from_the_walks_address() {
-        let order = BLOCK_PAGES.trailing_zeros();
-        let head = 0x40000; // a block-aligned frame
-        let start = 3 * BLOCK_PAGES * PAGE_SIZE + 64 * PAGE_SIZE;
-        // The block's first frames, as the kernel gives them; a 4 KiB
-        // entry at the end.
-        let mut pfns = [HmmPfn::NONE; 5];
-        for (i, e) in pfns.iter_mut().take(4).enumerate() {
-            *e = entry(head + i, order);
-        }
-        pfns[4] = entry(0x1234, 0);
-        fix_pmd_offsets(start, &mut pfns);
-        for (i, e) in pfns.iter().take(4).enumerate() {
-            assert_eq!(e.pfn(), Some(head + 64 + i));
-            assert_eq!(e.map_order(), order);
-        }
-        assert_eq!(pfns[4].pfn(), Some(0x1234));
-        // Right entries stay right.
-        let before = pfns;
-        fix_pmd_offsets(start, &mut pfns);
-        assert!(pfns.iter().zip(before.iter()).all(|(a, b)| a.0 == b.0));
-        // A walk ending in the next block's first pages.
-        let start = 4 * BLOCK_PAGES * PAGE_SIZE - 2 * PAGE_SIZE;
-        let mut pfns = [
-            entry(head, order),
-            entry(head + 1, order),
-            entry(head + BLOCK_PAGES, order),
-        ];
-        fix_pmd_offsets(start, &mut pfns);
-        assert_eq!(pfns[0].pfn(), Some(head + BLOCK_PAGES - 2));
-        assert_eq!(pfns[1].pfn(), Some(head + BLOCK_PAGES - 1));
-        assert_eq!(pfns[2].pfn(), Some(head + BLOCK_PAGES));
-    }
 
     /// Only `make_device_exclusive`'s invalidation for the mirror's own
     /// exclusive owner is skipped; a mirror without one skips nothing.
@@ -760,7 +525,8 @@ mod tests {
         let mirror = Mirror::create(mm, (m.addr(), 2 * PAGE_SIZE), Counting::default(), None)?;
         let other = Mirror::create(mm, (m.addr(), 2 * PAGE_SIZE), Counting::default(), None)?;
         let mut pfns = [HmmPfn::NONE; 2];
-        let walk = mirror.fault(mm, m.addr(), &mut pfns, true, Owner::NONE)?;
+        let cancel = Cancel::task();
+        let walk = mirror.fault(mm, m.addr(), &mut pfns, true, Owner::NONE, &cancel)?;
         check(walk.start() == m.addr())?;
         // Both pages faulted in writable (the second, never touched, too).
         check(
@@ -780,7 +546,12 @@ mod tests {
         // Beyond the mirror's range.
         let mut past = [HmmPfn::NONE; 1];
         let end = m.addr() + 2 * PAGE_SIZE;
-        check(mirror.fault(mm, end, &mut past, false, Owner::NONE).err() == Some(EINVAL))?;
+        check(
+            mirror
+                .fault(mm, end, &mut past, false, Owner::NONE, &cancel)
+                .err()
+                == Some(EINVAL),
+        )?;
         drop(m);
         let g = mirror.lock();
         check(g.pages(&walk).err() == Some(EAGAIN))?;

@@ -30,6 +30,7 @@ pub(crate) mod faultq;
 pub(crate) mod fdinfo;
 pub(crate) mod freemap;
 pub(crate) mod hmm;
+pub(crate) mod inflight;
 pub(crate) mod iomem;
 pub(crate) mod kunit_mm;
 pub(crate) mod migrate;

@@ -31,6 +31,8 @@ cg_zero soakfuzz "after the fuzzer" || rc=1
 cg_gone soakfuzz || rc=1
 echo "== msvm-tests oversub-stress ($part s)"
 msvm-tests oversub-stress "$part" || rc=1
+echo "== msvm-tests tenant-stall (2000 faulting jobs against another tenant's invalidations)"
+msvm-tests tenant-stall 2000 || rc=1
 echo "== msvm-tests soak ($secs s)"
 # Straight to the console: the host reads its unplug requests there.
 { msvm-tests soak "$secs" 2>&1; echo $? >/tmp/soak.rc; } | tee /tmp/soak.log

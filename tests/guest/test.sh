@@ -39,6 +39,8 @@ awk '/^# stress-proc/ { o += $3; b += $4 }
 	END { printf "stress: %d operations, %d MiB verified\n", o, b / 1048576 }' /tmp/stress.log
 echo "== msvm-tests oversub-stress (${msvm_oversub_secs:-20} s, 3 processes on one full device, and processes that place pages there and exit)"
 msvm-tests oversub-stress "${msvm_oversub_secs:-20}" || rc=1
+echo "== msvm-tests tenant-stall (200 faulting jobs against another tenant's invalidations; an unbind and a SIGKILL meanwhile)"
+msvm-tests tenant-stall 200 || rc=1
 echo "== msvm-tests rebind"
 msvm-tests rebind || rc=1
 
