@@ -89,6 +89,15 @@ int msvm_copy_highpage(struct page *dst, struct page *src);
 bool msvm_mmu_interval_read_retry(struct mmu_interval_notifier *sub, unsigned long seq);
 void msvm_mmu_interval_set_seq(struct mmu_interval_notifier *sub, unsigned long seq);
 bool msvm_mmu_notifier_range_blockable(const struct mmu_notifier_range *range);
+/*
+ * Registers @mn (a classic notifier) and inserts @sub for [start, start +
+ * length) of @mm, both under the mmap write lock taken killably (-EINTR; the
+ * registration's mm_take_all_locks() also stops for a signal that is not
+ * fatal, with -EINTR); @mn is unregistered again if the insertion fails.
+ */
+int msvm_mirror_insert_killable(struct mmu_notifier *mn, struct mmu_interval_notifier *sub,
+				struct mm_struct *mm, unsigned long start, unsigned long length,
+				const struct mmu_interval_notifier_ops *ops);
 /* A notifier's sequence now, without waiting for an invalidation in flight. */
 unsigned long msvm_mmu_interval_seq(struct mmu_interval_notifier *sub);
 /*

@@ -536,6 +536,27 @@ bool msvm_mmu_notifier_range_blockable(const struct mmu_notifier_range *range)
 	return mmu_notifier_range_blockable(range);
 }
 
+int msvm_mirror_insert_killable(struct mmu_notifier *mn, struct mmu_interval_notifier *sub,
+				struct mm_struct *mm, unsigned long start, unsigned long length,
+				const struct mmu_interval_notifier_ops *ops)
+{
+	int ret = mmap_write_lock_killable(mm);
+
+	if (ret)
+		return ret;
+	ret = __mmu_notifier_register(mn, mm);
+	if (!ret) {
+		ret = mmu_interval_notifier_insert_locked(sub, mm, start, length, ops);
+		if (ret) {
+			mmap_write_unlock(mm);
+			mmu_notifier_unregister(mn, mm);
+			return ret;
+		}
+	}
+	mmap_write_unlock(mm);
+	return ret;
+}
+
 unsigned long msvm_mmu_interval_seq(struct mmu_interval_notifier *sub)
 {
 	/* Pairs with the WRITE_ONCE in mmu_interval_set_seq(). */

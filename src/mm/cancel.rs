@@ -252,6 +252,17 @@ pub(crate) fn cond_resched() {
     unsafe { b::msvm_cond_resched() };
 }
 
+/// `e`, but `ERESTARTSYS` for an `EINTR` while no fatal signal is pending:
+/// for calls that stop for any signal (`mm_take_all_locks`), which the
+/// system call restarts once the signal is handled.
+pub(crate) fn restart_unless_killed(e: Error) -> Error {
+    // SAFETY: a plain call about the current task.
+    if e == EINTR && !unsafe { b::msvm_fatal_signal_pending() } {
+        return ERESTARTSYS;
+    }
+    e
+}
+
 /// Sleeps a jiffy, killably (`schedule_timeout_killable`): between two
 /// looks at something that no wakeup announces (a mirror's invalidations
 /// in flight ending), in a loop that checks its [`Cancel`].

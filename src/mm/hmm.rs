@@ -213,9 +213,11 @@ impl<T: MirrorTable> Mirror<T> {
     /// `exclusive_for`: the owner its device makes pages exclusive for
     /// ([`Mirror::make_exclusive`]), whose own invalidation the mirror
     /// skips, or none. Registers a notifier of the mirror's invalidations
-    /// in flight ([`Inflight`]), which takes `mm`'s mmap lock for writing
-    /// and every rmap lock of it (the caller must hold none: it would
-    /// deadlock); `ERESTARTSYS` or `EINTR` if a signal stops that.
+    /// in flight ([`Inflight`]) and inserts the interval under `mm`'s mmap
+    /// lock taken killably for writing; the registration takes every rmap
+    /// lock of `mm` too (the caller must hold none: it would deadlock).
+    /// `ERESTARTSYS` if a signal that is not fatal stops it, `EINTR` if a
+    /// fatal one does.
     pub(crate) fn create(
         mm: &MmWithUser,
         (start, len): (usize, usize),
@@ -241,26 +243,43 @@ impl<T: MirrorTable> Mirror<T> {
             }? Error),
             GFP_KERNEL,
         )?;
-        // Registered first: every invalidation the interval's callback
-        // sees then ends on a list that holds it (`super::inflight`).
-        // SAFETY: only the field is reached, pinned in place.
-        let inflight = unsafe { m.as_mut().map_unchecked_mut(|m| &mut m.inflight) };
-        // SAFETY: `mm` has users (the borrow).
-        unsafe { inflight.register(mm.as_raw()) }?;
-        // SAFETY: setting a flag moves nothing; no callback runs before
-        // the insertion below.
-        // INVARIANT: inserted just below, for `[start, end)`, or taken back
-        // (no callback ran).
-        unsafe { m.as_mut().get_unchecked_mut() }.inserted = true;
-        // SAFETY: `sub` is pinned and zeroed; `mm` has users (the borrow);
-        // the ops table is static and `T`'s, this mirror's.
+        // One pointer for the fields set around the registration, before
+        // any callback can see the mirror and after none ran: no reference
+        // is made while callbacks may hold one.
+        // SAFETY: the pointer is used as described; nothing moves.
+        let p: *mut Self = unsafe { Pin::get_unchecked_mut(m.as_mut()) };
+        // SAFETY: `p` is the pinned mirror, referenced by no one else.
+        // INVARIANT: inserted (and registered) just below, for
+        // `[start, end)`, or taken back (no callback ran).
+        let inflight = unsafe {
+            (*p).inserted = true;
+            let inflight = core::ptr::addr_of_mut!((*p).inflight);
+            Inflight::set_mm(inflight, mm.as_raw());
+            inflight
+        };
+        // The classic notifier is registered first, then the interval
+        // inserted: every invalidation the interval's callback sees then
+        // ends on a list that holds the notifier (`super::inflight`).
+        // SAFETY: both notifiers are pinned and zeroed but for the
+        // classic one's ops; `mm` has users (the borrow); the interval's
+        // ops table is static and `T`'s, this mirror's.
         let r = kernel::error::to_result(unsafe {
-            b::mmu_interval_notifier_insert(m.sub.get(), mm.as_raw(), start, len, &Ops::<T>::OPS)
+            b::msvm_mirror_insert_killable(
+                Inflight::notifier(inflight),
+                Opaque::cast_into(core::ptr::addr_of!((*p).sub)),
+                mm.as_raw(),
+                start,
+                len,
+                &Ops::<T>::OPS,
+            )
         });
         if let Err(e) = r {
-            // SAFETY: as above; not inserted.
-            unsafe { m.as_mut().get_unchecked_mut() }.inserted = false;
-            return Err(e);
+            // SAFETY: as above; neither is registered (no callback ran).
+            unsafe {
+                (*p).inserted = false;
+                Inflight::set_mm(inflight, core::ptr::null_mut());
+            }
+            return Err(super::cancel::restart_unless_killed(e));
         }
         // The interval's sequence once inserted: the period of the
         // invalidations in flight now, whose callbacks a deferred insertion

@@ -20,16 +20,16 @@
 //! tables, and one told after it changes the generation, which the walk is
 //! checked against under the mirror's lock, as its sequence is.
 //!
-//! The notifier is registered before the mirror's interval is inserted:
-//! registration waits out every invalidation in flight
-//! (`mm_take_all_locks`), so every invalidation the mirror's callback
-//! sees ends on a list that holds this notifier.
+//! The notifier is registered before the mirror's interval is inserted,
+//! so every invalidation the mirror's callback sees (one that starts after
+//! the insertion) ends on a list that holds this notifier.
 //!
 //! The mm core numbers invalidation periods (`cur_seq`: one number for
 //! invalidations that overlap), and a period ends only once every
 //! invalidation of it has. So a record whose end never comes (a
 //! non-blocking start that failed after the mirror's callback had
-//! succeeded: the OOM reaper's), the records there was no room for, and
+//! succeeded: the OOM reaper's; the process's exit, whose unmaps come
+//! after the notifier left the list), the records there was no room for, and
 //! the invalidations in flight when the interval was inserted (a deferred
 //! insertion misses their callbacks: [`Inflight::missed`]) are forgotten
 //! once their period is over: when a callback of a later period comes, or
@@ -132,8 +132,8 @@ static OPS: bindings::mmu_notifier_ops = bindings::mmu_notifier_ops {
 ///
 /// # Safety
 ///
-/// Called by the mm core for a notifier registered by
-/// [`Inflight::register`].
+/// Called by the mm core for a notifier registered with [`OPS`] (only
+/// [`Inflight::notifier`]s are).
 unsafe extern "C" fn ended_cb(
     sub: *mut bindings::mmu_notifier,
     range: *const bindings::mmu_notifier_range,
@@ -168,37 +168,33 @@ impl Inflight {
         })
     }
 
-    /// Registers the notifier with `mm` (taking its mmap lock for writing
-    /// and every rmap lock of it, as `mmu_notifier_register` does, which
-    /// waits out the invalidations in flight: a caller holding one of them
-    /// deadlocks). `ERESTARTSYS` if a signal that is not fatal stopped it,
-    /// `EINTR` if a fatal one did.
+    /// Names `mm` as the notifier's (`null`: none): before the notifier
+    /// is registered with it (no callback can run yet), or after its
+    /// registration failed (none ran).
     ///
     /// # Safety
     ///
-    /// `mm` has users (`mmu_notifier_register` requires it).
-    pub(crate) unsafe fn register(self: Pin<&mut Self>, mm: *mut bindings::mm_struct) -> Result {
-        // SAFETY: setting a field moves nothing.
-        let this = unsafe { self.get_unchecked_mut() };
-        // INVARIANT: set before the registration (no callback can run
-        // yet), taken back if it fails (none ran).
-        this.mm = mm;
-        // SAFETY: `sub` is pinned, zeroed but for its ops, not registered;
-        // `mm` has users (the caller's promise).
-        let r = kernel::error::to_result(unsafe {
-            bindings::mmu_notifier_register(this.sub.get(), mm)
-        });
-        if let Err(e) = r {
-            this.mm = core::ptr::null_mut();
-            // `mm_take_all_locks` stops for any pending signal: restart
-            // the call unless the task is being killed.
-            // SAFETY: a plain call about the current task.
-            if e == EINTR && !unsafe { super::bindings::msvm_fatal_signal_pending() } {
-                return Err(ERESTARTSYS);
-            }
-            return Err(e);
-        }
-        Ok(())
+    /// `this` points to a pinned table that no reference points into;
+    /// if `mm` is not null, the caller registers the notifier
+    /// ([`Inflight::notifier`]) with it right after, and calls this again
+    /// with `null` if that fails, with no drop in between.
+    pub(crate) unsafe fn set_mm(this: *mut Self, mm: *mut bindings::mm_struct) {
+        // SAFETY: a live table no one else references (the caller's
+        // promise).
+        // INVARIANT: registered with `mm` right after, or unset again (the
+        // caller's promise).
+        unsafe { (*this).mm = mm };
+    }
+
+    /// The classic notifier, to register (with [`OPS`], its ops already).
+    ///
+    /// # Safety
+    ///
+    /// `this` points to a live table.
+    pub(crate) unsafe fn notifier(this: *mut Self) -> *mut bindings::mmu_notifier {
+        // SAFETY: a live table (the caller's promise); only the field's
+        // address is taken.
+        unsafe { Opaque::cast_into(core::ptr::addr_of!((*this).sub)) }
     }
 
     /// The invalidations of period `period` may have reached the page

@@ -23,6 +23,12 @@ use super::{Mirror, MirrorTable};
 /// lock).
 const RETRY_MS: u32 = 100;
 
+/// How long no invalidation must reach a mirror with invalidations only
+/// the end of their period tells of ([`State::Lost`]: a new mirror's
+/// first walk) before [`Mirror::settle`] asks the mm core whether that
+/// period is over.
+const LOST_MS: u32 = 10;
+
 /// How long a mirror's recorded invalidations may stay with no new one
 /// before [`Mirror::settle`] asks the mm core whether their period is over
 /// (an end that never came: a non-blocking start that failed).
@@ -128,8 +134,7 @@ impl<T: MirrorTable> Mirror<T> {
     fn fault_unlocked(&self, range: &mut b::hmm_range, cancel: &Cancel<'_>) -> Result<u64> {
         let retry = kernel::time::msecs_to_jiffies(RETRY_MS);
         loop {
-            self.settle(cancel)?;
-            let generation = self.inflight.generation();
+            let generation = self.settle(cancel)?;
             // SAFETY: `range` describes pages exclusively borrowed by the
             // caller, inside the notifier's interval of its mm, whose users
             // its borrow keeps up; no mmap lock is held. The timeout bounds
@@ -148,33 +153,36 @@ impl<T: MirrorTable> Mirror<T> {
 
     /// Waits, killably and for `cancel`, until no invalidation of the
     /// mirror is in flight; the generation a walk begun now is checked
-    /// against. It looks every jiffy. Invalidations only the end of their
-    /// period tells of ([`State::Lost`]), and records that stayed while no
-    /// invalidation came for [`STALE_MS`] (an end that never came), are
-    /// waited for by `mmu_interval_read_begin()`, which returns at once if
-    /// their period is over, and else waits for it, uninterruptibly: Linux
-    /// 7.3 has no other way.
+    /// against. It looks every jiffy. What only the end of a period tells
+    /// ([`State::Lost`]: once no callback came for [`LOST_MS`]) and records
+    /// that stayed while none came for [`STALE_MS`] (an end that never
+    /// came) are asked of `mmu_interval_read_begin()`, which returns at
+    /// once if their period is over, and else waits for it,
+    /// uninterruptibly: Linux 7.3 has no other way. While callbacks come,
+    /// it only looks.
     fn settle(&self, cancel: &Cancel<'_>) -> Result<u64> {
-        let stale = kernel::time::msecs_to_jiffies(STALE_MS);
+        let (lost, stale) = (
+            kernel::time::msecs_to_jiffies(LOST_MS),
+            kernel::time::msecs_to_jiffies(STALE_MS),
+        );
         let (mut seen, mut naps) = (None, 0);
         loop {
-            match self.inflight.state() {
+            let wait = match self.inflight.state() {
                 State::Quiet(generation) => return Ok(generation),
-                State::Lost(_) => self.inflight.settled(self.read_begin()),
-                State::Open => {
-                    cancel.check()?;
-                    let generation = self.inflight.generation();
-                    if seen != Some(generation) {
-                        (seen, naps) = (Some(generation), 0);
-                    } else if naps >= stale {
-                        self.inflight.settled(self.read_begin());
-                        naps = 0;
-                        continue;
-                    }
-                    super::super::cancel::nap();
-                    naps += 1;
-                }
+                State::Lost(_) => lost,
+                State::Open => stale,
+            };
+            cancel.check()?;
+            let generation = self.inflight.generation();
+            if seen != Some(generation) {
+                (seen, naps) = (Some(generation), 0);
+            } else if naps >= wait {
+                self.inflight.settled(self.read_begin());
+                naps = 0;
+                continue;
             }
+            super::super::cancel::nap();
+            naps += 1;
         }
     }
 
