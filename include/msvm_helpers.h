@@ -110,6 +110,7 @@ int msvm_hmm_range_fault_killable(struct hmm_range *range);
 
 /* The mmap lock for writing: what excludes every zap of an mm's page tables. */
 int msvm_mmap_write_lock_killable(struct mm_struct *mm);
+bool msvm_mmap_write_trylock(struct mm_struct *mm);
 void msvm_mmap_write_downgrade(struct mm_struct *mm);
 void msvm_mmap_write_unlock(struct mm_struct *mm);
 void msvm_mmap_read_lock(struct mm_struct *mm);

@@ -221,6 +221,22 @@ int msvm_mmap_write_lock_killable(struct mm_struct *mm)
 	return mmap_write_lock_killable(mm);
 }
 
+/*
+ * mmap_write_lock() if no one holds the lock (7.3 has no mmap_write_trylock):
+ * the same steps, the rwsem only tried.
+ */
+bool msvm_mmap_write_trylock(struct mm_struct *mm)
+{
+	__mmap_lock_trace_start_locking(mm, true);
+	if (!down_write_trylock(&mm->mmap_lock)) {
+		__mmap_lock_trace_acquire_returned(mm, true, false);
+		return false;
+	}
+	mm_lock_seqcount_begin(mm);
+	__mmap_lock_trace_acquire_returned(mm, true, true);
+	return true;
+}
+
 void msvm_mmap_write_unlock(struct mm_struct *mm)
 {
 	mmap_write_unlock(mm);

@@ -297,9 +297,16 @@ pub(super) fn fill_to_system(
     start: usize,
     end: usize,
     large: Option<&ExclusiveVma<'_>>,
-    home: Home,
+    (home, block): (Home, Option<usize>),
 ) -> Result<Option<Outcome>> {
     let mut clock = Clock::start();
+    // Only the pages of `pool`'s block at that BAR offset, if given.
+    let ours = |p: PageRef<'_>| {
+        block.is_none_or(|b| {
+            pool.offset_of(p)
+                .is_some_and(|o| (b..b + BLOCK_SIZE).contains(&o))
+        })
+    };
     let mut mig = VmaMigration::setup(
         vma,
         start,
@@ -323,7 +330,7 @@ pub(super) fn fill_to_system(
         // collected; the rest is in RAM (or on a device we do not reach).
         let Some((owner, offset)) = mig
             .src_page(at)
-            .filter(|_| src.migrate())
+            .filter(|&p| src.migrate() && ours(p))
             .and_then(|p| pool.locate(p))
         else {
             out.already += u64::from_safe_cast(nr);

@@ -39,7 +39,7 @@ use crate::mm::{
     cancel::Cancel,
     fault::{Fault, FaultError},
     migrate::vma_is_secretmem,
-    mmap::{ExclusiveVma, LockedVma, MmapWriteGuard},
+    mmap::{ExclusiveVma, LockedVma, MmapWriteGuard, Wait},
     numa::Home,
     page::{BLOCK_PAGES, BLOCK_SIZE},
     pagemap::PAGE_SIZE,
@@ -131,13 +131,22 @@ pub(crate) enum Direction {
 pub(crate) enum Dest {
     Device(Use),
     System(Home),
+    /// An eviction of the pool's 2 MiB block at BAR offset `block`,
+    /// through the mapping its folio was migrated in at: its pages only,
+    /// to system RAM on `home`, under the mmap lock taken for writing as
+    /// `wait` says.
+    Evict {
+        home: Home,
+        block: usize,
+        wait: Wait,
+    },
 }
 
 impl Dest {
     fn dir(self) -> Direction {
         match self {
             Dest::Device(_) => Direction::ToDevice,
-            Dest::System(_) => Direction::ToSystem,
+            Dest::System(_) | Dest::Evict { .. } => Direction::ToSystem,
         }
     }
 }
@@ -169,32 +178,29 @@ impl PoolOps for Migrations {
         fault_to_ram(pool, fault)
     }
 
-    fn evict_range(
+    fn evict_folio(
         &self,
         pool: &VramPool,
         mm: &MmWithUser,
-        start: usize,
-        len: usize,
+        (start, block): (usize, usize),
+        wait: Wait,
         cancel: &Cancel<'_>,
     ) -> Result<u64> {
-        evict_range(pool, mm, start, len, cancel).map(|o| o.moved)
+        let end = start.checked_add(BLOCK_SIZE).ok_or(EINVAL)?;
+        // An eviction: on the node of the device the pages leave. Without
+        // checking access first (a device going away takes back even what
+        // `PROT_NONE` hides), stopping at the first hole.
+        let home = pool.home();
+        steps(
+            pool,
+            mm,
+            start,
+            end,
+            Dest::Evict { home, block, wait },
+            cancel,
+        )
+        .map(|o| o.moved)
     }
-}
-
-/// Moves the pages of `pool`'s owner group in `[start, start + len)` of
-/// `mm` to system RAM as [`migrate_range`] does, without checking access
-/// first (a device going away takes back even what `PROT_NONE` hides),
-/// stopping at the first hole.
-fn evict_range(
-    pool: &VramPool,
-    mm: &MmWithUser,
-    start: usize,
-    len: usize,
-    cancel: &Cancel<'_>,
-) -> Result<Outcome> {
-    let end = start.checked_add(len).ok_or(EINVAL)?;
-    // An eviction: on the node of the device the pages leave.
-    steps(pool, mm, start, end, Dest::System(pool.home()), cancel)
 }
 
 /// The steps of [`migrate_range`], recorded as one `msvm_migrate` trace
@@ -309,6 +315,16 @@ fn locked_step(
     dest: Dest,
     may_grow: bool,
 ) -> Result<(Option<Outcome>, usize)> {
+    if let Dest::Evict { wait, .. } = dest {
+        // Held for writing from the start (the step is a whole folio's
+        // block, most likely), waiting only as the eviction may.
+        let excl = match wait {
+            Wait::Always => MmapWriteGuard::lock_killable(mm)?,
+            Wait::Never => MmapWriteGuard::try_lock(mm).ok_or(EBUSY)?,
+        };
+        let vma = excl.vma_lookup(addr).ok_or(EFAULT)?;
+        return one_step(pool, vma.locked(), addr, end, dest, Some(&vma), may_grow);
+    }
     let guard = mm.mmap_read_lock();
     let vma = LockedVma::lookup(&guard, addr).ok_or(EFAULT)?;
     if whole_block(&vma, addr, end) {
@@ -355,8 +371,13 @@ fn one_step(
             fill_to_device(p, v, s, e, l, u)
         }),
         Dest::System(home) => step(pool, vma, addr, step_end, large, grow, |p, v, s, e, l| {
-            fill_to_system(p, v, s, e, l, home)
+            fill_to_system(p, v, s, e, l, (home, None))
         }),
+        Dest::Evict { home, block, .. } => {
+            step(pool, vma, addr, step_end, large, grow, |p, v, s, e, l| {
+                fill_to_system(p, v, s, e, l, (home, Some(block)))
+            })
+        }
     };
     match r {
         // `migrate_vma_setup` refused the VMA for a reason of its own

@@ -244,13 +244,13 @@ impl<T: MirrorTable> Mirror<T> {
             GFP_KERNEL,
         )?;
         // One pointer for the fields set around the registration, before
-        // any callback can see the mirror and after none ran: no reference
+        // any callback can see the mirror and after none can any more: no reference
         // is made while callbacks may hold one.
         // SAFETY: the pointer is used as described; nothing moves.
         let p: *mut Self = unsafe { Pin::get_unchecked_mut(m.as_mut()) };
         // SAFETY: `p` is the pinned mirror, referenced by no one else.
         // INVARIANT: inserted (and registered) just below, for
-        // `[start, end)`, or taken back (no callback ran).
+        // `[start, end)`, or taken back (when no callback can run any more).
         let inflight = unsafe {
             (*p).inserted = true;
             let inflight = core::ptr::addr_of_mut!((*p).inflight);
@@ -274,7 +274,8 @@ impl<T: MirrorTable> Mirror<T> {
             )
         });
         if let Err(e) = r {
-            // SAFETY: as above; neither is registered (no callback ran).
+            // SAFETY: as above; neither is registered any more, and the
+            // unregistration waited for the classic one's callbacks (SRCU).
             unsafe {
                 (*p).inserted = false;
                 Inflight::set_mm(inflight, core::ptr::null_mut());

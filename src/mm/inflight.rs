@@ -170,7 +170,7 @@ impl Inflight {
 
     /// Names `mm` as the notifier's (`null`: none): before the notifier
     /// is registered with it (no callback can run yet), or after its
-    /// registration failed (none ran).
+    /// registration failed (unregistered, its callbacks waited for).
     ///
     /// # Safety
     ///

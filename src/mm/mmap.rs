@@ -134,6 +134,20 @@ impl<'a> MmapWriteGuard<'a> {
         })
     }
 
+    /// Takes `mm`'s mmap lock for writing if no one holds it (or waits
+    /// for it).
+    pub(crate) fn try_lock(mm: &'a MmWithUser) -> Option<Self> {
+        // SAFETY: `mm` has users (the type), so its lock is usable.
+        if !unsafe { b::msvm_mmap_write_trylock(mm.as_raw()) } {
+            return None;
+        }
+        // INVARIANT: just taken.
+        Some(Self {
+            mm,
+            _nts: NotThreadSafe,
+        })
+    }
+
     /// The VMA at `addr`, write-locked too, so that nothing that takes the
     /// VMA lock alone (page faults, `MADV_DONTNEED`) runs in it while the
     /// guard lives.
@@ -193,7 +207,8 @@ impl Drop for MmExcluded<'_> {
     }
 }
 
-/// How [`MmapRead::lock`] waits for an mmap lock.
+/// How a caller waits for an mmap lock ([`MmapRead::lock`]; an eviction
+/// through a folio's record takes the write lock killably or tries it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Wait {
     /// As long as it takes (the holders' work is bounded).

@@ -515,10 +515,13 @@ impl VramPool {
     /// (`migrate_device_pfns`) would collect them whole with PMD migration
     /// entries in every mm that maps them, which nothing excludes zaps from
     /// (Linux 7.3's `zap_huge_pmd()` bug, see
-    /// `crate::mm::migrate::device_folio_mapcount`). Best effort: a folio
-    /// whose record is stale (remapped elsewhere, or mapped only by a fork
-    /// child of an mm that has gone) is left to the eviction; so is
-    /// everything once the task is killed.
+    /// `crate::mm::migrate::device_folio_mapcount`). Only blocks out whole
+    /// now are taken, and only the pages of the record's own block move (a
+    /// record outlives its folio, and the address may map a peer's pages by
+    /// then), under that mm's mmap write lock taken killably. Best effort: a folio whose record is stale
+    /// (remapped elsewhere, or mapped only by a fork child of an mm that
+    /// has gone) is left to the eviction; so is everything once the task
+    /// is killed.
     pub(super) fn evict_large_folios(&self) {
         let mut todo = KVec::new();
         {
@@ -529,24 +532,36 @@ impl VramPool {
                 return;
             }
             for m in maps() {
-                for r in m.data().mappings.lock().iter().flatten() {
+                let base = m.data().base;
+                for (b, r) in m.data().mappings.lock().iter().enumerate() {
+                    let Some(r) = r else { continue };
+                    // A record outlives its folio: only a block out whole
+                    // now is worth the mm's write lock (its pages small
+                    // go through their own records).
+                    if !m.block_use(b).1 {
+                        continue;
+                    }
                     // Room for every block was reserved above.
-                    let _ = todo.push_within_capacity((r.mm.clone(), r.addr));
+                    let _ =
+                        todo.push_within_capacity((r.mm.clone(), r.addr, base + b * BLOCK_SIZE));
                 }
             }
         }
         let cancel = Cancel::task();
-        for (mm, addr) in todo {
+        for (mm, addr, block) in todo {
             if cancel.check().is_err() {
                 break;
             }
             let Some(mm) = mm.mmget_not_zero() else {
                 continue;
             };
-            // Whatever it finds there now: a hole, another mapping, or
-            // pages of this group that are not that folio any more all
-            // just go to system RAM (or stay, if they cannot move).
-            let _ = self.ops.evict_range(self, &mm, addr, BLOCK_SIZE, &cancel);
+            // The block's pages it finds there now go to system RAM (or
+            // stay, if they cannot move); a hole, another mapping or
+            // another block's pages (a peer's, this device's) stay as they
+            // are. The unbinding task waits for the mmap lock killably.
+            let _ = self
+                .ops
+                .evict_folio(self, &mm, (addr, block), Wait::Always, &cancel);
         }
     }
 

@@ -81,6 +81,7 @@ use crate::mm::{
     dmem::Region,
     fault::{Fault, FaultError},
     iomem::WcBar,
+    mmap::Wait,
     numa::Home,
     owner::{Owner, OwnerKey},
     page::{NewPage, PageRef, BLOCK_SIZE},
@@ -128,16 +129,19 @@ pub(crate) trait PoolOps: Sync {
     /// `migrate_to_ram` of a device page of `pool` that the CPU touched.
     fn fault_to_ram(&self, pool: &VramPool, fault: Fault<'_>) -> Result<(), FaultError>;
 
-    /// Moves the pages of `pool` (and of its owner group) in
-    /// `[start, start + len)` of `mm` to system RAM, access unchecked (the
-    /// pool's teardown and making room, through the mapping a 2 MiB folio
-    /// was migrated in at). Returns how many pages moved.
-    fn evict_range(
+    /// Moves the pages of `pool`'s 2 MiB block at BAR offset `block` that
+    /// `mm` maps in the 2 MiB block at `start` (`at`: the two) to system RAM, access
+    /// unchecked (the pool's teardown and making room, through the mapping
+    /// a 2 MiB folio was migrated in at): any other page there (a peer's,
+    /// another block's) stays. Takes `mm`'s mmap lock for writing as
+    /// `wait` says: killably for [`Wait::Always`], else only tried
+    /// (`EBUSY`). Returns how many pages moved.
+    fn evict_folio(
         &self,
         pool: &VramPool,
         mm: &MmWithUser,
-        start: usize,
-        len: usize,
+        at: (usize, usize),
+        wait: Wait,
         cancel: &Cancel<'_>,
     ) -> Result<u64>;
 }

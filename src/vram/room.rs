@@ -9,7 +9,9 @@
 //!
 //! A block's 2 MiB folio moves through the mm and address it was migrated in
 //! at (as a device going away moves them, see
-//! [`VramPool::evict_large_folios`]), and only so: collecting it by its
+//! [`VramPool::evict_large_folios`]: only the block's own pages there, with
+//! that mm's mmap write lock only tried unless it is the caller's own), and
+//! only so: collecting it by its
 //! frames would put PMD migration entries in every mm that maps it, which
 //! nothing would keep zaps away from (Linux 7.3's `zap_huge_pmd()` bug).
 //! Its small pages move through the mm and address each was migrated in at
@@ -38,6 +40,7 @@ use kernel::sync::Arc;
 
 use crate::mm::cancel::{lock_killable, Cancel};
 use crate::mm::dmem::Evictor;
+use crate::mm::mmap::Wait;
 use crate::mm::page::{BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::Pagemap;
 use crate::mm::trace::{self, EvictReason};
@@ -207,6 +210,7 @@ impl VramPool {
                 .get(b)
                 .and_then(|m| m.as_ref().map(|r| (r.mm.clone(), r.addr)));
             let serial = map.data().serial;
+            let block = map.data().base + b * BLOCK_SIZE;
             // Still pages `evictor` may take? The folio may have been freed
             // and the block given to another cgroup's since `pick`.
             let (ok, _) = block_evictable(&map, b, evictor.ignoring_low());
@@ -221,11 +225,18 @@ impl VramPool {
                 return Some((0, false));
             };
             let addr = mapping.map_or(0, |(_, a)| a);
-            // Whatever is there now goes to system RAM (or stays): best
-            // effort, as for a device going away.
+            // The block's pages there now go to system RAM (or stay):
+            // best effort, as for a device going away, with the mmap lock
+            // of that mm only tried if it is another tenant's.
+            // The caller's own mm is waited for, killably (its own threads'
+            // faults are bounded); another tenant's only tried.
+            let own = kernel::current!()
+                .mm()
+                .is_some_and(|m| core::ptr::eq(m.as_raw(), mm.as_raw()));
+            let wait = if own { Wait::Always } else { Wait::Never };
             moved = self
                 .ops
-                .evict_range(self, &mm, addr, BLOCK_SIZE, cancel)
+                .evict_folio(self, &mm, (addr, block), wait, cancel)
                 .unwrap_or(0);
             drop(mm);
             pass = lock_killable(&self.shrink_lock).ok()?;

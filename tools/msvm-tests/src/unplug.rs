@@ -46,7 +46,60 @@ pub fn rebind_tests() -> Vec<Test> {
             name: "sysfs_unbind_other_gpus_work_during_the_teardown",
             run: other_gpus_work_during_teardown,
         },
+        Test {
+            name: "sysfs_unbind_leaves_a_peers_pages_at_a_freed_folios_address",
+            run: unbind_leaves_peer_pages_at_folio_record,
+        },
     ]
+}
+
+/// A 2 MiB folio moves to the first GPU whole (its record: this process's
+/// mm and the address), then to the second GPU, a P2P peer of its owner
+/// group (the first GPU's folio is freed; its record stays until the
+/// block is used again). Unbinding the first GPU moves its folios home
+/// through their records: only the pages of its own block there, not the
+/// second GPU's pages the address holds now (it once moved every page of
+/// the owner group it found there: a peer's, another tenant's block's).
+fn unbind_leaves_peer_pages_at_folio_record() -> Outcome {
+    const HUGE: usize = 2 << 20;
+    let gpus = sysfs::msvm_gpus()?;
+    check!(gpus.len() >= 2, "need two GPUs");
+    let (_region, start) = crate::large::thp_region(HUGE, 93)?;
+    let d1 = Device::open(&gpus[1].node).map_err(|x| x.to_string())?;
+    d1.vm_create().map_err(|x| x.to_string())?;
+    let index1 = d1.index().map_err(|x| x.to_string())? as usize;
+    {
+        let d0 = Device::open(&gpus[0].node).map_err(|x| x.to_string())?;
+        d0.vm_create().map_err(|x| x.to_string())?;
+        let s0 = d0.stats().map_err(|x| x.to_string())?;
+        d0.migrate(start, HUGE, Location::Device)
+            .map_err(|x| x.to_string())?;
+        let s1 = d0.stats().map_err(|x| x.to_string())?;
+        check!(
+            s1.large_to_device - s0.large_to_device == 1,
+            "the folio did not move to the first GPU whole"
+        );
+    }
+    d1.migrate(start, HUGE, Location::Device)
+        .map_err(|x| x.to_string())?;
+    let on_peer = |what: &str| -> Outcome {
+        let r = d1.residency(start, HUGE).map_err(|x| x.to_string())?;
+        check!(
+            r.devices[index1] == HUGE as u64,
+            "{what}: {} of {HUGE} bytes on the second GPU ({} in system RAM)",
+            r.devices[index1],
+            r.system
+        );
+        Ok(())
+    };
+    on_peer("before the unbind")?;
+    let drv = "/sys/bus/pci/drivers/msvm";
+    std::fs::write(format!("{drv}/unbind"), &gpus[0].addr).map_err(|x| format!("unbind: {x}"))?;
+    let kept = on_peer("after the first GPU's unbind");
+    let rebound = bind_again(&gpus[0].addr);
+    kept?;
+    rebound?;
+    crate::svm::verify(crate::large::bytes(start, HUGE), 93)
 }
 
 /// PCIe hot-unplug and re-plug (run last on a lockdep kernel: the kernel's
