@@ -286,8 +286,8 @@ impl<T: MirrorTable> Mirror<T> {
         // invalidations in flight now, whose callbacks a deferred insertion
         // missed.
         // SAFETY: inserted just above.
-        m.inflight
-            .missed(unsafe { b::msvm_mmu_interval_seq(m.sub.get()) });
+        let period = unsafe { b::msvm_mmu_interval_seq(m.sub.get()) };
+        m.inflight.missed(period);
         Ok(m)
     }
 

@@ -96,6 +96,7 @@ mod charge;
 mod chunk;
 mod evict;
 mod floor;
+mod large;
 mod lru;
 mod phases;
 mod records;
