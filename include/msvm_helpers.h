@@ -118,6 +118,7 @@ bool msvm_mmap_read_trylock(struct mm_struct *mm);
 void msvm_mmap_read_unlock(struct mm_struct *mm);
 struct vm_area_struct *msvm_vma_lookup(struct mm_struct *mm, unsigned long addr);
 unsigned long msvm_kunit_mmap(unsigned long len);
+struct mm_struct *msvm_kunit_mm_alloc(void);
 
 
 /* DMA mappings of system pages for a device. */

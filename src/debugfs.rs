@@ -426,14 +426,15 @@ fn show_numa(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
 
 /// `evict`: per device, how eviction moved its pages.
 fn show_evict(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    per_device(f, "gpu by_mm by_frame unrecorded", |f, i, p| {
+    per_device(f, "gpu by_mm by_frame unrecorded renewed", |f, i, p| {
         let s = &p.stats;
-        let (m, fr, u) = (
+        let (m, fr, u, r) = (
             s.by_mm.load(Relaxed),
             s.by_frame.load(Relaxed),
             s.unrecorded.load(Relaxed),
+            s.renewed.load(Relaxed),
         );
-        writeln!(f, "{i} {m} {fr} {u}")
+        writeln!(f, "{i} {m} {fr} {u} {r}")
     })
 }
 

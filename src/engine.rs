@@ -512,6 +512,8 @@ impl Service for JobService<'_, '_> {
                 if pages.iter().flatten().any(|p| p.is_secretmem()) {
                     return Err(EFAULT);
                 }
+                // Met under a valid sequence: eviction follows them here.
+                e.pool.renew(self.mm, &pages);
             }
             // Entries asked for, and their kinds: own, DMA, P2P.
             let mut asked = [0u64; 3];
@@ -1062,6 +1064,9 @@ impl<'p> Engine<'p> {
                 clock.lap_job(JobPhase::Place);
                 continue;
             }
+            // Met under a valid sequence: eviction follows them here.
+            self.pool.renew(mm, &dst_found);
+            self.pool.renew(mm, &src_found);
             // The pages stay as found while `guard` is held. Replicas are
             // used (and made) only if the block's generation is still the
             // one read before the walk.

@@ -84,6 +84,7 @@
 #include <linux/fs.h>
 #include <linux/mutex.h>
 #include <linux/mman.h>
+#include <linux/module.h>
 #include <kunit/test.h>
 #include <uapi/linux/magic.h>
 #include <drm/drm_drv.h>
@@ -295,6 +296,24 @@ unsigned long msvm_kunit_mmap(unsigned long len)
 	return vm_mmap(NULL, 0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, 0);
 #else
 	return (unsigned long)-EINVAL;
+#endif
+}
+
+#if IS_BUILTIN(CONFIG_KUNIT)
+MODULE_IMPORT_NS("EXPORTED_FOR_KUNIT_TESTING");
+#endif
+
+/*
+ * For KUnit cases (src/mm/kunit_mm.rs): a new mm of no task, one user
+ * (mm_alloc(), exported for KUnit only), for cases that need many mms;
+ * mmput() ends it. NULL without KUnit, or without memory.
+ */
+struct mm_struct *msvm_kunit_mm_alloc(void)
+{
+#if IS_BUILTIN(CONFIG_KUNIT)
+	return mm_alloc();
+#else
+	return NULL;
 #endif
 }
 

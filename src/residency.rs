@@ -98,6 +98,10 @@ pub(crate) fn residency(
                     Err(e) if e == EAGAIN => continue,
                     r => r?,
                 };
+                // Met under a valid sequence: eviction follows them here.
+                if let Some(k) = key {
+                    crate::vram::renew(k, mm, &found);
+                }
                 // The pages stay as found while `guard` is held.
                 for (p, page) in places[..n].iter_mut().zip(found.iter()) {
                     let Some(page) = page else {

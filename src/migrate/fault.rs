@@ -193,6 +193,18 @@ fn fault_range(
             .map_err(|_| FaultError::Sigbus)?;
         filled[at] = 1;
     }
+    // Own pages collected that stay (no memory for them, or a folio with
+    // no 2 MiB of RAM) are put back where this mm maps them: eviction
+    // follows them here (their record may name another mm or address).
+    pool.note_mapped(
+        vma.mm(),
+        (0..n)
+            .filter(|&j| filled[j] == 0 && mig.src(j).migrate())
+            .filter_map(|j| {
+                let page = mig.src_page(j).filter(|&p| pool.offset_of(p).is_some())?;
+                Some((page, start + j * PAGE_SIZE, mig.src(j).nr_pages()))
+            }),
+    );
     mig.pages();
     let (mut moved, mut folios, mut fault_moved) = (0, 0, false);
     for j in (0..n).filter(|&j| filled[j] > 0 && mig.src(j).migrate()) {

@@ -437,7 +437,10 @@ impl<'a, T: MirrorTable> MirrorGuard<'a, T> {
         self.check(walk)?;
         // INVARIANT: no invalidation came since the walk, and none can
         // complete while `self` holds the lock: the pages stay as found.
-        Ok(Pages { pfns: walk.pfns() })
+        Ok(Pages {
+            pfns: walk.pfns(),
+            start: walk.start(),
+        })
     }
 }
 
@@ -449,13 +452,23 @@ impl<'a, T: MirrorTable> MirrorGuard<'a, T> {
 /// Every page `pfns` names is valid for `'g`.
 pub(crate) struct Pages<'g> {
     pfns: &'g [HmmPfn],
+    /// The address of the first entry.
+    start: usize,
 }
 
 impl<'g> Pages<'g> {
     /// No pages.
     pub(crate) fn empty() -> Pages<'static> {
         // INVARIANT: no entries.
-        Pages { pfns: &[] }
+        Pages {
+            pfns: &[],
+            start: 0,
+        }
+    }
+
+    /// The address of entry 0: entry `i` is the page at `start() + i` pages.
+    pub(crate) fn start(&self) -> usize {
+        self.start
     }
 
     /// The page of entry `i`, if the walk found one there.

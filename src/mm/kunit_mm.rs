@@ -152,6 +152,21 @@ impl Drop for TestMapping {
     }
 }
 
+/// A new mm of no task (`mm_alloc()`), with one user that the returned
+/// reference holds, for cases that need many mms (as keys: nothing is
+/// mapped in it). `EINVAL` outside a KUnit case, `ENOMEM` without memory.
+pub(crate) fn fresh_mm() -> Result<ARef<MmWithUser>> {
+    if !kernel::kunit::in_kunit_test() {
+        return Err(EINVAL);
+    }
+    // SAFETY: a plain call; the mm it returns has one user, ours.
+    let mm = core::ptr::NonNull::new(unsafe { b::msvm_kunit_mm_alloc() }).ok_or(ENOMEM)?;
+    // SAFETY: `MmWithUser` is a transparent wrapper of `mm_struct`, and the
+    // one user `mm_alloc()` gave is handed to the `ARef` (its drop is
+    // `mmput()`).
+    Ok(unsafe { ARef::from_raw(mm.cast::<MmWithUser>()) })
+}
+
 /// Fails a KUnit case through its `Result` (`EINVAL`, logged with the
 /// caller's line) unless `ok`: for checks under locks, where an assertion
 /// would end the case's kthread with the locks held (see the module's

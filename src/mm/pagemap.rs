@@ -431,9 +431,26 @@ impl<T: PagemapOps> Pagemap<T> {
     }
 
     /// An eviction of the pages in use among pages `indices` of this map
-    /// (a large folio's pages one after another, head first): `EINVAL`
-    /// unless they all lie in the map.
-    pub(crate) fn device_migration_of(&self, indices: &[usize]) -> Result<DeviceMigration<'_>> {
+    /// (a large folio's pages one after another, head first), by frame,
+    /// wherever they are mapped: `EINVAL` unless they all lie in the map.
+    ///
+    /// # Safety
+    ///
+    /// Linux 7.3's `migrate_device_pfns()` unmaps the pages holding no
+    /// reference on their `anon_vma` and no lock of any mm, and finalize's
+    /// `remove_migration_ptes()` walks that `anon_vma` when the migration
+    /// is dropped. So, until the returned migration is dropped, no mm that
+    /// maps any of these pages may unmap it or free its page tables (a
+    /// `munmap`, `MADV_DONTNEED`, `mremap`, exit): the caller holds the
+    /// mmap lock of every such mm for writing with its VMAs write-locked
+    /// (`MmExcluded`), or knows that no process maps the pages. Never call
+    /// it for pages a process may still map without that: prefer a
+    /// migration of a VMA found under its mm's mmap lock
+    /// (`VmaMigration`).
+    pub(crate) unsafe fn device_migration_of(
+        &self,
+        indices: &[usize],
+    ) -> Result<DeviceMigration<'_>> {
         let mut pfns = KVec::with_capacity(indices.len(), GFP_KERNEL)?;
         for &i in indices {
             if i >= self.npages {

@@ -11,11 +11,10 @@ use kernel::sync::atomic::Relaxed;
 use crate::mm::cancel::Cancel;
 use crate::mm::migrate::{device_folio_mapcount, DeviceMigration, Select, VmaMigration};
 use crate::mm::mmap::{LockedVma, MmExcluded, MmapRead, Wait};
-use crate::mm::page::{How, NewPage, PageRef, BLOCK_PAGES, BLOCK_SIZE};
+use crate::mm::page::{How, NewPage, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::{self, Pagemap, PAGE_SIZE};
 use crate::mm::trace::{self, EvictReason};
 
-use super::records::Noting;
 use super::window::evict_window;
 use super::{chunk_of, Batch, Chunk, VramPool};
 
@@ -413,7 +412,15 @@ impl VramPool {
                 indices.push(i, GFP_KERNEL)?;
             }
             let _excluded = MmExcluded::lock(&mm);
-            let mig = map.device_migration_of(&indices)?;
+            // SAFETY: NOT MET in full, on a device going away only: the
+            // mm the pages are recorded in (the one that moved them in, or
+            // last met them: `mapped.rs`) can neither unmap them nor exit
+            // while `_excluded` lives; a fork child msvm has no record of
+            // that shares them may, and finalize then walks a freed
+            // `anon_vma` (`design.rst`, "Known problems": no user-reachable
+            // path calls this, and stock 7.3 gives no way to find that
+            // child).
+            let mig = unsafe { map.device_migration_of(&indices) }?;
             self.frames_step(map, mig, d)?;
         }
         // Then the frames no record leads to, one 2 MiB block of the chunk
@@ -428,7 +435,12 @@ impl VramPool {
                 indices.push(i, GFP_KERNEL)?;
             }
             if !indices.is_empty() {
-                let mig = map.device_migration_of(&indices)?;
+                // SAFETY: NOT MET, on a device going away only: these
+                // pages have no record (their chunk's table had no memory
+                // when they moved in), so no mm that may map them is known
+                // to exclude (`design.rst`, "Known problems"; no
+                // user-reachable path calls this).
+                let mig = unsafe { map.device_migration_of(&indices) }?;
                 self.frames_step(map, mig, d)?;
             }
             first = last;
@@ -503,48 +515,6 @@ impl VramPool {
         let write = mig.src(i).write();
         mig.set_dst(i, dst, write)?;
         Ok(true)
-    }
-
-    /// Notes that the pages `pages` yields, of this pool, were just
-    /// migrated in at their addresses of `mm` (each page, its address, and
-    /// how many pages it stands for: a 2 MiB folio if more than one):
-    /// eviction moves them through that mapping (see `records.rs`). Locks
-    /// each chunk's table once per run of pages in it.
-    pub(crate) fn note_mapped<'p>(
-        &self,
-        mm: &Mm,
-        pages: impl Iterator<Item = (PageRef<'p>, usize, usize)>,
-    ) {
-        let mut missed = 0;
-        // The chunk of the last page, with its table locked: the pages of
-        // a step come mostly from one chunk, found by frame number alone.
-        let mut noting: Option<(&Pagemap<Chunk>, Option<Noting<'_>>)> = None;
-        for (page, addr, nr) in pages {
-            let cached = noting.as_ref().and_then(|(m, _)| m.index_of(page));
-            let i = match cached {
-                Some(i) => i,
-                None => {
-                    let Some(map) = pagemap::map_of(page, self.key) else {
-                        continue;
-                    };
-                    let Some(i) = map.index_of(page) else {
-                        continue;
-                    };
-                    // The last chunk's table is let go first.
-                    drop(noting.take());
-                    noting = Some((map, map.data().records.noting(mm)));
-                    i
-                }
-            };
-            let n = noting.as_ref().and_then(|(_, n)| n.as_ref());
-            for k in 0..nr {
-                if !n.is_some_and(|n| n.set(i + k, addr + k * PAGE_SIZE, nr > 1)) {
-                    missed += 1;
-                }
-            }
-        }
-        drop(noting);
-        self.stats.unrecorded.add(missed, Relaxed);
     }
 
     /// Evicts chunk `c` until no page of it is in use, retrying with

@@ -29,9 +29,9 @@
 //! `VramPool::chunks` (making room lets go of `shrink_lock` while it moves
 //! a 2 MiB folio through its mm, see `room.rs`); `shrink_lock` -> the mmap
 //! lock (read) of an mm a block's small pages are recorded in (making room
-//! waits for it killably, a consolidation only tries it: `evict.rs`);
-//! a chunk's `Records::mms` (`records.rs`) is a leaf, taken under an mmap
-//! lock, under `shrink_lock` or alone;
+//! and a consolidation only try it: `evict.rs`);
+//! a chunk's `Records::table` (`records.rs`) is a leaf, taken under an
+//! mmap lock, a mirror's lock, `shrink_lock` or alone;
 //! `VramPool::grow_lock` -> [`VramPool::me`] (a leaf);
 //! `VramPool::grow_lock` -> the replicas' locks (a grower takes a replica
 //! chunk back, across a grace period of their readers) -> `shrink_lock`
@@ -98,6 +98,7 @@ mod evict;
 mod floor;
 mod large;
 mod lru;
+mod mapped;
 mod phases;
 mod records;
 mod replicas;
@@ -115,6 +116,7 @@ use chunk::{no_mappings, Chunk, LargeMapping};
 pub(crate) use floor::{FloorPath, FLOOR_MAX_PAGES};
 use lru::Lru;
 pub(crate) use lru::{Epoch, Intent, Use};
+pub(crate) use mapped::renew;
 pub(crate) use phases::{Clock, JobPhase, Phase, SizeClass};
 use replicas::Replicas;
 pub(crate) use replicas::Window as ReplicaWindow;

@@ -19,18 +19,34 @@
 //! only the frames it wants among what it finds at the recorded address,
 //! and leaves a page whose record is stale where it is.
 //!
+//! A record is renewed wherever msvm meets a device page mapped at an
+//! address of an mm under a walk's valid sequence (a job's walk, the fault
+//! handler's, RESIDENCY's: [`Renewing`]) or keeps it there through a
+//! migration that leaves it (a CPU fault's window restoring a neighbour):
+//! a page `mremap` moved, or that only a fork child maps once its parent
+//! let it go, is recorded anew the next time its process meets it, and
+//! eviction moves it through that mapping again.
+//!
+//! A table holds as many mms as its chunk has pages, plus one (up to
+//! [`MAX_MMS`]): each page names one mm at most, so an mm that needs a
+//! record always finds an entry that no page names, and every page of a
+//! chunk can be recorded, whatever the number of processes.
+//!
 //! # Lock order
 //!
-//! [`Records::mms`] is a leaf mutex: taken with nothing of the pool held
-//! but, at most, `shrink_lock` and an mmap lock; nothing is allocated
-//! under it but the table's own growth and the scratch of a clean-up
-//! ([`Records::mm_index`]), and an mm it lets go of is dropped under it
-//! (`mmdrop`, process context). The page slots are atomics, also cleared
-//! by `folio_free` in any context.
+//! [`Records::table`] is a leaf mutex: taken with nothing of the pool
+//! held but, at most, `shrink_lock`, an mmap lock and a mirror's lock (a
+//! renewal, under a walk's sequence; a mirror's lock is taken in
+//! invalidations, from reclaim). So nothing allocates under it but
+//! `GFP_NOWAIT` (the table's growth; a migration that needs more grows it
+//! with the lock let go, [`Records::noting`]), and an mm it lets go of is
+//! dropped under it (`mmdrop`, process context, which allocates nothing).
+//! The page slots are atomics, also cleared by `folio_free` in any
+//! context.
 //!
 //! A table keeps up to [`KEPT_MMS`] mms that no page names any more (their
-//! `mm_struct`s, not their memory) until a new mm needs the room or the
-//! chunk's pagemap goes.
+//! `mm_struct`s, not their memory), or as many as it has named ones past
+//! that, until a new mm needs the room or the chunk's pagemap goes.
 
 use kernel::mm::Mm;
 use kernel::new_mutex;
@@ -41,30 +57,42 @@ use kernel::sync::{Mutex, MutexGuard};
 
 use crate::mm::page::PAGE_SIZE;
 
-/// The mms one chunk may name at once: an index fits in a page slot's low
-/// bits, beside a page-aligned address.
-const MAX_MMS: usize = PAGE_SIZE - 1;
+/// The bits of a page's offset.
+const PAGE_SHIFT: u32 = PAGE_SIZE.trailing_zeros();
+
+/// The bits of a page slot that hold its address's page number: user
+/// addresses lie below 2^57 (five-level paging).
+const ADDR_BITS: u32 = 57 - PAGE_SHIFT;
+
+/// The bits of a page slot, below its address, that hold its mm's index
+/// plus one.
+const MM_BITS: u32 = usize::BITS - 1 - ADDR_BITS;
+
+/// The most mms a table may name (index plus one fits in [`MM_BITS`]).
+const MAX_MMS: usize = (1 << MM_BITS) - 1;
 
 /// The mms a chunk keeps before it lets go of those no page names any more.
 const KEPT_MMS: usize = 16;
 
 /// The bit of a page slot that says the page was migrated in as part of a
-/// 2 MiB folio (user addresses are far below it).
+/// 2 MiB folio (or is part of one now, when renewed).
 const LARGE: usize = 1 << (usize::BITS - 1);
 
-/// A page slot: its address (page aligned) or'ed with its mm's index in
-/// [`Records::mms`] plus one, and [`LARGE`] for a page of a 2 MiB folio;
-/// 0 for no record.
+/// A page slot: its address's page number, above its mm's index in
+/// [`Table::mms`] plus one, and [`LARGE`] for a page of a 2 MiB folio; 0
+/// for no record. An address at or above 2^57 (no user address) keeps
+/// only its low bits.
 fn encode(mm: usize, addr: usize, large: bool) -> usize {
-    (addr & !(PAGE_SIZE - 1) & !LARGE) | (mm + 1) | if large { LARGE } else { 0 }
+    let page = (addr >> PAGE_SHIFT) & ((1 << ADDR_BITS) - 1);
+    (page << MM_BITS) | ((mm + 1) & MAX_MMS) | if large { LARGE } else { 0 }
 }
 
 /// What a page slot records, if anything.
 fn decode(v: usize) -> Option<Record> {
-    let mm = v & (PAGE_SIZE - 1);
+    let mm = v & MAX_MMS;
     (mm != 0).then(|| Record {
         mm: mm - 1,
-        addr: v & !(PAGE_SIZE - 1) & !LARGE,
+        addr: ((v & !LARGE) >> MM_BITS) << PAGE_SHIFT,
         large: v & LARGE != 0,
     })
 }
@@ -79,20 +107,47 @@ pub(crate) struct Record {
     pub(crate) large: bool,
 }
 
+/// The mms a chunk's page slots name, by index, and the scratch to find
+/// those no slot names any more.
+struct Table {
+    /// An entry no slot names any more is reused ([`Records::mm_index`]).
+    mms: KVec<Option<ARef<Mm>>>,
+    /// One bit per entry the table may have: which ones a slot names
+    /// ([`Records::forget_unnamed`]), made when the chunk is, so that
+    /// nothing under the lock allocates for it.
+    named: KVVec<u64>,
+    /// The length at which the table looks for entries to let go next:
+    /// twice the entries named at the last look (at least [`KEPT_MMS`]),
+    /// so that a table of many mms is not scanned for each new one.
+    scan_at: usize,
+}
+
+/// Why [`Records::mm_index`] found no entry for an mm.
+enum NoIndex {
+    /// The table must grow to this capacity first, which it could not do
+    /// without waiting for memory.
+    Grow(usize),
+    /// No entry can be had: the table is at its limit with every entry
+    /// named (a chunk larger than [`MAX_MMS`] pages), or it had no memory.
+    None,
+}
+
 /// The records of one chunk's pages.
 #[pin_data]
 pub(crate) struct Records {
     /// One slot per page (see [`encode`]).
     pages: KVVec<Atomic<usize>>,
-    /// The mms the slots name, by index. An entry no slot names any more is
-    /// reused when the table is full ([`Records::mm_index`]).
+    /// The most entries the table takes: one more than the pages, so that
+    /// one is always free to reuse.
+    limit: usize,
     #[pin]
-    mms: Mutex<KVec<Option<ARef<Mm>>>>,
+    table: Mutex<Table>,
 }
 
 impl Records {
     /// Records for `npages` pages, none yet.
     pub(crate) fn new(npages: usize) -> impl PinInit<Self, Error> {
+        let limit = (npages + 1).min(MAX_MMS);
         try_pin_init!(Self {
             pages: {
                 let mut v = KVVec::with_capacity(npages, GFP_KERNEL)?;
@@ -101,54 +156,79 @@ impl Records {
                 }
                 v
             },
-            mms <- new_mutex!(KVec::new()),
+            limit,
+            table <- new_mutex!(Table {
+                mms: KVec::new(),
+                named: KVVec::from_elem(0, limit.div_ceil(64), GFP_KERNEL)?,
+                scan_at: KEPT_MMS,
+            }),
         }? Error)
     }
 
-    /// The index of `mm` in `mms`, added if it is not there: `None` if the
-    /// table is full of mms that pages still name (that page then gets no
-    /// record), or on want of memory. Past [`KEPT_MMS`] entries, the mms no
-    /// page names any more are let go first, so that a chunk that outlives
-    /// many processes keeps few of their `mm_struct`s.
-    fn mm_index(&self, mms: &mut KVec<Option<ARef<Mm>>>, mm: &Mm) -> Option<usize> {
-        if let Some(i) = mms
-            .iter()
-            .position(|m| m.as_ref().is_some_and(|m| core::ptr::eq(&**m, mm)))
-        {
-            return Some(i);
+    /// The index of `mm` in the table (looked for at `hint` first), added
+    /// if it is not there. Past [`KEPT_MMS`] entries, and each time the
+    /// table doubles after, the mms no page names any more are let go
+    /// first, so that a chunk that outlives many processes keeps at most
+    /// about as many `mm_struct`s as its pages name. Allocates only
+    /// `GFP_NOWAIT` (see the lock order).
+    fn mm_index(&self, t: &mut Table, mm: &Mm, hint: Option<usize>) -> Result<usize, NoIndex> {
+        let is = |m: &Option<ARef<Mm>>| m.as_ref().is_some_and(|m| core::ptr::eq(&**m, mm));
+        if let Some(i) = hint.filter(|&i| t.mms.get(i).is_some_and(is)) {
+            return Ok(i);
         }
-        if mms.len() >= KEPT_MMS && !mms.iter().any(Option::is_none) {
-            self.forget_unnamed(mms);
+        if let Some(i) = t.mms.iter().position(is) {
+            return Ok(i);
         }
-        if let Some(i) = mms.iter().position(Option::is_none) {
-            mms[i] = Some(ARef::from(mm));
-            return Some(i);
+        let full = !t.mms.iter().any(Option::is_none);
+        if full && (t.mms.len() >= t.scan_at || t.mms.len() >= self.limit) {
+            let named = self.forget_unnamed(t);
+            t.scan_at = (2 * named).max(KEPT_MMS);
         }
-        if mms.len() < MAX_MMS && mms.push(Some(ARef::from(mm)), GFP_KERNEL).is_ok() {
-            return Some(mms.len() - 1);
+        if let Some(i) = t.mms.iter().position(Option::is_none) {
+            t.mms[i] = Some(ARef::from(mm));
+            return Ok(i);
         }
-        None
+        if t.mms.len() >= self.limit {
+            return Err(NoIndex::None);
+        }
+        if t.mms.len() == t.mms.capacity() {
+            let want = (t.mms.len() * 2).clamp(KEPT_MMS, self.limit);
+            if t.mms
+                .reserve(want - t.mms.len(), GFP_NOWAIT | __GFP_NOWARN)
+                .is_err()
+            {
+                return Err(NoIndex::Grow(want));
+            }
+        }
+        t.mms
+            .push_within_capacity(Some(ARef::from(mm)))
+            .map_err(|_| NoIndex::None)?;
+        Ok(t.mms.len() - 1)
     }
 
-    /// Lets go of the mms of `mms` that no page slot names (slots cleared
-    /// by `folio_free` only ever stop naming one; new ones are written
-    /// under the lock that `mms` is borrowed from).
-    fn forget_unnamed(&self, mms: &mut KVec<Option<ARef<Mm>>>) {
-        let Ok(mut named) = KVec::from_elem(false, mms.len(), GFP_KERNEL) else {
-            return;
-        };
+    /// Lets go of the mms of the table that no page slot names (slots
+    /// cleared by `folio_free` only ever stop naming one; new ones are
+    /// written under the lock that `t` is borrowed from). Returns how many
+    /// it keeps.
+    fn forget_unnamed(&self, t: &mut Table) -> usize {
+        t.named.iter_mut().for_each(|w| *w = 0);
         for v in self.pages.iter() {
             if let Some(r) = decode(v.load(Relaxed)) {
-                if let Some(n) = named.get_mut(r.mm) {
-                    *n = true;
+                if let Some(w) = t.named.get_mut(r.mm / 64) {
+                    *w |= 1 << (r.mm % 64);
                 }
             }
         }
-        for (m, n) in mms.iter_mut().zip(named.iter()) {
-            if !n {
+        for (i, m) in t.mms.iter_mut().enumerate() {
+            let named = t
+                .named
+                .get(i / 64)
+                .is_some_and(|w| w & (1 << (i % 64)) != 0);
+            if !named {
                 *m = None;
             }
         }
+        t.mms.iter().filter(|m| m.is_some()).count()
     }
 
     /// Records that pages `first..first + nr` are mapped at `addr` (and the
@@ -165,15 +245,60 @@ impl Records {
 
     /// A way to record pages of `mm`, the table locked while it lives (so
     /// that the mm's entry is not let go before a page names it); `None`
-    /// if the table has no room for `mm`.
+    /// if the table has no room for `mm`, or no memory. May wait for
+    /// memory (with the table unlocked): not under a mirror's lock.
     pub(crate) fn noting(&self, mm: &Mm) -> Option<Noting<'_>> {
-        let mut mms = self.mms.lock();
-        let m = self.mm_index(&mut mms, mm)?;
-        Some(Noting {
+        for _ in 0..2 {
+            let mut t = self.table.lock();
+            match self.mm_index(&mut t, mm, None) {
+                Ok(m) => {
+                    return Some(Noting {
+                        records: self,
+                        m,
+                        _table: t,
+                    })
+                }
+                Err(NoIndex::Grow(want)) => {
+                    drop(t);
+                    self.grow(want)?;
+                }
+                Err(NoIndex::None) => return None,
+            }
+        }
+        None
+    }
+
+    /// Gives the table room for `want` entries, allocated with the lock
+    /// let go; `None` on want of memory.
+    fn grow(&self, want: usize) -> Option<()> {
+        let mut v = KVec::with_capacity(want, GFP_KERNEL).ok()?;
+        let mut t = self.table.lock();
+        if t.mms.capacity() < want {
+            for m in t.mms.drain_all() {
+                // Within capacity: `want` is larger.
+                v.push_within_capacity(m).ok()?;
+            }
+            core::mem::swap(&mut t.mms, &mut v);
+        }
+        drop(t);
+        // The old (empty) vector is freed with the lock let go.
+        drop(v);
+        Some(())
+    }
+
+    /// A way to renew the records of pages of `mm` met under a walk's
+    /// sequence ([`Renewing::renew`]), the table locked while it lives;
+    /// looks for `mm` at index `hint` first. Allocates only `GFP_NOWAIT`,
+    /// so it may be had under a mirror's lock; `None` if the table had no
+    /// room then (a later walk tries again).
+    pub(crate) fn renewing(&self, mm: &Mm, hint: Option<usize>) -> Option<Renewing<'_>> {
+        let mut t = self.table.lock();
+        let m = self.mm_index(&mut t, mm, hint).ok()?;
+        Some(Renewing(Noting {
             records: self,
             m,
-            _mms: mms,
-        })
+            _table: t,
+        }))
     }
 
     /// Forgets the records of pages `first..first + nr` (freed). Any
@@ -198,8 +323,9 @@ impl Records {
     pub(crate) fn count_of(&self, mm: usize) -> usize {
         // CAST: an address, compared as a key only.
         let m = self
-            .mms
+            .table
             .lock()
+            .mms
             .iter()
             .position(|x| x.as_ref().is_some_and(|x| x.as_raw() as usize == mm));
         let Some(m) = m else { return 0 };
@@ -212,7 +338,7 @@ impl Records {
     /// The mm at index `m` of the table, held by its count of references
     /// (not its users: see `Mm::mmget_not_zero`).
     pub(crate) fn mm_at(&self, m: usize) -> Option<ARef<Mm>> {
-        self.mms.lock().get(m)?.clone()
+        self.table.lock().mms.get(m)?.clone()
     }
 }
 
@@ -222,7 +348,7 @@ pub(crate) struct Noting<'a> {
     /// The mm's index in the table.
     m: usize,
     /// The table, locked.
-    _mms: MutexGuard<'a, KVec<Option<ARef<Mm>>>>,
+    _table: MutexGuard<'a, Table>,
 }
 
 impl Noting<'_> {
@@ -234,6 +360,27 @@ impl Noting<'_> {
         };
         slot.store(encode(self.m, addr, large), Relaxed);
         true
+    }
+}
+
+/// Records being renewed for one mm ([`Records::renewing`]).
+pub(crate) struct Renewing<'a>(Noting<'a>);
+
+impl Renewing<'_> {
+    /// Page `i` is mapped at `addr` of the mm (as part of a 2 MiB folio if
+    /// `large`), as a walk found it under a sequence still valid: the page
+    /// is in use (mapped) while the caller holds that sequence, so no
+    /// `folio_free` clears its slot meanwhile. Returns whether the record
+    /// changed.
+    pub(crate) fn renew(&self, i: usize, addr: usize, large: bool) -> bool {
+        let Some(slot) = self.0.records.pages.get(i) else {
+            return false;
+        };
+        let v = encode(self.0.m, addr, large);
+        slot.load(Relaxed) != v && {
+            slot.store(v, Relaxed);
+            true
+        }
     }
 }
 
@@ -257,5 +404,60 @@ mod tests {
         assert_eq!(decode(encode(3, 0x2fff, false)), rec(3, 0x2000, false));
         // Index 0 at address 0 is still a record.
         assert_eq!(decode(encode(0, 0, false)), rec(0, 0, false));
+        // The last page of a five-level address space.
+        let last = (1 << 57) - PAGE_SIZE;
+        assert_eq!(
+            decode(encode(MAX_MMS - 1, last, true)),
+            rec(MAX_MMS - 1, last, true)
+        );
+    }
+
+    /// Every page of a chunk can name an mm of its own: more than the 4,095
+    /// mms a table took before (the page of the 4,096th process got no
+    /// record, and eviction never moved it). A page freed and used by a
+    /// new mm reuses the entry no page names any more; a renewal moves a
+    /// record to another mm and address, once.
+    #[test]
+    fn every_page_can_name_an_mm_of_its_own() -> Result {
+        use crate::mm::kunit_mm::{check, fresh_mm};
+        const N: usize = 4100;
+        let records = KBox::pin_init(Records::new(N), GFP_KERNEL)?;
+        let mut mms = KVec::with_capacity(N, GFP_KERNEL)?;
+        for i in 0..N {
+            let mm = fresh_mm()?;
+            check(records.note(i, 1, &mm, (i + 1) * PAGE_SIZE, false) == 1)?;
+            mms.push(mm, GFP_KERNEL)?;
+        }
+        for (i, mm) in mms.iter().enumerate() {
+            let r = records.get(i).ok_or(EINVAL)?;
+            check(r.addr == (i + 1) * PAGE_SIZE)?;
+            let named = records.mm_at(r.mm).ok_or(EINVAL)?;
+            check(core::ptr::eq(&*named, &***mm))?;
+        }
+        // Pages 0 and 3 freed and used by new mms: each takes the entry
+        // that no page names any more.
+        let mut late = KVec::with_capacity(2, GFP_KERNEL)?;
+        for i in [0, 3] {
+            records.forget(i, 1);
+            let mm = fresh_mm()?;
+            check(records.note(i, 1, &mm, PAGE_SIZE, false) == 1)?;
+            let r = records.get(i).ok_or(EINVAL)?;
+            check(
+                records
+                    .mm_at(r.mm)
+                    .is_some_and(|m| core::ptr::eq(&*m, &**mm)),
+            )?;
+            late.push(mm, GFP_KERNEL)?;
+        }
+        check(records.table.lock().mms.len() <= N + 1)?;
+        // Page 1 met in mm 2 at another address (a fork child's, say).
+        let hint = records.get(2).map(|r| r.mm);
+        let renewing = records.renewing(&mms[2], hint).ok_or(EINVAL)?;
+        check(renewing.renew(1, 0x4000_0000, false))?;
+        check(!renewing.renew(1, 0x4000_0000, false))?;
+        drop(renewing);
+        let r = records.get(1).ok_or(EINVAL)?;
+        check(r.addr == 0x4000_0000 && r.mm == records.get(2).ok_or(EINVAL)?.mm)?;
+        Ok(())
     }
 }

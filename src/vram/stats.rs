@@ -91,10 +91,13 @@ pub(crate) struct Stats {
     /// going away could not move through a record (`by_frame`: stale
     /// records, with the recorded mm locked, and pages no record leads
     /// to); pages migrated in that got no record (`unrecorded`: their
-    /// chunk's table of mms was full).
+    /// chunk's table had no memory); records renewed where msvm met a
+    /// page mapped elsewhere than its record said (`renewed`, see
+    /// `mapped.rs`).
     pub(crate) by_mm: Atomic<u64>,
     pub(crate) by_frame: Atomic<u64>,
     pub(crate) unrecorded: Atomic<u64>,
+    pub(crate) renewed: Atomic<u64>,
     /// The device page tables (`crate::mm::devpt`): windows of jobs that
     /// found every page they use mapped and ran without a fault
     /// (`pt_hits`), windows that faulted (`pt_faults`: an entry missing or
@@ -199,6 +202,7 @@ impl Stats {
             by_mm: Atomic::new(0),
             by_frame: Atomic::new(0),
             unrecorded: Atomic::new(0),
+            renewed: Atomic::new(0),
             pt_hits: Atomic::new(0),
             pt_replays: Atomic::new(0),
             tlb_hits: Atomic::new(0),

@@ -34,6 +34,7 @@ mod race;
 mod replicas;
 mod scenarios;
 mod soak;
+mod stale;
 mod stress;
 mod svm;
 mod sysfs;
@@ -101,6 +102,7 @@ fn main_tests() -> Vec<harness::Test> {
         fdinfo::tests(),
         cgroup::tests(),
         race::tests(),
+        stale::tests(),
     ]
     .into_iter()
     .flatten()
