@@ -33,7 +33,8 @@
 //!   each is recorded in (`by_mm`), by page frame (`by_frame`: only what a
 //!   device going away could not move through a record), and pages
 //!   migrated in (or moved by a consolidation) with no record
-//!   (`unrecorded`).
+//!   (`unrecorded`), and records written where a walk met a page that no
+//!   record led to (`renewed`).
 //! - `evict_delay_ms`: writing `MS` (at most 10000) makes every eviction
 //!   step wait that long with its pages unmapped, before it finalizes
 //!   (fault injection: tests make a process exit or `munmap` inside that

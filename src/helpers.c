@@ -299,6 +299,15 @@ unsigned long msvm_kunit_mmap(unsigned long len)
 #endif
 }
 
+/*
+ * Whether @mm still has users (a process, or an mmget()): a hint, read
+ * with no lock; 0 stays 0 (an mm whose users are gone is being torn down).
+ */
+bool msvm_mm_has_users(struct mm_struct *mm)
+{
+	return atomic_read(&mm->mm_users) > 0;
+}
+
 #if IS_BUILTIN(CONFIG_KUNIT)
 MODULE_IMPORT_NS("EXPORTED_FOR_KUNIT_TESTING");
 #endif

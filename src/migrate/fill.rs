@@ -216,8 +216,6 @@ pub(super) fn fill_to_device(
     let (mut u, mut decided) = (u, false);
     let mut filled = [0u16; BLOCK_PAGES];
     let mut from_peer = [false; BLOCK_PAGES];
-    // The destination of the whole folio, if any (the step's first entry).
-    let mut large_dst = None;
     let mut i = 0;
     while i < n {
         let (at, src) = (i, mig.src(i));
@@ -247,20 +245,13 @@ pub(super) fn fill_to_device(
         mig.set_dst(at, dpage, src.write())?;
         // CAST: at most `BLOCK_PAGES` (512), which fits in `u16`.
         filled[at] = nr as u16;
-        if src.compound() {
-            large_dst = Some(at);
-        }
     }
     clock.lap(Phase::Copy);
     install(&mut mig, &filled[..n], &mut out);
     let moved = |i: usize| filled[i] > 0 && mig.src(i).migrate();
-    if let Some(at) = large_dst.filter(|&at| moved(at)) {
-        if let Some(page) = mig.dst_page(at) {
-            // Where eviction finds it (`VramPool::evict_large_folios`).
-            pool.note_large_mapping(page, vma.mm(), start + at * PAGE_SIZE);
-        }
-    }
-    // Where eviction finds each page: through this mm, never by frame.
+    // Where eviction finds each page: through this mm, never by frame (a
+    // 2 MiB folio through its head page's record:
+    // `VramPool::evict_large_folios`).
     pool.note_mapped(
         vma.mm(),
         (0..n).filter(|&i| moved(i)).filter_map(|i| {

@@ -20,6 +20,15 @@ use kernel::{
 
 use super::bindings as b;
 
+/// Whether `mm` still has users (a process, or an `mmget`): a hint, as the
+/// count may drop right after; once it is zero it stays so (the mm is being
+/// torn down, or is gone but for its `mm_struct`).
+pub(crate) fn has_users(mm: &Mm) -> bool {
+    // SAFETY: `mm` is a valid `mm_struct` (the reference); the call only
+    // reads its count of users.
+    unsafe { b::msvm_mm_has_users(mm.as_raw()) }
+}
+
 /// A VMA whose mm's mmap lock is held, for reading or writing, for as long
 /// as the borrow lasts: what a walk of its page tables needs
 /// (`migrate_vma_setup` asserts it, `PGWALK_RDLOCK`). The VMA's own lock

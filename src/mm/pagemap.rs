@@ -438,15 +438,16 @@ impl<T: PagemapOps> Pagemap<T> {
     ///
     /// Linux 7.3's `migrate_device_pfns()` unmaps the pages holding no
     /// reference on their `anon_vma` and no lock of any mm, and finalize's
-    /// `remove_migration_ptes()` walks that `anon_vma` when the migration
-    /// is dropped. So, until the returned migration is dropped, no mm that
-    /// maps any of these pages may unmap it or free its page tables (a
-    /// `munmap`, `MADV_DONTNEED`, `mremap`, exit): the caller holds the
-    /// mmap lock of every such mm for writing with its VMAs write-locked
-    /// (`MmExcluded`), or knows that no process maps the pages. Never call
-    /// it for pages a process may still map without that: prefer a
-    /// migration of a VMA found under its mm's mmap lock
-    /// (`VmaMigration`).
+    /// `remove_migration_ptes()` walks that `anon_vma` (mapped or not) when
+    /// the migration is dropped. So each page's `anon_vma` must stay alive
+    /// until the returned migration is dropped: no mm that maps any of
+    /// these pages may unmap it or free its page tables (a `munmap`,
+    /// `MADV_DONTNEED`, `mremap`, exit) meanwhile, because the caller holds
+    /// the mmap lock of every such mm for writing with its VMAs
+    /// write-locked (`MmExcluded`), or the caller holds a reference on
+    /// each `anon_vma`. Never call it for pages a process may still map
+    /// without that: prefer a migration of a VMA found under its mm's mmap
+    /// lock (`VmaMigration`).
     pub(crate) unsafe fn device_migration_of(
         &self,
         indices: &[usize],

@@ -3,7 +3,6 @@
 //! Allocation: batches of device pages for a migration step, and the
 //! pool's growth (chunks created before a step needs them).
 
-use kernel::new_mutex;
 use kernel::num::casts::FromSafeCast;
 use kernel::prelude::*;
 use kernel::sync::atomic::{Atomic, Relaxed};
@@ -16,7 +15,7 @@ use crate::mm::pagemap::{Pagemap, PAGE_SIZE};
 use crate::mm::trace;
 
 use super::records::Records;
-use super::{no_mappings, Charges, Chunk, Payer, Slot, VramPool};
+use super::{Charges, Chunk, Payer, Slot, VramPool};
 
 /// Device pages (or large folios) allocated for one migration step, with
 /// their BAR offsets, handed out in order; those not taken are freed on
@@ -328,7 +327,6 @@ impl VramPool {
                 // when it hands one out).
                 let large =
                     large_folios() && pfn_first % BLOCK_PAGES == 0 && base % BLOCK_SIZE == 0;
-                let mappings = no_mappings(if large { npages / BLOCK_PAGES } else { 0 });
                 try_pin_init!(Chunk {
                 pool,
                 base,
@@ -336,7 +334,6 @@ impl VramPool {
                 large,
                 last_alloc: Atomic::new(0),
                 stuck_used: Atomic::new(0),
-                mappings <- new_mutex!(mappings?),
                 records <- Records::new(npages),
                 // No slots without the controller: nothing to charge.
                 charges: PageCharges::new(if charged { npages } else { 0 })?,

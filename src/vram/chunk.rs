@@ -1,14 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! One chunk of a pool: a pagemap's owner data (its free pages are the
-//! pagemap's) and the records of the 2 MiB folios migrated into it.
+//! pagemap's) and the records of where its pages are mapped.
 
-use kernel::mm::Mm;
 use kernel::num::casts::FromSafeCast;
 use kernel::prelude::*;
-use kernel::sync::aref::ARef;
 use kernel::sync::atomic::{Atomic, Relaxed};
-use kernel::sync::{Arc, Mutex};
+use kernel::sync::Arc;
 
 use crate::mm::dmem::PageCharges;
 use crate::mm::fault::{Fault, FaultError};
@@ -38,36 +36,15 @@ pub(crate) struct Chunk {
     /// empty this chunk; 0 if none did, or that was forgotten (see
     /// [`ChunkInfo::stuck`]).
     pub(super) stuck_used: Atomic<usize>,
-    /// For each 2 MiB block, where the last large folio migrated into it
-    /// was mapped: eviction moves such folios to system RAM through that
-    /// mapping first ([`VramPool::evict_large_folios`]). Stale once the
-    /// folio moves, is unmapped or remapped: checked when used.
-    #[pin]
-    pub(super) mappings: Mutex<KVec<Option<LargeMapping>>>,
     /// Where each page in use is mapped (see `records.rs`): eviction moves
-    /// it through that mm.
+    /// it through that mm (a 2 MiB folio through its head page's record:
+    /// `large.rs`).
     #[pin]
     pub(super) records: Records,
     /// The dmem cgroup charge of each page in use (see `charge.rs`),
     /// undone when the page is freed; no slots on a kernel without the
     /// controller.
     pub(super) charges: PageCharges,
-}
-
-/// An mm and an address that mapped a 2 MiB device folio whole when it was
-/// migrated in.
-pub(super) struct LargeMapping {
-    pub(super) mm: ARef<Mm>,
-    pub(super) addr: usize,
-}
-
-/// `n` empty [`Chunk::mappings`] records.
-pub(super) fn no_mappings(n: usize) -> Result<KVec<Option<LargeMapping>>> {
-    let mut v = KVec::with_capacity(n, GFP_KERNEL)?;
-    for _ in 0..n {
-        v.push(None, GFP_KERNEL)?;
-    }
-    Ok(v)
 }
 
 impl Chunk {

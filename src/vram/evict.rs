@@ -368,12 +368,13 @@ impl VramPool {
     /// first, their mm's mmap lock held for writing and its VMAs
     /// write-locked: that mm can neither zap them nor free their page
     /// tables and `anon_vma` (its exit waits) until they are home. Then the
-    /// pages no record leads to (their chunk's table of mms was full), with
-    /// no lock of any mm: Linux 7.3's `migrate_device_pfns()` keeps no
-    /// `anon_vma` alive (see `records.rs`). A recorded page that only a
-    /// fork child maps (its parent unmapped it or exited) races that
-    /// child's exit even in the first pass. See `design.rst`, "Known
-    /// problems".
+    /// pages with no record (their chunk's table had no memory when they
+    /// moved in), with no lock of any mm: Linux 7.3's
+    /// `migrate_device_pfns()` keeps no `anon_vma` alive (see
+    /// `records.rs`). A recorded page that a fork relative of the recorded
+    /// mm maps too (and has not met since: `mapped.rs`) races that
+    /// relative's exit or unmap even in the first pass. See `design.rst`,
+    /// "Known problems".
     fn drain_frames(
         &self,
         map: &Pagemap<Chunk>,
@@ -408,18 +409,28 @@ impl VramPool {
                 continue;
             };
             let mut indices = KVec::with_capacity(part.len(), GFP_KERNEL)?;
-            for &(_, _, i) in part {
-                indices.push(i, GFP_KERNEL)?;
-            }
             let _excluded = MmExcluded::lock(&mm);
+            // Only the pages still recorded in that mm once it is locked:
+            // a walk may have renewed a record meanwhile, and the table
+            // given its entry to another mm.
+            for &(_, _, i) in part {
+                if records.get(i).is_some_and(|r| r.mm == m)
+                    && records.mm_at(m).is_some_and(|x| core::ptr::eq(&*x, &*mm))
+                {
+                    indices.push(i, GFP_KERNEL)?;
+                }
+            }
+            if indices.is_empty() {
+                continue;
+            }
             // SAFETY: NOT MET in full, on a device going away only: the
             // mm the pages are recorded in (the one that moved them in, or
-            // last met them: `mapped.rs`) can neither unmap them nor exit
-            // while `_excluded` lives; a fork child msvm has no record of
+            // met them since: `mapped.rs`) can neither unmap them nor exit
+            // while `_excluded` lives; a fork relative (parent or child)
             // that shares them may, and finalize then walks a freed
             // `anon_vma` (`design.rst`, "Known problems": no user-reachable
             // path calls this, and stock 7.3 gives no way to find that
-            // child).
+            // relative).
             let mig = unsafe { map.device_migration_of(&indices) }?;
             self.frames_step(map, mig, d)?;
         }

@@ -79,6 +79,8 @@ pub(crate) fn renew(key: &'static GroupKey, mm: &Mm, pages: &Pages<'_>) {
     // The chunk of the last page, with its table locked, and the records
     // it renewed.
     let mut renewing: Option<(&Pagemap<Chunk>, Option<Renewing<'_>>, u64)> = None;
+    // The chunk index of the head of the last 2 MiB folio renewed.
+    let mut last_folio = None;
     let flush = |r: Option<(&Pagemap<Chunk>, Option<Renewing<'_>>, u64)>| {
         if let Some((map, r, n)) = r {
             drop(r);
@@ -100,6 +102,7 @@ pub(crate) fn renew(key: &'static GroupKey, mm: &Mm, pages: &Pages<'_>) {
                     continue;
                 };
                 flush(renewing.take());
+                last_folio = None;
                 let records = &map.data().records;
                 // The page's own record most likely names `mm` already.
                 let hint = records.get(i).map(|r| r.mm);
@@ -107,10 +110,27 @@ pub(crate) fn renew(key: &'static GroupKey, mm: &Mm, pages: &Pages<'_>) {
                 i
             }
         };
-        if let Some((_, Some(r), n)) = renewing.as_mut() {
-            if r.renew(i, start + k * PAGE_SIZE, page.folio_order() > 0) {
-                *n += 1;
-            }
+        let Some((_, Some(r), n)) = renewing.as_mut() else {
+            continue;
+        };
+        let addr = start + k * PAGE_SIZE;
+        let nr = 1usize << page.folio_order();
+        if nr == 1 {
+            *n += u64::from(r.renew(i, addr, false));
+            continue;
+        }
+        // A 2 MiB folio's records go together (a device's teardown moves
+        // its pages in one step, grouped by record): every page of it, at
+        // the addresses this page's gives, once per folio. Its pages lie
+        // aligned in their chunk (`alloc.rs`).
+        let head = i - i % nr;
+        if last_folio == Some(head) {
+            continue;
+        }
+        last_folio = Some(head);
+        let at = addr.wrapping_sub((i - head) * PAGE_SIZE);
+        for j in 0..nr {
+            *n += u64::from(r.renew(head + j, at.wrapping_add(j * PAGE_SIZE), true));
         }
     }
     flush(renewing);

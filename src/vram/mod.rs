@@ -112,7 +112,7 @@ mod window;
 
 pub(crate) use alloc::{large_folios, Batch, Large};
 pub(crate) use charge::{Charges, Payer};
-use chunk::{no_mappings, Chunk, LargeMapping};
+use chunk::Chunk;
 pub(crate) use floor::{FloorPath, FLOOR_MAX_PAGES};
 use lru::Lru;
 pub(crate) use lru::{Epoch, Intent, Use};
@@ -513,8 +513,8 @@ impl VramPool {
         drop(self.shrink_lock.lock());
         // Replicas are copies: dropped, their readers gone first.
         self.drop_replicas();
-        // 2 MiB folios first, through the mappings they were migrated in
-        // at, where a migration can exclude zaps (see `evict_large_folios`).
+        // 2 MiB folios first, through the mappings their records name,
+        // where a migration can exclude zaps (see `evict_large_folios`).
         self.evict_large_folios();
         // Every page goes to system RAM before its pagemap goes:
         // `memunmap_pages` waits for the last page of a map to be freed.

@@ -61,8 +61,8 @@ use crate::mm::page::PAGE_SIZE;
 const PAGE_SHIFT: u32 = PAGE_SIZE.trailing_zeros();
 
 /// The bits of a page slot that hold its address's page number: user
-/// addresses lie below 2^57 (five-level paging).
-const ADDR_BITS: u32 = 57 - PAGE_SHIFT;
+/// addresses lie below 2^56 (with five-level paging too).
+const ADDR_BITS: u32 = 56 - PAGE_SHIFT;
 
 /// The bits of a page slot, below its address, that hold its mm's index
 /// plus one.
@@ -80,7 +80,7 @@ const LARGE: usize = 1 << (usize::BITS - 1);
 
 /// A page slot: its address's page number, above its mm's index in
 /// [`Table::mms`] plus one, and [`LARGE`] for a page of a 2 MiB folio; 0
-/// for no record. An address at or above 2^57 (no user address) keeps
+/// for no record. An address at or above 2^56 (no user address) keeps
 /// only its low bits.
 fn encode(mm: usize, addr: usize, large: bool) -> usize {
     let page = (addr >> PAGE_SHIFT) & ((1 << ADDR_BITS) - 1);
@@ -111,7 +111,7 @@ pub(crate) struct Record {
 /// those no slot names any more.
 struct Table {
     /// An entry no slot names any more is reused ([`Records::mm_index`]).
-    mms: KVec<Option<ARef<Mm>>>,
+    mms: KVVec<Option<ARef<Mm>>>,
     /// One bit per entry the table may have: which ones a slot names
     /// ([`Records::forget_unnamed`]), made when the chunk is, so that
     /// nothing under the lock allocates for it.
@@ -158,7 +158,7 @@ impl Records {
             },
             limit,
             table <- new_mutex!(Table {
-                mms: KVec::new(),
+                mms: KVVec::new(),
                 named: KVVec::from_elem(0, limit.div_ceil(64), GFP_KERNEL)?,
                 scan_at: KEPT_MMS,
             }),
@@ -192,7 +192,7 @@ impl Records {
             return Err(NoIndex::None);
         }
         if t.mms.len() == t.mms.capacity() {
-            let want = (t.mms.len() * 2).clamp(KEPT_MMS, self.limit);
+            let want = (t.mms.len() * 2).max(KEPT_MMS).min(self.limit);
             if t.mms
                 .reserve(want - t.mms.len(), GFP_NOWAIT | __GFP_NOWARN)
                 .is_err()
@@ -255,7 +255,7 @@ impl Records {
                     return Some(Noting {
                         records: self,
                         m,
-                        _table: t,
+                        table: t,
                     })
                 }
                 Err(NoIndex::Grow(want)) => {
@@ -271,12 +271,14 @@ impl Records {
     /// Gives the table room for `want` entries, allocated with the lock
     /// let go; `None` on want of memory.
     fn grow(&self, want: usize) -> Option<()> {
-        let mut v = KVec::with_capacity(want, GFP_KERNEL).ok()?;
+        let mut v = KVVec::with_capacity(want, GFP_KERNEL).ok()?;
         let mut t = self.table.lock();
-        if t.mms.capacity() < want {
+        // Only into a vector that takes every entry, in order (their
+        // indices are what the slots name).
+        if t.mms.capacity() < want && t.mms.len() <= v.capacity() {
             for m in t.mms.drain_all() {
-                // Within capacity: `want` is larger.
-                v.push_within_capacity(m).ok()?;
+                // Cannot fail: checked above.
+                let _ = v.push_within_capacity(m);
             }
             core::mem::swap(&mut t.mms, &mut v);
         }
@@ -297,7 +299,7 @@ impl Records {
         Some(Renewing(Noting {
             records: self,
             m,
-            _table: t,
+            table: t,
         }))
     }
 
@@ -335,6 +337,14 @@ impl Records {
             .count()
     }
 
+    /// The mm and address page `i` is recorded at if its record says a
+    /// 2 MiB folio (`i` is the head of a block out whole, say): where the
+    /// folio was migrated in, or met since.
+    pub(crate) fn large_at(&self, i: usize) -> Option<(ARef<Mm>, usize)> {
+        let r = self.get(i).filter(|r| r.large)?;
+        Some((self.mm_at(r.mm)?, r.addr))
+    }
+
     /// The mm at index `m` of the table, held by its count of references
     /// (not its users: see `Mm::mmget_not_zero`).
     pub(crate) fn mm_at(&self, m: usize) -> Option<ARef<Mm>> {
@@ -348,7 +358,7 @@ pub(crate) struct Noting<'a> {
     /// The mm's index in the table.
     m: usize,
     /// The table, locked.
-    _table: MutexGuard<'a, Table>,
+    table: MutexGuard<'a, Table>,
 }
 
 impl Noting<'_> {
@@ -370,17 +380,29 @@ impl Renewing<'_> {
     /// Page `i` is mapped at `addr` of the mm (as part of a 2 MiB folio if
     /// `large`), as a walk found it under a sequence still valid: the page
     /// is in use (mapped) while the caller holds that sequence, so no
-    /// `folio_free` clears its slot meanwhile. Returns whether the record
-    /// changed.
+    /// `folio_free` clears its slot meanwhile. Records it there if its
+    /// record leads nowhere that still maps pages: none, another address
+    /// of this mm (`mremap`), or an mm with no users (a fork parent gone).
+    /// A record naming another mm that lives stays (a fork relative
+    /// sharing the page: its mapping may lead to it as well). Returns
+    /// whether the record changed.
     pub(crate) fn renew(&self, i: usize, addr: usize, large: bool) -> bool {
         let Some(slot) = self.0.records.pages.get(i) else {
             return false;
         };
+        let old = slot.load(Relaxed);
         let v = encode(self.0.m, addr, large);
-        slot.load(Relaxed) != v && {
-            slot.store(v, Relaxed);
-            true
+        if old == v {
+            return false;
         }
+        if let Some(r) = decode(old).filter(|r| r.mm != self.0.m) {
+            let lives = self.0.table.mms.get(r.mm).and_then(Option::as_ref);
+            if lives.is_some_and(|mm| crate::mm::mmap::has_users(mm)) {
+                return false;
+            }
+        }
+        slot.store(v, Relaxed);
+        true
     }
 }
 
@@ -404,8 +426,8 @@ mod tests {
         assert_eq!(decode(encode(3, 0x2fff, false)), rec(3, 0x2000, false));
         // Index 0 at address 0 is still a record.
         assert_eq!(decode(encode(0, 0, false)), rec(0, 0, false));
-        // The last page of a five-level address space.
-        let last = (1 << 57) - PAGE_SIZE;
+        // The last user page of a five-level address space.
+        let last = (1 << 56) - PAGE_SIZE;
         assert_eq!(
             decode(encode(MAX_MMS - 1, last, true)),
             rec(MAX_MMS - 1, last, true)
@@ -434,8 +456,9 @@ mod tests {
             let named = records.mm_at(r.mm).ok_or(EINVAL)?;
             check(core::ptr::eq(&*named, &***mm))?;
         }
-        // Pages 0 and 3 freed and used by new mms: each takes the entry
-        // that no page names any more.
+        // Pages 0 and 3 freed and used by new mms: the table takes one
+        // entry more than the pages, then reuses one that no page names
+        // any more.
         let mut late = KVec::with_capacity(2, GFP_KERNEL)?;
         for i in [0, 3] {
             records.forget(i, 1);
@@ -449,15 +472,28 @@ mod tests {
             )?;
             late.push(mm, GFP_KERNEL)?;
         }
-        check(records.table.lock().mms.len() <= N + 1)?;
-        // Page 1 met in mm 2 at another address (a fork child's, say).
-        let hint = records.get(2).map(|r| r.mm);
-        let renewing = records.renewing(&mms[2], hint).ok_or(EINVAL)?;
+        check(records.table.lock().mms.len() == N + 1)?;
+        // Page 1 met by mm 2 (a fork relative, say): its record stays while
+        // mm 1 has users; met by mm 1 at another address (`mremap`), it
+        // moves there, once.
+        let m2 = records.get(2).ok_or(EINVAL)?.mm;
+        let renewing = records.renewing(&mms[2], Some(m2)).ok_or(EINVAL)?;
+        check(!renewing.renew(1, 0x4000_0000, false))?;
+        drop(renewing);
+        let renewing = records.renewing(&mms[1], None).ok_or(EINVAL)?;
         check(renewing.renew(1, 0x4000_0000, false))?;
         check(!renewing.renew(1, 0x4000_0000, false))?;
         drop(renewing);
+        check(records.get(1).is_some_and(|r| r.addr == 0x4000_0000))?;
+        // Mm 1's last user gone (a fork parent that exited): mm 2 (now
+        // `mms[1]`) takes it.
+        let one = mms.remove(1).map_err(|_| EINVAL)?;
+        drop(one);
+        let renewing = records.renewing(&mms[1], Some(m2)).ok_or(EINVAL)?;
+        check(renewing.renew(1, 0x5000_0000, false))?;
+        drop(renewing);
         let r = records.get(1).ok_or(EINVAL)?;
-        check(r.addr == 0x4000_0000 && r.mm == records.get(2).ok_or(EINVAL)?.mm)?;
+        check(r.addr == 0x5000_0000 && r.mm == m2)?;
         Ok(())
     }
 }

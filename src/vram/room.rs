@@ -203,12 +203,7 @@ impl VramPool {
         if whole {
             // Through the mm it was migrated in at, if it still has users;
             // with neither the pagemap nor `shrink_lock` held.
-            let mapping = map
-                .data()
-                .mappings
-                .lock()
-                .get(b)
-                .and_then(|m| m.as_ref().map(|r| (r.mm.clone(), r.addr)));
+            let mapping = map.data().records.large_at(b * BLOCK_PAGES);
             let serial = map.data().serial;
             let block = map.data().base + b * BLOCK_SIZE;
             // Still pages `evictor` may take? The folio may have been freed

@@ -91,9 +91,8 @@ pub(crate) struct Stats {
     /// going away could not move through a record (`by_frame`: stale
     /// records, with the recorded mm locked, and pages no record leads
     /// to); pages migrated in that got no record (`unrecorded`: their
-    /// chunk's table had no memory); records renewed where msvm met a
-    /// page mapped elsewhere than its record said (`renewed`, see
-    /// `mapped.rs`).
+    /// chunk's table had no memory); records written where msvm met a
+    /// page that no record led to (`renewed`, see `mapped.rs`).
     pub(crate) by_mm: Atomic<u64>,
     pub(crate) by_frame: Atomic<u64>,
     pub(crate) unrecorded: Atomic<u64>,

@@ -5,14 +5,17 @@
 //! making room for good: its process held VRAM outside the eviction
 //! policy, and another tenant could not have it. msvm now renews a page's
 //! record wherever it meets the page under a walk's valid sequence (here,
-//! the process's RESIDENCY), and the other tenant's room comes through it.
-//! (A chunk whose table of mms was full, the third way, has a KUnit case:
-//! `msvm_records`.)
+//! a job in place and the process's RESIDENCY), and the other tenant's
+//! room comes through it. A fork child that meets pages its parent still
+//! maps, then exits, leaves their records the parent's.
+//! (The third way, a chunk whose table of 4,095 mms was full, is gone: a
+//! table now takes as many mms as its chunk has pages; KUnit
+//! `msvm_records` records a page each of 4,100 mms.)
 
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
-use msvm_rt::{Device, Location};
+use msvm_rt::{Device, Exec, Location};
 use nix::sys::mman::{mremap, MRemapFlags};
 use nix::sys::prctl::set_child_subreaper;
 use nix::sys::wait::{waitpid, WaitStatus};
@@ -31,11 +34,14 @@ pub fn tests() -> Vec<Test> {
 
 /// The bytes each way leaves on the device (4 KiB pages).
 const LEN: usize = 64 << 10;
-/// What the first tenant moves to gpu0 after those (small pages).
-const PADDING: usize = 16 << 20;
+/// What the first tenant moves to gpu0 after those (small pages): with
+/// them, 8 blocks of 2 MiB.
+const PADDING: usize = (16 << 20) - 2 * LEN;
+const BLOCK: usize = 2 << 20;
 const FORKED: u64 = 0x5ea1;
 const MOVED: u64 = 0x5ea2;
 const FILLER: u64 = 0x5ea3;
+const PADDED: u64 = 0x5ea4;
 const DEBUGFS_EVICT: &str = "/sys/kernel/debug/msvm/evict";
 
 fn e(x: impl std::fmt::Display) -> String {
@@ -84,9 +90,12 @@ fn tenants() -> Outcome {
     let parent = match unsafe { fork() }.map_err(e)? {
         ForkResult::Child => {
             drop((ready_r, go_w, res_r));
-            let msg = match holder(ready_w, &go_r) {
-                Ok(()) => "ok".to_string(),
-                Err(m) => m,
+            // A panic ends this process too, never the harness's copy.
+            let run = std::panic::AssertUnwindSafe(|| holder(ready_w, &go_r));
+            let msg = match std::panic::catch_unwind(run) {
+                Ok(Ok(())) => "ok".to_string(),
+                Ok(Err(m)) => m,
+                Err(_) => "the first tenant panicked".to_string(),
             };
             let _ = write(&res_w, msg.as_bytes());
             // SAFETY: ends this process (the parent's or the child's copy).
@@ -149,9 +158,13 @@ fn holder(ready: OwnedFd, go: &OwnedFd) -> Outcome {
     // page in them, and may evict them (a request never evicts blocks it
     // used itself).
     let mut padding = Map::small(PADDING)?;
-    fill(padding.bytes_mut(), MOVED);
+    fill(padding.bytes_mut(), PADDED);
     dev.migrate_slice(padding.bytes(), Location::Device)
         .map_err(e)?;
+    // A fork child meets those while this process still maps them, and
+    // exits: their records must stay this process's (a record moved to the
+    // child would lead nowhere once it is gone).
+    child_meets(&padding)?;
     // Moved to a fresh range: `over` owns it now; `moved` is gone.
     let over = Map::small(LEN)?;
     // SAFETY: both ranges are ours; `moved` is forgotten, as its pages
@@ -167,7 +180,26 @@ fn holder(ready: OwnedFd, go: &OwnedFd) -> Outcome {
     }
     .map_err(|x| format!("mremap: {x}"))?;
     std::mem::forget(moved);
-    // Both met under a valid sequence: their records lead here now.
+    // A job in place meets the moved pages (its walk, or the fault
+    // handler's), RESIDENCY the forked ones, each under a valid sequence:
+    // their records lead here now.
+    let r0 = renewed_count(0)?;
+    let mut want = vec![0u8; LEN];
+    fill(&mut want, MOVED);
+    let job = dev
+        .exec(Exec::Checksum, over.addr(), LEN, true)
+        .map_err(e)?;
+    check!(
+        job.result == msvm_rt::checksum(&want),
+        "mremapped: the job read other bytes"
+    );
+    if let (Some(a), Some(b)) = (r0, renewed_count(0)?) {
+        check!(
+            b - a >= (LEN / crate::svm::PAGE) as u64,
+            "a job met the mremapped pages: {} records renewed",
+            b - a
+        );
+    }
     for (what, m) in [("forked", &forked), ("mremapped", &over)] {
         let r = dev.residency(m.addr(), LEN).map_err(e)?;
         check!(
@@ -180,10 +212,17 @@ fn holder(ready: OwnedFd, go: &OwnedFd) -> Outcome {
     drop(ready);
     let mut b = [0u8; 1];
     read(go, &mut b).map_err(e)?;
-    for (what, m, seed) in [("forked", &forked, FORKED), ("mremapped", &over, MOVED)] {
-        let r = dev.residency(m.addr(), LEN).map_err(e)?;
+    // The padding's last block may hold the other tenant's pages too (if
+    // gpu0 had a partly used block before): that request then keeps it.
+    let checked = [
+        ("forked", &forked, FORKED, 0),
+        ("mremapped", &over, MOVED, 0),
+        ("met by a child that exited", &padding, PADDED, BLOCK - 1),
+    ];
+    for (what, m, seed, may_stay) in checked {
+        let r = dev.residency(m.addr(), m.len()).map_err(e)?;
         check!(
-            r.devices[0] == 0 && r.system == LEN as u64,
+            r.devices[0] <= may_stay as u64 && r.devices[0] + r.system == m.len() as u64,
             "{what}: {} bytes stayed on gpu0 ({} in system RAM) while another tenant filled it",
             r.devices[0],
             r.system
@@ -191,6 +230,29 @@ fn holder(ready: OwnedFd, go: &OwnedFd) -> Outcome {
         verify(m.bytes(), seed).map_err(|x| format!("{what}: {x}"))?;
     }
     Ok(())
+}
+
+/// Forks a child that meets `m`'s pages (shared with it) through its own
+/// VM's RESIDENCY and exits.
+fn child_meets(m: &Map) -> Outcome {
+    // SAFETY: the child runs only this closure and ends with `_exit`.
+    match unsafe { fork() }.map_err(e)? {
+        ForkResult::Child => {
+            let run = std::panic::AssertUnwindSafe(|| {
+                let dev = gpu0()?;
+                let r = dev.residency(m.addr(), m.len()).map_err(e)?;
+                check!(r.devices[0] > 0, "the child found nothing on gpu0");
+                Ok::<(), String>(())
+            });
+            let ok = matches!(std::panic::catch_unwind(run), Ok(Ok(())));
+            // SAFETY: ends the child.
+            unsafe { nix::libc::_exit(i32::from(!ok)) };
+        }
+        ForkResult::Parent { child } => match waitpid(child, None).map_err(e)? {
+            WaitStatus::Exited(_, 0) => Ok(()),
+            st => Err(format!("the child that meets the pages: {st:?}")),
+        },
+    }
 }
 
 /// The second tenant: moves as much as gpu0 holds there, and checks it.
