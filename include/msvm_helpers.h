@@ -48,6 +48,7 @@ struct dev_pagemap *msvm_page_pgmap(struct page *page);
 unsigned long msvm_page_to_pfn(struct page *page);
 struct page *msvm_pfn_to_page(unsigned long pfn);
 bool msvm_is_device_private_page(struct page *page);
+bool msvm_page_maybe_mapped_shared(struct page *page);
 unsigned int msvm_page_folio_order(struct page *page);
 struct page *msvm_folio_head(struct page *page);
 void msvm_zone_device_folio_init(struct page *page, struct dev_pagemap *pgmap, unsigned int order);

@@ -167,6 +167,16 @@ struct page *msvm_pfn_to_page(unsigned long pfn)
 	return pfn_to_page(pfn);
 }
 
+/*
+ * Whether @page's folio may be mapped by more than one mm
+ * (folio_maybe_mapped_shared(): exact for small folios, and for large ones
+ * with CONFIG_MM_ID; "maybe" otherwise). The caller keeps the page mapped.
+ */
+bool msvm_page_maybe_mapped_shared(struct page *page)
+{
+	return folio_maybe_mapped_shared(page_folio(page));
+}
+
 bool msvm_is_device_private_page(struct page *page)
 {
 	return is_device_private_page(page);

@@ -16,7 +16,7 @@ use crate::mm::pagemap::PAGE_SIZE;
 use crate::mm::trace;
 use crate::sysmem::large_system_folio;
 use crate::thrash::{self, Place};
-use crate::vram::{Clock, Phase, SizeClass, VramPool};
+use crate::vram::{Clock, Met, Phase, SizeClass, VramPool};
 
 /// Bytes the CPU fault path brings back to system RAM at once: the 64 KiB
 /// around the faulting address (within its VMA); a 2 MiB device folio
@@ -196,13 +196,17 @@ fn fault_range(
     // Own pages collected that stay (no memory for them, or a folio with
     // no 2 MiB of RAM) are put back where this mm maps them: eviction
     // follows them here (their record may name another mm or address).
-    pool.note_mapped(
+    pool.renew_met(
         vma.mm(),
         (0..n)
             .filter(|&j| filled[j] == 0 && mig.src(j).migrate())
             .filter_map(|j| {
-                let page = mig.src_page(j).filter(|&p| pool.offset_of(p).is_some())?;
-                Some((page, start + j * PAGE_SIZE, mig.src(j).nr_pages()))
+                Some(Met {
+                    page: mig.src_page(j).filter(|&p| pool.offset_of(p).is_some())?,
+                    addr: start + j * PAGE_SIZE,
+                    whole: mig.src(j).nr_pages() > 1,
+                    walked: false,
+                })
             }),
     );
     mig.pages();

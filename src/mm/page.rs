@@ -122,6 +122,16 @@ impl<'a> PageRef<'a> {
         unsafe { Self::from_raw(b::msvm_folio_head(self.as_ptr())) }.unwrap_or(self)
     }
 
+    /// Whether the page's folio may be mapped by more than one mm (a fork
+    /// relative's mapping too): exact for small folios and, with the
+    /// kernel's `CONFIG_MM_ID` (THP), for large ones; else true. A hint
+    /// unless the caller keeps every mapping from changing.
+    pub(crate) fn maybe_mapped_shared(self) -> bool {
+        // SAFETY: the page is valid (type invariant); the call reads its
+        // folio's mapcounts.
+        unsafe { b::msvm_page_maybe_mapped_shared(self.as_ptr()) }
+    }
+
     /// Whether this is a secretmem page (`memfd_secret()`): not in the
     /// kernel's direct map, never to be read or written by the kernel.
     pub(crate) fn is_secretmem(self) -> bool {

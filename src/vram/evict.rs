@@ -372,9 +372,10 @@ impl VramPool {
     /// moved in), with no lock of any mm: Linux 7.3's
     /// `migrate_device_pfns()` keeps no `anon_vma` alive (see
     /// `records.rs`). A recorded page that a fork relative of the recorded
-    /// mm maps too (and has not met since: `mapped.rs`) races that
-    /// relative's exit or unmap even in the first pass. See `design.rst`,
-    /// "Known problems".
+    /// mm maps too races that relative's exit or unmap even in the first
+    /// pass (a walk of the relative renews the record only once the
+    /// recorded mm no longer maps the page: `mapped.rs`). See
+    /// `design.rst`, "Known problems".
     fn drain_frames(
         &self,
         map: &Pagemap<Chunk>,
@@ -413,14 +414,18 @@ impl VramPool {
             // Only the pages still recorded in that mm once it is locked:
             // a walk may have renewed a record meanwhile, and the table
             // given its entry to another mm.
+            let same = || records.mm_at(m).is_some_and(|x| core::ptr::eq(&*x, &*mm));
+            if !same() {
+                continue;
+            }
             for &(_, _, i) in part {
-                if records.get(i).is_some_and(|r| r.mm == m)
-                    && records.mm_at(m).is_some_and(|x| core::ptr::eq(&*x, &*mm))
-                {
+                if records.get(i).is_some_and(|r| r.mm == m) {
                     indices.push(i, GFP_KERNEL)?;
                 }
             }
-            if indices.is_empty() {
+            // A folio moves whole or not at all: part of one (its other
+            // records renewed meanwhile) waits for `evict_all`'s next pass.
+            if indices.is_empty() || !same() || (block != 0 && indices.len() != part.len()) {
                 continue;
             }
             // SAFETY: NOT MET in full, on a device going away only: the

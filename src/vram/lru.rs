@@ -108,8 +108,9 @@ impl Policy {
 /// The class bit of a block's word.
 const ACTIVE: u64 = 1 << 63;
 /// The bit of a block out whole as a 2 MiB folio that its eviction could
-/// not move (no mm reaches it any more): skipped until pages are placed in
-/// the block again or it is emptied.
+/// not move (its record names an mm with no users): skipped until pages
+/// are placed in the block again, it is emptied or its folio is recorded
+/// anew.
 const STUCK: u64 = 1 << 62;
 /// The rest of the word: the epoch of the block's last use.
 const EPOCH: u64 = STUCK - 1;
@@ -266,6 +267,12 @@ impl Lru {
     /// Block `b`, out whole, could not be evicted (see `STUCK`).
     pub(crate) fn stuck(&self, b: usize) {
         self.update(b, |r| BlockUse { stuck: true, ..r });
+    }
+
+    /// Block `b`'s folio is recorded anew (`mapped.rs`): an eviction may
+    /// reach it again.
+    pub(crate) fn unstick(&self, b: usize) {
+        self.update(b, |r| BlockUse { stuck: false, ..r });
     }
 
     /// Block `b` was emptied: no use since.

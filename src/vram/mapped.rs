@@ -3,15 +3,17 @@
 //! Where this pool's pages are mapped, as the chunks' records say
 //! (`records.rs`): written when pages migrate in, and renewed wherever
 //! msvm meets a page mapped at an address under a walk's valid sequence
-//! (a job's walk, the fault handler's, RESIDENCY's: [`renew`]), so that a
-//! page `mremap` moved, or one only a fork child maps once its parent let
-//! it go, is evicted through the mapping that leads to it again.
+//! (a job's walk, the fault handler's, RESIDENCY's: [`renew`]) or puts one
+//! back there (a CPU fault's window: [`renew_met`]), where the record
+//! leads nowhere any more: a page `mremap` moved, or one only a fork child
+//! maps once its parent unmapped it or exited, is evicted through the
+//! mapping that leads to it again.
 
 use kernel::mm::Mm;
 use kernel::sync::atomic::Relaxed;
 
 use crate::mm::hmm::Pages;
-use crate::mm::page::PageRef;
+use crate::mm::page::{PageRef, BLOCK_PAGES};
 use crate::mm::pagemap::{self, Pagemap, PAGE_SIZE};
 
 use super::records::{Noting, Renewing};
@@ -21,6 +23,11 @@ impl VramPool {
     /// [`renew`] for this device's owner group.
     pub(crate) fn renew(&self, mm: &Mm, pages: &Pages<'_>) {
         renew(self.key, mm, pages);
+    }
+
+    /// [`renew_met`] for this device's owner group.
+    pub(crate) fn renew_met<'p>(&self, mm: &Mm, met: impl Iterator<Item = Met<'p>>) {
+        renew_met(self.key, mm, met);
     }
 
     /// Notes that the pages `pages` yields, of this pool, were just
@@ -67,31 +74,64 @@ impl VramPool {
 }
 
 /// Renews the records of the device pages of owner group `key` that
-/// `pages` holds: a walk of `mm`, valid while the
-/// caller holds its mirror's lock (which `pages` borrows). A page whose
-/// record names another mm or address (moved by `mremap`; shared with a
-/// fork child; never recorded) is recorded at the address the walk found
-/// it at. Locks each chunk's table once per run of pages in it, taking
-/// only `GFP_NOWAIT` memory under it (see `records.rs`): a page whose
-/// table had no room keeps its record until a later walk.
+/// `pages` holds: a walk of `mm`, valid while the caller holds its
+/// mirror's lock (which `pages` borrows). A page whose record leads
+/// nowhere any more (none; another address of `mm`, after an `mremap`; an
+/// mm with no users, a fork parent gone; another mm that no longer maps
+/// it) is recorded at the address the walk found it at; one that a live
+/// mm may share keeps its record (see `Renewing::may_replace`). Locks each
+/// chunk's table once per run of pages in it, taking only `GFP_NOWAIT`
+/// memory under it (see `records.rs`): a page whose table had no room
+/// keeps its record until a later walk.
 pub(crate) fn renew(key: &'static GroupKey, mm: &Mm, pages: &Pages<'_>) {
     let start = pages.start();
+    let met = pages.iter().enumerate().filter_map(|(k, page)| {
+        // A 2 MiB folio mapped whole: `hmm_range_fault` gives the order of
+        // a device-private PMD.
+        let whole = pages.entry(k).is_some_and(|e| e.map_order() > 0);
+        Some(Met {
+            page: page?,
+            addr: start + k * PAGE_SIZE,
+            whole,
+            walked: true,
+        })
+    });
+    renew_met(key, mm, met);
+}
+
+/// A device page met at an address.
+pub(crate) struct Met<'p> {
+    pub(crate) page: PageRef<'p>,
+    pub(crate) addr: usize,
+    /// Its folio (2 MiB) is mapped whole there.
+    pub(crate) whole: bool,
+    /// Found by a walk, still mapped: whether another mm maps it too can
+    /// be asked (a page being migrated is unmapped: whether it is shared
+    /// is not known then, and it counts as shared).
+    pub(crate) walked: bool,
+}
+
+/// [`renew`] of the pages `met` yields, in `mm`: each page stays in use
+/// while the caller holds what found it (a walk's sequence, a migration
+/// that collected it).
+pub(crate) fn renew_met<'p>(key: &'static GroupKey, mm: &Mm, met: impl Iterator<Item = Met<'p>>) {
     // The chunk of the last page, with its table locked, and the records
     // it renewed.
-    let mut renewing: Option<(&Pagemap<Chunk>, Option<Renewing<'_>>, u64)> = None;
-    // The chunk index of the head of the last 2 MiB folio renewed.
+    let mut renewing: Option<(&Pagemap<Chunk>, Renewing<'_>, u64)> = None;
+    // The chunk index of the head of the last 2 MiB folio met whole.
     let mut last_folio = None;
-    let flush = |r: Option<(&Pagemap<Chunk>, Option<Renewing<'_>>, u64)>| {
+    let flush = |r: Option<(&Pagemap<Chunk>, Renewing<'_>, u64)>| {
         if let Some((map, r, n)) = r {
             drop(r);
             map.data().pool().stats.renewed.add(n, Relaxed);
         }
     };
-    for (k, page) in pages.iter().enumerate() {
-        let Some(page) = page.filter(|p| p.is_device_private()) else {
+    for m in met {
+        let page = m.page;
+        if !page.is_device_private() {
             continue;
-        };
-        let cached = renewing.as_ref().and_then(|(m, ..)| m.index_of(page));
+        }
+        let cached = renewing.as_ref().and_then(|(map, ..)| map.index_of(page));
         let i = match cached {
             Some(i) => i,
             None => {
@@ -110,28 +150,28 @@ pub(crate) fn renew(key: &'static GroupKey, mm: &Mm, pages: &Pages<'_>) {
                 i
             }
         };
-        let Some((_, Some(r), n)) = renewing.as_mut() else {
+        let Some((map, r, n)) = renewing.as_mut() else {
             continue;
         };
-        let addr = start + k * PAGE_SIZE;
+        let shared = || !m.walked || page.maybe_mapped_shared();
         let nr = 1usize << page.folio_order();
         if nr == 1 {
-            *n += u64::from(r.renew(i, addr, false));
+            *n += u64::from(r.renew(i, m.addr, shared));
             continue;
         }
-        // A 2 MiB folio's records go together (a device's teardown moves
-        // its pages in one step, grouped by record): every page of it, at
-        // the addresses this page's gives, once per folio. Its pages lie
-        // aligned in their chunk (`alloc.rs`).
+        // A 2 MiB folio: its pages lie aligned in their chunk (`alloc.rs`).
         let head = i - i % nr;
-        if last_folio == Some(head) {
+        if m.whole && last_folio == Some(head) {
             continue;
         }
-        last_folio = Some(head);
-        let at = addr.wrapping_sub((i - head) * PAGE_SIZE);
-        for j in 0..nr {
-            *n += u64::from(r.renew(head + j, at.wrapping_add(j * PAGE_SIZE), true));
+        last_folio = m.whole.then_some(head);
+        let changed = r.renew_folio((head, nr), (i, m.addr), m.whole, shared);
+        if changed > 0 {
+            // An eviction may reach it again.
+            let pool = map.data().pool();
+            pool.lru.unstick(pool.block_of(map, head / BLOCK_PAGES));
         }
+        *n += changed;
     }
     flush(renewing);
 }

@@ -116,7 +116,7 @@ use chunk::Chunk;
 pub(crate) use floor::{FloorPath, FLOOR_MAX_PAGES};
 use lru::Lru;
 pub(crate) use lru::{Epoch, Intent, Use};
-pub(crate) use mapped::renew;
+pub(crate) use mapped::{renew, Met};
 pub(crate) use phases::{Clock, JobPhase, Phase, SizeClass};
 use replicas::Replicas;
 pub(crate) use replicas::Window as ReplicaWindow;
@@ -135,7 +135,7 @@ pub(crate) trait PoolOps: Sync {
     /// Moves the pages of `pool`'s 2 MiB block at BAR offset `block` that
     /// `mm` maps in the 2 MiB block at `start` (`at`: the two) to system RAM, access
     /// unchecked (the pool's teardown and making room, through the mapping
-    /// a 2 MiB folio was migrated in at): any other page there (a peer's,
+    /// a 2 MiB folio is recorded at): any other page there (a peer's,
     /// another block's) stays. Takes `mm`'s mmap lock for writing as
     /// `wait` says: killably for [`Wait::Always`], else only tried
     /// (`EBUSY`). Returns how many pages moved.

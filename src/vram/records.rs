@@ -21,11 +21,13 @@
 //!
 //! A record is renewed wherever msvm meets a device page mapped at an
 //! address of an mm under a walk's valid sequence (a job's walk, the fault
-//! handler's, RESIDENCY's: [`Renewing`]) or keeps it there through a
-//! migration that leaves it (a CPU fault's window restoring a neighbour):
-//! a page `mremap` moved, or that only a fork child maps once its parent
-//! let it go, is recorded anew the next time its process meets it, and
-//! eviction moves it through that mapping again.
+//! handler's, RESIDENCY's: [`Renewing`], `mapped.rs`) or puts it back
+//! there (a CPU fault's window restoring a neighbour), if the record leads
+//! nowhere any more: a page `mremap` moved, or that only a fork child maps
+//! once its parent unmapped it or exited, is recorded anew the next time
+//! its process meets it, and eviction moves it through that mapping
+//! again. A record naming a live mm that may share the page stays
+//! ([`Renewing::may_replace`]); a 2 MiB folio's records go together.
 //!
 //! A table holds as many mms as its chunk has pages, plus one (up to
 //! [`MAX_MMS`]): each page names one mm at most, so an mm that needs a
@@ -255,7 +257,7 @@ impl Records {
                     return Some(Noting {
                         records: self,
                         m,
-                        table: t,
+                        _table: t,
                     })
                 }
                 Err(NoIndex::Grow(want)) => {
@@ -290,17 +292,22 @@ impl Records {
 
     /// A way to renew the records of pages of `mm` met under a walk's
     /// sequence ([`Renewing::renew`]), the table locked while it lives;
-    /// looks for `mm` at index `hint` first. Allocates only `GFP_NOWAIT`,
-    /// so it may be had under a mirror's lock; `None` if the table had no
-    /// room then (a later walk tries again).
-    pub(crate) fn renewing(&self, mm: &Mm, hint: Option<usize>) -> Option<Renewing<'_>> {
-        let mut t = self.table.lock();
-        let m = self.mm_index(&mut t, mm, hint).ok()?;
-        Some(Renewing(Noting {
+    /// looks for `mm` at index `hint` first, and adds it only when a
+    /// record takes it. Allocates only `GFP_NOWAIT`, so it may be had
+    /// under a mirror's lock: a page whose table had no room then keeps
+    /// its record (a later walk tries again).
+    pub(crate) fn renewing<'a>(&'a self, mm: &'a Mm, hint: Option<usize>) -> Renewing<'a> {
+        let t = self.table.lock();
+        let is = |m: &Option<ARef<Mm>>| m.as_ref().is_some_and(|m| core::ptr::eq(&**m, mm));
+        let m = hint
+            .filter(|&i| t.mms.get(i).is_some_and(is))
+            .or_else(|| t.mms.iter().position(is));
+        Renewing {
             records: self,
+            mm,
             m,
             table: t,
-        }))
+        }
     }
 
     /// Forgets the records of pages `first..first + nr` (freed). Any
@@ -358,7 +365,7 @@ pub(crate) struct Noting<'a> {
     /// The mm's index in the table.
     m: usize,
     /// The table, locked.
-    table: MutexGuard<'a, Table>,
+    _table: MutexGuard<'a, Table>,
 }
 
 impl Noting<'_> {
@@ -373,36 +380,119 @@ impl Noting<'_> {
     }
 }
 
-/// Records being renewed for one mm ([`Records::renewing`]).
-pub(crate) struct Renewing<'a>(Noting<'a>);
+/// Records being renewed for one mm ([`Records::renewing`]), the table
+/// locked while it lives.
+pub(crate) struct Renewing<'a> {
+    records: &'a Records,
+    mm: &'a Mm,
+    /// The mm's index in the table, once it has one (an mm is added only
+    /// when a record takes it).
+    m: Option<usize>,
+    table: MutexGuard<'a, Table>,
+}
 
 impl Renewing<'_> {
-    /// Page `i` is mapped at `addr` of the mm (as part of a 2 MiB folio if
-    /// `large`), as a walk found it under a sequence still valid: the page
-    /// is in use (mapped) while the caller holds that sequence, so no
-    /// `folio_free` clears its slot meanwhile. Records it there if its
-    /// record leads nowhere that still maps pages: none, another address
-    /// of this mm (`mremap`), or an mm with no users (a fork parent gone).
-    /// A record naming another mm that lives stays (a fork relative
-    /// sharing the page: its mapping may lead to it as well). Returns
+    /// Whether the record `old` of a page this mm maps may give way to one
+    /// of this mm: it leads nowhere that still maps pages (none, another
+    /// address of this mm after an `mremap`, an mm with no users: a fork
+    /// parent gone), or the page is mapped by no other mm (`shared` false:
+    /// the recorded mm unmapped it). A record of another mm that lives
+    /// stays while the page may be shared with it (a fork relative, whose
+    /// mapping leads to it as well: a child meeting its parent's pages and
+    /// exiting must not leave them recorded in its dead mm).
+    fn may_replace(&self, old: usize, shared: impl FnOnce() -> bool) -> bool {
+        let Some(r) = decode(old) else {
+            return true;
+        };
+        if Some(r.mm) == self.m || !shared() {
+            return true;
+        }
+        let recorded = self.table.mms.get(r.mm).and_then(Option::as_ref);
+        !recorded.is_some_and(|mm| crate::mm::mmap::has_users(mm))
+    }
+
+    /// The mm's index, added to the table if it has none (`GFP_NOWAIT`).
+    fn index(&mut self) -> Option<usize> {
+        if self.m.is_none() {
+            self.m = self.records.mm_index(&mut self.table, self.mm, None).ok();
+        }
+        self.m
+    }
+
+    /// Small page `i` is mapped at `addr` of the mm, as a walk found it
+    /// under a sequence still valid (so the page stays in use, and no
+    /// `folio_free` clears its slot meanwhile); `shared` tells whether
+    /// another mm may map it too (asked only if needed). Records it there
+    /// if its record may give way ([`Renewing::may_replace`]). Returns
     /// whether the record changed.
-    pub(crate) fn renew(&self, i: usize, addr: usize, large: bool) -> bool {
-        let Some(slot) = self.0.records.pages.get(i) else {
+    pub(crate) fn renew(&mut self, i: usize, addr: usize, shared: impl FnOnce() -> bool) -> bool {
+        let Some(slot) = self.records.pages.get(i) else {
             return false;
         };
         let old = slot.load(Relaxed);
-        let v = encode(self.0.m, addr, large);
-        if old == v {
+        if self.m.is_some_and(|m| old == encode(m, addr, false)) {
             return false;
         }
-        if let Some(r) = decode(old).filter(|r| r.mm != self.0.m) {
-            let lives = self.0.table.mms.get(r.mm).and_then(Option::as_ref);
-            if lives.is_some_and(|mm| crate::mm::mmap::has_users(mm)) {
-                return false;
+        if !self.may_replace(old, shared) {
+            return false;
+        }
+        let Some(m) = self.index() else {
+            return false;
+        };
+        slot.store(encode(m, addr, false), Relaxed);
+        true
+    }
+
+    /// Page `i` of the 2 MiB folio of pages `head..head + nr` is mapped at
+    /// `addr` of the mm, as [`Renewing::renew`] says; the folio mapped
+    /// whole (one PMD) if `whole`. A folio's records go together, decided
+    /// once by its head's record: a device's teardown moves its pages in
+    /// one step, grouped by record. Whole, every page is recorded at the
+    /// address page `i`'s gives; mapped by page-table entries (part of it
+    /// moved by `mremap`, say), page `i` at `addr`, and the others only
+    /// when they name another mm (at the address page `i`'s gives: a
+    /// hint). Returns how many records changed.
+    pub(crate) fn renew_folio(
+        &mut self,
+        (head, nr): (usize, usize),
+        (i, addr): (usize, usize),
+        whole: bool,
+        shared: impl FnOnce() -> bool,
+    ) -> u64 {
+        let Some(h) = self.records.pages.get(head) else {
+            return 0;
+        };
+        let old = h.load(Relaxed);
+        let at = addr.wrapping_sub((i - head) * PAGE_SIZE);
+        let ours = self.m.is_some() && decode(old).map(|r| r.mm) == self.m;
+        if ours && whole && old == encode(self.m.unwrap_or(0), at, true) {
+            return 0;
+        }
+        if !ours && !self.may_replace(old, shared) {
+            return 0;
+        }
+        let Some(m) = self.index() else {
+            return 0;
+        };
+        let mut changed = 0;
+        for j in head..head + nr {
+            let Some(slot) = self.records.pages.get(j) else {
+                break;
+            };
+            let cur = slot.load(Relaxed);
+            let v = if j == i {
+                encode(m, addr, true)
+            } else if whole || !ours {
+                encode(m, at.wrapping_add((j - head) * PAGE_SIZE), true)
+            } else {
+                continue;
+            };
+            if cur != v {
+                slot.store(v, Relaxed);
+                changed += 1;
             }
         }
-        slot.store(v, Relaxed);
-        true
+        changed
     }
 }
 
@@ -437,8 +527,9 @@ mod tests {
     /// Every page of a chunk can name an mm of its own: more than the 4,095
     /// mms a table took before (the page of the 4,096th process got no
     /// record, and eviction never moved it). A page freed and used by a
-    /// new mm reuses the entry no page names any more; a renewal moves a
-    /// record to another mm and address, once.
+    /// new mm reuses the entry no page names any more. A renewal moves a
+    /// record to another address of its mm, or to another mm only where
+    /// the old one leads nowhere; a 2 MiB folio's records go together.
     #[test]
     fn every_page_can_name_an_mm_of_its_own() -> Result {
         use crate::mm::kunit_mm::{check, fresh_mm};
@@ -474,26 +565,56 @@ mod tests {
         }
         check(records.table.lock().mms.len() == N + 1)?;
         // Page 1 met by mm 2 (a fork relative, say): its record stays while
-        // mm 1 has users; met by mm 1 at another address (`mremap`), it
-        // moves there, once.
+        // mm 1 has users and may share it; met by mm 1 at another address
+        // (`mremap`), it moves there, once.
         let m2 = records.get(2).ok_or(EINVAL)?.mm;
-        let renewing = records.renewing(&mms[2], Some(m2)).ok_or(EINVAL)?;
-        check(!renewing.renew(1, 0x4000_0000, false))?;
-        drop(renewing);
-        let renewing = records.renewing(&mms[1], None).ok_or(EINVAL)?;
-        check(renewing.renew(1, 0x4000_0000, false))?;
-        check(!renewing.renew(1, 0x4000_0000, false))?;
+        check(
+            !records
+                .renewing(&mms[2], Some(m2))
+                .renew(1, 0x4000_0000, || true),
+        )?;
+        let mut renewing = records.renewing(&mms[1], None);
+        check(renewing.renew(1, 0x4000_0000, || true))?;
+        check(!renewing.renew(1, 0x4000_0000, || true))?;
         drop(renewing);
         check(records.get(1).is_some_and(|r| r.addr == 0x4000_0000))?;
+        // Page 4, its mm alive, met by mm 5 alone (mm 4 unmapped it).
+        check(
+            records
+                .renewing(&mms[5], None)
+                .renew(4, 0x4800_0000, || false),
+        )?;
+        check(records.get(4).is_some_and(|r| r.addr == 0x4800_0000))?;
         // Mm 1's last user gone (a fork parent that exited): mm 2 (now
-        // `mms[1]`) takes it.
+        // `mms[1]`) takes page 1, shared or not.
         let one = mms.remove(1).map_err(|_| EINVAL)?;
         drop(one);
-        let renewing = records.renewing(&mms[1], Some(m2)).ok_or(EINVAL)?;
-        check(renewing.renew(1, 0x5000_0000, false))?;
-        drop(renewing);
+        check(
+            records
+                .renewing(&mms[1], Some(m2))
+                .renew(1, 0x5000_0000, || true),
+        )?;
         let r = records.get(1).ok_or(EINVAL)?;
         check(r.addr == 0x5000_0000 && r.mm == m2)?;
+        // A 2 MiB folio (pages 1024..1536) met whole through page 1030 by
+        // an mm alone: every record goes to it, at the addresses page
+        // 1030's gives, once; met again through one page mapped elsewhere
+        // (a partial `mremap`), only that page's record moves.
+        let mut renewing = records.renewing(&mms[7], None);
+        let at = 0x6000_0000;
+        let met = (1030, at + 6 * PAGE_SIZE);
+        check(renewing.renew_folio((1024, 512), met, true, || false) == 512)?;
+        check(renewing.renew_folio((1024, 512), met, true, || false) == 0)?;
+        check(renewing.renew_folio((1024, 512), (1030, 0x7000_0000), false, || true) == 1)?;
+        drop(renewing);
+        let (head, last) = (
+            records.get(1024).ok_or(EINVAL)?,
+            records.get(1535).ok_or(EINVAL)?,
+        );
+        check(head.large && head.addr == at && head.mm == last.mm)?;
+        check(last.addr == at + 511 * PAGE_SIZE)?;
+        check(records.get(1030).is_some_and(|r| r.addr == 0x7000_0000))?;
+        check(records.large_at(1024).is_some_and(|(_, a)| a == at))?;
         Ok(())
     }
 }

@@ -7,14 +7,14 @@
 //! completion with its hot part resident: what does not fit is used where
 //! it is (system RAM by DMA).
 //!
-//! A block's 2 MiB folio moves through the mm and address it was migrated in
-//! at (as a device going away moves them, see
+//! A block's 2 MiB folio moves through the mm and address its head page is
+//! recorded at (as a device going away moves them, see
 //! [`VramPool::evict_large_folios`]: only the block's own pages there, with
 //! that mm's mmap write lock only tried unless it is the caller's own), and
 //! only so: collecting it by its
 //! frames would put PMD migration entries in every mm that maps it, which
 //! nothing would keep zaps away from (Linux 7.3's `zap_huge_pmd()` bug).
-//! Its small pages move through the mm and address each was migrated in at
+//! Its small pages move through the mm and address each is recorded at
 //! (`records.rs`, with that mm's mmap read lock held: never by their
 //! frames) once the block is reserved ([`Pagemap::reserve_block`], under
 //! the chunk table's lock, which allocations hold while they prepare
@@ -104,7 +104,7 @@ impl VramPool {
     /// anything. Stops on `cancel`.
     ///
     /// Never call it with an mmap lock held: it takes the mmap lock of the
-    /// mm a 2 MiB folio was migrated in at.
+    /// mm a 2 MiB folio is recorded at.
     ///
     /// Blocks whose pages `dmem.min` protects stay, and those `dmem.low`
     /// protects too unless there is nothing else (the dmem controller's
@@ -201,8 +201,8 @@ impl VramPool {
         // Pages the folio's mm moved.
         let mut moved = 0;
         if whole {
-            // Through the mm it was migrated in at, if it still has users;
-            // with neither the pagemap nor `shrink_lock` held.
+            // Through the mm its head page's record names, if it still has
+            // users; with neither the pagemap nor `shrink_lock` held.
             let mapping = map.data().records.large_at(b * BLOCK_PAGES);
             let serial = map.data().serial;
             let block = map.data().base + b * BLOCK_SIZE;
@@ -214,8 +214,14 @@ impl VramPool {
             if !ok {
                 return Some((0, false));
             }
-            let Some(mm) = mapping.as_ref().and_then(|(mm, _)| mm.mmget_not_zero()) else {
-                // No mm reaches it any more: not again until it is freed.
+            let Some((mm, _)) = mapping.as_ref() else {
+                // Not recorded yet (its migration in has not finished):
+                // busy for now.
+                return Some((0, false));
+            };
+            let Some(mm) = mm.mmget_not_zero() else {
+                // No mm reaches it any more: not again until it is freed
+                // or recorded anew.
                 self.lru.stuck(index);
                 return Some((0, false));
             };
@@ -406,7 +412,7 @@ impl VramPool {
     }
 
     /// The index in the use table of block `b` of chunk `map`.
-    fn block_of(&self, map: &Pagemap<Chunk>, b: usize) -> usize {
+    pub(super) fn block_of(&self, map: &Pagemap<Chunk>, b: usize) -> usize {
         self.block_index(map.data().base + b * BLOCK_SIZE)
     }
 }
