@@ -169,8 +169,9 @@ struct page *msvm_pfn_to_page(unsigned long pfn)
 
 /*
  * Whether @page's folio may be mapped by more than one mm
- * (folio_maybe_mapped_shared(): exact for small folios, and for large ones
- * with CONFIG_MM_ID; "maybe" otherwise). The caller keeps the page mapped.
+ * (folio_maybe_mapped_shared(): exact for small folios; for large ones,
+ * with CONFIG_MM_ID, it may say so falsely once more than two mms mapped
+ * the folio; always without). The caller keeps the page mapped.
  */
 bool msvm_page_maybe_mapped_shared(struct page *page)
 {

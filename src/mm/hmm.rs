@@ -479,7 +479,6 @@ impl<'g> Pages<'g> {
     }
 
     /// Entry `i` of the walk.
-    #[allow(dead_code)] // msvm_dmirror.ko's (the glue is built into both modules).
     pub(crate) fn entry(&self, i: usize) -> Option<HmmPfn> {
         self.pfns.get(i).copied()
     }

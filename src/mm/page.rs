@@ -123,9 +123,10 @@ impl<'a> PageRef<'a> {
     }
 
     /// Whether the page's folio may be mapped by more than one mm (a fork
-    /// relative's mapping too): exact for small folios and, with the
-    /// kernel's `CONFIG_MM_ID` (THP), for large ones; else true. A hint
-    /// unless the caller keeps every mapping from changing.
+    /// relative's mapping too): exact for small folios; for large ones it
+    /// may say so falsely (once more than two mms mapped the folio, or
+    /// always without the kernel's `CONFIG_MM_ID`). A hint unless the
+    /// caller keeps every mapping from changing.
     pub(crate) fn maybe_mapped_shared(self) -> bool {
         // SAFETY: the page is valid (type invariant); the call reads its
         // folio's mapcounts.

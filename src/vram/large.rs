@@ -28,9 +28,9 @@ impl VramPool {
     /// record may be stale, and the address map a peer's pages by then),
     /// under that mm's mmap write lock taken killably. Best effort: a folio
     /// whose record is stale (remapped elsewhere, or mapped only by a fork
-    /// child of an mm that has gone, and not met there since: see
-    /// `mapped.rs`) is left to the eviction; so is everything once the
-    /// task is killed.
+    /// child of an mm that has gone or unmapped it, and not met there
+    /// since: see `mapped.rs`) is left to the eviction; so is everything
+    /// once the task is killed.
     pub(super) fn evict_large_folios(&self) {
         let mut todo = KVec::new();
         {

@@ -165,13 +165,13 @@ pub(crate) fn renew_met<'p>(key: &'static GroupKey, mm: &Mm, met: impl Iterator<
             continue;
         }
         last_folio = m.whole.then_some(head);
-        let changed = r.renew_folio((head, nr), (i, m.addr), m.whole, shared);
-        if changed > 0 {
-            // An eviction may reach it again.
+        *n += r.renew_folio((head, nr), (i, m.addr), m.whole, shared);
+        if m.whole && r.names(head) {
+            // An eviction may reach it again (making room marks a folio
+            // whose mm has no users stuck).
             let pool = map.data().pool();
             pool.lru.unstick(pool.block_of(map, head / BLOCK_PAGES));
         }
-        *n += changed;
     }
     flush(renewing);
 }

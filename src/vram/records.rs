@@ -37,7 +37,8 @@
 //! # Lock order
 //!
 //! [`Records::table`] is a leaf mutex: taken with nothing of the pool
-//! held but, at most, `shrink_lock`, an mmap lock and a mirror's lock (a
+//! held but, at most, `shrink_lock`, `VramPool::chunks` (a teardown
+//! reading its 2 MiB folios' records), an mmap lock and a mirror's lock (a
 //! renewal, under a walk's sequence; a mirror's lock is taken in
 //! invalidations, from reclaim). So nothing allocates under it but
 //! `GFP_NOWAIT` (the table's growth; a migration that needs more grows it
@@ -306,6 +307,7 @@ impl Records {
             records: self,
             mm,
             m,
+            failed: false,
             table: t,
         }
     }
@@ -388,6 +390,8 @@ pub(crate) struct Renewing<'a> {
     /// The mm's index in the table, once it has one (an mm is added only
     /// when a record takes it).
     m: Option<usize>,
+    /// Adding the mm failed (no memory): not tried again.
+    failed: bool,
     table: MutexGuard<'a, Table>,
 }
 
@@ -411,12 +415,19 @@ impl Renewing<'_> {
         !recorded.is_some_and(|mm| crate::mm::mmap::has_users(mm))
     }
 
-    /// The mm's index, added to the table if it has none (`GFP_NOWAIT`).
+    /// The mm's index, added to the table if it has none (`GFP_NOWAIT`;
+    /// tried once).
     fn index(&mut self) -> Option<usize> {
-        if self.m.is_none() {
+        if self.m.is_none() && !self.failed {
             self.m = self.records.mm_index(&mut self.table, self.mm, None).ok();
+            self.failed = self.m.is_none();
         }
         self.m
+    }
+
+    /// Whether page `i`'s record names the mm.
+    pub(crate) fn names(&self, i: usize) -> bool {
+        self.m.is_some() && self.records.get(i).map(|r| r.mm) == self.m
     }
 
     /// Small page `i` is mapped at `addr` of the mm, as a walk found it
@@ -467,6 +478,10 @@ impl Renewing<'_> {
         let ours = self.m.is_some() && decode(old).map(|r| r.mm) == self.m;
         if ours && whole && old == encode(self.m.unwrap_or(0), at, true) {
             return 0;
+        }
+        if ours && !whole {
+            // Only the met page's address may be new.
+            return u64::from(self.renew(i, addr, || true));
         }
         if !ours && !self.may_replace(old, shared) {
             return 0;

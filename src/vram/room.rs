@@ -34,6 +34,7 @@
 //! `shrink_lock`) may be what frees. It lets go of the pagemap too, and
 //! looks the chunk up again afterwards.
 
+use kernel::mm::Mm;
 use kernel::num::casts::FromSafeCast;
 use kernel::sync::atomic::Relaxed;
 use kernel::sync::Arc;
@@ -215,14 +216,19 @@ impl VramPool {
                 return Some((0, false));
             }
             let Some((mm, _)) = mapping.as_ref() else {
-                // Not recorded yet (its migration in has not finished):
-                // busy for now.
+                // Not recorded yet (its migration in has not finished, or
+                // found no memory for the record): busy for this request.
+                self.lru.busy(index, u.epoch);
                 return Some((0, false));
             };
             let Some(mm) = mm.mmget_not_zero() else {
                 // No mm reaches it any more: not again until it is freed
-                // or recorded anew.
+                // or recorded anew (a walk that renews it unsticks it;
+                // one that came meanwhile is seen below).
                 self.lru.stuck(index);
+                if !self.recorded_in((c, serial), b, mm) {
+                    self.lru.unstick(index);
+                }
                 return Some((0, false));
             };
             let addr = mapping.map_or(0, |(_, a)| a);
@@ -412,6 +418,19 @@ impl VramPool {
     }
 
     /// The index in the use table of block `b` of chunk `map`.
+    /// Whether block `b` of chunk `c` (if it is still the pagemap of that
+    /// `serial`) has its head page recorded in `mm` (a walk may renew it).
+    fn recorded_in(&self, (c, serial): (usize, u64), b: usize, mm: &Mm) -> bool {
+        match self.chunks.lock().get(c) {
+            Some(Slot::Live(m)) if m.data().serial == serial => m
+                .data()
+                .records
+                .large_at(b * BLOCK_PAGES)
+                .is_some_and(|(x, _)| core::ptr::eq(&*x, mm)),
+            _ => true,
+        }
+    }
+
     pub(super) fn block_of(&self, map: &Pagemap<Chunk>, b: usize) -> usize {
         self.block_index(map.data().base + b * BLOCK_SIZE)
     }
