@@ -165,8 +165,9 @@ pub(crate) fn renew_met<'p>(key: &'static GroupKey, mm: &Mm, met: impl Iterator<
             continue;
         }
         last_folio = m.whole.then_some(head);
-        *n += r.renew_folio((head, nr), (i, m.addr), m.whole, shared);
-        if m.whole && r.names(head) {
+        let changed = r.renew_folio((head, nr), (i, m.addr), m.whole, shared);
+        *n += changed;
+        if changed > 0 || (m.whole && r.names(head)) {
             // An eviction may reach it again (making room marks a folio
             // whose mm has no users stuck).
             let pool = map.data().pool();

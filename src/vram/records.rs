@@ -350,8 +350,10 @@ impl Records {
     /// 2 MiB folio (`i` is the head of a block out whole, say): where the
     /// folio was migrated in, or met since.
     pub(crate) fn large_at(&self, i: usize) -> Option<(ARef<Mm>, usize)> {
+        // The slot read under the table's lock, which a renewal holds.
+        let t = self.table.lock();
         let r = self.get(i).filter(|r| r.large)?;
-        Some((self.mm_at(r.mm)?, r.addr))
+        Some((t.mms.get(r.mm)?.clone()?, r.addr))
     }
 
     /// The mm at index `m` of the table, held by its count of references
@@ -437,11 +439,22 @@ impl Renewing<'_> {
     /// if its record may give way ([`Renewing::may_replace`]). Returns
     /// whether the record changed.
     pub(crate) fn renew(&mut self, i: usize, addr: usize, shared: impl FnOnce() -> bool) -> bool {
+        self.renew_page(i, addr, false, shared)
+    }
+
+    /// [`Renewing::renew`] of page `i`, part of a 2 MiB folio if `large`.
+    fn renew_page(
+        &mut self,
+        i: usize,
+        addr: usize,
+        large: bool,
+        shared: impl FnOnce() -> bool,
+    ) -> bool {
         let Some(slot) = self.records.pages.get(i) else {
             return false;
         };
         let old = slot.load(Relaxed);
-        if self.m.is_some_and(|m| old == encode(m, addr, false)) {
+        if self.m.is_some_and(|m| old == encode(m, addr, large)) {
             return false;
         }
         if !self.may_replace(old, shared) {
@@ -450,7 +463,7 @@ impl Renewing<'_> {
         let Some(m) = self.index() else {
             return false;
         };
-        slot.store(encode(m, addr, false), Relaxed);
+        slot.store(encode(m, addr, large), Relaxed);
         true
     }
 
@@ -480,8 +493,9 @@ impl Renewing<'_> {
             return 0;
         }
         if ours && !whole {
-            // Only the met page's address may be new.
-            return u64::from(self.renew(i, addr, || true));
+            // Only the met page's address may be new (its record stays one
+            // of the folio's: a teardown groups a folio's pages by it).
+            return u64::from(self.renew_page(i, addr, true, || true));
         }
         if !ours && !self.may_replace(old, shared) {
             return 0;
@@ -628,8 +642,21 @@ mod tests {
         );
         check(head.large && head.addr == at && head.mm == last.mm)?;
         check(last.addr == at + 511 * PAGE_SIZE)?;
-        check(records.get(1030).is_some_and(|r| r.addr == 0x7000_0000))?;
+        check(
+            records
+                .get(1030)
+                .is_some_and(|r| r.addr == 0x7000_0000 && r.large),
+        )?;
         check(records.large_at(1024).is_some_and(|(_, a)| a == at))?;
+        // Its head met through a page-table entry: still a folio's record.
+        let mut renewing = records.renewing(&mms[7], None);
+        check(renewing.renew_folio((1024, 512), (1024, 0x7100_0000), false, || true) == 1)?;
+        drop(renewing);
+        check(
+            records
+                .large_at(1024)
+                .is_some_and(|(_, a)| a == 0x7100_0000),
+        )?;
         Ok(())
     }
 }

@@ -417,7 +417,6 @@ impl VramPool {
         choose(policy, blocks, u)
     }
 
-    /// The index in the use table of block `b` of chunk `map`.
     /// Whether block `b` of chunk `c` (if it is still the pagemap of that
     /// `serial`) has its head page recorded in `mm` (a walk may renew it).
     fn recorded_in(&self, (c, serial): (usize, u64), b: usize, mm: &Mm) -> bool {
@@ -431,6 +430,7 @@ impl VramPool {
         }
     }
 
+    /// The index in the use table of block `b` of chunk `map`.
     pub(super) fn block_of(&self, map: &Pagemap<Chunk>, b: usize) -> usize {
         self.block_index(map.data().base + b * BLOCK_SIZE)
     }
