@@ -128,6 +128,15 @@ struct Table {
     scan_at: usize,
 }
 
+impl Table {
+    /// The index of `mm`, looked for at `hint` first, if it has one.
+    fn find(&self, mm: &Mm, hint: Option<usize>) -> Option<usize> {
+        let is = |m: &Option<ARef<Mm>>| m.as_ref().is_some_and(|m| core::ptr::eq(&**m, mm));
+        hint.filter(|&i| self.mms.get(i).is_some_and(is))
+            .or_else(|| self.mms.iter().position(is))
+    }
+}
+
 /// Why [`Records::mm_index`] found no entry for an mm.
 enum NoIndex {
     /// The table must grow to this capacity first, which it could not do
@@ -178,11 +187,7 @@ impl Records {
     /// about as many `mm_struct`s as its pages name. Allocates only
     /// `GFP_NOWAIT` (see the lock order).
     fn mm_index(&self, t: &mut Table, mm: &Mm, hint: Option<usize>) -> Result<usize, NoIndex> {
-        let is = |m: &Option<ARef<Mm>>| m.as_ref().is_some_and(|m| core::ptr::eq(&**m, mm));
-        if let Some(i) = hint.filter(|&i| t.mms.get(i).is_some_and(is)) {
-            return Ok(i);
-        }
-        if let Some(i) = t.mms.iter().position(is) {
+        if let Some(i) = t.find(mm, hint) {
             return Ok(i);
         }
         let full = !t.mms.iter().any(Option::is_none);

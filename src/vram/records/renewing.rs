@@ -5,7 +5,6 @@
 //! 2 MiB folio's records kept together.
 
 use kernel::mm::Mm;
-use kernel::sync::aref::ARef;
 use kernel::sync::atomic::Relaxed;
 use kernel::sync::MutexGuard;
 
@@ -22,10 +21,7 @@ impl Records {
     /// its record (a later walk tries again).
     pub(crate) fn renewing<'a>(&'a self, mm: &'a Mm, hint: Option<usize>) -> Renewing<'a> {
         let t = self.table.lock();
-        let is = |m: &Option<ARef<Mm>>| m.as_ref().is_some_and(|m| core::ptr::eq(&**m, mm));
-        let m = hint
-            .filter(|&i| t.mms.get(i).is_some_and(is))
-            .or_else(|| t.mms.iter().position(is));
+        let m = t.find(mm, hint);
         Renewing {
             records: self,
             mm,

@@ -66,17 +66,22 @@ pub(crate) fn delays() -> Result<u64, String> {
         .ok_or_else(|| format!("{DELAY}: {text:?}"))
 }
 
+/// Column `col` of device `index`'s row of debugfs `evict` (1: `by_mm`,
+/// 2: `by_frame`, 3: `unrecorded`, 4: `renewed`), if the module has it.
+pub(crate) fn evict_count(index: u32, col: usize) -> Result<Option<u64>, String> {
+    let text = fs::read_to_string(EVICT).map_err(|e| format!("{EVICT}: {e}"))?;
+    Ok(text.lines().find_map(|l| {
+        let v: Vec<&str> = l.split_whitespace().collect();
+        (v.first() == Some(&index.to_string().as_str()))
+            .then(|| v.get(col)?.parse().ok())
+            .flatten()
+    }))
+}
+
 /// Pages of device `index` evicted through their mm and by frame so far.
 fn evicted(index: u32) -> Result<(u64, u64), String> {
-    let text = fs::read_to_string(EVICT).map_err(|e| format!("{EVICT}: {e}"))?;
-    text.lines()
-        .find_map(|l| {
-            let v: Vec<&str> = l.split_whitespace().collect();
-            (v.first() == Some(&index.to_string().as_str()))
-                .then(|| Some((v.get(1)?.parse().ok()?, v.get(2)?.parse().ok()?)))
-                .flatten()
-        })
-        .ok_or_else(|| format!("{EVICT}: no gpu {index}: {text:?}"))
+    let col = |c| evict_count(index, c)?.ok_or_else(|| format!("{EVICT}: no gpu {index}"));
+    Ok((col(1)?, col(2)?))
 }
 
 /// Waits until an eviction step is in the window (the count of steps that

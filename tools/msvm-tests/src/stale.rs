@@ -42,7 +42,6 @@ const FORKED: u64 = 0x5ea1;
 const MOVED: u64 = 0x5ea2;
 const FILLER: u64 = 0x5ea3;
 const PADDED: u64 = 0x5ea4;
-const DEBUGFS_EVICT: &str = "/sys/kernel/debug/msvm/evict";
 
 fn e(x: impl std::fmt::Display) -> String {
     x.to_string()
@@ -51,13 +50,7 @@ fn e(x: impl std::fmt::Display) -> String {
 /// Records of device `index` renewed so far (debugfs `evict`), if the
 /// module counts them (a module from before it renewed any does not).
 fn renewed_count(index: u32) -> Result<Option<u64>, String> {
-    let text = std::fs::read_to_string(DEBUGFS_EVICT).map_err(e)?;
-    Ok(text.lines().find_map(|l| {
-        let v: Vec<&str> = l.split_whitespace().collect();
-        (v.first() == Some(&index.to_string().as_str()))
-            .then(|| v.get(4)?.parse().ok())
-            .flatten()
-    }))
+    crate::race::evict_count(index, 4)
 }
 
 /// A process whose parent moved `LEN` bytes to gpu0 and exited after
