@@ -57,7 +57,7 @@ impl PagemapOps for Chunk {
         }
     }
 
-    fn folio_freed(&self, _freed: usize) {}
+    fn folio_freed(&self, _freed: usize, _left: usize) {}
 
     fn migrate_to_ram(&self, fault: Fault<'_>) -> Result<(), FaultError> {
         let page = fault.page();

@@ -65,8 +65,6 @@ unsigned int msvm_large_order(void);
 #define MSVM_HOME_TRY 2
 /* A PMD-sized folio if one is free: no retrying, no warning. */
 #define MSVM_HOME_LARGE 3
-/* A PMD-sized folio, reclaiming and compacting hard; may fail. */
-#define MSVM_HOME_LARGE_HARD 4
 struct page *msvm_alloc_home(struct vm_area_struct *vma, unsigned long addr, int nid,
 			     unsigned int how);
 unsigned int msvm_alloc_pages_bulk_vma(struct vm_area_struct *vma, int nid, unsigned int nr,

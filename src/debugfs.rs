@@ -30,8 +30,9 @@
 //!   pages migrations into it did not move because the process's cgroup
 //!   was at its `dmem.max`.
 //! - `evict`: per device, how eviction moved its pages: through the mm
-//!   each is recorded in (`by_mm`), by page frame (`by_frame`: only what a
-//!   device going away could not move through a record), and pages
+//!   each is recorded in (`by_mm`), pages a device going away could not
+//!   move through a record, copied to system RAM and left mapped as
+//!   orphans (`orphaned`), and pages
 //!   migrated in (or moved by a consolidation) with no record
 //!   (`unrecorded`), and records written where a walk met a page that no
 //!   record led to (`renewed`).
@@ -427,11 +428,11 @@ fn show_numa(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
 
 /// `evict`: per device, how eviction moved its pages.
 fn show_evict(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    per_device(f, "gpu by_mm by_frame unrecorded renewed", |f, i, p| {
+    per_device(f, "gpu by_mm orphaned unrecorded renewed", |f, i, p| {
         let s = &p.stats;
         let (m, fr, u, r) = (
             s.by_mm.load(Relaxed),
-            s.by_frame.load(Relaxed),
+            s.orphaned.load(Relaxed),
             s.unrecorded.load(Relaxed),
             s.renewed.load(Relaxed),
         );

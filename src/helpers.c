@@ -410,14 +410,10 @@ struct page *msvm_alloc_home(struct vm_area_struct *vma, unsigned long addr, int
 		gfp = GFP_HIGHUSER_MOVABLE | __GFP_NORETRY | __GFP_NOWARN;
 		order = msvm_large_order();
 		break;
-	case MSVM_HOME_LARGE_HARD:
-		gfp = GFP_HIGHUSER_MOVABLE | __GFP_RETRY_MAYFAIL | __GFP_NOWARN;
-		order = msvm_large_order();
-		break;
 	default:
 		return NULL;
 	}
-	if ((how == MSVM_HOME_LARGE || how == MSVM_HOME_LARGE_HARD) && !order)
+	if (how == MSVM_HOME_LARGE && !order)
 		return NULL;
 	nid = msvm_home_nid(nid);
 	if (vma && msvm_home_by_policy(vma)) {

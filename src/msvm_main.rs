@@ -100,6 +100,9 @@ module! {
 struct MsvmModule {
     #[pin]
     _driver: kernel::driver::Registration<pci::Adapter<drm::driver::MsvmDriver>>,
+    /// Dropped after the driver: waits for the orphans its devices' unbind
+    /// left (`vram/orphans.rs`).
+    _orphans: vram::Orphanage,
     #[pin]
     _debugfs: debugfs::Debugfs,
     /// Dropped after the driver, whose devices it shrinks.
@@ -135,7 +138,11 @@ impl kernel::InPlaceModule for MsvmModule {
         unsafe { registry::init() };
         // SAFETY: as above, before the first VM.
         unsafe { process::init() };
+        // SAFETY: as above, before the first pool.
+        unsafe { vram::init_orphans() };
         try_pin_init!(Self {
+            // Before the driver: a device may go as soon as it is bound.
+            _orphans: vram::Orphanage::new()?,
             _driver <- kernel::driver::Registration::new(
                 <Self as kernel::ModuleMetadata>::NAME,
                 module,

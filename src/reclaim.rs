@@ -40,8 +40,7 @@ use kernel::{
 };
 
 use crate::mm::reclaim::{ReclaimQueue, ShrinkerOps};
-use crate::registry::{self, PoolRef};
-use crate::topology::MAX_DEVICES;
+use crate::registry;
 
 /// How hard the next work run shrinks: [`TABLES`], [`IDLE`] or
 /// [`CONSOLIDATE`].
@@ -129,25 +128,13 @@ impl WorkItem for ShrinkWork {
     }
 }
 
-/// The pools of every device, each counted (see `PoolRef`), without
-/// allocating. From reclaim (`blocking` false) the topology lock is only
-/// tried: `None` if busy.
-fn pools(blocking: bool) -> Option<[Option<PoolRef>; MAX_DEVICES]> {
-    let topo = if blocking {
-        registry::devices()
-    } else {
-        registry::try_devices()?
-    };
-    Some(core::array::from_fn(|i| PoolRef::get_locked(&topo, i).ok()))
-}
-
 /// What the shrinker could free on every device, in bytes: idle chunks,
 /// chunks a consolidation would empty, device page tables (those of VMs
 /// running a job stay) and the placement policies' state of processes
 /// (pinned blocks stay). `None` if a lock was busy.
 fn reclaimable() -> Option<(usize, usize, usize)> {
     let mut total = (0, 0, crate::process::reclaimable());
-    for p in pools(false)?.iter().flatten() {
+    for p in registry::pools(false)?.iter().flatten() {
         let (idle, light) = p.reclaimable()?;
         total.0 += idle;
         total.1 += light;
@@ -175,7 +162,7 @@ pub(crate) fn shrink_all(level: u64, side_by_side: bool) -> usize {
     // The policies' state of cold blocks: histories and counts the
     // policies would mostly have forgotten, and build again.
     note_freed(crate::process::shrink_all(|b| !policy_cold(b)));
-    let Some(pools) = pools(true) else {
+    let Some(pools) = registry::pools(true) else {
         return 0;
     };
     for p in pools.iter().flatten() {

@@ -28,7 +28,7 @@ use kernel::{
 };
 
 use crate::mm::pci as mmpci;
-use crate::topology::Topology;
+use crate::topology::{Topology, MAX_DEVICES};
 use crate::vram::VramPool;
 use kernel::sync::lock::GlobalGuard;
 
@@ -84,6 +84,14 @@ pub(crate) fn contention() -> (u64, u64) {
 /// The registry, if it is not locked now (from reclaim: only try).
 pub(crate) fn try_devices() -> Option<Devices> {
     TOPOLOGY.try_lock().map(|g| Devices(STAT.taken(g)))
+}
+
+/// The pools of every device, each counted (see [`PoolRef`]), without
+/// allocating. From reclaim (`blocking` false) the topology lock is only
+/// tried: `None` if busy.
+pub(crate) fn pools(blocking: bool) -> Option<[Option<PoolRef>; MAX_DEVICES]> {
+    let topo = if blocking { devices() } else { try_devices()? };
+    Some(core::array::from_fn(|i| PoolRef::get_locked(&topo, i).ok()))
 }
 
 /// Initialises [`TOPOLOGY`].

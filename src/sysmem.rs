@@ -40,13 +40,3 @@ pub(crate) fn large_system_folio(vma: &VmaRef, addr: usize, home: Home) -> Optio
     }
     NewPage::home(Some((vma, addr)), home, How::Large)
 }
-
-/// A 2 MiB system folio for an evicted device folio, reclaiming and
-/// compacting hard, on `home`'s node (the evicting device's), unless a
-/// test asked for a failure.
-pub(crate) fn large_system_folio_evict(home: Home) -> Option<NewPage> {
-    if fail_large_system() {
-        return None;
-    }
-    NewPage::home(None, home, How::LargeHard)
-}

@@ -201,6 +201,14 @@ impl PoolOps for Migrations {
         )
         .map(|o| o.moved)
     }
+
+    fn sealed(&self, _pool: &VramPool) {
+        // The sealed pool is withdrawn: only the other devices' pools are
+        // published.
+        for p in crate::registry::pools(true).iter().flatten().flatten() {
+            p.pt_tables().empty();
+        }
+    }
 }
 
 /// The steps of [`migrate_range`], recorded as one `msvm_migrate` trace

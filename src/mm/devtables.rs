@@ -78,15 +78,34 @@ impl Tables {
     /// tries locks (a VM being created holds the list's while it
     /// allocates). Returns the bytes freed.
     pub(crate) fn shrink(&self) -> usize {
-        let Some(list) = self.mirrors.try_lock() else {
-            return 0;
-        };
+        match self.mirrors.try_lock() {
+            Some(list) => self.zap_all(&list, false),
+            None => 0,
+        }
+    }
+
+    /// Empties the tables of every VM of the device, waiting for the jobs
+    /// that run (their mirror's lock): no entry is left that a walk made
+    /// before this call, and the jobs fault again. Returns the bytes
+    /// freed.
+    pub(crate) fn empty(&self) -> usize {
+        self.zap_all(&self.mirrors.lock(), true)
+    }
+
+    /// Empties the tables of the mirrors of `list` (this device's, locked),
+    /// those whose lock is free only, unless `wait`.
+    fn zap_all(&self, list: &Option<KVec<usize>>, wait: bool) -> usize {
         let mut freed = 0;
         for &a in list.iter().flatten() {
             // SAFETY: a registered mirror is alive while the lock is held
             // (invariant).
             let m = unsafe { &*(a as *const Mirror<DevTable>) };
-            if let Some(mut t) = m.lock.try_lock() {
+            let table = if wait {
+                Some(m.lock.lock())
+            } else {
+                m.lock.try_lock()
+            };
+            if let Some(mut t) = table {
                 let before = t.pt.bytes();
                 t.pt.zap(0, usize::MAX, Some(&self.counters), true);
                 freed += before - t.pt.bytes();

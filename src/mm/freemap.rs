@@ -103,6 +103,11 @@ impl FreeMap {
         self.block_free.get(b).map_or(0, |&n| usize::from(n))
     }
 
+    /// Whether page `i` is free (a page past the map is not).
+    pub(crate) fn is_free(&self, i: usize) -> bool {
+        i < self.npages && self.bits[i / WORD] & (1u64 << (i % WORD)) != 0
+    }
+
     /// Whether block `b` is out whole, as one large folio.
     pub(crate) fn is_whole(&self, b: usize) -> bool {
         self.whole.get(b).is_some_and(|&w| w)

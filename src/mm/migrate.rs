@@ -1,12 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Page migration between system RAM and device-private memory:
-//! `migrate_vma_*` (a range of a process's address space) and
-//! `migrate_device_*` (a range of device page frames, for eviction).
+//! `migrate_vma_*` (a range of a process's address space, found under its
+//! mm's lock). Not `migrate_device_*` (device page frames wherever they
+//! are mapped): on Linux 7.3 it holds no reference on a page's `anon_vma`
+//! (`Documentation/upstream/migrate_device_anon_vma.rst`), and msvm never
+//! moves a page by its frame (a device going away leaves what no mm leads
+//! to as orphans: `crate::vram`).
 //!
-//! Both follow the same three steps: collect and isolate the source pages
-//! (`setup`/`range`), let the caller allocate destination pages and copy,
-//! then install the destinations (`pages`) and release everything
+//! A migration follows three steps: collect and isolate the source pages
+//! (`setup`), let the caller allocate destination pages and copy, then
+//! install the destinations (`pages`) and release everything
 //! (`finalize`). [`Entry`] wraps one element of the `src`/`dst` arrays.
 
 use kernel::{
@@ -354,108 +358,6 @@ impl Drop for VmaMigration<'_> {
         // `pages()`, every source is unmarked above, so finalize restores
         // the sources and frees the destinations.
         unsafe { b::migrate_vma_finalize(&mut self.args) };
-    }
-}
-
-/// A migration of device page frames wherever they are mapped: eviction of
-/// device memory (`migrate_device_pfns`).
-///
-/// # Invariants
-///
-/// `src` was filled by `migrate_device_pfns`; the migration is finalized
-/// exactly once, in `drop`.
-pub(crate) struct DeviceMigration<'m> {
-    src: KVec<u64>,
-    dst: KVec<u64>,
-    pages_done: bool,
-    /// The pagemap the frames belong to.
-    _map: core::marker::PhantomData<&'m ()>,
-}
-
-impl DeviceMigration<'_> {
-    /// Collects the in-use pages among the device page frames `pfns` (in
-    /// any order; a large folio's frames one after another, head first,
-    /// or it is skipped with every frame after it).
-    ///
-    /// # Safety
-    ///
-    /// The frames must belong to a device-private pagemap of the caller that
-    /// outlives the migration.
-    pub(super) unsafe fn pfns(pfns: &[usize]) -> Result<Self> {
-        let mut src = KVec::with_capacity(pfns.len(), GFP_KERNEL)?;
-        for &p in pfns {
-            src.push(u64::from_safe_cast(p), GFP_KERNEL)?;
-        }
-        let dst = KVec::from_elem(0u64, pfns.len(), GFP_KERNEL)?;
-        // SAFETY: `src` holds `pfns.len()` frames of ours (caller).
-        kernel::error::to_result(unsafe {
-            b::migrate_device_pfns(src.as_mut_ptr().cast(), src.len())
-        })?;
-        // INVARIANT: `src` filled just above; only `drop` finalizes.
-        Ok(Self {
-            src,
-            dst,
-            pages_done: false,
-            _map: core::marker::PhantomData,
-        })
-    }
-
-    /// Number of entries (pages).
-    pub(crate) fn npages(&self) -> usize {
-        self.src.len()
-    }
-
-    /// Source entry `i`.
-    pub(crate) fn src(&self, i: usize) -> Entry {
-        Entry(self.src[i])
-    }
-
-    /// The page of source entry `i` (see [`VmaMigration::src_page`]).
-    pub(crate) fn src_page(&self, i: usize) -> Option<PageRef<'_>> {
-        let pfn = self.src(i).pfn()?;
-        // SAFETY: as in `VmaMigration::src_page`.
-        Some(unsafe { PageRef::from_pfn(pfn) })
-    }
-
-    /// Gives destination entry `i` the page `dst` (see
-    /// [`VmaMigration::set_dst`]).
-    pub(crate) fn set_dst(&mut self, i: usize, dst: NewPage, write: bool) -> Result {
-        let src = Entry(*self.src.get(i).ok_or(EINVAL)?);
-        set_dst_in(self.dst.get_mut(i), src, dst, write, self.pages_done)
-    }
-
-    /// Installs the destinations.
-    pub(crate) fn pages(&mut self) {
-        // Once (see `VmaMigration::pages`).
-        if self.pages_done {
-            return;
-        }
-        // SAFETY: collected by `pfns` (invariant), arrays of equal length.
-        unsafe {
-            b::migrate_device_pages(
-                self.src.as_mut_ptr().cast(),
-                self.dst.as_mut_ptr().cast(),
-                self.src.len(),
-            )
-        };
-        self.pages_done = true;
-    }
-}
-
-impl Drop for DeviceMigration<'_> {
-    fn drop(&mut self) {
-        if !self.pages_done {
-            cancel(&mut self.src);
-        }
-        // SAFETY: collected by `pfns`, finalized only here (invariant);
-        // see `VmaMigration`'s drop for the sources of a cancelled one.
-        unsafe {
-            b::migrate_device_finalize(
-                self.src.as_mut_ptr().cast(),
-                self.dst.as_mut_ptr().cast(),
-                self.src.len(),
-            )
-        };
     }
 }
 

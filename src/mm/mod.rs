@@ -38,6 +38,9 @@ pub(crate) mod migrate;
 #[allow(dead_code)]
 pub(crate) mod misc;
 pub(crate) mod mmap;
+// Used by msvm.ko only (the glue is built into both modules).
+#[allow(dead_code)]
+pub(crate) mod module;
 pub(crate) mod numa;
 pub(crate) mod owner;
 pub(crate) mod page;

@@ -43,8 +43,9 @@ impl Owner {
 /// # Invariants
 ///
 /// Every device-private pagemap whose owner is a key's address is a
-/// `Pagemap<T>` made with that key: only `Pagemap::new` makes pagemaps with
-/// a key's address as owner, and nothing outside this crate knows it.
+/// `Pagemap<T>`: only `Pagemap::new` (for a map made with that key) and
+/// `Pagemap::rekey` (of a `Pagemap<T>`) give pagemaps a key's address as
+/// owner, and nothing outside this crate knows it.
 pub(crate) struct OwnerKey<T> {
     _byte: Opaque<u8>,
     _type: PhantomData<fn() -> T>,
@@ -57,7 +58,7 @@ impl<T> OwnerKey<T> {
     /// A key, for a `static` (or a leaked allocation).
     pub(crate) const fn new() -> Self {
         // INVARIANT: no pagemap has a new key's address as owner: only
-        // `Pagemap::new` gives one, for a `Pagemap<T>` made with the key.
+        // `Pagemap::new` and `Pagemap::rekey` give one, to a `Pagemap<T>`.
         Self {
             _byte: Opaque::uninit(),
             _type: PhantomData,

@@ -197,9 +197,6 @@ pub(crate) enum How {
     Try,
     /// A 2 MiB folio if one is free right now, without retrying.
     Large,
-    /// A 2 MiB folio, reclaiming and compacting hard (an eviction); may
-    /// fail.
-    LargeHard,
 }
 
 impl How {
@@ -209,12 +206,11 @@ impl How {
             How::Must => b::MSVM_HOME_MUST,
             How::Try => b::MSVM_HOME_TRY,
             How::Large => b::MSVM_HOME_LARGE,
-            How::LargeHard => b::MSVM_HOME_LARGE_HARD,
         }
     }
 
     fn large(self) -> bool {
-        matches!(self, How::Large | How::LargeHard)
+        self == How::Large
     }
 }
 

@@ -34,7 +34,6 @@ use kernel::{
 use super::bindings as b;
 use super::fault::{Fault, FaultError, FaultLock};
 use super::freemap::FreeMap;
-use super::migrate::DeviceMigration;
 use super::numa::Home;
 use super::page::{large_order, NewPage, PageRef, BLOCK_PAGES};
 
@@ -57,9 +56,10 @@ pub(crate) trait PagemapOps: Send + Sync + Sized + 'static {
     fn folio_freeing(&self, first: usize, nr: usize);
 
     /// The last reference to a folio of this map is gone: `freed` of its
-    /// pages are back on the map's free map. May run in any context that
-    /// can put a page: must not sleep.
-    fn folio_freed(&self, freed: usize);
+    /// pages are back on the map's free map, and `left` pages of the map
+    /// are still in use. May run in any context that can put a page: must
+    /// not sleep.
+    fn folio_freed(&self, freed: usize, left: usize);
 
     /// The CPU touched `fault.page()`, a page of this map mapped in a process:
     /// move it (and maybe its neighbours) to system RAM.
@@ -76,8 +76,9 @@ pub(crate) trait PagemapOps: Send + Sync + Sized + 'static {
 /// - `res` is the region `pgmap` covers, reserved by
 ///   `request_free_mem_region`; if `mapped`, `pgmap` was successfully passed
 ///   to `memremap_pages`; both are undone in `drop`;
-/// - `pgmap`'s owner is `key`'s, and every pagemap with that owner is a
-///   `Pagemap<T>` (see [`OwnerKey`]);
+/// - `pgmap`'s owner is an `OwnerKey<T>`'s (the key it was made with, or
+///   one [`Pagemap::rekey`] gave it), and every pagemap with that owner is
+///   a `Pagemap<T>` (see [`OwnerKey`]);
 /// - page `i` is on `free` only if no one uses it (no mapping, migration
 ///   or [`NewPage`] holds it): pages leave `free` only to become a
 ///   [`NewPage`] ([`Pagemap::init_folio`]) and come back only through
@@ -163,8 +164,12 @@ unsafe extern "C" fn folio_free_cb<T: PagemapOps>(folio: *mut bindings::folio) {
     map.data.folio_freeing(index, nr);
     // INVARIANT: the folio's last reference is gone: its pages are free.
     // Neither fails nor allocates.
-    let freed = map.free.lock().put(index, nr);
-    map.data.folio_freed(freed);
+    let (freed, left) = {
+        let mut free = map.free.lock();
+        let freed = free.put(index, nr);
+        (freed, map.npages - free.nfree())
+    };
+    map.data.folio_freed(freed, left);
 }
 
 /// `dev_pagemap_ops.folio_split`: called for each new folio `tail` of a
@@ -430,38 +435,24 @@ impl<T: PagemapOps> Pagemap<T> {
         unsafe { NewPage::from_locked(page.as_non_null()) }
     }
 
-    /// An eviction of the pages in use among pages `indices` of this map
-    /// (a large folio's pages one after another, head first), by frame,
-    /// wherever they are mapped: `EINVAL` unless they all lie in the map.
-    ///
-    /// # Safety
-    ///
-    /// Linux 7.3's `migrate_device_pfns()` unmaps the pages holding no
-    /// reference on their `anon_vma` and no lock of any mm, and finalize's
-    /// `remove_migration_ptes()` walks that `anon_vma` (mapped or not) when
-    /// the migration is dropped. So each page's `anon_vma` must stay alive
-    /// until the returned migration is dropped: no mm that maps any of
-    /// these pages may unmap it or free its page tables (a `munmap`,
-    /// `MADV_DONTNEED`, `mremap`, exit) meanwhile, because the caller holds
-    /// the mmap lock of every such mm for writing with its VMAs
-    /// write-locked (`MmExcluded`), or the caller holds a reference on
-    /// each `anon_vma`. Never call it for pages a process may still map
-    /// without that: prefer a migration of a VMA found under its mm's mmap
-    /// lock (`VmaMigration`).
-    pub(crate) unsafe fn device_migration_of(
-        &self,
-        indices: &[usize],
-    ) -> Result<DeviceMigration<'_>> {
-        let mut pfns = KVec::with_capacity(indices.len(), GFP_KERNEL)?;
-        for &i in indices {
-            if i >= self.npages {
-                return Err(EINVAL);
-            }
-            pfns.push(self.pfn_first + i, GFP_KERNEL)?;
-        }
-        // SAFETY: the frames are this map's, which the borrow keeps alive
-        // while the migration lives.
-        unsafe { DeviceMigration::pfns(&pfns) }
+    /// Whether page `i` of the map is in use (off the free map).
+    pub(crate) fn is_used(&self, i: usize) -> bool {
+        i < self.npages && !self.free.lock().is_free(i)
+    }
+
+    /// Gives the map `key`'s owner from now on: HMM and migrations that ask
+    /// for its old owner's pages no longer take its pages as theirs (a
+    /// walk with the old owner faults them to system RAM; a migration
+    /// skips them). A walk or migration under way may still have seen the
+    /// old owner.
+    pub(crate) fn rekey(&self, key: &'static OwnerKey<T>) {
+        let owner = key.owner();
+        // INVARIANT: `key` is an `OwnerKey<T>` and this map a `Pagemap<T>`:
+        // every pagemap with `key`'s owner is still a `Pagemap<T>`.
+        // SAFETY: `pgmap` is valid while `self` is; the owner is one word,
+        // written at once (`WRITE_ONCE`), which readers read either before
+        // or after.
+        unsafe { core::ptr::write_volatile(&raw mut (*self.pgmap.get()).owner, owner.as_ptr()) };
     }
 
     /// The index in this map of `page`, if it is one of its pages.
@@ -503,8 +494,9 @@ pub(crate) fn map_of<'a, T: PagemapOps>(
     }
     // SAFETY: device-private pages have a pagemap.
     let pgmap = unsafe { b::msvm_page_pgmap(page.as_ptr()) };
-    // SAFETY: `pgmap` is valid while the page is.
-    let map_owner = unsafe { (*pgmap).owner };
+    // SAFETY: `pgmap` is valid while the page is; its owner may change
+    // ([`Pagemap::rekey`]): read at once (`READ_ONCE`).
+    let map_owner = unsafe { core::ptr::read_volatile(&raw const (*pgmap).owner) };
     if map_owner != key.owner().as_ptr() {
         return None;
     }
@@ -565,7 +557,7 @@ mod tests {
             self.freeing.fetch_add(nr, Relaxed);
         }
 
-        fn folio_freed(&self, freed: usize) {
+        fn folio_freed(&self, freed: usize, _left: usize) {
             self.freed.fetch_add(freed, Relaxed);
         }
 
@@ -659,7 +651,7 @@ mod tests {
     impl PagemapOps for Trip {
         fn folio_freeing(&self, _first: usize, _nr: usize) {}
 
-        fn folio_freed(&self, _freed: usize) {}
+        fn folio_freed(&self, _freed: usize, _left: usize) {}
 
         /// Moves the page home, with its data (`dmirror_devmem_fault`).
         fn migrate_to_ram(&self, fault: Fault<'_>) -> Result<(), FaultError> {

@@ -14,6 +14,7 @@ use crate::mm::page::{large_order, NewPage, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::{Pagemap, PAGE_SIZE};
 use crate::mm::trace;
 
+use super::orphans::Orphan;
 use super::records::Records;
 use super::{Charges, Chunk, Payer, Slot, VramPool};
 
@@ -59,10 +60,10 @@ impl Batch {
 /// Whether device memory takes 2 MiB folios whole (module parameter
 /// `large_folios`, on a kernel that migrates such folios): off by default.
 /// A PMD-mapped device folio is what Linux 7.3's `zap_huge_pmd()` bug
-/// needs: evicted by frame when no mapping of it can be locked (a fork
-/// child maps it alone, see `evict.rs`), its PMD migration entry can be
-/// zapped, and the folio is freed under the migration. With 4 KiB device
-/// pages only, no device page is ever mapped by a PMD. The parameter is
+/// needs: collected with a PMD migration entry that a zap of another mm
+/// can meet (before orphans, a device going away evicted such a folio by
+/// frame; see `design.rst`). With 4 KiB device pages only, no device page
+/// is ever mapped by a PMD. The parameter is
 /// read at load only (it has no sysfs file), so every pool of the module
 /// agrees: no peer hands over a 2 MiB device folio either.
 pub(crate) fn large_folios() -> bool {
@@ -335,6 +336,7 @@ impl VramPool {
                 last_alloc: Atomic::new(0),
                 stuck_used: Atomic::new(0),
                 records <- Records::new(npages),
+                orphan <- Orphan::new(),
                 // No slots without the controller: nothing to charge.
                 charges: PageCharges::new(if charged { npages } else { 0 })?,
             }? Error)

@@ -12,6 +12,7 @@ use crate::mm::dmem::PageCharges;
 use crate::mm::fault::{Fault, FaultError};
 use crate::mm::pagemap::{Pagemap, PagemapOps};
 
+use super::orphans::Orphan;
 use super::records::Records;
 use super::{ChunkInfo, VramPool};
 
@@ -41,6 +42,9 @@ pub(crate) struct Chunk {
     /// `large.rs`).
     #[pin]
     pub(super) records: Records,
+    /// The copies of its pages once it is an orphan (`orphans.rs`).
+    #[pin]
+    pub(super) orphan: Orphan,
     /// The dmem cgroup charge of each page in use (see `charge.rs`),
     /// undone when the page is freed; no slots on a kernel without the
     /// controller.
@@ -76,6 +80,7 @@ impl PagemapOps for Chunk {
     fn folio_freeing(&self, first: usize, nr: usize) {
         // Before the pages can be handed out again (and charged anew).
         self.records.forget(first, nr);
+        self.orphan.freeing(first, nr);
         let n = self.charges.uncharge(first, nr);
         self.pool()
             .stats
@@ -83,15 +88,15 @@ impl PagemapOps for Chunk {
             .add(u64::from_safe_cast(n), Relaxed);
     }
 
-    fn folio_freed(&self, freed: usize) {
+    fn folio_freed(&self, freed: usize, left: usize) {
         self.pool()
             .stats
             .freed
             .add(u64::from_safe_cast(freed), Relaxed);
+        self.orphan_freed(left);
     }
 
     fn migrate_to_ram(&self, fault: Fault<'_>) -> Result<(), FaultError> {
-        let pool = self.pool();
-        pool.ops.fault_to_ram(pool, fault)
+        self.fault_to_ram(fault)
     }
 }

@@ -9,8 +9,8 @@ use kernel::prelude::*;
 use kernel::sync::atomic::Relaxed;
 
 use crate::mm::cancel::Cancel;
-use crate::mm::migrate::{device_folio_mapcount, DeviceMigration, Select, VmaMigration};
-use crate::mm::mmap::{LockedVma, MmExcluded, MmapRead, Wait};
+use crate::mm::migrate::{device_folio_mapcount, Select, VmaMigration};
+use crate::mm::mmap::{LockedVma, MmapRead, Wait};
 use crate::mm::page::{How, NewPage, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::{self, Pagemap, PAGE_SIZE};
 use crate::mm::trace::{self, EvictReason};
@@ -23,8 +23,8 @@ use super::{chunk_of, Batch, Chunk, VramPool};
 pub(super) enum Drain {
     /// Everything, 2 MiB folios too, waiting for system memory as long as
     /// it takes: the data has nowhere else to go (a device going away).
-    /// Pages go through the mms they are recorded in first, then, for what
-    /// is left, by their frames (see [`VramPool::drain_frames`]).
+    /// Pages go through the mms they are recorded in; what is left
+    /// becomes an orphan (`orphans.rs`).
     All,
     /// Small pages only, as system memory comes without waiting, and only
     /// through their mms: an eviction that may fail (making room, see
@@ -62,16 +62,17 @@ struct Mapped {
 }
 
 impl VramPool {
-    /// Moves every page of chunk `map` that is in use back to system RAM.
-    /// Returns how many pages are still in use afterwards (locked by a
-    /// migration in flight, say, which `migrate_device_pfns` skips without
-    /// a word, or a 2 MiB folio without a 2 MiB system folio to go to).
-    fn evict(&self, map: &Pagemap<Chunk>) -> Result<usize> {
+    /// Moves every page of chunk `map` that is in use back to system RAM
+    /// through the mm it is recorded in. Returns how many pages moved and
+    /// how many are still in use afterwards (no record leads to them, a
+    /// migration in flight holds them, or a 2 MiB folio found no 2 MiB
+    /// system folio to go to).
+    fn evict(&self, map: &Pagemap<Chunk>) -> (usize, Result<usize>) {
         let (d, res) = self.drain_counted(map, 0, map.npages(), None, Drain::All, &Cancel::task());
         self.stats
             .evicted
             .add(u64::from_safe_cast(d.to_system), Relaxed);
-        res.map(|()| map.used())
+        (d.to_system, res.map(|()| map.used()))
     }
 
     /// Moves every page of chunk `map` that is in use into the pages of
@@ -88,10 +89,10 @@ impl VramPool {
     /// Pages move through the mm and address each is recorded at
     /// (`records.rs`), with that mm's mmap lock held: never by their frames
     /// alone, which Linux 7.3 does without keeping the pages' `anon_vma`
-    /// alive. A consolidation (a batch) and making room leave a page whose
-    /// record is stale, or whose mm is busy (a consolidation only tries the
-    /// lock: it runs for reclaim) or gone, where it is. Only a device going
-    /// away (no batch, [`Drain::All`]) moves what is left by its frames.
+    /// alive. A page whose record is stale, or whose mm is busy (a
+    /// consolidation only tries the lock: it runs for reclaim) or gone,
+    /// stays where it is (a device going away then makes its chunk an
+    /// orphan: `orphans.rs`).
     pub(super) fn drain_range(
         &self,
         map: &Pagemap<Chunk>,
@@ -126,17 +127,11 @@ impl VramPool {
             },
             None => None,
         };
-        let frames = batch.is_none() && how == Drain::All;
         let dest = Dest {
             batch: batch.as_mut().zip(stage.as_deref_mut()),
             how,
         };
-        let mut res = self.drain_mapped(map, start, end, dest, cancel, &mut d);
-        if frames {
-            // What the mms did not take goes, whatever went wrong there.
-            let r = self.drain_frames(map, start, end, &mut d);
-            res = res.and(r);
-        }
+        let res = self.drain_mapped(map, start, end, dest, cancel, &mut d);
         self.stats
             .to_system
             .add(u64::from_safe_cast(d.to_system), Relaxed);
@@ -193,7 +188,7 @@ impl VramPool {
                 continue;
             };
             // An mm whose users are gone is being torn down: its pages go
-            // with it (and a device going away finds them by frame after).
+            // with it (a device going away leaves them orphans meanwhile).
             let Some(mm) = mm.mmget_not_zero() else {
                 continue;
             };
@@ -360,210 +355,41 @@ impl VramPool {
         Ok(())
     }
 
-    /// What [`VramPool::drain_mapped`] left in `[start, end)` of chunk
-    /// `map`, to system RAM by page frames (`migrate_device_pfns`): a
-    /// device going away, whose pages must all go.
-    ///
-    /// Pages still recorded (their mm exiting, or `mremap` moved them) go
-    /// first, their mm's mmap lock held for writing and its VMAs
-    /// write-locked: that mm can neither zap them nor free their page
-    /// tables and `anon_vma` (its exit waits) until they are home. Then the
-    /// pages with no record (their chunk's table had no memory when they
-    /// moved in), with no lock of any mm: Linux 7.3's
-    /// `migrate_device_pfns()` keeps no `anon_vma` alive (see
-    /// `records.rs`). A recorded page that a fork relative of the recorded
-    /// mm maps too races that relative's exit or unmap even in the first
-    /// pass (a walk of the relative renews the record only once the
-    /// recorded mm no longer maps the page: `mapped.rs`). See
-    /// `design.rst`, "Known problems".
-    fn drain_frames(
-        &self,
-        map: &Pagemap<Chunk>,
-        start: usize,
-        end: usize,
-        d: &mut Drained,
-    ) -> Result {
-        let records = &map.data().records;
-        // Recorded pages, by mm: (mm index, the 2 MiB block of a page
-        // migrated in as part of a folio, page index). The pages of one
-        // folio (all recorded) go together, in order, head first.
-        let mut left = KVVec::new();
-        for i in start..end {
-            if let Some(r) = records.get(i) {
-                let block = if r.large { i / BLOCK_PAGES + 1 } else { 0 };
-                left.push((r.mm, block, i), GFP_KERNEL)?;
-            }
-        }
-        left.sort_unstable();
-        let mut rest = &left[..];
-        while let Some(&(m, block, _)) = rest.first() {
-            // Small pages of one mm, a page table's worth at most, or one
-            // folio's pages.
-            let n = rest
-                .iter()
-                .take(BLOCK_PAGES)
-                .take_while(|&&(mm, b, _)| mm == m && b == block)
-                .count();
-            let (part, after) = rest.split_at(n);
-            rest = after;
-            let Some(mm) = records.mm_at(m) else {
-                continue;
-            };
-            let mut indices = KVec::with_capacity(part.len(), GFP_KERNEL)?;
-            let _excluded = MmExcluded::lock(&mm);
-            // Only the pages still recorded in that mm once it is locked:
-            // a walk may have renewed a record meanwhile, and the table
-            // given its entry to another mm.
-            let same = || records.mm_at(m).is_some_and(|x| core::ptr::eq(&*x, &*mm));
-            if !same() {
-                continue;
-            }
-            for &(_, _, i) in part {
-                if records.get(i).is_some_and(|r| r.mm == m) {
-                    indices.push(i, GFP_KERNEL)?;
-                }
-            }
-            // A folio moves whole or not at all: part of one (its other
-            // records renewed meanwhile) waits for `evict_all`'s next pass.
-            if indices.is_empty() || !same() || (block != 0 && indices.len() != part.len()) {
-                continue;
-            }
-            // SAFETY: NOT MET in full, on a device going away only: the
-            // mm the pages are recorded in (the one that moved them in, or
-            // met them since: `mapped.rs`) can neither unmap them nor exit
-            // while `_excluded` lives; a fork relative (parent or child)
-            // that shares them may, and finalize then walks a freed
-            // `anon_vma` (`design.rst`, "Known problems": no user-reachable
-            // path calls this, and stock 7.3 gives no way to find that
-            // relative).
-            let mig = unsafe { map.device_migration_of(&indices) }?;
-            self.frames_step(map, mig, d)?;
-        }
-        // Then the frames no record leads to, one 2 MiB block of the chunk
-        // at a time (a folio's frames stay together). A recorded page the
-        // loop above could not move (busy, or no memory for it right then)
-        // is not taken here with no lock: `evict_all` tries again.
-        let mut first = start;
-        while first < end {
-            let last = ((first / BLOCK_PAGES + 1) * BLOCK_PAGES).min(end);
-            let mut indices = KVec::with_capacity(last - first, GFP_KERNEL)?;
-            for i in (first..last).filter(|&i| records.get(i).is_none()) {
-                indices.push(i, GFP_KERNEL)?;
-            }
-            if !indices.is_empty() {
-                // SAFETY: NOT MET, on a device going away only: these
-                // pages have no record (their chunk's table had no memory
-                // when they moved in), so no mm that may map them is known
-                // to exclude (`design.rst`, "Known problems"; no
-                // user-reachable path calls this).
-                let mig = unsafe { map.device_migration_of(&indices) }?;
-                self.frames_step(map, mig, d)?;
-            }
-            first = last;
-        }
-        Ok(())
-    }
-
-    /// Sends the pages `mig` collected by frame from chunk `map` to system
-    /// RAM.
-    fn frames_step(
-        &self,
-        map: &Pagemap<Chunk>,
-        mut mig: DeviceMigration<'_>,
-        d: &mut Drained,
-    ) -> Result {
-        let base = map.data().base;
-        let n = mig.npages();
-        // How many pages each filled entry stands for.
-        let mut filled = KVec::from_elem(0usize, n, GFP_KERNEL)?;
-        for (i, f) in filled.iter_mut().enumerate() {
-            let src = mig.src(i);
-            let Some(index) = mig
-                .src_page(i)
-                .filter(|_| src.migrate())
-                .and_then(|p| map.index_of(p))
-            else {
-                continue;
-            };
-            let from = base + index * PAGE_SIZE;
-            if src.compound() {
-                // A large folio: the core moves it whole here or not at
-                // all (it cannot split it without its mapping).
-                if self.evict_large(&mut mig, i, from)? {
-                    *f = BLOCK_PAGES;
-                }
-                continue;
-            }
-            // `Must` waits for memory rather than fail: the data has
-            // nowhere else to go. No VMA here: on this device's node.
-            let Some(dst) = NewPage::home(None, self.home(), How::Must) else {
-                continue;
-            };
-            self.bar()?.copy_to_page(from, &dst, 0)?;
-            mig.set_dst(i, dst, src.write())?;
-            *f = 1;
-        }
-        if filled.iter().any(|&f| f > 0) {
-            evict_window();
-        }
-        mig.pages();
-        for (i, &nr) in filled.iter().enumerate() {
-            if nr > 0 && mig.src(i).migrate() {
-                d.to_system += nr;
-                self.stats.by_frame.add(u64::from_safe_cast(nr), Relaxed);
-                if nr > 1 {
-                    self.stats.large_to_system.add(1, Relaxed);
-                }
-            }
-        }
-        drop(mig);
-        Ok(())
-    }
-
-    /// Gives the large folio of source entry `i` of `mig` (at BAR offset
-    /// `from`) a 2 MiB system folio and copies it there. Returns whether it
-    /// found one (eviction retries otherwise).
-    fn evict_large(&self, mig: &mut DeviceMigration<'_>, i: usize, from: usize) -> Result<bool> {
-        let Some(dst) = crate::sysmem::large_system_folio_evict(self.home()) else {
-            return Ok(false);
-        };
-        self.copy_to_folio(from, &dst, BLOCK_PAGES)?;
-        let write = mig.src(i).write();
-        mig.set_dst(i, dst, write)?;
-        Ok(true)
-    }
-
-    /// Evicts chunk `c` until no page of it is in use, retrying with
-    /// backoff (1 ms doubling to 100 ms) while pages are busy or a 2 MiB
-    /// folio finds no 2 MiB of RAM, and saying so every 100 passes. It
-    /// does not give up: the pagemap's teardown would wait for those pages
-    /// anyway, and a retry may yet move them.
+    /// Evicts chunk `c` through the mms its pages are recorded in until
+    /// no page of it is in use, or [`STALLS`] passes in a row moved
+    /// nothing, retrying with backoff (1 ms doubling) meanwhile: pages
+    /// busy in a migration, or a 2 MiB folio that found no 2 MiB of RAM,
+    /// may move on a later pass. What is left then is no process's that
+    /// msvm can name, or stays busy: the pool's teardown makes it an
+    /// orphan (`orphans.rs`).
     pub(super) fn evict_all(&self, c: usize, map: &Pagemap<Chunk>) {
         let mut wait_ms = 1;
-        let mut pass = 0u64;
+        let mut stalls = 0;
         let used = u64::from_safe_cast(map.used());
         loop {
-            match self.evict(map) {
-                Ok(0) => {
-                    if used > 0 {
-                        let offset = c * self.chunk_size;
-                        trace::evict(self.index(), EvictReason::Teardown, offset, used);
-                    }
-                    return;
-                }
-                Ok(n) if pass % 100 == 11 => {
-                    pr_warn!(
-                        "msvm: chunk {c}: {n} page(s) still in use after {pass} passes, retrying\n"
-                    );
-                }
-                Err(e) if pass % 100 == 0 => {
+            let (moved, left) = self.evict(map);
+            match left {
+                Ok(0) => break,
+                Err(e) if stalls == 0 => {
                     pr_err!("msvm: chunk {c}: eviction failed: {e:?}, retrying\n");
                 }
                 _ => {}
             }
-            pass = pass.wrapping_add(1);
+            stalls = if moved > 0 { 0 } else { stalls + 1 };
+            if stalls >= STALLS {
+                break;
+            }
             kernel::time::delay::fsleep(kernel::time::Delta::from_millis(wait_ms));
             wait_ms = (wait_ms * 2).min(100);
         }
+        let moved = used.saturating_sub(u64::from_safe_cast(map.used()));
+        if moved > 0 {
+            let offset = c * self.chunk_size;
+            trace::evict(self.index(), EvictReason::Teardown, offset, moved);
+        }
     }
 }
+
+/// Passes in a row that moved nothing after which a device's teardown
+/// leaves a chunk's pages to the orphanage.
+const STALLS: u32 = 4;

@@ -19,18 +19,18 @@ impl VramPool {
     /// ([`super::records::Records::large_at`]: a move to system RAM of that 2 MiB block,
     /// access unchecked; under that mm's mmap write lock a folio mapped once
     /// moves whole, and one that fork relatives map too is split, every
-    /// mm's PMD of it turned into page-table entries). Eviction
-    /// (`migrate_device_pfns`) would collect them whole with PMD migration
-    /// entries in every mm that maps them, which nothing excludes zaps from
-    /// (Linux 7.3's `zap_huge_pmd()` bug, see
+    /// mm's PMD of it turned into page-table entries). A folio left becomes
+    /// an orphan (`orphans.rs`), split when a CPU faults on it; nothing
+    /// collects it by frame with PMD migration entries, which nothing would
+    /// exclude zaps from (Linux 7.3's `zap_huge_pmd()` bug, see
     /// `crate::mm::migrate::device_folio_mapcount`). Only blocks out whole
     /// now are taken, and only the pages of the record's own block move (a
     /// record may be stale, and the address map a peer's pages by then),
     /// under that mm's mmap write lock taken killably. Best effort: a folio
     /// whose record is stale (remapped elsewhere, or mapped only by a fork
     /// child of an mm that has gone or unmapped it, and not met there
-    /// since: see `mapped.rs`) is left to the eviction; so is everything
-    /// once the task is killed.
+    /// since: see `mapped.rs`) is left to the eviction (and the orphanage);
+    /// so is everything once the task is killed.
     pub(super) fn evict_large_folios(&self) {
         let mut todo = KVec::new();
         {

@@ -99,6 +99,7 @@ mod floor;
 mod large;
 mod lru;
 mod mapped;
+mod orphans;
 mod phases;
 mod records;
 mod replicas;
@@ -117,6 +118,7 @@ pub(crate) use floor::{FloorPath, FLOOR_MAX_PAGES};
 use lru::Lru;
 pub(crate) use lru::{Epoch, Intent, Use};
 pub(crate) use mapped::{renew, Met};
+pub(crate) use orphans::{init as init_orphans, Orphanage};
 pub(crate) use phases::{Clock, JobPhase, Phase, SizeClass};
 use replicas::Replicas;
 pub(crate) use replicas::Window as ReplicaWindow;
@@ -147,6 +149,11 @@ pub(crate) trait PoolOps: Sync {
         wait: Wait,
         cancel: &Cancel<'_>,
     ) -> Result<u64>;
+
+    /// `pool` is sealed (`orphans.rs`): the device page tables of every
+    /// other device let go of its pages (a job faults them again, and
+    /// finds them orphans, faulted home).
+    fn sealed(&self, pool: &VramPool);
 }
 
 /// The owner key of a group's pagemaps (see [`group_key`]).
@@ -200,6 +207,10 @@ impl Slot {
 pub(crate) struct VramPool {
     /// The BAR, while the device is bound.
     bar: Devres<WcBar>,
+    /// 1 once the device's teardown sealed the BAR: [`VramPool::bar`]
+    /// fails, only the teardown's copies of orphans reach it
+    /// (`orphans.rs`).
+    sealed: Atomic<u32>,
     /// The `dev_private_owner` of this device's pages: its owner group's
     /// key, shared with the peers it reaches over P2P.
     key: &'static GroupKey,
@@ -292,6 +303,7 @@ impl VramPool {
         let pool = Arc::pin_init(
             try_pin_init!(Self {
                 bar,
+                sealed: Atomic::new(0),
                 key: group_key(group),
                 chunk_size,
                 nchunks,
@@ -338,11 +350,17 @@ impl VramPool {
         self.key.owner()
     }
 
-    /// The BAR window: `ENODEV` once the device is unbound. An RCU
-    /// read-side critical section: hold it for one page's copy, nothing may
-    /// sleep while it is held.
+    /// The BAR window: `ENODEV` once the device is unbound, or its
+    /// teardown sealed the pool (`orphans.rs`). An RCU read-side critical
+    /// section: hold it for one page's copy, nothing may sleep while it is
+    /// held.
     pub(crate) fn bar(&self) -> Result<RevocableGuard<'_, WcBar>> {
-        self.bar.try_access().ok_or(ENODEV)
+        let bar = self.bar.try_access().ok_or(ENODEV)?;
+        // Inside the read-side section: a sealing waits for it to end.
+        if self.is_sealed() {
+            return Err(ENODEV);
+        }
+        Ok(bar)
     }
 
     /// Copies `nr` pages of the BAR from `offset` into the first `nr` pages
@@ -516,21 +534,52 @@ impl VramPool {
         // 2 MiB folios first, through the mappings their records name,
         // where a migration can exclude zaps (see `evict_large_folios`).
         self.evict_large_folios();
-        // Every page goes to system RAM before its pagemap goes:
-        // `memunmap_pages` waits for the last page of a map to be freed.
-        // Both with the table unlocked (`memunmap_pages` takes the CPU
-        // hotplug lock: see `grow`), the slot `Dying` meanwhile.
+        // Every page goes to system RAM through its mm first, chunk by
+        // chunk, with the table unlocked (the slot `Dying` meanwhile, then
+        // `Draining`: no allocation takes its pages).
         for c in 0..self.nchunks {
             let slot = core::mem::replace(&mut self.chunks.lock()[c], Slot::Dying);
-            let had_map = slot.map().is_some();
-            if let Some(map) = slot.map() {
-                self.evict_all(c, map);
+            let back = match slot {
+                Slot::Live(map) | Slot::Draining(map) => {
+                    self.evict_all(c, &map);
+                    Slot::Draining(map)
+                }
+                other => other,
+            };
+            self.chunks.lock()[c] = back;
+        }
+        // Then what no mm led to stays where its processes map it,
+        // orphaned (`orphans.rs`), the BAR sealed first: never moved by
+        // frame. Each slot's pagemap goes with the table unlocked
+        // (`memunmap_pages` takes the CPU hotplug lock: see `grow`).
+        for c in 0..self.nchunks {
+            let slot = core::mem::replace(&mut self.chunks.lock()[c], Slot::Dying);
+            self.orphan_slot(c, slot);
+        }
+    }
+
+    /// The end of chunk `c`'s slot, whose pages went home through their
+    /// mms as far as they could (`slot`, taken out of the table, which
+    /// says `Dying`): an orphan if pages are left (the pool sealed first),
+    /// then `Absent`.
+    fn orphan_slot(&self, c: usize, slot: Slot) {
+        let had_map = slot.map().is_some();
+        if let Some(map) = slot.map().filter(|m| m.used() > 0) {
+            if !self.is_sealed() {
+                self.seal();
             }
-            drop(slot);
-            self.chunks.lock()[c] = Slot::Absent;
-            if had_map {
-                trace::pagemap(self.index(), false, c, self.chunk_size);
+            let n = self.orphan(map.clone());
+            if n > 0 {
+                pr_info!(
+                    "gpu{}: chunk {c}: {n} page(s) that no process msvm knows of maps stay mapped, their data in system RAM\n",
+                    self.index()
+                );
             }
+        }
+        drop(slot);
+        self.chunks.lock()[c] = Slot::Absent;
+        if had_map {
+            trace::pagemap(self.index(), false, c, self.chunk_size);
         }
     }
 }

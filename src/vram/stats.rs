@@ -87,14 +87,14 @@ pub(crate) struct Stats {
     pub(crate) cg_limited: Atomic<u64>,
     /// How eviction (making room, consolidation, a device's teardown)
     /// moved this device's pages: through the mm each is recorded in, with
-    /// its mmap lock held (`by_mm`), or by page frame, only what a device
-    /// going away could not move through a record (`by_frame`: stale
-    /// records, with the recorded mm locked, and pages no record leads
-    /// to); pages migrated in that got no record (`unrecorded`: their
+    /// its mmap lock held (`by_mm`); pages a device going away could not
+    /// move through a record, copied to system RAM and left mapped as
+    /// orphans (`orphaned`, see `orphans.rs`); pages migrated in that got
+    /// no record (`unrecorded`: their
     /// chunk's table had no memory); records written where msvm met a
     /// page that no record led to (`renewed`, see `mapped.rs`).
     pub(crate) by_mm: Atomic<u64>,
-    pub(crate) by_frame: Atomic<u64>,
+    pub(crate) orphaned: Atomic<u64>,
     pub(crate) unrecorded: Atomic<u64>,
     pub(crate) renewed: Atomic<u64>,
     /// The device page tables (`crate::mm::devpt`): windows of jobs that
@@ -199,7 +199,7 @@ impl Stats {
             cg_uncharged: Atomic::new(0),
             cg_limited: Atomic::new(0),
             by_mm: Atomic::new(0),
-            by_frame: Atomic::new(0),
+            orphaned: Atomic::new(0),
             unrecorded: Atomic::new(0),
             renewed: Atomic::new(0),
             pt_hits: Atomic::new(0),

@@ -245,14 +245,14 @@ fn keeper(start: usize, len: usize, seed: u64, d0: u64) -> Outcome {
 
 /// Writes `text` to file `path` whole: whoever sees the file sees all of
 /// it.
-fn say(path: &str, text: &str) -> Outcome {
+pub(crate) fn say(path: &str, text: &str) -> Outcome {
     let tmp = format!("{path}.tmp");
     fs::write(&tmp, text).map_err(|x| format!("{tmp}: {x}"))?;
     fs::rename(&tmp, path).map_err(|x| format!("{path}: {x}"))
 }
 
 /// The text of file `path` once it exists (`secs` at most).
-fn wait_file(path: &str, secs: u64) -> Result<String, String> {
+pub(crate) fn wait_file(path: &str, secs: u64) -> Result<String, String> {
     let t = Instant::now();
     while !Path::new(path).exists() {
         if t.elapsed() > Duration::from_secs(secs) {

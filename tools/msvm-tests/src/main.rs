@@ -28,6 +28,7 @@ mod large;
 mod lifecycle;
 mod multi;
 mod numa;
+mod orphans;
 mod placement;
 mod policy;
 mod race;
@@ -103,6 +104,7 @@ fn main_tests() -> Vec<harness::Test> {
         cgroup::tests(),
         race::tests(),
         stale::tests(),
+        orphans::tests(),
     ]
     .into_iter()
     .flatten()

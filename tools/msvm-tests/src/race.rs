@@ -67,7 +67,7 @@ pub(crate) fn delays() -> Result<u64, String> {
 }
 
 /// Column `col` of device `index`'s row of debugfs `evict` (1: `by_mm`,
-/// 2: `by_frame`, 3: `unrecorded`, 4: `renewed`), if the module has it.
+/// 2: `orphaned`, 3: `unrecorded`, 4: `renewed`), if the module has it.
 pub(crate) fn evict_count(index: u32, col: usize) -> Result<Option<u64>, String> {
     let text = fs::read_to_string(EVICT).map_err(|e| format!("{EVICT}: {e}"))?;
     Ok(text.lines().find_map(|l| {
@@ -78,7 +78,8 @@ pub(crate) fn evict_count(index: u32, col: usize) -> Result<Option<u64>, String>
     }))
 }
 
-/// Pages of device `index` evicted through their mm and by frame so far.
+/// Pages of device `index` evicted through their mm and left orphans (by
+/// a teardown) so far.
 fn evicted(index: u32) -> Result<(u64, u64), String> {
     let col = |c| evict_count(index, c)?.ok_or_else(|| format!("{EVICT}: no gpu {index}"));
     Ok((col(1)?, col(2)?))
@@ -125,21 +126,22 @@ fn move_during(
 }
 
 /// Checks that room was made (`out`) through the mm of the pages evicted
-/// (debugfs `evict` of device `index` against `before`): none by frame.
+/// (debugfs `evict` of device `index` against `before`): none left to the
+/// orphanage (which only a device going away uses).
 fn through_mm(index: u32, before: (u64, u64), out: &MigrateOutcome) -> Outcome {
-    let (mm1, frame1) = evicted(index)?;
-    let (mm0, frame0) = before;
+    let (mm1, orphaned1) = evicted(index)?;
+    let (mm0, orphaned0) = before;
     println!(
-        "# evicted by mm +{}, by frame +{}",
+        "# evicted by mm +{}, orphaned +{}",
         mm1 - mm0,
-        frame1 - frame0
+        orphaned1 - orphaned0
     );
     check!(out.moved > 0, "no room made: {out:?}");
     check!(
-        mm1 > mm0 && frame1 == frame0,
-        "evicted by mm +{}, by frame +{}",
+        mm1 > mm0 && orphaned1 == orphaned0,
+        "evicted by mm +{}, orphaned +{}",
         mm1 - mm0,
-        frame1 - frame0
+        orphaned1 - orphaned0
     );
     Ok(())
 }
