@@ -65,6 +65,8 @@ unsigned int msvm_large_order(void);
 #define MSVM_HOME_TRY 2
 /* A PMD-sized folio if one is free: no retrying, no warning. */
 #define MSVM_HOME_LARGE 3
+/* A page msvm keeps (not movable, off the LRU): waits for memory. */
+#define MSVM_HOME_KEPT 4
 struct page *msvm_alloc_home(struct vm_area_struct *vma, unsigned long addr, int nid,
 			     unsigned int how);
 unsigned int msvm_alloc_pages_bulk_vma(struct vm_area_struct *vma, int nid, unsigned int nr,
@@ -177,6 +179,5 @@ void msvm_split_fault_folio(struct vm_area_struct *vma, unsigned long addr,
 			    struct page *head, void *owner);
 int msvm_fault_relock_exclusive(struct vm_fault *vmf, struct mm_struct **mmp);
 struct vm_area_struct *msvm_vma_lookup_exclusive(struct mm_struct *mm, unsigned long addr);
-void msvm_mmap_write_lock_all_vmas(struct mm_struct *mm);
 
 #endif /* _MSVM_HELPERS_H_ */

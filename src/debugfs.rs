@@ -37,8 +37,9 @@
 //!   (`unrecorded`), and records written where a walk met a page that no
 //!   record led to (`renewed`).
 //! - `evict_delay_ms`: writing `MS` (at most 10000) makes every eviction
-//!   step wait that long with its pages unmapped, before it finalizes
-//!   (fault injection: tests make a process exit or `munmap` inside that
+//!   step wait that long with its pages unmapped, before it finalizes,
+//!   and a device's teardown as long before it copies its orphans (fault
+//!   injection: tests make a process exit or `munmap` inside that
 //!   window); reading gives the delay and how many steps waited.
 //! - `policy`: the placement policies' state of processes
 //!   (`crate::process`): `blocks` recorded in all processes,

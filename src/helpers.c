@@ -406,6 +406,9 @@ struct page *msvm_alloc_home(struct vm_area_struct *vma, unsigned long addr, int
 	case MSVM_HOME_TRY:
 		gfp = (GFP_HIGHUSER_MOVABLE & ~__GFP_DIRECT_RECLAIM) | __GFP_NOWARN;
 		break;
+	case MSVM_HOME_KEPT:
+		gfp = GFP_HIGHUSER | __GFP_NOFAIL;
+		break;
 	case MSVM_HOME_LARGE:
 		gfp = GFP_HIGHUSER_MOVABLE | __GFP_NORETRY | __GFP_NOWARN;
 		order = msvm_large_order();

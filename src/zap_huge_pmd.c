@@ -210,21 +210,3 @@ struct vm_area_struct *msvm_vma_lookup_exclusive(struct mm_struct *mm, unsigned 
 		vma_start_write(vma);
 	return vma;
 }
-
-/*
- * Takes @mm's mmap lock for writing and write-locks every VMA of it, so
- * that nothing runs in @mm until msvm_mmap_write_unlock(): no munmap, exit
- * or page-table teardown (the mmap lock), and no page fault or
- * MADV_DONTNEED under a VMA lock alone (the VMA locks). @mm may have no
- * users left (an exiting mm): exit_mmap() waits for the lock. The caller
- * holds a reference on @mm (mmgrab()).
- */
-void msvm_mmap_write_lock_all_vmas(struct mm_struct *mm)
-{
-	struct vm_area_struct *vma;
-	VMA_ITERATOR(vmi, mm, 0);
-
-	mmap_write_lock(mm);
-	for_each_vma(vmi, vma)
-		vma_start_write(vma);
-}

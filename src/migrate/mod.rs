@@ -202,11 +202,14 @@ impl PoolOps for Migrations {
         .map(|o| o.moved)
     }
 
-    fn sealed(&self, _pool: &VramPool) {
-        // The sealed pool is withdrawn: only the other devices' pools are
-        // published.
-        for p in crate::registry::pools(true).iter().flatten().flatten() {
-            p.pt_tables().empty();
+    fn sealed(&self, pool: &VramPool) {
+        // Only its owner group's devices reach its pages where they are;
+        // the sealed pool is withdrawn (only the others are published).
+        let group = crate::registry::pools(true);
+        for p in group.iter().flatten().flatten() {
+            if p.owner() == pool.owner() {
+                p.pt_tables().empty();
+            }
         }
     }
 }

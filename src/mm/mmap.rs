@@ -174,48 +174,6 @@ impl Drop for MmapWriteGuard<'_> {
     }
 }
 
-/// `mmap_write_lock` of an mm whose users may all be gone (it is exiting:
-/// `exit_mmap()` takes this lock to free its page tables), with every VMA
-/// of it write-locked too, let go on drop. Nothing of the mm is reached
-/// through it: it only keeps every `munmap`, `mremap`, exit and page-table
-/// teardown of the mm out while it lives, and every zap under a VMA lock
-/// alone (`MADV_DONTNEED`) and page fault (see `crate::vram`'s eviction of
-/// a device going away).
-///
-/// # Invariants
-///
-/// The mmap lock of `mm` is held for writing, and every VMA of `mm` is
-/// write-locked.
-pub(crate) struct MmExcluded<'a> {
-    mm: &'a Mm,
-    // The lock is let go by the task that took it.
-    _nts: NotThreadSafe,
-}
-
-impl<'a> MmExcluded<'a> {
-    /// Takes `mm`'s mmap lock for writing and write-locks its VMAs, waiting
-    /// as long as it takes (its holders' work is bounded).
-    pub(crate) fn lock(mm: &'a Mm) -> Self {
-        // SAFETY: `mm` is referenced (the borrow of an `Mm`: its count of
-        // references), so the `mm_struct` and its locks exist, users or
-        // not.
-        unsafe { b::msvm_mmap_write_lock_all_vmas(mm.as_raw()) };
-        // INVARIANT: just taken.
-        Self {
-            mm,
-            _nts: NotThreadSafe,
-        }
-    }
-}
-
-impl Drop for MmExcluded<'_> {
-    fn drop(&mut self) {
-        // SAFETY: held (invariant), let go once; `mmap_write_unlock` also
-        // ends the VMAs' write locks.
-        unsafe { b::msvm_mmap_write_unlock(self.mm.as_raw()) };
-    }
-}
-
 /// How a caller waits for an mmap lock ([`MmapRead::lock`]; an eviction
 /// through a folio's record takes the write lock killably or tries it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -327,11 +285,6 @@ mod tests {
             check(w.vma_lookup(m.addr() + 2 * PAGE_SIZE).is_none())?;
             check(MmapRead::lock(m.mm(), Wait::Never).err() == Some(EBUSY))?;
             check(m.mm().mmap_read_trylock().is_none())?;
-        }
-        drop(MmapRead::lock(m.mm(), Wait::Never)?);
-        {
-            let _all = MmExcluded::lock(m.mm());
-            check(MmapRead::lock(m.mm(), Wait::Never).err() == Some(EBUSY))?;
         }
         drop(MmapRead::lock(m.mm(), Wait::Never)?);
         // The memory is the case's to touch.

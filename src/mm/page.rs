@@ -197,6 +197,10 @@ pub(crate) enum How {
     Try,
     /// A 2 MiB folio if one is free right now, without retrying.
     Large,
+    /// A page msvm keeps for long (an orphan's copy of a device page's
+    /// data): not movable (it stays locked, off the LRU), waits for memory
+    /// rather than fail.
+    Kept,
 }
 
 impl How {
@@ -206,6 +210,7 @@ impl How {
             How::Must => b::MSVM_HOME_MUST,
             How::Try => b::MSVM_HOME_TRY,
             How::Large => b::MSVM_HOME_LARGE,
+            How::Kept => b::MSVM_HOME_KEPT,
         }
     }
 

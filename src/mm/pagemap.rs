@@ -449,9 +449,12 @@ impl<T: PagemapOps> Pagemap<T> {
         let owner = key.owner();
         // INVARIANT: `key` is an `OwnerKey<T>` and this map a `Pagemap<T>`:
         // every pagemap with `key`'s owner is still a `Pagemap<T>`.
-        // SAFETY: `pgmap` is valid while `self` is; the owner is one word,
-        // written at once (`WRITE_ONCE`), which readers read either before
-        // or after.
+        // SAFETY: `pgmap` is valid while `self` is. The owner is one
+        // aligned word, written at once (`WRITE_ONCE`): the core's readers
+        // (HMM, migration), which read it with plain loads, see the old
+        // owner or the new one, never a mix (a data race in the memory
+        // model, no undefined behaviour of the kernel's); what they do with
+        // the old one is the caller's to handle.
         unsafe { core::ptr::write_volatile(&raw mut (*self.pgmap.get()).owner, owner.as_ptr()) };
     }
 

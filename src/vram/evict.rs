@@ -356,27 +356,37 @@ impl VramPool {
     }
 
     /// Evicts chunk `c` through the mms its pages are recorded in until
-    /// no page of it is in use, or [`STALLS`] passes in a row moved
-    /// nothing, retrying with backoff (1 ms doubling) meanwhile: pages
-    /// busy in a migration, or a 2 MiB folio that found no 2 MiB of RAM,
-    /// may move on a later pass. What is left then is no process's that
-    /// msvm can name, or stays busy: the pool's teardown makes it an
-    /// orphan (`orphans.rs`).
+    /// no page of it is in use, or passes made no progress (moved nothing,
+    /// and no page was freed meanwhile) for [`STALL_MS`], retrying with
+    /// backoff (1 ms doubling to 100 ms): pages busy in a migration, a 2
+    /// MiB folio that found no 2 MiB of RAM, or an mm whose exit frees
+    /// them, may yet go. What is left then is no process's that msvm can
+    /// name, or stays busy: the pool's teardown makes it an orphan
+    /// (`orphans.rs`).
     pub(super) fn evict_all(&self, c: usize, map: &Pagemap<Chunk>) {
         let mut wait_ms = 1;
-        let mut stalls = 0;
+        let mut stalled_ms = 0;
         let used = u64::from_safe_cast(map.used());
+        let mut before = map.used();
         loop {
             let (moved, left) = self.evict(map);
-            match left {
+            let now = match left {
                 Ok(0) => break,
-                Err(e) if stalls == 0 => {
-                    pr_err!("msvm: chunk {c}: eviction failed: {e:?}, retrying\n");
+                Ok(n) => n,
+                Err(e) => {
+                    if stalled_ms == 0 {
+                        pr_err!("msvm: chunk {c}: eviction failed: {e:?}, retrying\n");
+                    }
+                    map.used()
                 }
-                _ => {}
-            }
-            stalls = if moved > 0 { 0 } else { stalls + 1 };
-            if stalls >= STALLS {
+            };
+            stalled_ms = if moved > 0 || now < before {
+                0
+            } else {
+                stalled_ms + wait_ms
+            };
+            before = now;
+            if stalled_ms >= STALL_MS {
                 break;
             }
             kernel::time::delay::fsleep(kernel::time::Delta::from_millis(wait_ms));
@@ -390,6 +400,6 @@ impl VramPool {
     }
 }
 
-/// Passes in a row that moved nothing after which a device's teardown
-/// leaves a chunk's pages to the orphanage.
-const STALLS: u32 = 4;
+/// How long a device's teardown retries a chunk's pages that do not move
+/// before it leaves them to the orphanage, in milliseconds.
+const STALL_MS: i64 = 1000;

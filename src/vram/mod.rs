@@ -549,9 +549,12 @@ impl VramPool {
             self.chunks.lock()[c] = back;
         }
         // Then what no mm led to stays where its processes map it,
-        // orphaned (`orphans.rs`), the BAR sealed first: never moved by
-        // frame. Each slot's pagemap goes with the table unlocked
-        // (`memunmap_pages` takes the CPU hotplug lock: see `grow`).
+        // orphaned (`orphans.rs`): never moved by frame. The pool is
+        // sealed first, and every chunk left with pages in use changes
+        // owner before any is copied. Each slot's pagemap goes with the
+        // table unlocked (`memunmap_pages` takes the CPU hotplug lock: see
+        // `grow`).
+        self.seal_if_used();
         for c in 0..self.nchunks {
             let slot = core::mem::replace(&mut self.chunks.lock()[c], Slot::Dying);
             self.orphan_slot(c, slot);
@@ -560,14 +563,11 @@ impl VramPool {
 
     /// The end of chunk `c`'s slot, whose pages went home through their
     /// mms as far as they could (`slot`, taken out of the table, which
-    /// says `Dying`): an orphan if pages are left (the pool sealed first),
-    /// then `Absent`.
+    /// says `Dying`): an orphan if pages are left (the pool is sealed
+    /// then: [`VramPool::seal_if_used`]), then `Absent`.
     fn orphan_slot(&self, c: usize, slot: Slot) {
         let had_map = slot.map().is_some();
         if let Some(map) = slot.map().filter(|m| m.used() > 0) {
-            if !self.is_sealed() {
-                self.seal();
-            }
             let n = self.orphan(map.clone());
             if n > 0 {
                 pr_info!(

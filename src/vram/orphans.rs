@@ -48,7 +48,7 @@ use crate::mm::pagemap::{Pagemap, PAGE_SIZE};
 use crate::mm::reclaim::ReclaimQueue;
 
 use super::window::evict_window;
-use super::{chunk_of, Chunk, GroupKey, VramPool};
+use super::{chunk_of, Chunk, GroupKey, Slot, VramPool};
 
 /// The owner of every orphan's pagemap: no device's group (see
 /// `Pagemap::rekey`).
@@ -99,26 +99,42 @@ impl Orphan {
 }
 
 impl VramPool {
-    /// Seals the pool: from now on no one reaches its BAR through
-    /// [`VramPool::bar`] (`ENODEV`), and no one who did still does when
-    /// this returns (each access holds an RCU read-side section). Then the
-    /// device page tables of every device let go of the pool's pages
-    /// ([`super::PoolOps::sealed`]): they fault again.
-    pub(super) fn seal(&self) {
+    /// Seals the pool if a chunk still has pages in use: from now on no
+    /// one reaches its BAR through [`VramPool::bar`] (`ENODEV`), and no
+    /// one who did still does when the seal is done (each access holds an
+    /// RCU read-side section). Then every such chunk takes
+    /// [`ORPHAN_KEY`]'s owner: a walk faults its pages (a fault waits
+    /// until their copies are taken: [`Chunk::fault_to_ram`]) and a
+    /// migration skips them. Then the device page tables of the devices
+    /// that reach this one's pages (its owner group's) let go of them
+    /// ([`super::PoolOps::sealed`]). The chunk slots are `Draining` or
+    /// `Absent` (the teardown's own).
+    pub(super) fn seal_if_used(&self) {
+        let used = |s: &Slot| s.map().filter(|m| m.used() > 0).cloned();
+        if !self.chunks.lock().iter().any(|s| used(s).is_some()) {
+            return;
+        }
         self.sealed.store(1, Release);
         kernel::sync::rcu::synchronize_rcu();
+        for c in 0..self.nchunks {
+            let map = used(&self.chunks.lock()[c]);
+            if let Some(map) = map {
+                map.rekey(&ORPHAN_KEY);
+            }
+        }
         self.ops.sealed(self);
     }
 
-    /// Whether the pool is sealed ([`VramPool::seal`]).
+    /// Whether the pool is sealed ([`VramPool::seal_if_used`]).
     pub(super) fn is_sealed(&self) -> bool {
         self.sealed.load(Acquire) != 0
     }
 
     /// Makes chunk `map`, whose pages in use no mm leads to, an orphan: a
-    /// copy of each page in use, then the orphan's own owner, then the
-    /// reaper's. The pool is sealed. Waits for memory as long as it takes:
-    /// the data has nowhere else to go. Returns the pages copied.
+    /// copy of each page in use, then the reaper's. The pool is sealed and
+    /// the chunk rekeyed ([`VramPool::seal_if_used`]). Waits for memory as
+    /// long as it takes: the data has nowhere else to go. Returns the
+    /// pages copied.
     pub(super) fn orphan(&self, map: Arc<Pagemap<Chunk>>) -> usize {
         let chunk = map.data();
         let n = map.npages();
@@ -131,7 +147,7 @@ impl VramPool {
                 fsleep(Delta::from_millis(10));
             }
         }
-        let mut copied = 0;
+        let (mut copied, mut lost) = (0, 0);
         for (i, slot) in copies.iter_mut().enumerate() {
             if i % 64 == 63 {
                 cond_resched();
@@ -140,8 +156,8 @@ impl VramPool {
                 continue;
             }
             let copy = loop {
-                // No VMA: on this device's node. `Must` waits for memory.
-                if let Some(p) = NewPage::home(None, self.home(), How::Must) {
+                // No VMA: on this device's node. `Kept` waits for memory.
+                if let Some(p) = NewPage::home(None, self.home(), How::Kept) {
                     break p;
                 }
             };
@@ -149,24 +165,34 @@ impl VramPool {
             // device is still bound (its DMA too).
             let from = chunk.base + i * PAGE_SIZE;
             let r = self.bar.try_access().ok_or(ENODEV);
-            if let Err(e) = r.and_then(|bar| bar.copy_to_page(from, &copy, 0)) {
-                // A page lost: say so (the device went before its driver
-                // let go of it).
-                pr_err!(
-                    "msvm: gpu{}: page at {from:#x} not copied: {e:?}\n",
-                    self.index()
-                );
+            if r.and_then(|bar| bar.copy_to_page(from, &copy, 0)).is_err() {
+                // Lost (the device went before its driver let go of it): a
+                // fault on the page gets `SIGBUS`.
+                lost += 1;
                 continue;
             }
             *slot = Some(copy);
             copied += 1;
         }
-        // Copies of pages freed meanwhile go with the chunk.
+        if lost > 0 {
+            pr_err!(
+                "gpu{}: {lost} page(s) at {:#x} and after not copied: the device is gone\n",
+                self.index(),
+                chunk.base
+            );
+        }
         *chunk.orphan.copies.lock() = copies;
         chunk.orphan.orphaned.store(1, Release);
-        // From here on no walk takes these pages for its group's: each
-        // faults them home from their copies.
-        map.rekey(&ORPHAN_KEY);
+        // The copies of pages freed meanwhile go now (frees from here on
+        // take theirs).
+        {
+            let mut copies = chunk.orphan.copies.lock();
+            for (i, c) in copies.iter_mut().enumerate() {
+                if c.is_some() && !map.is_used(i) {
+                    drop(c.take());
+                }
+            }
+        }
         self.stats
             .orphaned
             .add(u64::from_safe_cast(copied), Relaxed);
@@ -311,8 +337,11 @@ fn reap_soon() {
 fn adopt(map: Arc<Pagemap<Chunk>>) {
     let reaper = REAPER.lock().as_ref().map(|r| r.reaper.clone());
     let Some(reaper) = reaper else {
-        // No reaper (the module unloads past its orphanage): the pagemap
-        // stays, and its memory with it.
+        // Unreachable: the orphanage goes after the driver, whose devices
+        // make orphans, and comes before it. Kept (its ops would point
+        // into a module gone once the module is: the lesser harm would
+        // still be no harm), and said.
+        pr_err!("orphans: no reaper: a pagemap is kept for good\n");
         core::mem::forget(map);
         return;
     };

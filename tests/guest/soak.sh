@@ -33,6 +33,8 @@ echo "== msvm-tests oversub-stress ($part s)"
 msvm-tests oversub-stress "$part" || rc=1
 echo "== msvm-tests tenant-stall (2000 faulting jobs against another tenant's invalidations)"
 msvm-tests tenant-stall 2000 || rc=1
+echo "== msvm-tests orphans 20 (gpu0 unbound while a fork child alone maps pages its exited parent moved there: the child exits inside the teardown, or reads them back)"
+msvm-tests orphans 20 || rc=1
 echo "== msvm-tests soak ($secs s)"
 # Straight to the console: the host reads its unplug requests there.
 { msvm-tests soak "$secs" 2>&1; echo $? >/tmp/soak.rc; } | tee /tmp/soak.log

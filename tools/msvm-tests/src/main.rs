@@ -239,6 +239,10 @@ fn main() -> ExitCode {
             return finish("unplug-loop", res, Some("unplug loop"));
         }
         Some("rebind") => named(unplug::rebind_tests()),
+        Some("orphans") => {
+            let res = orphans::rounds(arg(1, 20));
+            return finish("orphans", res, Some("orphans"));
+        }
         Some("tenant-stall") => {
             let res = tenants::tenant_stall(arg(1, 200));
             return finish("tenant-stall", res, Some("tenant stall"));

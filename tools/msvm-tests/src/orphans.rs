@@ -26,20 +26,36 @@ pub fn tests() -> Vec<Test> {
     vec![
         Test {
             name: "orphans_unbind_while_the_only_mapper_exits",
-            run: || unbind_against_the_child(Child::Exits),
+            run: || unbind_against_the_child(Child::Exits(Duration::ZERO), 0),
         },
         Test {
             name: "orphans_keep_a_fork_childs_data_and_the_module_until_freed",
-            run: || unbind_against_the_child(Child::Keeps),
+            run: || unbind_against_the_child(Child::Keeps, 0),
         },
     ]
+}
+
+/// `msvm-tests orphans ROUNDS` (`make soak`): both tests, `ROUNDS` times
+/// each, the exiting child leaving at another point of the window each
+/// round (0 to 400 ms into it).
+pub fn rounds(n: u32) -> Outcome {
+    for r in 0..n {
+        let late = Duration::from_millis(u64::from(r % 5) * 100);
+        unbind_against_the_child(Child::Exits(late), r)
+            .map_err(|x| format!("round {r}, the child exits: {x}"))?;
+        unbind_against_the_child(Child::Keeps, r)
+            .map_err(|x| format!("round {r}, the child keeps: {x}"))?;
+    }
+    println!("# orphans: {n} rounds of both");
+    Ok(())
 }
 
 /// What the fork child does with the pages once the GPU goes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Child {
-    /// Exits inside the teardown's window (debugfs `evict_delay_ms`).
-    Exits,
+    /// Exits inside the teardown's window (debugfs `evict_delay_ms`), this
+    /// long after it opened.
+    Exits(Duration),
     /// Reads them back after the unbind, then exits.
     Keeps,
 }
@@ -66,7 +82,7 @@ fn refcnt() -> Result<u64, String> {
 /// or reads every byte back afterwards (`Child::Keeps`: meanwhile the
 /// orphan holds the module, and lets it go once the child exits). The GPU
 /// binds again.
-fn unbind_against_the_child(how: Child) -> Outcome {
+fn unbind_against_the_child(how: Child, round: u32) -> Outcome {
     let victim = sysfs::msvm_gpus()?.into_iter().next().ok_or("no GPU")?;
     for f in [READY, DONE, RESULT] {
         let _ = fs::remove_file(f);
@@ -75,7 +91,7 @@ fn unbind_against_the_child(how: Child) -> Outcome {
     // exits through `_exit`.
     let placer_pid = match unsafe { fork() }.map_err(|x| x.to_string())? {
         ForkResult::Child => {
-            let code = match placer(&victim.node, how) {
+            let code = match placer(&victim.node, how, SEED + u64::from(round)) {
                 Ok(()) => 0,
                 Err(x) => {
                     let _ = say(RESULT, &format!("placer: {x}"));
@@ -94,7 +110,7 @@ fn unbind_against_the_child(how: Child) -> Outcome {
         ready?;
         let before = refcnt()?;
         match how {
-            Child::Exits => {
+            Child::Exits(_) => {
                 let window = Window::open(WINDOW_MS)?;
                 let unbound = fs::write("/sys/bus/pci/drivers/msvm/unbind", &victim.addr);
                 drop(window);
@@ -140,9 +156,9 @@ fn unbind_against_the_child(how: Child) -> Outcome {
 
 /// The placing process: 1 MiB to the GPU (its file closed after: no VM is
 /// left), then a child that keeps it, then its own exit, mapping it.
-fn placer(node: &std::path::Path, how: Child) -> Outcome {
+fn placer(node: &std::path::Path, how: Child, seed: u64) -> Outcome {
     let mut m = Map::small(LEN)?;
-    fill(m.bytes_mut(), SEED);
+    fill(m.bytes_mut(), seed);
     {
         let dev = Device::open(node).map_err(|x| x.to_string())?;
         dev.vm_create().map_err(|x| x.to_string())?;
@@ -155,7 +171,7 @@ fn placer(node: &std::path::Path, how: Child) -> Outcome {
     // SAFETY: the child runs `keeper` and leaves through `_exit`.
     match unsafe { fork() }.map_err(|x| x.to_string())? {
         ForkResult::Child => {
-            let res = keeper(&m, how, d0);
+            let res = keeper(&m, how, d0, seed);
             // The child exiting in the window says so first: its exit is
             // the point.
             if how == Child::Keeps || res.is_err() {
@@ -177,9 +193,9 @@ fn placer(node: &std::path::Path, how: Child) -> Outcome {
 
 /// The fork child: exits once the teardown is in its window, or reads the
 /// pages back once the unbind is over.
-fn keeper(m: &Map, how: Child, d0: u64) -> Outcome {
+fn keeper(m: &Map, how: Child, d0: u64, seed: u64) -> Outcome {
     match how {
-        Child::Exits => {
+        Child::Exits(late) => {
             // A keeper of a failed run must not exit in the next one's
             // window: the test gives up by `DONE`.
             while delays()? == d0 {
@@ -189,11 +205,12 @@ fn keeper(m: &Map, how: Child, d0: u64) -> Outcome {
                 );
                 std::thread::sleep(Duration::from_millis(5));
             }
+            std::thread::sleep(late);
             say(RESULT, "ok")
         }
         Child::Keeps => {
             wait_file(DONE, 120)?;
-            verify(m.bytes(), SEED).map_err(|x| format!("after the unbind: {x}"))
+            verify(m.bytes(), seed).map_err(|x| format!("after the unbind: {x}"))
         }
     }
 }

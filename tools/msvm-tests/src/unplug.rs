@@ -269,12 +269,14 @@ fn unbind_peer_during_huge_prefetch() -> Outcome {
 
 /// A 2 MiB device folio moved by `mremap()` after it was migrated in (its
 /// record leads to the old address), zapped (`MADV_DONTNEED`) while the
-/// unbind evicts it: the eviction collects it whole by frame, its PMD a
-/// migration entry, and Linux 7.3's `zap_huge_pmd()` mishandles one (the
-/// folio freed under the migration: `VM_BUG_ON` on this kernel). debugfs
-/// `evict_delay_ms` holds the eviction step open; the zap must wait for it
-/// (the mm's mmap lock and every VMA of it held), and the folio's bytes go
-/// home first (read as zero after the zap, as they must).
+/// unbind tears its chunk down. Once, the eviction collected it whole by
+/// frame, its PMD a migration entry, which Linux 7.3's `zap_huge_pmd()`
+/// mishandles (the folio freed under the migration: `VM_BUG_ON` on this
+/// kernel), so the zap had to wait for it. Now nothing collects it: it
+/// stays mapped as an orphan (`vram/orphans.rs`), and debugfs
+/// `evict_delay_ms` holds the teardown open just before its copy is
+/// taken; the zap frees it there. The kernel log stays clean, the zapped
+/// range reads as zero, and the GPU binds again.
 fn unbind_mremapped_folio_zapped() -> Outcome {
     use crate::race::{delays, in_window, Window, WINDOW_MS};
     const HUGE: usize = 2 << 20;
@@ -327,12 +329,7 @@ fn unbind_mremapped_folio_zapped() -> Outcome {
     unbound.map_err(|x| format!("unbind: {x}"))?;
     let zapped = zapped?;
     println!(
-        "# the zap waited {} ms for the eviction",
-        zapped.as_millis()
-    );
-    check!(
-        zapped >= Duration::from_millis(WINDOW_MS / 3),
-        "the zap did not wait for the eviction ({} ms)",
+        "# the zap took {} ms inside the teardown's window",
         zapped.as_millis()
     );
     check!(
