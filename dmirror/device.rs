@@ -68,18 +68,9 @@ impl PagemapOps for Chunk {
             return pmd_fault(fault, key);
         }
         // The page (`dmirror_devmem_fault` of a page mapped by a PTE).
-        let addr = fault.address() & !(PAGE_SIZE - 1);
         let vma = fault.vma();
-        let mut mig = VmaMigration::setup(
-            vma,
-            addr,
-            addr + PAGE_SIZE,
-            Select::DevicePrivate,
-            None,
-            key.owner(),
-            Some(page),
-        )
-        .map_err(|_| FaultError::Sigbus)?;
+        let mut mig =
+            VmaMigration::of_faulting_page(&fault, key.owner()).map_err(|_| FaultError::Sigbus)?;
         copy_home(&mut mig, key, Some(vma.vma()), None).map_err(|_| FaultError::Oom)?;
         mig.pages();
         Ok(())

@@ -20,7 +20,7 @@ use kernel::{
 };
 
 use super::bindings as b;
-use super::fault::FaultPage;
+use super::fault::{Fault, FaultPage};
 use super::mmap::{ExclusiveVma, LockedVma};
 use super::owner::Owner;
 use super::page::{NewPage, PageRef, BLOCK_PAGES, PAGE_SIZE};
@@ -191,6 +191,22 @@ impl<'a> VmaMigration<'a> {
     /// of being split, unless it is a device folio other mms map too: that
     /// may turn a device-private folio's PMD into a migration entry, which
     /// must not meet a zap (see [`device_folio_mapcount`]).
+    /// [`VmaMigration::setup`] of the faulting page of `fault` alone (a
+    /// fault on a page-table entry, in `migrate_to_ram`), the
+    /// device-private pages of `owner` collected.
+    pub(crate) fn of_faulting_page(fault: &'a Fault<'_>, owner: Owner) -> Result<Self> {
+        let addr = fault.address() & !(PAGE_SIZE - 1);
+        Self::setup(
+            fault.vma(),
+            addr,
+            addr + PAGE_SIZE,
+            Select::DevicePrivate,
+            None,
+            owner,
+            Some(fault.page()),
+        )
+    }
+
     pub(crate) fn setup(
         vma: LockedVma<'a>,
         start: usize,

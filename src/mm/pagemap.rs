@@ -553,6 +553,8 @@ mod tests {
     struct Counting {
         freeing: AtomicUsize,
         freed: AtomicUsize,
+        /// The pages in use after the last free.
+        left: AtomicUsize,
     }
 
     impl PagemapOps for Counting {
@@ -560,8 +562,9 @@ mod tests {
             self.freeing.fetch_add(nr, Relaxed);
         }
 
-        fn folio_freed(&self, freed: usize, _left: usize) {
+        fn folio_freed(&self, freed: usize, left: usize) {
             self.freed.fetch_add(freed, Relaxed);
+            self.left.store(left, Relaxed);
         }
 
         fn migrate_to_ram(&self, _fault: Fault<'_>) -> Result<(), FaultError> {
@@ -582,6 +585,7 @@ mod tests {
                 try_init!(Counting {
                     freeing: AtomicUsize::new(0),
                     freed: AtomicUsize::new(0),
+                    left: AtomicUsize::new(usize::MAX),
                 }? Error)
             },
         )
@@ -614,6 +618,36 @@ mod tests {
         assert_eq!(m.data().freeing.load(Relaxed), 3);
         assert_eq!(m.data().freed.load(Relaxed), 3);
         assert_eq!(m.counts().free, 2 * BLOCK_PAGES);
+        Ok(())
+    }
+
+    /// A map rekeyed is known by its new key only, and says which of its
+    /// pages are in use; each free tells how many are left.
+    #[test]
+    fn rekeyed_maps_are_the_new_keys() -> Result {
+        let m = map(1)?;
+        let mut scratch = KVec::with_capacity(2, GFP_KERNEL)?;
+        let mut pages = KVec::with_capacity(2, GFP_KERNEL)?;
+        m.alloc_pages(2, &mut scratch, |i, p| {
+            let _ = pages.push((i, p), GFP_KERNEL);
+        });
+        assert_eq!(pages.len(), 2);
+        m.rekey(&OTHER);
+        for (i, p) in &pages {
+            assert!(map_of(p.page(), &KEY).is_none());
+            assert_eq!(
+                map_of(p.page(), &OTHER).and_then(|m| m.index_of(p.page())),
+                Some(*i)
+            );
+            assert!(m.is_used(*i));
+        }
+        let first = pages[0].0;
+        drop(pages.pop());
+        assert_eq!(m.data().left.load(Relaxed), 1);
+        drop(pages);
+        assert_eq!(m.data().left.load(Relaxed), 0);
+        assert!(!m.is_used(first));
+        assert!(!m.is_used(m.npages()));
         Ok(())
     }
 

@@ -40,7 +40,7 @@ use kernel::workqueue::{impl_has_work, new_work, Work, WorkItem};
 
 use crate::mm::cancel::cond_resched;
 use crate::mm::fault::{Fault, FaultError, Relock};
-use crate::mm::migrate::{Select, VmaMigration};
+use crate::mm::migrate::VmaMigration;
 use crate::mm::module::ModuleRef;
 use crate::mm::numa::Home;
 use crate::mm::page::{How, NewPage, BLOCK_SIZE};
@@ -216,19 +216,10 @@ pub(super) fn fault_to_ram(fault: Fault<'_>) -> Result<(), FaultError> {
             Relock::Unsupported => Err(FaultError::Sigbus),
         };
     }
-    let addr = address & !(PAGE_SIZE - 1);
     let vma = fault.vma();
-    let at = (vma.vma(), addr);
-    let mut mig = VmaMigration::setup(
-        vma,
-        addr,
-        addr + PAGE_SIZE,
-        Select::DevicePrivate,
-        None,
-        ORPHAN_KEY.owner(),
-        Some(fault.page()),
-    )
-    .map_err(|_| FaultError::Sigbus)?;
+    let at = (vma.vma(), address & !(PAGE_SIZE - 1));
+    let mut mig = VmaMigration::of_faulting_page(&fault, ORPHAN_KEY.owner())
+        .map_err(|_| FaultError::Sigbus)?;
     let src = mig.src(0);
     // Not collected: someone else moves it (the fault is made again).
     let Some(page) = mig.src_page(0).filter(|_| src.migrate()) else {

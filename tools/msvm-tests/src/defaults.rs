@@ -184,16 +184,7 @@ fn placer(node: &std::path::Path, how: LetGo, seed: u64) -> Outcome {
     let d0 = delays()?;
     // SAFETY: the child runs `keeper` and leaves through `_exit`.
     match unsafe { fork() }.map_err(|x| x.to_string())? {
-        ForkResult::Child => {
-            let res = keeper(start, len, seed, d0);
-            let text = match &res {
-                Ok(()) => "ok".to_string(),
-                Err(x) => format!("child: {x}"),
-            };
-            let _ = say(RESULT, &text);
-            // SAFETY: leaving the child.
-            unsafe { nix::libc::_exit(i32::from(res.is_err())) }
-        }
+        ForkResult::Child => leave(RESULT, &keeper(start, len, seed, d0), true),
         ForkResult::Parent { .. } => {}
     }
     match how {
@@ -241,6 +232,20 @@ fn keeper(start: usize, len: usize, seed: u64, d0: u64) -> Outcome {
         "the second THP lost bytes across the unbind"
     );
     Ok(())
+}
+
+/// Ends a forked child with outcome `res`: says it in file `path` (a
+/// success only if `say_ok`) and leaves through `_exit`.
+pub(crate) fn leave(path: &str, res: &Outcome, say_ok: bool) -> ! {
+    if res.is_err() || say_ok {
+        let text = match res {
+            Ok(()) => "ok".to_string(),
+            Err(x) => format!("child: {x}"),
+        };
+        let _ = say(path, &text);
+    }
+    // SAFETY: leaving the child.
+    unsafe { nix::libc::_exit(i32::from(res.is_err())) }
 }
 
 /// Writes `text` to file `path` whole: whoever sees the file sees all of

@@ -15,7 +15,7 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult};
 
 use crate::check;
-use crate::defaults::{say, wait_file};
+use crate::defaults::{leave, say, wait_file};
 use crate::harness::{Outcome, Test};
 use crate::race::{delays, Window, WINDOW_MS};
 use crate::svm::{fill, verify, Map, PAGE};
@@ -170,20 +170,9 @@ fn placer(node: &std::path::Path, how: Child, seed: u64) -> Outcome {
     let d0 = delays()?;
     // SAFETY: the child runs `keeper` and leaves through `_exit`.
     match unsafe { fork() }.map_err(|x| x.to_string())? {
-        ForkResult::Child => {
-            let res = keeper(&m, how, d0, seed);
-            // The child exiting in the window says so first: its exit is
-            // the point.
-            if how == Child::Keeps || res.is_err() {
-                let text = match &res {
-                    Ok(()) => "ok".to_string(),
-                    Err(x) => format!("child: {x}"),
-                };
-                let _ = say(RESULT, &text);
-            }
-            // SAFETY: leaving the child.
-            unsafe { nix::libc::_exit(i32::from(res.is_err())) }
-        }
+        // The child exiting in the window says so first: its exit is the
+        // point.
+        ForkResult::Child => leave(RESULT, &keeper(&m, how, d0, seed), how == Child::Keeps),
         ForkResult::Parent { .. } => {}
     }
     // It exits mapping them: not unmapped first.
