@@ -34,9 +34,8 @@ SERIES = [
      "owner of a family of pagemaps of one Rust type, so that a page found\n"
      "with it is known to be that type's."),
     ("mmap", ["mmap", "kunit_mm"], "rust: mm: add the mmap lock for writing, and a try for reading",
-     "MmapWriteGuard (killable), its exclusive VMAs, MmExcluded (an mm's\n"
-     "mmap lock and every VMA lock held for writing, users or not),\n"
-     "MmapRead (waiting or trying): kernel::mm offers the read lock only;\n"
+     "MmapWriteGuard (killable), its exclusive VMAs, MmapRead (waiting or\n"
+     "trying): kernel::mm offers the read lock only;\n"
      "and LockedVma, a VMA whose mm's mmap lock is held (a VMA's own lock,\n"
      "which VmaReadGuard derefs to a VmaRef with, is not enough for a page\n"
      "walk). With TestMapping, memory of a process for KUnit cases (the\n"
@@ -61,10 +60,10 @@ SERIES = [
     ("fault", ["fault"], "rust: mm: add the CPU fault on a device-private page",
      "Fault, migrate_to_ram's view (page, address, VMA, what became of the\n"
      "fault's lock), and its trade for the mmap lock held for writing."),
-    ("migrate", ["migrate"], "rust: mm: add migrate_vma and migrate_device",
-     "VmaMigration and DeviceMigration: collect, take destinations (NewPage\n"
-     "only), install, finalize on drop, so a migration is never left half\n"
-     "done."),
+    ("migrate", ["migrate"], "rust: mm: add migrate_vma",
+     "VmaMigration: collect, take destinations (NewPage only), install,\n"
+     "finalize on drop, so a migration is never left half done. No\n"
+     "migrate_device_* wrapper: on 7.3 it holds no anon_vma reference."),
     ("pagemap", ["pagemap"], "rust: mm: add MEMORY_DEVICE_PRIVATE pagemaps",
      "Pagemap<T: PagemapOps>: request_free_mem_region + memremap_pages,\n"
      "memunmap_pages on drop; callbacks dispatched to T; pages handed out\n"

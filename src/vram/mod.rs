@@ -567,8 +567,10 @@ impl VramPool {
     /// then: [`VramPool::seal_if_used`]), then `Absent`.
     fn orphan_slot(&self, c: usize, slot: Slot) {
         let had_map = slot.map().is_some();
-        if let Some(map) = slot.map().filter(|m| m.used() > 0) {
-            let n = self.orphan(map.clone());
+        let orphan = slot.map().filter(|m| m.used() > 0).cloned();
+        let orphaned = orphan.is_some();
+        if let Some(map) = orphan {
+            let n = self.orphan(map);
             if n > 0 {
                 pr_info!(
                     "gpu{}: chunk {c}: {n} page(s) that no process msvm knows of maps stay mapped, their data in system RAM\n",
@@ -578,7 +580,8 @@ impl VramPool {
         }
         drop(slot);
         self.chunks.lock()[c] = Slot::Absent;
-        if had_map {
+        // An orphan's pagemap is removed later (`orphans.rs`).
+        if had_map && !orphaned {
             trace::pagemap(self.index(), false, c, self.chunk_size);
         }
     }

@@ -26,10 +26,12 @@
 //!
 //! # Lock order
 //!
-//! `Orphan::copies` is a leaf spinlock (taken by `folio_free` in any
-//! context that puts a page). [`REAPER`] is a leaf spinlock; the reaper's
-//! list ([`Reaper::maps`]) is a leaf mutex: no pagemap is dropped under
-//! it.
+//! `Orphan::copies` is a spinlock (taken by `folio_free` in any context
+//! that puts a page) -> `Pagemap::free` (the sweep of copies of pages freed
+//! while they were taken; `folio_free` takes `free` only after it let go
+//! of `copies`). [`REAPER`] is a leaf spinlock; the reaper's list
+//! ([`Reaper::maps`]) is a mutex -> `Pagemap::free` (whether an orphan has
+//! pages in use): no pagemap is dropped under it.
 
 use kernel::num::casts::FromSafeCast;
 use kernel::prelude::*;
@@ -46,6 +48,7 @@ use crate::mm::numa::Home;
 use crate::mm::page::{How, NewPage, BLOCK_SIZE};
 use crate::mm::pagemap::{Pagemap, PAGE_SIZE};
 use crate::mm::reclaim::ReclaimQueue;
+use crate::mm::trace;
 
 use super::window::evict_window;
 use super::{chunk_of, Chunk, GroupKey, Slot, VramPool};
@@ -161,13 +164,8 @@ impl VramPool {
                     break p;
                 }
             };
-            // The pool is sealed: only this reaches its BAR now, while the
-            // device is still bound (its DMA too).
-            let from = chunk.base + i * PAGE_SIZE;
-            let r = self.bar.try_access().ok_or(ENODEV);
-            if r.and_then(|bar| bar.copy_to_page(from, &copy, 0)).is_err() {
-                // Lost (the device went before its driver let go of it): a
-                // fault on the page gets `SIGBUS`.
+            if self.copy_raw(chunk.base + i * PAGE_SIZE, &copy).is_err() {
+                // Lost: a fault on the page gets `SIGBUS`.
                 lost += 1;
                 continue;
             }
@@ -176,7 +174,7 @@ impl VramPool {
         }
         if lost > 0 {
             pr_err!(
-                "gpu{}: {lost} page(s) at {:#x} and after not copied: the device is gone\n",
+                "gpu{}: {lost} page(s) of the chunk at {:#x} not copied: their data is lost\n",
                 self.index(),
                 chunk.base
             );
@@ -184,13 +182,14 @@ impl VramPool {
         *chunk.orphan.copies.lock() = copies;
         chunk.orphan.orphaned.store(1, Release);
         // The copies of pages freed meanwhile go now (frees from here on
-        // take theirs).
-        {
+        // take theirs), the lock taken for one page at a time.
+        for i in 0..n {
+            if i % 64 == 63 {
+                cond_resched();
+            }
             let mut copies = chunk.orphan.copies.lock();
-            for (i, c) in copies.iter_mut().enumerate() {
-                if c.is_some() && !map.is_used(i) {
-                    drop(c.take());
-                }
+            if copies[i].is_some() && !map.is_used(i) {
+                drop(copies[i].take());
             }
         }
         self.stats
@@ -198,6 +197,27 @@ impl VramPool {
             .add(u64::from_safe_cast(copied), Relaxed);
         adopt(map);
         copied
+    }
+}
+
+impl VramPool {
+    /// Copies the page of the BAR at `offset` to `copy`, past the seal
+    /// (only the teardown's orphaning may): `ENODEV` once the device is
+    /// unbound; a failure that may pass (no DMA mapping for now, with
+    /// bounce buffers or an IOMMU) is tried again, for a second at most.
+    fn copy_raw(&self, offset: usize, copy: &NewPage) -> Result {
+        let mut tries = 0;
+        loop {
+            let bar = self.bar.try_access().ok_or(ENODEV)?;
+            match bar.copy_to_page(offset, copy, 0) {
+                Ok(()) => return Ok(()),
+                Err(e) if tries >= 200 => return Err(e),
+                Err(_) => {}
+            }
+            drop(bar);
+            tries += 1;
+            fsleep(Delta::from_millis(5));
+        }
     }
 }
 
@@ -229,6 +249,12 @@ pub(super) fn fault_to_ram(fault: Fault<'_>) -> Result<(), FaultError> {
         return Err(FaultError::Retry);
     }
     let (chunk, i) = chunk_of(page, &ORPHAN_KEY).ok_or(FaultError::Sigbus)?;
+    // Another pool's chunk rekeyed but not copied yet (its teardown under
+    // way): again, a little later.
+    if !chunk.orphan.is_orphaned() {
+        fsleep(Delta::from_millis(1));
+        return Err(FaultError::Retry);
+    }
     let dst = NewPage::home(Some(at), Home::LOCAL, How::Migrate).ok_or(FaultError::Oom)?;
     chunk
         .orphan
@@ -240,10 +266,21 @@ pub(super) fn fault_to_ram(fault: Fault<'_>) -> Result<(), FaultError> {
     Ok(())
 }
 
-/// An orphan on the reaper's list, with its reference on the module.
+/// An orphan on the reaper's list, with its reference on the module
+/// (dropped after the pagemap).
 struct Adopted {
     map: Arc<Pagemap<Chunk>>,
     _module: ModuleRef,
+}
+
+impl Drop for Adopted {
+    fn drop(&mut self) {
+        // The pagemap goes right after this.
+        let chunk = self.map.data();
+        let pool = chunk.pool();
+        let size = pool.chunk_size();
+        trace::pagemap(pool.index(), false, chunk.base / size, size);
+    }
 }
 
 /// Removes the pagemaps of orphans with no page in use (the work item).
@@ -277,8 +314,8 @@ impl WorkItem for Reaper {
                     continue;
                 }
                 // No memory to hold it: dropped here, under the list's
-                // lock (a leaf: its pages are free, the removal waits for
-                // nothing of ours).
+                // lock (its pages are free: the removal waits for nothing
+                // that takes the lock).
                 match maps.remove(i) {
                     Ok(gone) => {
                         let _ = done.push(gone, GFP_KERNEL);
