@@ -18,8 +18,9 @@
 //!
 //! # Lock order
 //!
-//! None of its own. Charging takes the controller's global `dmemcg_lock`
-//! (a spinlock, inside) and may sleep (it may allocate the cgroup's pool
+//! A charge holds its region's SRCU read side (`Region::readers`), which
+//! [`Region::withdraw`] waits for (with nothing held). Charging takes the
+//! controller's global `dmemcg_lock` (a spinlock, inside) and may sleep (it may allocate the cgroup's pool
 //! for the region, `GFP_KERNEL`): process context, no spinlock held (an
 //! mmap lock is fine: msvm charges during migration steps). An uncharge
 //! and [`PageCharges`] work in any context (`folio_free`);
@@ -31,7 +32,7 @@ use core::ptr::NonNull;
 use kernel::error::from_err_ptr;
 use kernel::prelude::*;
 use kernel::sync::atomic::{Atomic, Full, Relaxed};
-use kernel::sync::rcu;
+use kernel::sync::{rcu, Srcu};
 
 use super::bindings as b;
 use super::page::{BLOCK_SIZE, PAGE_SIZE};
@@ -46,18 +47,23 @@ const PAGE_BYTES: u64 = PAGE_SIZE as u64;
 // CAST: `BLOCK_SIZE` fits in `u64`.
 const BLOCK_BYTES: u64 = BLOCK_SIZE as u64;
 
-/// A device memory region of the dmem controller, unregistered on drop.
+/// A device memory region of the dmem controller, unregistered when it is
+/// withdrawn ([`Region::withdraw`]: a device gone, whose memory may still
+/// be charged for a while, must not keep its name) or dropped.
 ///
 /// # Invariants
 ///
-/// If `Some`, `0` was returned by `dmem_cgroup_register_region` and is not
-/// unregistered until `drop`.
-pub(crate) struct Region(Option<NonNull<b::dmem_cgroup_region>>);
-
-// SAFETY: the controller's region functions may be called from any thread.
-unsafe impl Send for Region {}
-// SAFETY: see `Send`; charging takes no `&mut`.
-unsafe impl Sync for Region {}
+/// If not 0, `raw` is the address of a region returned by
+/// `dmem_cgroup_register_region` and not unregistered yet; it becomes 0
+/// only by [`Region::withdraw`], which unregisters the region once every
+/// reader of the old value (under `readers`) is done.
+#[pin_data(PinnedDrop)]
+pub(crate) struct Region {
+    /// Charges read `raw` under it.
+    #[pin]
+    readers: Srcu,
+    raw: Atomic<usize>,
+}
 
 /// Why a page was not charged.
 pub(crate) enum Refusal {
@@ -71,17 +77,41 @@ impl Region {
     /// Registers `size` bytes of device memory as region `name` (as
     /// `dmem.capacity` lists it: `drm/<pci address>/vram`). Without the
     /// controller (or with `size` 0), a region that charges nothing.
-    pub(crate) fn register(size: u64, name: &CStr) -> Result<Self> {
-        // SAFETY: `name` is a NUL-terminated string for the call (the
-        // controller copies it).
-        let r = unsafe { b::msvm_dmem_register(size, name.as_char_ptr()) };
-        // INVARIANT: registered (if not NULL), unregistered on drop.
-        Ok(Self(NonNull::new(from_err_ptr(r)?)))
+    pub(crate) fn register(size: u64, name: &CStr) -> impl PinInit<Self, Error> + '_ {
+        try_pin_init!(Self {
+            // First: nothing registered if it fails.
+            readers <- kernel::new_srcu!("Region::readers"),
+            raw: {
+                // SAFETY: `name` is a NUL-terminated string for the call (the
+                // controller copies it).
+                let r = unsafe { b::msvm_dmem_register(size, name.as_char_ptr()) };
+                // INVARIANT: registered (if not NULL), unregistered when
+                // withdrawn or dropped.
+                Atomic::new(from_err_ptr(r)?.expose_provenance())
+            },
+        }? Error)
     }
 
-    /// Whether the controller counts this region (the kernel has it).
+    /// Whether the controller counts this region (the kernel has it, and
+    /// the region is not withdrawn).
     pub(crate) fn is_registered(&self) -> bool {
-        self.0.is_some()
+        self.raw.load(Relaxed) != 0
+    }
+
+    /// Unregisters the region now (its name free for a new one), once no
+    /// charge is under way: charges from now on charge nothing. Charges
+    /// held are undone as usual (each holds its cgroup pool).
+    pub(crate) fn withdraw(&self) {
+        let r = self.raw.xchg(0, Full);
+        if r == 0 {
+            return;
+        }
+        // Every charge that may have read the region is done.
+        self.readers.synchronize();
+        // SAFETY: registered and not unregistered yet (invariant: only the
+        // one `withdraw` that took it does); no charge uses it any more
+        // (above).
+        unsafe { b::msvm_dmem_unregister(core::ptr::with_exposed_provenance_mut(r)) };
     }
 
     /// Charges one page to the dmem cgroup of the calling task (a kernel
@@ -101,14 +131,19 @@ impl Region {
     /// Charges `bytes` to the calling task's cgroup: the pool charged, with
     /// the reference the charge took (`None` without the controller).
     fn try_charge(&self, bytes: u64) -> Result<Option<NonNull<PoolState>>, Refusal> {
-        let Some(region) = self.0 else {
+        // A sleepable read-side section: the charge may allocate.
+        let _reading = self.readers.read_lock();
+        let region = self.raw.load(Relaxed);
+        if region == 0 {
             return Ok(None);
-        };
+        }
+        let region: *mut b::dmem_cgroup_region = core::ptr::with_exposed_provenance_mut(region);
         let mut pool = core::ptr::null_mut();
         let mut limit = core::ptr::null_mut();
-        let (region, out, out_limit) = (region.as_ptr(), &mut pool, &mut limit);
-        // SAFETY: `region` is registered (invariant) while `self` lives;
-        // both out pointers are valid for writes.
+        let (out, out_limit) = (&mut pool, &mut limit);
+        // SAFETY: `region` is registered (invariant) and stays so while
+        // `_reading` lives (a withdrawal waits for it); both out pointers
+        // are valid for writes.
         let ret = unsafe { b::msvm_dmem_try_charge(region, bytes, out, out_limit) };
         if ret == 0 {
             return Ok(NonNull::new(pool));
@@ -122,13 +157,11 @@ impl Region {
     }
 }
 
-impl Drop for Region {
-    fn drop(&mut self) {
-        if let Some(r) = self.0 {
-            // SAFETY: registered and not unregistered yet (invariant);
-            // charges still held keep their pools, and uncharge safely.
-            unsafe { b::msvm_dmem_unregister(r.as_ptr()) };
-        }
+#[pinned_drop]
+impl PinnedDrop for Region {
+    fn drop(self: Pin<&mut Self>) {
+        // Charges still held keep their pools, and uncharge safely.
+        self.withdraw();
     }
 }
 
@@ -359,7 +392,10 @@ mod tests {
     /// which has no limit. What is checked is the ownership of charges.
     #[test]
     fn each_charge_is_undone_once() -> Result {
-        let region = Region::register(16 * PAGE_BYTES, c"msvm-kunit/dmem")?;
+        let region = KBox::pin_init(
+            Region::register(16 * PAGE_BYTES, c"msvm-kunit/dmem"),
+            GFP_KERNEL,
+        )?;
         let on = usize::from(region.is_registered());
         let charge = || region.charge_page().map_err(|_| ENOSPC);
         let t = PageCharges::new(4)?;
@@ -384,7 +420,26 @@ mod tests {
 
     #[test]
     fn no_region_of_size_zero() -> Result {
-        assert!(!Region::register(0, c"msvm-kunit/empty")?.is_registered());
+        let empty = KBox::pin_init(Region::register(0, c"msvm-kunit/empty"), GFP_KERNEL)?;
+        assert!(!empty.is_registered());
+        Ok(())
+    }
+
+    /// A withdrawn region charges nothing, and its charges still held are
+    /// undone as usual.
+    #[test]
+    fn a_withdrawn_region_charges_nothing() -> Result {
+        let region = KBox::pin_init(
+            Region::register(16 * PAGE_BYTES, c"msvm-kunit/withdrawn"),
+            GFP_KERNEL,
+        )?;
+        let held = region.charge_page().map_err(|_| ENOSPC)?;
+        region.withdraw();
+        assert!(!region.is_registered());
+        let after = region.charge_page().map_err(|_| ENOSPC)?;
+        assert!(after.0.is_none());
+        drop(held);
+        region.withdraw();
         Ok(())
     }
 }

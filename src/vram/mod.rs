@@ -256,8 +256,10 @@ pub(crate) struct VramPool {
     /// This device's memory as a region of the dmem cgroup controller:
     /// every page a process moves in is charged to its cgroup
     /// ([`Payer::Caller`]), and uncharged when the page is freed.
-    /// Unregistered when the pool goes: after its last chunk (each holds
-    /// the pool), so no charge can come then.
+    /// Withdrawn at the end of the pool's shutdown (its name free for the
+    /// device's next binding while orphans still hold pages charged to
+    /// it), no chunk left to charge in.
+    #[pin]
     region: Region,
     /// The pool's own handle, for the chunks it creates: set by
     /// [`VramPool::create`], taken away by [`VramPool::shutdown`] (no chunk is
@@ -299,7 +301,7 @@ impl VramPool {
         let queue_name = CString::try_from_fmt(fmt!("msvm-teardown/{index}"))?;
         let nblocks = nchunks * chunk_size.div_ceil(BLOCK_SIZE);
         let replicas = Replicas::new(nchunks, chunk_size)?;
-        let region = Region::register(u64::from_safe_cast(nchunks * chunk_size), region)?;
+        let (region_name, region_size) = (region, u64::from_safe_cast(nchunks * chunk_size));
         let pool = Arc::pin_init(
             try_pin_init!(Self {
                 bar,
@@ -321,7 +323,7 @@ impl VramPool {
                 ops,
                 teardown_queue: ReclaimQueue::with_max_active(&queue_name, teardown::WORKERS)?,
                 replicas <- replicas,
-                region,
+                region <- Region::register(region_size, region_name),
                 me <- new_mutex!(None),
             }? Error),
             GFP_KERNEL,
@@ -559,6 +561,9 @@ impl VramPool {
             let slot = core::mem::replace(&mut self.chunks.lock()[c], Slot::Dying);
             self.orphan_slot(c, slot);
         }
+        // No chunk to charge pages in: the region's name goes (orphans'
+        // pages stay charged, and are uncharged as they are freed).
+        self.region.withdraw();
     }
 
     /// The end of chunk `c`'s slot, whose pages went home through their

@@ -67,6 +67,18 @@ const DONE: &str = "/tmp/msvm-orphans-done";
 const RESULT: &str = "/tmp/msvm-orphans-result";
 const REFCNT: &str = "/sys/module/msvm/refcnt";
 
+/// How many dmem regions are named `name` (`dmem.capacity` of the root).
+fn regions(name: &str) -> Result<usize, String> {
+    // The controller enabled under the root (its files then listed).
+    drop(crate::cgroup::Cgroup::new("msvm-test-orphans")?);
+    let path = "/sys/fs/cgroup/dmem.capacity";
+    let text = fs::read_to_string(path).map_err(|x| format!("{path}: {x}"))?;
+    Ok(text
+        .lines()
+        .filter(|l| l.split_whitespace().next() == Some(name))
+        .count())
+}
+
 /// The module's reference count.
 fn refcnt() -> Result<u64, String> {
     let text = fs::read_to_string(REFCNT).map_err(|x| format!("{REFCNT}: {x}"))?;
@@ -80,8 +92,9 @@ fn refcnt() -> Result<u64, String> {
 /// name the parent's dead mm. The GPU is unbound; the child exits inside
 /// the teardown's window (`Child::Exits`: the kernel log must stay clean),
 /// or reads every byte back afterwards (`Child::Keeps`: meanwhile the
-/// orphan holds the module, and lets it go once the child exits). The GPU
-/// binds again.
+/// orphan holds the module, and lets it go once the child exits; the GPU's
+/// dmem region goes at the unbind, and the GPU binds again beside its
+/// orphan, with one region). The GPU binds again.
 fn unbind_against_the_child(how: Child, round: u32) -> Outcome {
     let victim = sysfs::msvm_gpus()?.into_iter().next().ok_or("no GPU")?;
     for f in [READY, DONE, RESULT] {
@@ -117,12 +130,25 @@ fn unbind_against_the_child(how: Child, round: u32) -> Outcome {
                 unbound.map_err(|x| format!("unbind: {x}"))?;
             }
             Child::Keeps => {
+                let name = format!("drm/{}/vram", victim.addr);
                 fs::write("/sys/bus/pci/drivers/msvm/unbind", &victim.addr)
                     .map_err(|x| format!("unbind: {x}"))?;
                 let during = refcnt()?;
                 check!(
                     during > before,
                     "refcnt {during} with the child's pages orphaned, {before} before: nothing holds the module"
+                );
+                // The device's dmem region went with it, though its pages
+                // are still charged; bound again, it has one region.
+                check!(
+                    regions(&name)? == 0,
+                    "{name} still a dmem region after the unbind"
+                );
+                bind_again(&victim.addr)?;
+                check!(
+                    regions(&name)? == 1,
+                    "{name}: {} dmem regions once bound again beside its orphan",
+                    regions(&name)?
                 );
             }
         }
