@@ -53,16 +53,16 @@ const BLOCK_BYTES: u64 = BLOCK_SIZE as u64;
 ///
 /// # Invariants
 ///
-/// If not 0, `raw` is the address of a region returned by
-/// `dmem_cgroup_register_region` and not unregistered yet; it becomes 0
-/// only by [`Region::withdraw`], which unregisters the region once every
-/// reader of the old value (under `readers`) is done.
+/// If not null, `raw` is a region returned by `dmem_cgroup_register_region`
+/// and not unregistered yet; it becomes null only by [`Region::withdraw`],
+/// which unregisters the region once every reader of the old value (under
+/// `readers`) is done.
 #[pin_data(PinnedDrop)]
 pub(crate) struct Region {
     /// Charges read `raw` under it.
     #[pin]
     readers: Srcu,
-    raw: Atomic<usize>,
+    raw: Atomic<*mut b::dmem_cgroup_region>,
 }
 
 /// Why a page was not charged.
@@ -87,7 +87,7 @@ impl Region {
                 let r = unsafe { b::msvm_dmem_register(size, name.as_char_ptr()) };
                 // INVARIANT: registered (if not NULL), unregistered when
                 // withdrawn or dropped.
-                Atomic::new(from_err_ptr(r)?.expose_provenance())
+                Atomic::new(from_err_ptr(r)?)
             },
         }? Error)
     }
@@ -95,15 +95,15 @@ impl Region {
     /// Whether the controller counts this region (the kernel has it, and
     /// the region is not withdrawn).
     pub(crate) fn is_registered(&self) -> bool {
-        self.raw.load(Relaxed) != 0
+        !self.raw.load(Relaxed).is_null()
     }
 
     /// Unregisters the region now (its name free for a new one), once no
     /// charge is under way: charges from now on charge nothing. Charges
     /// held are undone as usual (each holds its cgroup pool).
     pub(crate) fn withdraw(&self) {
-        let r = self.raw.xchg(0, Full);
-        if r == 0 {
+        let r = self.raw.xchg(core::ptr::null_mut(), Full);
+        if r.is_null() {
             return;
         }
         // Every charge that may have read the region is done.
@@ -111,7 +111,7 @@ impl Region {
         // SAFETY: registered and not unregistered yet (invariant: only the
         // one `withdraw` that took it does); no charge uses it any more
         // (above).
-        unsafe { b::msvm_dmem_unregister(core::ptr::with_exposed_provenance_mut(r)) };
+        unsafe { b::msvm_dmem_unregister(r) };
     }
 
     /// Charges one page to the dmem cgroup of the calling task (a kernel
@@ -134,10 +134,9 @@ impl Region {
         // A sleepable read-side section: the charge may allocate.
         let _reading = self.readers.read_lock();
         let region = self.raw.load(Relaxed);
-        if region == 0 {
+        if region.is_null() {
             return Ok(None);
         }
-        let region: *mut b::dmem_cgroup_region = core::ptr::with_exposed_provenance_mut(region);
         let mut pool = core::ptr::null_mut();
         let mut limit = core::ptr::null_mut();
         let (out, out_limit) = (&mut pool, &mut limit);
@@ -192,6 +191,12 @@ pub(crate) struct PageCharge(Option<NonNull<PoolState>>);
 unsafe impl Send for PageCharge {}
 
 impl PageCharge {
+    /// Whether it charges anything (not without the controller, nor once
+    /// its region is withdrawn).
+    pub(crate) fn is_charged(&self) -> bool {
+        self.0.is_some()
+    }
+
     fn into_raw(self) -> *mut PoolState {
         let p = self.0.map_or(core::ptr::null_mut(), NonNull::as_ptr);
         core::mem::forget(self);
@@ -433,12 +438,23 @@ mod tests {
             Region::register(16 * PAGE_BYTES, c"msvm-kunit/withdrawn"),
             GFP_KERNEL,
         )?;
+        let on = region.is_registered();
         let held = region.charge_page().map_err(|_| ENOSPC)?;
+        assert_eq!(held.is_charged(), on);
         region.withdraw();
         assert!(!region.is_registered());
         let after = region.charge_page().map_err(|_| ENOSPC)?;
-        assert!(after.0.is_none());
+        assert!(!after.is_charged());
+        // Its name is free for another, which charges as the first did.
+        let again = KBox::pin_init(
+            Region::register(16 * PAGE_BYTES, c"msvm-kunit/withdrawn"),
+            GFP_KERNEL,
+        )?;
+        let other = again.charge_page().map_err(|_| ENOSPC)?;
+        assert_eq!(other.is_charged(), on);
+        // Both undone, the first after its region went.
         drop(held);
+        drop(other);
         region.withdraw();
         Ok(())
     }

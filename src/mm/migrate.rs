@@ -180,17 +180,6 @@ pub(crate) struct VmaMigration<'a> {
 }
 
 impl<'a> VmaMigration<'a> {
-    /// Collects and unmaps the pages of `[start, end)` in `vma` (page aligned,
-    /// at most [`BLOCK_PAGES`] pages, inside the VMA). `owner` is the
-    /// device-private owner: the pages to collect for
-    /// [`Select::DevicePrivate`], and the owner whose device mappings the
-    /// invalidation may skip. `fault_page` is the faulting page when called
-    /// from `migrate_to_ram`. With `large`, the same VMA held exclusively
-    /// (`EINVAL` for another), a whole 2 MiB folio (or hole) in a 2 MiB
-    /// aligned range is collected as one [`Entry::compound`] entry instead
-    /// of being split, unless it is a device folio other mms map too: that
-    /// may turn a device-private folio's PMD into a migration entry, which
-    /// must not meet a zap (see [`device_folio_mapcount`]).
     /// [`VmaMigration::setup`] of the faulting page of `fault` alone (a
     /// fault on a page-table entry, in `migrate_to_ram`), the
     /// device-private pages of `owner` collected.
@@ -207,6 +196,17 @@ impl<'a> VmaMigration<'a> {
         )
     }
 
+    /// Collects and unmaps the pages of `[start, end)` in `vma` (page aligned,
+    /// at most [`BLOCK_PAGES`] pages, inside the VMA). `owner` is the
+    /// device-private owner: the pages to collect for
+    /// [`Select::DevicePrivate`], and the owner whose device mappings the
+    /// invalidation may skip. `fault_page` is the faulting page when called
+    /// from `migrate_to_ram`. With `large`, the same VMA held exclusively
+    /// (`EINVAL` for another), a whole 2 MiB folio (or hole) in a 2 MiB
+    /// aligned range is collected as one [`Entry::compound`] entry instead
+    /// of being split, unless it is a device folio other mms map too: that
+    /// may turn a device-private folio's PMD into a migration entry, which
+    /// must not meet a zap (see [`device_folio_mapcount`]).
     pub(crate) fn setup(
         vma: LockedVma<'a>,
         start: usize,

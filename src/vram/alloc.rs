@@ -276,8 +276,8 @@ impl VramPool {
                     chunk.last_alloc.store(seq, Relaxed);
                     for k in 0..BLOCK_PAGES {
                         if let Some(charge) = charges.pop() {
+                            charged += u64::from(charge.is_charged());
                             chunk.charges.put(i + k, charge);
-                            charged += 1;
                         }
                     }
                     // The batch has room for `n` entries.
@@ -293,8 +293,8 @@ impl VramPool {
             chunk.last_alloc.store(seq, Relaxed);
             let got = map.alloc_pages(want, &mut taken, |i, page| {
                 if let Some(charge) = charges.pop() {
+                    charged += u64::from(charge.is_charged());
                     chunk.charges.put(i, charge);
-                    charged += 1;
                 }
                 // The batch has room for `n` pages, and `want` is what is
                 // left of them: this never fails.

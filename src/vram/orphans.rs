@@ -151,6 +151,8 @@ impl VramPool {
             }
         }
         let (mut copied, mut lost) = (0, 0);
+        // Milliseconds all the chunk's copies may wait for a DMA mapping.
+        let mut patience = COPY_PATIENCE_MS;
         for (i, slot) in copies.iter_mut().enumerate() {
             if i % 64 == 63 {
                 cond_resched();
@@ -164,7 +166,10 @@ impl VramPool {
                     break p;
                 }
             };
-            if self.copy_raw(chunk.base + i * PAGE_SIZE, &copy).is_err() {
+            if self
+                .copy_raw(chunk.base + i * PAGE_SIZE, &copy, &mut patience)
+                .is_err()
+            {
                 // Lost: a fault on the page gets `SIGBUS`.
                 lost += 1;
                 continue;
@@ -203,23 +208,26 @@ impl VramPool {
 impl VramPool {
     /// Copies the page of the BAR at `offset` to `copy`, past the seal
     /// (only the teardown's orphaning may): `ENODEV` once the device is
-    /// unbound; a failure that may pass (no DMA mapping for now, with
-    /// bounce buffers or an IOMMU) is tried again, for a second at most.
-    fn copy_raw(&self, offset: usize, copy: &NewPage) -> Result {
-        let mut tries = 0;
+    /// unbound. No DMA mapping for now (`ENOMEM`: bounce buffers or IOMMU
+    /// space short) is tried again while `patience` (milliseconds, shared
+    /// by a chunk's pages) lasts; any other failure is final.
+    fn copy_raw(&self, offset: usize, copy: &NewPage, patience: &mut i64) -> Result {
         loop {
             let bar = self.bar.try_access().ok_or(ENODEV)?;
             match bar.copy_to_page(offset, copy, 0) {
-                Ok(()) => return Ok(()),
-                Err(e) if tries >= 200 => return Err(e),
-                Err(_) => {}
+                Err(e) if e == ENOMEM && *patience > 0 => {}
+                r => return r,
             }
             drop(bar);
-            tries += 1;
+            *patience -= 5;
             fsleep(Delta::from_millis(5));
         }
     }
 }
+
+/// How long the copies of one chunk's pages may wait for DMA mappings in
+/// all, in milliseconds.
+const COPY_PATIENCE_MS: i64 = 5000;
 
 /// `migrate_to_ram` of a page of an orphan (`fault.page()`): brings it
 /// home from its copy. A 2 MiB folio mapped whole is split first (the CPU
@@ -236,6 +244,14 @@ pub(super) fn fault_to_ram(fault: Fault<'_>) -> Result<(), FaultError> {
             Relock::Unsupported => Err(FaultError::Sigbus),
         };
     }
+    // Another pool's chunk rekeyed but not copied yet (its teardown under
+    // way): again, a little later, before anything is collected.
+    let copied =
+        chunk_of(fault.page().page(), &ORPHAN_KEY).is_some_and(|(c, _)| c.orphan.is_orphaned());
+    if !copied {
+        fsleep(Delta::from_millis(1));
+        return Err(FaultError::Retry);
+    }
     let vma = fault.vma();
     let at = (vma.vma(), address & !(PAGE_SIZE - 1));
     let mut mig = VmaMigration::of_faulting_page(&fault, ORPHAN_KEY.owner())
@@ -249,12 +265,6 @@ pub(super) fn fault_to_ram(fault: Fault<'_>) -> Result<(), FaultError> {
         return Err(FaultError::Retry);
     }
     let (chunk, i) = chunk_of(page, &ORPHAN_KEY).ok_or(FaultError::Sigbus)?;
-    // Another pool's chunk rekeyed but not copied yet (its teardown under
-    // way): again, a little later.
-    if !chunk.orphan.is_orphaned() {
-        fsleep(Delta::from_millis(1));
-        return Err(FaultError::Retry);
-    }
     let dst = NewPage::home(Some(at), Home::LOCAL, How::Migrate).ok_or(FaultError::Oom)?;
     chunk
         .orphan
