@@ -289,7 +289,8 @@ impl Drop for Adopted {
         let chunk = self.map.data();
         let pool = chunk.pool();
         let size = pool.chunk_size();
-        trace::pagemap(pool.index(), false, chunk.base / size, size);
+        let c = chunk.base.checked_div(size).unwrap_or(0);
+        trace::pagemap(pool.index(), false, c, size);
     }
 }
 
