@@ -119,6 +119,7 @@ bool msvm_mmap_read_trylock(struct mm_struct *mm);
 void msvm_mmap_read_unlock(struct mm_struct *mm);
 struct vm_area_struct *msvm_vma_lookup(struct mm_struct *mm, unsigned long addr);
 unsigned long msvm_kunit_mmap(unsigned long len);
+struct mm_struct *msvm_mm_of_pid(int nr);
 struct mm_struct *msvm_kunit_mm_alloc(void);
 bool msvm_mm_has_users(struct mm_struct *mm);
 

@@ -41,6 +41,10 @@
 //!   and a device's teardown as long before it copies its orphans (fault
 //!   injection: tests make a process exit or `munmap` inside that
 //!   window); reading gives the delay and how many steps waited.
+//! - `hold_mmap`: writing `PID` holds that process's mmap lock for writing
+//!   until `0` is written (at most 120 s); reading gives 1 while it is
+//!   held (fault injection: a tenant whose lock making room may only
+//!   try).
 //! - `policy`: the placement policies' state of processes
 //!   (`crate::process`): `blocks` recorded in all processes,
 //!   `bytes_per_block` each takes, `untracked`: times a block could not be
@@ -92,6 +96,8 @@ pub(crate) struct Debugfs {
     #[pin]
     evict_delay_ms: debugfs::File<()>,
     #[pin]
+    hold_mmap: debugfs::File<Hold>,
+    #[pin]
     policy: debugfs::File<()>,
     #[pin]
     locks: debugfs::File<()>,
@@ -107,6 +113,16 @@ struct Floor {
     bytes: Atomic<u64>,
     ns: [Atomic<u64>; FLOOR_RUNS.len()],
 }
+
+/// `hold_mmap`: whether a writer holds a process's mmap lock, and the
+/// word that lets it go.
+struct Hold {
+    holding: Atomic<u64>,
+    release: Atomic<bool>,
+}
+
+/// The longest `hold_mmap` holds a lock, in milliseconds.
+const HOLD_MAX_MS: u64 = 120_000;
 
 /// The runs of `copy_floor`, in order: name, path, 2 MiB blocks.
 const FLOOR_RUNS: [(&str, FloorPath, bool); 8] = [
@@ -161,6 +177,17 @@ impl Debugfs {
                 },
                 &write_evict_delay,
             ),
+            hold_mmap <- dir.read_write_callback_file(
+                c"hold_mmap",
+                Hold {
+                    holding: Atomic::new(0),
+                    release: Atomic::new(false),
+                },
+                &|h: &Hold, f: &mut fmt::Formatter<'_>| {
+                    writeln!(f, "{}", h.holding.load(Relaxed))
+                },
+                &write_hold_mmap,
+            ),
             policy <- dir.read_callback_file(c"policy", (), &show_policy),
             locks <- dir.read_callback_file(c"locks", (), &show_locks),
             numa <- dir.read_callback_file(c"numa", (), &show_numa),
@@ -209,6 +236,39 @@ fn write_evict_delay(_: &(), r: &mut UserSliceReader) -> Result {
     }
     EVICT_DELAY_MS.store(ms, Relaxed);
     Ok(())
+}
+
+/// `hold_mmap`: writing `PID` takes that process's mmap lock for writing
+/// and holds it, in the writing task, until `0` is written (or
+/// [`HOLD_MAX_MS`], or the writer is killed): a test's other tenant,
+/// whose mm making room may only try (`vram/room.rs`). One at a time
+/// (`EBUSY`).
+fn write_hold_mmap(h: &Hold, r: &mut UserSliceReader) -> Result {
+    let mut buf = [0u8; 20];
+    let n = r.len().min(buf.len());
+    r.read_slice(&mut buf[..n])?;
+    let text = core::str::from_utf8(buf[..n].trim_ascii()).map_err(|_| EINVAL)?;
+    let pid: i32 = text.parse().map_err(|_| EINVAL)?;
+    if pid <= 0 {
+        h.release.store(true, Relaxed);
+        return Ok(());
+    }
+    let mm = crate::mm::mmap::mm_of_pid(pid)?;
+    if h.holding.cmpxchg(0, 1, Relaxed).is_err() {
+        return Err(EBUSY);
+    }
+    h.release.store(false, Relaxed);
+    let held = crate::mm::mmap::MmapWriteGuard::lock_killable(&mm).map(|guard| {
+        let cancel = crate::mm::cancel::Cancel::task();
+        let mut waited = 0;
+        while !h.release.load(Relaxed) && waited < HOLD_MAX_MS && cancel.check().is_ok() {
+            kernel::time::delay::fsleep(kernel::time::Delta::from_millis(10));
+            waited += 10;
+        }
+        drop(guard);
+    });
+    h.holding.store(0, Relaxed);
+    held
 }
 
 /// `topology`: one line per device, the matrix, the groups.

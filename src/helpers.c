@@ -328,6 +328,28 @@ MODULE_IMPORT_NS("EXPORTED_FOR_KUNIT_TESTING");
  * (mm_alloc(), exported for KUnit only), for cases that need many mms;
  * mmput() ends it. NULL without KUnit, or without memory.
  */
+/*
+ * The mm of the process @nr (in the caller's pid namespace), with a user
+ * reference (get_task_mm()): ERR_PTR(-ESRCH) if there is no such process,
+ * ERR_PTR(-EINVAL) if it has no mm (a kernel thread, or exiting).
+ */
+struct mm_struct *msvm_mm_of_pid(int nr)
+{
+	struct pid *pid = find_get_pid(nr);
+	struct task_struct *task;
+	struct mm_struct *mm;
+
+	if (!pid)
+		return ERR_PTR(-ESRCH);
+	task = get_pid_task(pid, PIDTYPE_PID);
+	put_pid(pid);
+	if (!task)
+		return ERR_PTR(-ESRCH);
+	mm = get_task_mm(task);
+	put_task_struct(task);
+	return mm ? mm : ERR_PTR(-EINVAL);
+}
+
 struct mm_struct *msvm_kunit_mm_alloc(void)
 {
 #if IS_BUILTIN(CONFIG_KUNIT)

@@ -11,10 +11,13 @@
 //! `crate::migrate`). The kernel crate offers the read lock only, and not
 //! as a try: [`MmapRead`] does that too.
 
+use core::ptr::NonNull;
+
 use kernel::{
     bindings,
     mm::{virt::VmaRef, Mm, MmWithUser, MmapReadGuard},
     prelude::*,
+    sync::aref::ARef,
     types::NotThreadSafe,
 };
 
@@ -172,6 +175,19 @@ impl Drop for MmapWriteGuard<'_> {
         // SAFETY: held (invariant), let go once.
         unsafe { b::msvm_mmap_write_unlock(self.mm.as_raw()) };
     }
+}
+
+/// The mm of the process whose id is `pid` (in the caller's pid
+/// namespace), with a user reference: `ESRCH` if there is no such
+/// process, `EINVAL` if it has no mm (a kernel thread, or exiting).
+pub(crate) fn mm_of_pid(pid: i32) -> Result<ARef<MmWithUser>> {
+    // SAFETY: a plain call; the mm it returns has a user reference for us.
+    let mm = kernel::error::from_err_ptr(unsafe { b::msvm_mm_of_pid(pid) })?;
+    let mm = NonNull::new(mm).ok_or(EINVAL)?;
+    // SAFETY: `MmWithUser` is a transparent wrapper of `mm_struct`, and the
+    // user reference `get_task_mm()` took is handed to the `ARef` (its drop
+    // is `mmput()`).
+    Ok(unsafe { ARef::from_raw(mm.cast::<MmWithUser>()) })
 }
 
 /// How a caller waits for an mmap lock ([`MmapRead::lock`]; an eviction

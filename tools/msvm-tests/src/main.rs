@@ -13,6 +13,7 @@
 //! non-zero if any test failed.
 
 mod bench;
+mod busy;
 mod cases;
 mod cgroup;
 mod cli;
@@ -105,6 +106,7 @@ fn main_tests() -> Vec<harness::Test> {
         race::tests(),
         stale::tests(),
         orphans::tests(),
+        busy::tests(),
     ]
     .into_iter()
     .flatten()

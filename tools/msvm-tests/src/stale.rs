@@ -261,7 +261,7 @@ fn fill_gpu0() -> Outcome {
 }
 
 /// What the pipe carries until its writers close it.
-fn read_all(fd: &OwnedFd) -> Result<String, String> {
+pub(crate) fn read_all(fd: &OwnedFd) -> Result<String, String> {
     let mut out = Vec::new();
     let mut buf = [0u8; 256];
     loop {
