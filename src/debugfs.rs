@@ -42,7 +42,7 @@
 //!   injection: tests make a process exit or `munmap` inside that
 //!   window); reading gives the delay and how many steps waited.
 //! - `hold_mmap`: writing `PID` holds that process's mmap lock for writing
-//!   until `0` is written (at most 120 s); reading gives 1 while it is
+//!   until `0` is written (at most 60 s); reading gives 1 while it is
 //!   held (fault injection: a tenant whose lock making room may only
 //!   try).
 //! - `policy`: the placement policies' state of processes
@@ -114,15 +114,19 @@ struct Floor {
     ns: [Atomic<u64>; FLOOR_RUNS.len()],
 }
 
-/// `hold_mmap`: whether a writer holds a process's mmap lock, and the
-/// word that lets it go.
+/// `hold_mmap`'s state: [`HOLD_IDLE`], [`HOLD_TAKING`] (a writer waits
+/// for the lock), [`HOLD_LOCKED`] or [`HOLD_RELEASE`] (let go asked).
 struct Hold {
-    holding: Atomic<u64>,
-    release: Atomic<bool>,
+    state: Atomic<u32>,
 }
 
+const HOLD_IDLE: u32 = 0;
+const HOLD_TAKING: u32 = 1;
+const HOLD_LOCKED: u32 = 2;
+const HOLD_RELEASE: u32 = 3;
+
 /// The longest `hold_mmap` holds a lock, in milliseconds.
-const HOLD_MAX_MS: u64 = 120_000;
+const HOLD_MAX_MS: u64 = 60_000;
 
 /// The runs of `copy_floor`, in order: name, path, 2 MiB blocks.
 const FLOOR_RUNS: [(&str, FloorPath, bool); 8] = [
@@ -180,11 +184,10 @@ impl Debugfs {
             hold_mmap <- dir.read_write_callback_file(
                 c"hold_mmap",
                 Hold {
-                    holding: Atomic::new(0),
-                    release: Atomic::new(false),
+                    state: Atomic::new(HOLD_IDLE),
                 },
                 &|h: &Hold, f: &mut fmt::Formatter<'_>| {
-                    writeln!(f, "{}", h.holding.load(Relaxed))
+                    writeln!(f, "{}", u8::from(h.state.load(Relaxed) == HOLD_LOCKED))
                 },
                 &write_hold_mmap,
             ),
@@ -245,29 +248,38 @@ fn write_evict_delay(_: &(), r: &mut UserSliceReader) -> Result {
 /// (`EBUSY`).
 fn write_hold_mmap(h: &Hold, r: &mut UserSliceReader) -> Result {
     let mut buf = [0u8; 20];
-    let n = r.len().min(buf.len());
+    if r.len() > buf.len() {
+        return Err(EINVAL);
+    }
+    let n = r.len();
     r.read_slice(&mut buf[..n])?;
     let text = core::str::from_utf8(buf[..n].trim_ascii()).map_err(|_| EINVAL)?;
     let pid: i32 = text.parse().map_err(|_| EINVAL)?;
     if pid <= 0 {
-        h.release.store(true, Relaxed);
+        // Asked of a hold being taken or held; nothing else.
+        for from in [HOLD_TAKING, HOLD_LOCKED] {
+            let _ = h.state.cmpxchg(from, HOLD_RELEASE, Relaxed);
+        }
         return Ok(());
     }
     let mm = crate::mm::mmap::mm_of_pid(pid)?;
-    if h.holding.cmpxchg(0, 1, Relaxed).is_err() {
+    if h.state.cmpxchg(HOLD_IDLE, HOLD_TAKING, Relaxed).is_err() {
         return Err(EBUSY);
     }
-    h.release.store(false, Relaxed);
     let held = crate::mm::mmap::MmapWriteGuard::lock_killable(&mm).map(|guard| {
+        // Held now (unless let go was asked meanwhile).
+        let _ = h.state.cmpxchg(HOLD_TAKING, HOLD_LOCKED, Relaxed);
         let cancel = crate::mm::cancel::Cancel::task();
-        let mut waited = 0;
-        while !h.release.load(Relaxed) && waited < HOLD_MAX_MS && cancel.check().is_ok() {
+        let start = crate::mm::clock::now_ms();
+        while h.state.load(Relaxed) == HOLD_LOCKED
+            && crate::mm::clock::now_ms().saturating_sub(start) < HOLD_MAX_MS
+            && cancel.check().is_ok()
+        {
             kernel::time::delay::fsleep(kernel::time::Delta::from_millis(10));
-            waited += 10;
         }
         drop(guard);
     });
-    h.holding.store(0, Relaxed);
+    h.state.store(HOLD_IDLE, Relaxed);
     held
 }
 

@@ -324,11 +324,6 @@ MODULE_IMPORT_NS("EXPORTED_FOR_KUNIT_TESTING");
 #endif
 
 /*
- * For KUnit cases (src/mm/kunit_mm.rs): a new mm of no task, one user
- * (mm_alloc(), exported for KUnit only), for cases that need many mms;
- * mmput() ends it. NULL without KUnit, or without memory.
- */
-/*
  * The mm of the process @nr (in the caller's pid namespace), with a user
  * reference (get_task_mm()): ERR_PTR(-ESRCH) if there is no such process,
  * ERR_PTR(-EINVAL) if it has no mm (a kernel thread, or exiting).
@@ -350,6 +345,11 @@ struct mm_struct *msvm_mm_of_pid(int nr)
 	return mm ? mm : ERR_PTR(-EINVAL);
 }
 
+/*
+ * For KUnit cases (src/mm/kunit_mm.rs): a new mm of no task, one user
+ * (mm_alloc(), exported for KUnit only), for cases that need many mms;
+ * mmput() ends it. NULL without KUnit, or without memory.
+ */
 struct mm_struct *msvm_kunit_mm_alloc(void)
 {
 #if IS_BUILTIN(CONFIG_KUNIT)

@@ -45,7 +45,7 @@ fn holding() -> Result<bool, String> {
 /// debugfs `hold_mmap` holds its mmap lock for writing; this process then
 /// migrates as much as the GPU holds. The migration must return while the
 /// other tenant's lock is still held (making room may only try it: waiting,
-/// it would return only once the hold ends, up to 120 s later), and every
+/// it would return only once the hold ends, up to 60 s later), and every
 /// page of the other tenant must still be on the GPU, intact.
 fn passes_over() -> Outcome {
     let gpu = sysfs::msvm_gpus()?.into_iter().next().ok_or("no GPU")?;
