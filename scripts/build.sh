@@ -8,6 +8,7 @@
 #   build.sh module        msvm.ko and msvm_dmirror.ko (CLIPPY=1 runs clippy)
 #   build.sh rustfmtcheck  rustfmt --check over the module crate
 #   build.sh tools         the user-space workspace (static binaries)
+#   build.sh device        msvm-gpu, the PCIe GPU model (a host program)
 #   build.sh hmm-tests     the kernel's hmm-tests selftest, static
 #   build.sh hmm-bench     the test_hmm side of make bench, static
 #   build.sh c-example     the uAPI walk-through for runtime authors, static
@@ -58,6 +59,10 @@ rustfmt)
 	;;
 tools)
 	(cd "$MSVM_TOP/tools" && cargo build --release --locked --quiet)
+	;;
+device)
+	# A host program, its own workspace (no static flag, no guest target).
+	(cd "$MSVM_TOP/device" && cargo build --release --locked --quiet)
 	;;
 hmm-tests)
 	# The kernel's own device-private test suite, built static from the

@@ -15,6 +15,16 @@ MSVM_BINDGEN_VER=0.72.1
 MSVM_BINDGEN=$MSVM_CACHE/bindgen-$MSVM_BINDGEN_VER/bin/bindgen
 MSVM_KSRC=$MSVM_CACHE/linux-$MSVM_KVER_MAJOR
 MSVM_CLIPPY_DRIVER=/usr/bin/clippy-driver
+# QEMU with the vfio-user client (10.1 or newer) for the msvm-gpu device
+# model: Debian 13's backport, unpacked with its libraries into a private
+# root in the cache (scripts/setup.sh, stage qemu) and run through that
+# root's dynamic loader, since Debian 12's libc is older than it needs.
+MSVM_QEMU_SUITE=trixie-backports
+MSVM_QEMU_ROOT=$MSVM_CACHE/qemu
+# scripts/vm.py runs these two.
+export MSVM_QEMU=${MSVM_QEMU:-$MSVM_QEMU_ROOT/qemu-system-x86_64}
+# The device model's binary (device/, built by scripts/build.sh device).
+export MSVM_GPU_BIN=${MSVM_GPU_BIN:-$MSVM_TOP/device/target/release/msvm-gpu}
 # Kernel variant: "release" (run, bench) or "debug" (tests). One build tree each.
 MSVM_VARIANT=${MSVM_VARIANT:-release}
 MSVM_KDIR=$MSVM_CACHE/build-$MSVM_VARIANT

@@ -11,6 +11,7 @@ MSVM_KDIR=$MSVM_CACHE/build-release
 "$MSVM_TOP/scripts/setup.sh" release
 msvm_stage module "$MSVM_TOP/scripts/build.sh" module >/dev/null
 msvm_stage tools "$MSVM_TOP/scripts/build.sh" tools
+msvm_stage device "$MSVM_TOP/scripts/build.sh" device
 mkdir -p "$MSVM_TOP/build"
 "$MSVM_TOP/scripts/mkinitramfs.sh" "$MSVM_TOP/build/run-initramfs.cpio"
 exec python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \

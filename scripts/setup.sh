@@ -3,7 +3,9 @@
 #   1. Debian packages (toolchain, QEMU, busybox),
 #   2. bindgen-cli (cached),
 #   3. the Linux kernel source (Debian package, private apt state),
-#   4. the guest kernel for the variant in $MSVM_VARIANT (release|debug),
+#   4. QEMU with the vfio-user client (Debian 13's backport, in a private
+#      root, for the msvm-gpu device model),
+#   5. the guest kernel for the variant in $MSVM_VARIANT (release|debug),
 #      built out of tree in the cache and rebuilt incrementally.
 # Usage: scripts/setup.sh [release|debug]...   (default: $MSVM_VARIANT)
 set -euo pipefail
@@ -39,6 +41,61 @@ stage_bindgen() {
 	command -v cargo >/dev/null || msvm_die "cargo not found (needed to build bindgen-cli)"
 	cargo install --locked --quiet bindgen-cli --version "$MSVM_BINDGEN_VER" \
 		--root "$MSVM_CACHE/bindgen-$MSVM_BINDGEN_VER"
+}
+
+# apt-get options for a private apt state under $MSVM_CACHE/apt-$1 with the
+# sources in $2 (one "deb ..." line each, ';'-separated), no dpkg status: a
+# download resolves every dependency, libc included.
+private_apt() {
+	local apt=$MSVM_CACHE/apt-$1
+	mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$apt/etc" "$apt/state"
+	: >"$apt/state/status"
+	tr ';' '\n' <<<"$2" >"$apt/etc/sources.list"
+	APT_OPTS=(-o "Dir::Etc::SourceList=$apt/etc/sources.list" -o "Dir::Etc::SourceParts=-"
+		-o "Dir::State=$apt/state" -o "Dir::State::Lists=$apt/lists" -o "Dir::State::status=$apt/state/status"
+		-o "Dir::Cache=$apt" -o "Dir::Cache::archives=$apt/archives" -o "Dir::Log=$apt"
+		-o "APT::Get::List-Cleanup=0" -o "APT::Sandbox::User=root" -o "Debug::NoLocking=1"
+		-o "APT::Architecture=amd64" -o "APT::Architectures::=amd64")
+}
+
+# QEMU 10.1 or newer (the vfio-user client): Debian 13's backport and
+# every package it needs, down to libc, unpacked into $MSVM_QEMU_ROOT/root;
+# $MSVM_QEMU is a wrapper that runs it with that root's loader and
+# libraries and finds its firmware there.
+stage_qemu() {
+	local root=$MSVM_QEMU_ROOT
+	if [ -x "$root/qemu-system-x86_64" ] && "$root/qemu-system-x86_64" -device vfio-user-pci,help >/dev/null 2>&1; then
+		msvm_log "QEMU cached: $("$root/qemu-system-x86_64" --version | head -1)"
+		return 0
+	fi
+	local k=/usr/share/keyrings/debian-archive-keyring.gpg
+	private_apt qemu "deb [signed-by=$k] http://deb.debian.org/debian trixie main;deb [signed-by=$k] http://deb.debian.org/debian $MSVM_QEMU_SUITE main"
+	apt-get "${APT_OPTS[@]}" update -q >/dev/null || msvm_die "cannot read the trixie package lists"
+	rm -f "$MSVM_CACHE/apt-qemu/archives/"*.deb
+	apt-get "${APT_OPTS[@]}" install -y -q --download-only --no-install-recommends \
+		-t "$MSVM_QEMU_SUITE" qemu-system-x86 >/dev/null ||
+		msvm_die "qemu-system-x86 is not available from $MSVM_QEMU_SUITE"
+	rm -rf "$root.tmp"
+	mkdir -p "$root.tmp/root"
+	local d
+	for d in "$MSVM_CACHE/apt-qemu/archives/"*.deb; do
+		dpkg -x "$d" "$root.tmp/root"
+	done
+	cat >"$root.tmp/qemu-system-x86_64" <<'WRAP'
+#!/bin/sh
+# Debian 13's QEMU, run with the libraries of its own root (msvm's setup.sh).
+R=$(dirname "$(readlink -f "$0")")/root
+L=$R/usr/lib/x86_64-linux-gnu
+QEMU_MODULE_DIR=$L/qemu exec "$R/usr/lib64/ld-linux-x86-64.so.2" --library-path "$L:$L/pulseaudio" \
+	"$R/usr/bin/qemu-system-x86_64" -L "$R/usr/share/qemu" -L "$R/usr/share/seabios" "$@"
+WRAP
+	chmod +x "$root.tmp/qemu-system-x86_64"
+	"$root.tmp/qemu-system-x86_64" -device vfio-user-pci,help >/dev/null ||
+		msvm_die "the unpacked QEMU does not run, or has no vfio-user-pci"
+	rm -rf "$root"
+	mv "$root.tmp" "$root"
+	rm -f "$MSVM_CACHE/apt-qemu/archives/"*.deb
+	msvm_log "QEMU: $("$root/qemu-system-x86_64" --version | head -1)"
 }
 
 stage_source() {
@@ -142,6 +199,7 @@ main() {
 	msvm_stage packages stage_packages
 	msvm_stage bindgen stage_bindgen
 	msvm_stage source stage_source
+	msvm_stage qemu stage_qemu
 	local v
 	for v in "${variants[@]}"; do
 		case $v in release | debug) ;; *) msvm_die "unknown variant '$v'" ;; esac

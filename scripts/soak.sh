@@ -20,6 +20,7 @@ for k in ${MSVM_SOAK_KERNELS:-debug release}; do
 	"$MSVM_TOP/scripts/setup.sh" "$k"
 	msvm_stage "module-$k" "$MSVM_TOP/scripts/build.sh" module >/dev/null
 	msvm_stage tools "$MSVM_TOP/scripts/build.sh" tools
+	msvm_stage device "$MSVM_TOP/scripts/build.sh" device
 	"$MSVM_TOP/scripts/mkinitramfs.sh" "$B/soak-$k.cpio"
 	krc=0
 	msvm_stage "soak-$k" python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \

@@ -11,7 +11,9 @@
 #      tests, unbind/re-bind, PCIe hot-unplug/re-plug and rmmod; then a
 #      small-RAM boot, a swiotlb=force boot, a boot with generic devices
 #      (NVMe controllers bound at run time) and the 8-GPU server (two NUMA
-#      nodes, a host bridge each),
+#      nodes, a host bridge each). Every GPU is an msvm-gpu device (device/,
+#      one process each, attached over vfio-user), but in the generic-device
+#      boot, whose GPUs are ivshmem-plain BARs,
 #   4. host: parses the guest's KTAP with the kernel's kunit.py.
 # MSVM_GUEST_ARGS adds guest parameters, e.g. msvm_fuzz_calls=, msvm_fuzz_seed=,
 # msvm_stress_secs= (make soak sets long ones).
@@ -52,11 +54,18 @@ host_tests() {
 	RUSTFLAGS= cargo clippy --release --locked --quiet --all-targets -- -D warnings
 	RUSTFLAGS= cargo test --release --locked 2>&1 | tee -a "$B/cargo-test.log" | grep -E '^test |test result' || true
 	! grep -q 'test result: FAILED' "$B/cargo-test.log"
+	# msvm-gpu, the device model: its own workspace, a host program.
+	cd "$MSVM_TOP/device"
+	cargo fmt --check
+	cargo clippy --release --locked --quiet --all-targets -- -D warnings
+	cargo test --release --locked 2>&1 | tee -a "$B/cargo-test.log" | grep -E '^test |test result' || true
+	! grep -q 'test result: FAILED' "$B/cargo-test.log"
 }
 msvm_stage host-tests host_tests
 msvm_stage module-rustfmt "$MSVM_TOP/scripts/build.sh" rustfmtcheck
 msvm_stage module-clippy "$MSVM_TOP/scripts/build.sh" clippy >/dev/null # also builds msvm.ko
 msvm_stage tools "$MSVM_TOP/scripts/build.sh" tools
+msvm_stage device "$MSVM_TOP/scripts/build.sh" device
 msvm_stage c-example "$MSVM_TOP/scripts/build.sh" c-example
 msvm_stage ze "$MSVM_TOP/scripts/build.sh" ze
 build_rc=0
@@ -88,7 +97,7 @@ msvm_stage guest-swiotlb python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/
 # bound at run time (generic_id=, driver_override), one with a 64 MiB
 # controller memory buffer used as a GPU by the core tests, two refused.
 generic_rc=0
-msvm_stage guest-generic python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
+msvm_stage guest-generic python3 "$MSVM_TOP/scripts/vm.py" --device ivshmem --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
 	--initrd "$B/test-initramfs.cpio" --gpus nvme:sw:64,sw,rp,nvme:rp:16,nvme:rp:0 --cmd generic \
 	--log "$B/test-generic-console.log" --timeout "${MSVM_TEST_TIMEOUT:-900}" || generic_rc=$?
 

@@ -10,8 +10,12 @@ prints ``MSVM-EXIT: <status>`` and powers off. This harness:
   peer-to-peer works, or each on its own root port ("rp"), where it does not;
   or, for the 8-GPU server ("8gpu"), on two NUMA nodes each with its own
   host bridge (pxb-pcie), switch and root port;
-  every GPU is an ``ivshmem-plain`` device whose BAR2 is its VRAM, backed by
-  its own shared memfd, on a hot-pluggable port;
+  every GPU is, with ``--device model`` (the default), an msvm-gpu device:
+  a process of its own (``device/``, Documentation/hardware.rst) that QEMU
+  attaches over vfio-user, whose BAR2 is its VRAM, with guest RAM shared
+  with it; or, with ``--device ivshmem``, an ``ivshmem-plain`` device whose
+  BAR2 is its VRAM, backed by its own shared memfd; each on a hot-pluggable
+  port;
 - streams the console to stdout and to a log file;
 - keeps a QMP socket, and serves the guest's requests for host actions: a
   console line ``MSVM-HOST: device_del gpuN`` (or ``device_add gpuN``) makes
@@ -141,9 +145,11 @@ class Topology:
     each with its own switch. With any such entry the guest gets one NUMA
     node per host bridge (RAM and vCPUs split evenly)."""
 
-    def __init__(self, spec, vram, prealloc=False):
+    def __init__(self, spec, vram, prealloc=False, model=None):
         self.args = []
         self.prealloc = prealloc
+        # msvm-gpu devices: the Models that serve them, or None for ivshmem.
+        self.model = model
         self.gpus = {}  # id -> device_add arguments, for re-plug
         self.switches = {}  # host bridge -> upstream port id
         self.nodes = sorted({int(e.split(":")[0][1:]) for e in spec if re.match(r"n\d+:", e)})
@@ -194,6 +200,12 @@ class Topology:
                 cmb = f",cmb_size_mb={nvme}" if nvme else ""
                 self.args += ["-device", f"nvme,serial=msvm{i},bus={port},id=nvme{i}{cmb}"]
                 continue
+            if self.model is not None:
+                dev = {"driver": "vfio-user-pci", "socket": {"type": "unix", "path": self.model.socket(f"gpu{i}")},
+                       "bus": port, "id": f"gpu{i}"}
+                self.gpus[f"gpu{i}"] = dev
+                self.args += ["-device", json.dumps(dev)]
+                continue
             pre = ",prealloc=on" if self.prealloc else ""
             self.args += ["-object", f"memory-backend-memfd,id=vram{i},size={vram},share=on{pre}"]
             dev = {"driver": "ivshmem-plain", "memdev": f"vram{i}", "bus": port, "id": f"gpu{i}"}
@@ -224,7 +236,11 @@ class Topology:
         for k in range(n):
             size = total // n + (total % n if k == 0 else 0)
             pre = ",prealloc=on" if self.prealloc else ""
-            args += ["-object", f"memory-backend-ram,id=msvm_ram{k},size={size}{pre}"]
+            # A device process reaches guest RAM through the fds QEMU
+            # sends it: RAM is shared memfds then.
+            kind = "memory-backend-memfd" if self.model is not None else "memory-backend-ram"
+            share = ",share=on" if self.model is not None else ""
+            args += ["-object", f"{kind},id=msvm_ram{k},size={size}{share}{pre}"]
             if per_socket:
                 mine = range(k * per_socket, (k + 1) * per_socket)
             else:
@@ -232,6 +248,71 @@ class Topology:
             cpu = "".join(f",cpus={c}" for c in mine)
             args += ["-numa", f"node,nodeid={k},memdev=msvm_ram{k}{cpu}"]
         return args
+
+
+class Model:
+    """The msvm-gpu processes: one per GPU, each serving one vfio-user
+    socket, started before QEMU connects and again for a re-plug (a device
+    process ends when QEMU closes its socket). Their stderr goes to
+    DIR/gpuN.log, appended to the console log at the end."""
+
+    def __init__(self, binary, tmp, vram):
+        if not os.access(binary, os.X_OK):
+            raise SystemExit(f"vm.py: no msvm-gpu binary at {binary} (cargo build --release in device/)")
+        self.binary = binary
+        self.tmp = tmp
+        self.vram = vram
+        self.procs = {}  # gpu -> Popen of its current process
+        self.logs = []
+
+    def socket(self, gpu):
+        return os.path.join(self.tmp, f"{gpu}.sock")
+
+    def start(self, gpu, timeout=30):
+        """Starts gpu's process and waits until its socket accepts."""
+        old = self.procs.get(gpu)
+        if old is not None and old.poll() is None:
+            # A process whose device was unplugged ends when QEMU closes
+            # the socket; one still running now has lost its client.
+            try:
+                old.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                old.kill()
+                old.wait()
+        path = self.socket(gpu)
+        log = os.path.join(self.tmp, f"{gpu}.{len(self.logs)}.log")
+        self.logs.append((gpu, log))
+        with open(log, "w") as f:
+            self.procs[gpu] = subprocess.Popen([self.binary, "--socket", path, "--vram", str(self.vram)],
+                                               stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                                               start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(path):
+            if self.procs[gpu].poll() is not None or time.monotonic() > deadline:
+                with open(log) as f:
+                    raise RuntimeError(f"msvm-gpu for {gpu} did not start: {f.read().strip()}")
+            time.sleep(0.01)
+
+    def stop(self):
+        """Ends every process (QEMU has exited: they end by themselves)."""
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def report(self):
+        """The processes' logs and exit statuses, as lines."""
+        out = []
+        for gpu, log in self.logs:
+            with open(log) as f:
+                for line in f.read().splitlines():
+                    out.append(f"[{gpu}] {line}")
+        for gpu, p in self.procs.items():
+            if p.returncode not in (0, None):
+                out.append(f"[{gpu}] msvm-gpu exited with status {p.returncode}")
+        return out
 
 
 class Qmp:
@@ -313,6 +394,10 @@ def main():
     ap.add_argument("--initrd", required=True)
     ap.add_argument("--gpus", default="sw,sw,rp", help="comma-separated placements: sw (behind the shared switch) or rp (own root port), on the main host bridge, or nN:sw / nN:rp on NUMA node N's own host bridge (a pxb-pcie; the guest then has NUMA nodes); nvme:sw|rp:CMB_MIB adds an NVMe controller with a CMB instead of a GPU; 8gpu is the 8-GPU server: n0:sw,n0:sw,n0:sw,n0:rp,n1:sw,n1:sw,n1:sw,n1:rp")
     ap.add_argument("--vram", default="256M", type=parse_size, help="VRAM per GPU (default 256M)")
+    ap.add_argument("--device", choices=["model", "ivshmem"], default="model",
+                    help="what a GPU is: model, the msvm-gpu device (device/, attached over vfio-user; "
+                         "needs a QEMU with vfio-user-pci, MSVM_QEMU), or ivshmem, an ivshmem-plain "
+                         "BAR of memory (default model)")
     ap.add_argument("--mem", default="1G", help="guest RAM (default 1G)")
     ap.add_argument("--smp", default="2")
     ap.add_argument("--timeout", default=600, type=float, help="seconds (default 600)")
@@ -333,8 +418,19 @@ def main():
     want_kvm = os.environ.get("MSVM_KVM", "") not in ("", "0")
     accel, accel_name = accel_args(want_kvm and not args.icount, args.icount)
     gpus = PRESETS.get(args.gpus, args.gpus)
-    topo = Topology([g for g in gpus.split(",") if g], args.vram, args.prealloc)
     tmp = tempfile.mkdtemp(prefix="msvm-vm-")
+    entries = [g for g in gpus.split(",") if g]
+    model = None
+    if args.device == "model" and any(not e.startswith("nvme:") for e in entries):
+        top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        model = Model(os.environ.get("MSVM_GPU_BIN", os.path.join(top, "device/target/release/msvm-gpu")),
+                      tmp, args.vram)
+    qemu_bin = os.environ.get("MSVM_QEMU", "qemu-system-x86_64")
+    if model is not None and subprocess.run([qemu_bin, "-device", "vfio-user-pci,help"],
+                                             capture_output=True).returncode != 0:
+        raise SystemExit(f"vm.py: {qemu_bin} has no vfio-user-pci (QEMU 10.1 or newer): set MSVM_QEMU "
+                         "(scripts/setup.sh puts one in ~/.cache/msvm/qemu), or use --device ivshmem")
+    topo = Topology(entries, args.vram, args.prealloc, model)
     qmp_path = os.path.join(tmp, "qmp.sock")
     cmdline = f"console=ttyS0 panic=-1 loglevel=7 msvm_cmd={args.cmd} {args.append}".strip()
     if topo.nodes:
@@ -342,13 +438,22 @@ def main():
         # ACPICA stops it after 30 s, twice per bridge. Nothing here uses
         # INTx (the ports and GPUs have MSI or no interrupt at all).
         cmdline += " acpi=noirq"
+    machine = "q35"
+    shared_ram = []
+    if model is not None and not topo.nodes:
+        # The devices reach guest RAM through the fds QEMU sends them.
+        machine += ",memory-backend=msvm_ram"
+        pre = ",prealloc=on" if args.prealloc else ""
+        size = parse_size(args.mem if args.mem[-1:].isalpha() else args.mem + "M")
+        shared_ram = ["-object", f"memory-backend-memfd,id=msvm_ram,size={size},share=on{pre}"]
     qemu = [
-        "qemu-system-x86_64", "-machine", "q35", *accel, "-smp", topo.smp_arg(args.smp), "-m", args.mem,
+        qemu_bin, "-machine", machine, *accel, "-smp", topo.smp_arg(args.smp), "-m", args.mem,
+        *shared_ram,
         "-global", "ICH9-LPC.acpi-pci-hotplug-with-bridge-support=off",
         "-display", "none", "-monitor", "none", "-serial", "stdio", "-no-reboot",
         "-qmp", f"unix:{qmp_path},server=on,wait=off",
         "-kernel", args.kernel, "-initrd", args.initrd, "-append", cmdline,
-        *(["-mem-prealloc"] if args.prealloc and not topo.nodes else []),
+        *(["-mem-prealloc"] if args.prealloc and not topo.nodes and model is None else []),
         *topo.numa_args(args.mem, args.smp),
         *topo.args,
     ]
@@ -364,6 +469,10 @@ def main():
     say(f"accelerator: {accel_name}; GPUs: {args.gpus} ({args.vram >> 20} MiB VRAM each); "
         f"guest: {args.smp} vCPUs, {args.mem} RAM; command: {args.cmd}; timeout {args.timeout:.0f} s")
     t0 = time.monotonic()
+    if model is not None:
+        for gpu in topo.gpus:
+            model.start(gpu)
+        say(f"msvm-gpu: {len(topo.gpus)} device processes ({model.binary})")
     proc = subprocess.Popen(qemu, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)
     qmp = None
@@ -402,9 +511,16 @@ def main():
                 if ev:
                     say(f"host: {gpu} unplugged (DEVICE_DELETED after {time.monotonic() - start:.1f} s)")
                     unplugged.add(gpu)
-                    qmp.command("object-del", id=topo.gpus[gpu]["memdev"])
+                    if model is None:
+                        qmp.command("object-del", id=topo.gpus[gpu]["memdev"])
                 else:
                     say(f"host: {gpu}: no DEVICE_DELETED within 30 s")
+            elif model is not None:
+                # A new card: a new device process (with new VRAM).
+                model.start(gpu)
+                qmp.command("device_add", **topo.gpus[gpu])
+                unplugged.discard(gpu)
+                say(f"host: {gpu} plugged back in (a new msvm-gpu process)")
             else:
                 # A fresh memory backend for the new card: QEMU cannot
                 # re-register the RAM block of a backend it already used.
@@ -418,7 +534,7 @@ def main():
                 unplugged.discard(gpu)
                 topo.gpus[gpu] = dev
                 say(f"host: {gpu} plugged back in (VRAM backend {mem})")
-        except (RuntimeError, KeyError) as e:
+        except (RuntimeError, KeyError, OSError) as e:
             say(f"host: {action} {gpu} failed: {e}")
 
     # Host actions run one at a time, in the order the guest asked for them:
@@ -476,6 +592,10 @@ def main():
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     elapsed = time.monotonic() - t0
+    if model is not None:
+        model.stop()
+        for line in model.report():
+            say(line)
 
     rc = status if status is not None else 125
     if timed_out:

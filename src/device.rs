@@ -7,6 +7,7 @@ use kernel::{
 };
 
 use crate::fault::FaultHandler;
+use crate::gpu::hal::{CpuEngine, Hal};
 use crate::mm::{
     cancel::Gone,
     devtables::Tables,
@@ -25,6 +26,8 @@ pub(crate) struct DeviceKind {
     pub(crate) vram_bar: Option<u32>,
     /// A short name for logs.
     pub(crate) name: &'static str,
+    /// Its hardware.
+    pub(crate) hal: &'static dyn Hal,
 }
 
 /// A device bound at run time, by module parameter `generic_id` or by
@@ -33,6 +36,7 @@ pub(crate) struct DeviceKind {
 pub(crate) const GENERIC: DeviceKind = DeviceKind {
     vram_bar: None,
     name: "generic device",
+    hal: &CpuEngine,
 };
 
 /// Why a generic device's memory BAR was refused.
@@ -125,6 +129,7 @@ impl<'a> Gpu<'a> {
             None => Self::generic_bar(pdev)?,
         };
         let bar_len = pdev.resource_len(vram_bar)?;
+        kind.hal.identify(pdev, bar_len)?;
         if bar_len > u64::from_safe_cast(MAX_VRAM) {
             dev_warn!(
                 pdev.as_ref(),

@@ -16,6 +16,7 @@ mod drm;
 mod engine;
 mod fault;
 mod generation;
+mod gpu;
 mod lockstat;
 mod migrate;
 mod mm;

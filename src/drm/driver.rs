@@ -11,6 +11,7 @@ use kernel::{
 };
 
 use crate::device::{DeviceKind, Gpu, GENERIC};
+use crate::gpu::{hal::CpuEngine, model::MsvmGpu};
 use crate::mm::abi::{
     drm_msvm_exec, drm_msvm_migrate, drm_msvm_prefetch, drm_msvm_query, drm_msvm_residency,
     drm_msvm_set_attr, drm_msvm_stats, drm_msvm_vm_create, drm_msvm_vm_destroy, DRM_MSVM_EXEC,
@@ -33,6 +34,15 @@ pub(crate) type MsvmDevice<Ctx = drm::Normal> = drm::Device<MsvmDriver, Ctx>;
 const IVSHMEM: DeviceKind = DeviceKind {
     vram_bar: Some(2),
     name: "ivshmem",
+    hal: &CpuEngine,
+};
+
+/// msvm-gpu, the PCIe GPU model of `device/`: BAR2 is its VRAM
+/// (Documentation/hardware.rst).
+const MSVM_GPU: DeviceKind = DeviceKind {
+    vram_bar: Some(2),
+    name: "msvm-gpu",
+    hal: &MsvmGpu,
 };
 
 // The devices msvm binds, the one place they are listed. Real device ids
@@ -42,10 +52,16 @@ const IVSHMEM: DeviceKind = DeviceKind {
 kernel::pci_device_table!(
     PCI_TABLE,
     <MsvmDriver as pci::Driver>::IdInfo,
-    [(
-        pci::DeviceId::from_id(pci::Vendor::REDHAT_QUMRANET, 0x1110),
-        IVSHMEM
-    )]
+    [
+        (
+            pci::DeviceId::from_id(pci::Vendor::REDHAT_QUMRANET, 0x1110),
+            IVSHMEM
+        ),
+        (
+            pci::DeviceId::from_id(pci::Vendor::REDHAT, 0x00f0),
+            MSVM_GPU
+        )
+    ]
 );
 
 /// msvm's devices going away, which every msvm ioctl stops for
@@ -77,6 +93,7 @@ impl pci::Driver for MsvmDriver {
         // data, from `generic_id`, or `driver_override`).
         let kind = info.unwrap_or(&GENERIC);
         crate::mm::pci::enable_mem_managed(pdev)?;
+        kind.hal.enable(pdev);
         // The engine reaches system pages and peers' BARs, which may lie
         // anywhere in the 64-bit space (a large BAR goes above 4 GiB).
         // SAFETY: probe runs before any DMA allocation or mapping of this

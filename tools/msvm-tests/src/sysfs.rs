@@ -81,18 +81,30 @@ pub fn msvm_gpus() -> Result<Vec<SysGpu>, String> {
     Ok(out)
 }
 
-/// Number of `ivshmem-plain` devices (1af4:1110) present, bound or not.
-pub fn ivshmem_count() -> usize {
+/// The emulated GPUs msvm's id table names: (vendor, device, name).
+pub const EMULATED_GPUS: [(&str, &str, &str); 2] = [
+    ("0x1af4", "0x1110", "ivshmem-plain"),
+    ("0x1b36", "0x00f0", "msvm-gpu"),
+];
+
+/// Number of devices of each kind of [`EMULATED_GPUS`] present, bound or
+/// not.
+pub fn emulated_gpu_counts() -> [usize; EMULATED_GPUS.len()] {
+    let mut n = [0; EMULATED_GPUS.len()];
     let Ok(entries) = fs::read_dir("/sys/bus/pci/devices") else {
-        return 0;
+        return n;
     };
-    entries
-        .flatten()
-        .filter(|e| {
-            let rd = |f: &str| fs::read_to_string(e.path().join(f)).unwrap_or_default();
-            rd("vendor").trim() == "0x1af4" && rd("device").trim() == "0x1110"
-        })
-        .count()
+    for e in entries.flatten() {
+        let rd = |f: &str| fs::read_to_string(e.path().join(f)).unwrap_or_default();
+        let (v, d) = (rd("vendor"), rd("device"));
+        if let Some(k) = EMULATED_GPUS
+            .iter()
+            .position(|(vv, dd, _)| v.trim() == *vv && d.trim() == *dd)
+        {
+            n[k] += 1;
+        }
+    }
+    n
 }
 
 /// The P2P distance `pci_p2pdma` should report between two devices: hops

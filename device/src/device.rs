@@ -1,0 +1,392 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The device as QEMU sees it: VFIO regions (configuration space, BAR0,
+//! BAR2), an MSI interrupt signalled through an eventfd, a DMA space, and
+//! VRAM that the device and the guest's CPU share.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::Mutex;
+
+use crate::dma::{DmaSpace, Remote};
+use crate::mem::{memfd, Mmap};
+use crate::pci::Config;
+use crate::proto::Writer;
+use crate::regs::{Regs, BAR0_SIZE};
+use crate::Error;
+
+/// VFIO region indices (`VFIO_PCI_*_REGION_INDEX`).
+pub mod region {
+    /// BAR0: registers, the MSI-X table and PBA.
+    pub const BAR0: u32 = 0;
+    /// BAR2: VRAM.
+    pub const BAR2: u32 = 2;
+    /// Configuration space.
+    pub const CONFIG: u32 = 7;
+    /// Regions a PCI device has (BARs 0-5, ROM, config, VGA).
+    pub const COUNT: u32 = 9;
+}
+
+/// VFIO interrupt indices (`VFIO_PCI_*_IRQ_INDEX`).
+pub mod irq {
+    /// MSI.
+    pub const MSI: u32 = 1;
+    /// The error interrupt: the device reports itself broken (QEMU stops
+    /// the guest, as for an uncorrectable PCIe error).
+    pub const ERR: u32 = 3;
+    /// Interrupt indices a PCI device has (INTx, MSI, MSI-X, ERR, REQ).
+    pub const COUNT: u32 = 5;
+}
+
+/// `vfio_region_info` flags.
+mod rflags {
+    pub const READ: u32 = 1 << 0;
+    pub const WRITE: u32 = 1 << 1;
+    pub const MMAP: u32 = 1 << 2;
+    pub const CAPS: u32 = 1 << 3;
+}
+
+/// `vfio_irq_set` flags.
+mod set {
+    pub const DATA_NONE: u32 = 1 << 0;
+    pub const DATA_BOOL: u32 = 1 << 1;
+    pub const DATA_EVENTFD: u32 = 1 << 2;
+    pub const ACTION_TRIGGER: u32 = 1 << 5;
+}
+
+/// Bytes of `vfio_region_info` after the message header.
+const REGION_INFO_LEN: u32 = 32;
+/// Bytes of the sparse-mmap capability with one area.
+const SPARSE_CAP_LEN: u32 = 16 + 16;
+
+/// Configuration space and registers, under one lock.
+struct State {
+    config: Config,
+    regs: Regs,
+}
+
+/// The device.
+pub struct Device {
+    state: Mutex<State>,
+    /// The MSI interrupt's eventfd, while QEMU has MSI enabled.
+    msi: Mutex<Option<File>>,
+    /// The error interrupt's eventfd.
+    err: Mutex<Option<File>>,
+    dma: DmaSpace,
+    vram_fd: OwnedFd,
+    vram: Mmap,
+}
+
+impl Device {
+    /// A device with `vram` bytes of VRAM (a new memfd).
+    pub fn new(vram: u64) -> Result<Self, Error> {
+        if vram == 0 || vram % (2 << 20) != 0 || !vram.is_power_of_two() {
+            return Err(Error::Malformed(
+                "VRAM size: a power of two, 2 MiB at least",
+            ));
+        }
+        let vram_fd = memfd("msvm-gpu-vram", vram)?;
+        let len = usize::try_from(vram).map_err(|_| Error::Malformed("VRAM size"))?;
+        let map = Mmap::new(&vram_fd, 0, len)?;
+        Ok(Self {
+            state: Mutex::new(State {
+                config: Config::new(),
+                regs: Regs::new(vram),
+            }),
+            msi: Mutex::new(None),
+            err: Mutex::new(None),
+            dma: DmaSpace::new(),
+            vram_fd,
+            vram: map,
+        })
+    }
+
+    /// Bytes of VRAM.
+    pub fn vram_size(&self) -> u64 {
+        self.vram.len() as u64
+    }
+
+    /// The DMA space.
+    pub fn dma(&self) -> &DmaSpace {
+        &self.dma
+    }
+
+    fn state(&self) -> Result<std::sync::MutexGuard<'_, State>, Error> {
+        self.state.lock().map_err(|_| Error::Poisoned)
+    }
+
+    /// The body of a `DEVICE_GET_INFO` reply.
+    pub fn info(&self) -> Vec<u8> {
+        const PCI: u32 = 1 << 1;
+        const RESET: u32 = 1 << 0;
+        let mut w = Writer::new();
+        w.u32(16)
+            .u32(PCI | RESET)
+            .u32(region::COUNT)
+            .u32(irq::COUNT);
+        w.0
+    }
+
+    /// The body of a `DEVICE_GET_REGION_INFO` reply for `index`, cut to the
+    /// client's `argsz` (the full size is in the body's `argsz`, so that
+    /// the client asks again), and the fd to map it with when it fits.
+    pub fn region_info(&self, index: u32, argsz: u32) -> Result<(Vec<u8>, Option<RawFd>), Error> {
+        let (size, flags) = match index {
+            region::BAR0 => (BAR0_SIZE, rflags::READ | rflags::WRITE),
+            region::BAR2 => (
+                self.vram_size(),
+                rflags::READ | rflags::WRITE | rflags::MMAP | rflags::CAPS,
+            ),
+            region::CONFIG => (crate::pci::SIZE as u64, rflags::READ | rflags::WRITE),
+            i if i < region::COUNT => (0, 0),
+            i => return Err(Error::NoIndex(i)),
+        };
+        let caps = flags & rflags::CAPS != 0;
+        let full = REGION_INFO_LEN + if caps { SPARSE_CAP_LEN } else { 0 };
+        let mut w = Writer::new();
+        w.u32(full)
+            .u32(flags)
+            .u32(index)
+            .u32(if caps { REGION_INFO_LEN } else { 0 })
+            .u64(size)
+            .u64(0);
+        if caps {
+            // VFIO_REGION_INFO_CAP_SPARSE_MMAP, version 1, no next; one
+            // area: the whole of BAR2.
+            w.u16(1).u16(1).u32(0).u32(1).u32(0).u64(0).u64(size);
+        }
+        let fits = argsz >= full;
+        w.0.truncate(argsz.min(full) as usize);
+        let fd = (fits && caps).then(|| self.vram_fd.as_raw_fd());
+        Ok((w.0, fd))
+    }
+
+    /// The body of a `DEVICE_GET_IRQ_INFO` reply: MSI and the error
+    /// interrupt have one interrupt each, signalled by eventfd; the other
+    /// indices none (no INTx, no MSI-X, no request interrupt).
+    pub fn irq_info(&self, index: u32) -> Result<Vec<u8>, Error> {
+        const EVENTFD: u32 = 1 << 0;
+        let (flags, count) = match index {
+            irq::MSI | irq::ERR => (EVENTFD, 1),
+            i if i < irq::COUNT => (0, 0),
+            i => return Err(Error::NoIndex(i)),
+        };
+        let mut w = Writer::new();
+        w.u32(16).u32(flags).u32(index).u32(count);
+        Ok(w.0)
+    }
+
+    /// `DEVICE_SET_IRQS` for MSI or the error interrupt, each one
+    /// interrupt: with an eventfd, QEMU connects it (MSI enabled); with
+    /// none, or `count` 0, disconnects it; with no data, triggers it.
+    /// Masking is QEMU's (it emulates the MSI capability).
+    pub fn set_irqs(
+        &self,
+        flags: u32,
+        index: u32,
+        start: u32,
+        count: u32,
+        mut fds: Vec<OwnedFd>,
+    ) -> Result<(), Error> {
+        let slot = match index {
+            irq::MSI => &self.msi,
+            irq::ERR => &self.err,
+            _ if count == 0 => return Ok(()),
+            i => return Err(Error::NoIndex(i)),
+        };
+        if flags & set::ACTION_TRIGGER == 0 {
+            return Ok(());
+        }
+        if start.checked_add(count).is_none_or(|end| end > 1) || fds.len() > 1 {
+            return Err(Error::Malformed("interrupt range"));
+        }
+        if flags & set::DATA_EVENTFD != 0 {
+            *slot.lock().map_err(|_| Error::Poisoned)? =
+                fds.pop().filter(|_| count == 1).map(File::from);
+        } else if flags & (set::DATA_NONE | set::DATA_BOOL) != 0 {
+            if count == 0 {
+                *slot.lock().map_err(|_| Error::Poisoned)? = None;
+            } else if index == irq::MSI {
+                self.signal();
+            }
+        }
+        Ok(())
+    }
+
+    /// Signals the MSI interrupt, if QEMU connected it.
+    fn signal(&self) {
+        let Ok(fd) = self.msi.lock() else { return };
+        if let Some(mut f) = fd.as_ref() {
+            let _ = f.write_all(&1u64.to_ne_bytes());
+        }
+    }
+
+    /// Raises interrupt causes (`regs::cause`).
+    pub fn raise(&self, causes: u32) -> Result<(), Error> {
+        if self.state()?.regs.raise(causes) != 0 {
+            self.signal();
+        }
+        Ok(())
+    }
+
+    /// A read of `buf.len()` bytes at `off` in region `index`.
+    pub fn region_read(&self, index: u32, off: u64, buf: &mut [u8]) -> Result<(), Error> {
+        match index {
+            region::CONFIG => self.state()?.config.read(off, buf).ok_or(Error::OutOfRange),
+            region::BAR0 => {
+                check_access(off, buf.len(), BAR0_SIZE)?;
+                let s = self.state()?;
+                s.regs.read(off, buf, s.config.bus_master());
+                Ok(())
+            }
+            region::BAR2 => self.vram.read(off, buf),
+            i => Err(Error::NoIndex(i)),
+        }
+    }
+
+    /// A write of `data` at `off` in region `index`.
+    pub fn region_write(&self, index: u32, off: u64, data: &[u8]) -> Result<(), Error> {
+        match index {
+            region::CONFIG => self
+                .state()?
+                .config
+                .write(off, data)
+                .ok_or(Error::OutOfRange),
+            region::BAR0 => {
+                check_access(off, data.len(), BAR0_SIZE)?;
+                let fx = {
+                    let mut s = self.state()?;
+                    let bm = s.config.bus_master();
+                    s.regs.write(off, data, bm)
+                };
+                if fx.signal != 0 {
+                    self.signal();
+                }
+                Ok(())
+            }
+            region::BAR2 => self.vram.write(off, data),
+            i => Err(Error::NoIndex(i)),
+        }
+    }
+
+    /// Device reset: registers to their reset values.
+    pub fn reset(&self) -> Result<(), Error> {
+        self.state()?.regs.reset();
+        Ok(())
+    }
+
+    /// A DMA read by the device at `addr`: refused without bus mastering
+    /// or outside the DMA space.
+    pub fn dma_read(&self, addr: u64, buf: &mut [u8], remote: &dyn Remote) -> Result<(), Error> {
+        if !self.state()?.config.bus_master() {
+            return Err(Error::NoBusMaster);
+        }
+        self.dma.read(addr, buf, remote)
+    }
+
+    /// A DMA write by the device at `addr`.
+    pub fn dma_write(&self, addr: u64, data: &[u8], remote: &dyn Remote) -> Result<(), Error> {
+        if !self.state()?.config.bus_master() {
+            return Err(Error::NoBusMaster);
+        }
+        self.dma.write(addr, data, remote)
+    }
+}
+
+/// A register access: 1 to 8 bytes inside the region.
+fn check_access(off: u64, len: usize, size: u64) -> Result<(), Error> {
+    match off.checked_add(len as u64) {
+        Some(end) if (1..=8).contains(&len) && end <= size => Ok(()),
+        _ => Err(Error::OutOfRange),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::regs::{cause, IRQ_ENABLE, IRQ_RAISE, SCRATCH};
+
+    #[test]
+    fn region_info_is_cut_to_argsz_and_carries_the_fd_when_whole() {
+        let d = Device::new(4 << 20).unwrap();
+        let (b, fd) = d.region_info(region::BAR2, 32).unwrap();
+        assert_eq!(b.len(), 32);
+        assert_eq!(
+            u32::from_le_bytes(b[0..4].try_into().unwrap()),
+            64,
+            "argsz asks for more"
+        );
+        assert!(fd.is_none());
+        let (b, fd) = d.region_info(region::BAR2, 64).unwrap();
+        assert_eq!(b.len(), 64);
+        assert!(fd.is_some());
+        // The sparse area covers the whole BAR.
+        assert_eq!(u64::from_le_bytes(b[56..64].try_into().unwrap()), 4 << 20);
+        let (b, fd) = d.region_info(region::BAR0, 32).unwrap();
+        assert_eq!((b.len(), fd), (32, None));
+        assert!(d.region_info(9, 32).is_err());
+    }
+
+    #[test]
+    fn register_accesses_are_bounded() {
+        let d = Device::new(2 << 20).unwrap();
+        d.region_write(region::BAR0, SCRATCH, &7u32.to_le_bytes())
+            .unwrap();
+        let mut b = [0; 4];
+        d.region_read(region::BAR0, SCRATCH, &mut b).unwrap();
+        assert_eq!(u32::from_le_bytes(b), 7);
+        assert!(d.region_read(region::BAR0, BAR0_SIZE - 2, &mut b).is_err());
+        assert!(d.region_read(region::BAR0, 0, &mut [0; 16]).is_err());
+        assert!(Device::new(3 << 20).is_err());
+    }
+
+    #[test]
+    fn a_raised_cause_signals_the_eventfd_once_until_cleared() {
+        use nix::sys::eventfd::{EfdFlags, EventFd};
+        use std::os::fd::AsFd;
+        let d = Device::new(2 << 20).unwrap();
+        let ev = EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK).unwrap();
+        let fd: OwnedFd = ev.as_fd().try_clone_to_owned().unwrap();
+        // Raised before QEMU connects MSI: pending, nothing signalled.
+        d.region_write(region::BAR0, IRQ_ENABLE, &cause::ALL.to_le_bytes())
+            .unwrap();
+        d.raise(cause::FAULT).unwrap();
+        assert!(ev.read().is_err());
+        d.set_irqs(
+            set::ACTION_TRIGGER | set::DATA_EVENTFD,
+            irq::MSI,
+            0,
+            1,
+            vec![fd],
+        )
+        .unwrap();
+        // A second cause is a new edge; the same one again is not.
+        d.region_write(region::BAR0, IRQ_RAISE, &cause::COMPLETION.to_le_bytes())
+            .unwrap();
+        assert_eq!(ev.read().unwrap(), 1);
+        d.raise(cause::COMPLETION).unwrap();
+        assert!(ev.read().is_err(), "no edge for a cause already raised");
+        // Cleared, then raised: signalled again.
+        d.region_write(region::BAR0, 0x20, &cause::ALL.to_le_bytes())
+            .unwrap();
+        d.raise(cause::COMPLETION).unwrap();
+        assert_eq!(ev.read().unwrap(), 1);
+        // Disconnected (MSI disabled): nothing signalled.
+        d.set_irqs(
+            set::ACTION_TRIGGER | set::DATA_EVENTFD,
+            irq::MSI,
+            0,
+            0,
+            vec![],
+        )
+        .unwrap();
+        d.region_write(region::BAR0, 0x20, &cause::ALL.to_le_bytes())
+            .unwrap();
+        d.raise(cause::ERROR).unwrap();
+        assert!(ev.read().is_err());
+        // No MSI-X, no INTx: only an empty request is accepted.
+        assert!(d.set_irqs(set::ACTION_TRIGGER, 2, 0, 1, vec![]).is_err());
+        assert!(d.set_irqs(set::ACTION_TRIGGER, 2, 0, 0, vec![]).is_ok());
+    }
+}

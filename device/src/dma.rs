@@ -1,0 +1,313 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The device's DMA space: the ranges QEMU maps for it (`DMA_MAP`), each
+//! either guest RAM with the fd behind it (reached directly) or memory QEMU
+//! gives no fd for, such as a peer's BAR (reached through QEMU with
+//! `DMA_READ`/`DMA_WRITE`). An address in no range is an error the device
+//! reports: it touches nothing it was not given.
+
+use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
+use std::sync::RwLock;
+
+use crate::mem::Mmap;
+use crate::Error;
+
+/// `DMA_MAP` flags.
+pub mod prot {
+    /// The device may read the range.
+    pub const READ: u32 = 1 << 0;
+    /// The device may write the range.
+    pub const WRITE: u32 = 1 << 1;
+}
+
+/// `DMA_UNMAP` flag: every range.
+pub const UNMAP_ALL: u32 = 1 << 1;
+
+/// How the device reaches a range.
+enum Backing {
+    /// Mapped from the fd QEMU sent.
+    Direct(Mmap),
+    /// Through QEMU: `DMA_READ`/`DMA_WRITE` messages.
+    Remote,
+}
+
+struct Range {
+    size: u64,
+    prot: u32,
+    backing: Backing,
+}
+
+/// Accesses QEMU serves: the connection implements this.
+pub trait Remote {
+    /// Reads `buf.len()` bytes at `addr` through QEMU.
+    fn dma_read(&self, addr: u64, buf: &mut [u8]) -> Result<(), Error>;
+    /// Writes `data` at `addr` through QEMU.
+    fn dma_write(&self, addr: u64, data: &[u8]) -> Result<(), Error>;
+}
+
+/// Counters of the paths accesses took.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DmaCounts {
+    /// Bytes read or written directly.
+    pub direct_bytes: u64,
+    /// Bytes read or written through QEMU.
+    pub remote_bytes: u64,
+    /// Accesses refused: no range, or no permission.
+    pub refused: u64,
+}
+
+/// The DMA space.
+#[derive(Default)]
+pub struct DmaSpace {
+    ranges: RwLock<BTreeMap<u64, Range>>,
+    counts: std::sync::Mutex<DmaCounts>,
+}
+
+impl DmaSpace {
+    /// An empty space.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `[iova, iova + size)`, backed by `fd` from `offset` if given.
+    /// A range that overlaps one already mapped is refused (`EEXIST`).
+    pub fn map(
+        &self,
+        iova: u64,
+        size: u64,
+        prot: u32,
+        fd: Option<(OwnedFd, u64)>,
+    ) -> Result<(), Error> {
+        let end = iova
+            .checked_add(size)
+            .filter(|_| size > 0)
+            .ok_or(Error::Malformed("DMA range"))?;
+        let backing = match fd {
+            Some((fd, offset)) => {
+                let len = usize::try_from(size).map_err(|_| Error::Malformed("DMA range"))?;
+                Backing::Direct(Mmap::new(&fd, offset, len)?)
+            }
+            None => Backing::Remote,
+        };
+        let mut ranges = self.ranges.write().map_err(|_| Error::Poisoned)?;
+        let overlaps = ranges
+            .range(..end)
+            .next_back()
+            .is_some_and(|(&start, r)| start + r.size > iova);
+        if overlaps {
+            return Err(Error::Overlap);
+        }
+        ranges.insert(
+            iova,
+            Range {
+                size,
+                prot,
+                backing,
+            },
+        );
+        Ok(())
+    }
+
+    /// Removes the ranges inside `[iova, iova + size)` (all with
+    /// [`UNMAP_ALL`]). Accesses under way finish first: they hold the
+    /// lock this takes for writing.
+    pub fn unmap(&self, iova: u64, size: u64, flags: u32) -> Result<usize, Error> {
+        let mut ranges = self.ranges.write().map_err(|_| Error::Poisoned)?;
+        if flags & UNMAP_ALL != 0 {
+            let n = ranges.len();
+            ranges.clear();
+            return Ok(n);
+        }
+        let end = iova
+            .checked_add(size)
+            .ok_or(Error::Malformed("DMA range"))?;
+        let gone: Vec<u64> = ranges
+            .range(iova..end)
+            .filter(|(&s, r)| s + r.size <= end)
+            .map(|(&s, _)| s)
+            .collect();
+        for s in &gone {
+            ranges.remove(s);
+        }
+        Ok(gone.len())
+    }
+
+    /// Number of ranges mapped.
+    pub fn len(&self) -> usize {
+        self.ranges.read().map(|r| r.len()).unwrap_or(0)
+    }
+
+    /// Whether nothing is mapped.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The counters.
+    pub fn counts(&self) -> DmaCounts {
+        self.counts.lock().map(|c| *c).unwrap_or_default()
+    }
+
+    fn count(&self, f: impl FnOnce(&mut DmaCounts)) {
+        if let Ok(mut c) = self.counts.lock() {
+            f(&mut c);
+        }
+    }
+
+    /// Splits `[addr, addr + len)` over the ranges and checks every piece
+    /// for `want` permission first; then calls `f(piece start, range,
+    /// offset in range, length)` for each, so that an access that is
+    /// refused anywhere touches nothing. The first failure of `f` stops it.
+    fn walk(
+        &self,
+        addr: u64,
+        len: usize,
+        want: u32,
+        mut f: impl FnMut(usize, &Range, u64, usize) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        let ranges = self.ranges.read().map_err(|_| Error::Poisoned)?;
+        let mut pieces = Vec::new();
+        let mut done = 0usize;
+        while done < len {
+            let at = addr.checked_add(done as u64).ok_or(Error::Unmapped(addr))?;
+            let found = ranges
+                .range(..=at)
+                .next_back()
+                .filter(|(&s, r)| at - s < r.size);
+            let Some((&start, r)) = found else {
+                self.count(|c| c.refused += 1);
+                return Err(Error::Unmapped(at));
+            };
+            if r.prot & want != want {
+                self.count(|c| c.refused += 1);
+                return Err(Error::Denied(at));
+            }
+            let off = at - start;
+            let n = (len - done).min((r.size - off).min(usize::MAX as u64) as usize);
+            pieces.push((done, r, off, n));
+            done += n;
+        }
+        for (done, r, off, n) in pieces {
+            f(done, r, off, n)?;
+        }
+        Ok(())
+    }
+
+    /// Reads `buf.len()` bytes at DMA address `addr`.
+    pub fn read(&self, addr: u64, buf: &mut [u8], remote: &dyn Remote) -> Result<(), Error> {
+        let len = buf.len();
+        self.walk(addr, len, prot::READ, |done, r, off, n| {
+            let piece = &mut buf[done..done + n];
+            match &r.backing {
+                Backing::Direct(m) => {
+                    self.count(|c| c.direct_bytes += n as u64);
+                    m.read(off, piece)
+                }
+                Backing::Remote => {
+                    self.count(|c| c.remote_bytes += n as u64);
+                    remote.dma_read(addr + done as u64, piece)
+                }
+            }
+        })
+    }
+
+    /// Writes `data` at DMA address `addr`.
+    pub fn write(&self, addr: u64, data: &[u8], remote: &dyn Remote) -> Result<(), Error> {
+        self.walk(addr, data.len(), prot::WRITE, |done, r, off, n| {
+            let piece = &data[done..done + n];
+            match &r.backing {
+                Backing::Direct(m) => {
+                    self.count(|c| c.direct_bytes += n as u64);
+                    m.write(off, piece)
+                }
+                Backing::Remote => {
+                    self.count(|c| c.remote_bytes += n as u64);
+                    remote.dma_write(addr + done as u64, piece)
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mem::memfd;
+    use std::sync::Mutex;
+
+    /// A remote that records what it was asked and serves a byte pattern.
+    #[derive(Default)]
+    struct Log(Mutex<Vec<(bool, u64, usize)>>);
+
+    impl Remote for Log {
+        fn dma_read(&self, addr: u64, buf: &mut [u8]) -> Result<(), Error> {
+            self.0.lock().unwrap().push((false, addr, buf.len()));
+            buf.fill(0x5a);
+            Ok(())
+        }
+        fn dma_write(&self, addr: u64, data: &[u8]) -> Result<(), Error> {
+            self.0.lock().unwrap().push((true, addr, data.len()));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn accesses_reach_the_fd_at_its_offset_and_span_ranges() {
+        let fd = memfd("ram", 3 << 12).unwrap();
+        let view = Mmap::new(&fd, 0, 3 << 12).unwrap();
+        let d = DmaSpace::new();
+        // IOVA 0x10000 is the fd's second page; 0x11000 goes to QEMU.
+        d.map(
+            0x10000,
+            0x1000,
+            prot::READ | prot::WRITE,
+            Some((fd.try_clone().unwrap(), 0x1000)),
+        )
+        .unwrap();
+        d.map(0x11000, 0x1000, prot::READ | prot::WRITE, None)
+            .unwrap();
+        let log = Log::default();
+        d.write(0x10ffe, &[1, 2, 3, 4], &log).unwrap();
+        let mut got = [0; 2];
+        view.read(0x1ffe, &mut got).unwrap();
+        assert_eq!(got, [1, 2], "the first two bytes went to the fd's page");
+        assert_eq!(*log.0.lock().unwrap(), [(true, 0x11000, 2)]);
+        let mut buf = [0; 4];
+        d.read(0x10ffe, &mut buf, &log).unwrap();
+        assert_eq!(buf, [1, 2, 0x5a, 0x5a]);
+        assert_eq!(d.counts().direct_bytes, 4);
+        assert_eq!(d.counts().remote_bytes, 4);
+    }
+
+    #[test]
+    fn addresses_never_given_are_refused_and_touch_nothing() {
+        let fd = memfd("ram", 1 << 12).unwrap();
+        let d = DmaSpace::new();
+        d.map(0x2000, 0x1000, prot::READ, Some((fd, 0))).unwrap();
+        let log = Log::default();
+        // Past the range's end: refused before any byte is copied.
+        assert!(matches!(
+            d.read(0x2ffc, &mut [0; 8], &log),
+            Err(Error::Unmapped(0x3000))
+        ));
+        assert!(matches!(
+            d.read(0x1000, &mut [0; 1], &log),
+            Err(Error::Unmapped(0x1000))
+        ));
+        // Read-only.
+        assert!(matches!(
+            d.write(0x2000, &[1], &log),
+            Err(Error::Denied(0x2000))
+        ));
+        assert_eq!(d.counts().refused, 3);
+        assert!(log.0.lock().unwrap().is_empty());
+        // Overlaps are refused; unmapped ranges go.
+        assert!(matches!(
+            d.map(0x2800, 0x1000, prot::READ, None),
+            Err(Error::Overlap)
+        ));
+        assert_eq!(d.unmap(0x2000, 0x1000, 0).unwrap(), 1);
+        assert!(d.is_empty());
+        assert!(d.read(0x2000, &mut [0; 1], &log).is_err());
+    }
+}

@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! `msvm-gpu --socket PATH [--vram SIZE]`: serves one msvm-gpu device to
+//! one QEMU (`-device vfio-user-pci,socket=PATH`) and exits when QEMU
+//! closes the connection (the device unplugged, or QEMU gone). The socket
+//! appears at PATH only once it accepts connections.
+
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use msvm_gpu::device::Device;
+use msvm_gpu::server::Connection;
+use msvm_gpu::{sock, Error};
+
+struct Args {
+    socket: PathBuf,
+    vram: u64,
+}
+
+fn parse_size(s: &str) -> Option<u64> {
+    let (n, mult) = match s.as_bytes().last()? {
+        b'K' => (&s[..s.len() - 1], 1 << 10),
+        b'M' => (&s[..s.len() - 1], 1 << 20),
+        b'G' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    n.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+fn args() -> Result<Args, String> {
+    let mut socket = None;
+    let mut vram = 256 << 20;
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--socket" => socket = it.next().map(PathBuf::from),
+            "--vram" => {
+                vram = it
+                    .next()
+                    .and_then(|s| parse_size(&s))
+                    .ok_or("--vram: a size, e.g. 256M")?
+            }
+            _ => return Err(format!("unknown argument {a:?}")),
+        }
+    }
+    Ok(Args {
+        socket: socket.ok_or("usage: msvm-gpu --socket PATH [--vram SIZE]")?,
+        vram,
+    })
+}
+
+fn run(a: Args) -> Result<(), Error> {
+    let device = Arc::new(Device::new(a.vram)?);
+    // Bound and listening under a temporary name, then renamed: whoever
+    // sees PATH can connect.
+    let tmp = a.socket.with_extension("listening");
+    let _ = std::fs::remove_file(&tmp);
+    let listener = UnixListener::bind(&tmp).map_err(Error::Io)?;
+    std::fs::rename(&tmp, &a.socket).map_err(Error::Io)?;
+    eprintln!(
+        "msvm-gpu: {} MiB of VRAM, listening on {}",
+        a.vram >> 20,
+        a.socket.display()
+    );
+    let (stream, _) = listener.accept().map_err(Error::Io)?;
+    drop(listener);
+    let _ = std::fs::remove_file(&a.socket);
+    let (rx, tx) = sock::split(stream)?;
+    let conn = Connection::new(device, tx);
+    let r = conn.serve(rx);
+    let c = conn.device().dma().counts();
+    eprintln!(
+        "msvm-gpu: connection closed; DMA direct {} B, through QEMU {} B, refused {}",
+        c.direct_bytes, c.remote_bytes, c.refused
+    );
+    r
+}
+
+fn main() -> ExitCode {
+    let a = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("msvm-gpu: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(a) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("msvm-gpu: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,207 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! BAR0: the device's registers (Documentation/hardware.rst, "BAR0
+//! registers"). Registers are 32 bits wide, little-endian; a 64-bit value
+//! is two registers, low first. An access of any size from 1 to 8 bytes
+//! reaches the bytes it covers; bytes of no register read as zero and
+//! ignore writes.
+
+/// Size of BAR0.
+pub const BAR0_SIZE: u64 = 64 << 10;
+
+/// `ID`: reads [`ID_VALUE`].
+pub const ID: u64 = 0x000;
+/// "MSVG", read as a little-endian word.
+pub const ID_VALUE: u32 = u32::from_le_bytes(*b"MSVG");
+/// `VERSION`: major in bits 31:16, minor in 15:0.
+pub const VERSION: u64 = 0x004;
+/// The register interface's version, 1.0.
+pub const VERSION_VALUE: u32 = 1 << 16;
+/// `VRAM_SIZE` (64 bits): bytes of VRAM behind BAR2.
+pub const VRAM_SIZE: u64 = 0x008;
+/// `SCRATCH`: any value, for the driver's own use; 0 at reset.
+pub const SCRATCH: u64 = 0x010;
+/// `STATUS`: [`STATUS_READY`], [`STATUS_BUS_MASTER`].
+pub const STATUS: u64 = 0x014;
+/// The device has finished its reset.
+pub const STATUS_READY: u32 = 1 << 0;
+/// The command register lets the device master the bus (DMA).
+pub const STATUS_BUS_MASTER: u32 = 1 << 1;
+/// `IRQ_STATUS`: causes raised; write 1 to clear.
+pub const IRQ_STATUS: u64 = 0x020;
+/// `IRQ_ENABLE`: causes that signal the interrupt; 0 at reset.
+pub const IRQ_ENABLE: u64 = 0x024;
+/// `IRQ_RAISE`: writing a cause mask raises those causes (self-test).
+pub const IRQ_RAISE: u64 = 0x028;
+
+/// Interrupt causes, in `IRQ_STATUS`; each signals the device's one MSI
+/// vector.
+pub mod cause {
+    /// A command completed (its seqno was written).
+    pub const COMPLETION: u32 = 1 << 0;
+    /// A fault record was written to the fault buffer.
+    pub const FAULT: u32 = 1 << 1;
+    /// An engine reported an error.
+    pub const ERROR: u32 = 1 << 2;
+    /// A queue was reset by its watchdog.
+    pub const RESET: u32 = 1 << 3;
+    /// Every cause.
+    pub const ALL: u32 = COMPLETION | FAULT | ERROR | RESET;
+}
+
+/// The register file.
+#[derive(Default)]
+pub struct Regs {
+    vram_size: u64,
+    scratch: u32,
+    irq_status: u32,
+    irq_enable: u32,
+}
+
+/// What a register write asks of the device besides the register file.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Effects {
+    /// Causes newly raised: the interrupt is signalled if any.
+    pub signal: u32,
+}
+
+impl Regs {
+    /// The registers at reset, for `vram_size` bytes of VRAM.
+    pub fn new(vram_size: u64) -> Self {
+        Self {
+            vram_size,
+            ..Self::default()
+        }
+    }
+
+    /// Back to reset values.
+    pub fn reset(&mut self) {
+        *self = Self::new(self.vram_size);
+    }
+
+    fn read32(&self, off: u64, bus_master: bool) -> u32 {
+        match off {
+            ID => ID_VALUE,
+            VERSION => VERSION_VALUE,
+            VRAM_SIZE => self.vram_size as u32,
+            o if o == VRAM_SIZE + 4 => (self.vram_size >> 32) as u32,
+            SCRATCH => self.scratch,
+            STATUS => STATUS_READY | if bus_master { STATUS_BUS_MASTER } else { 0 },
+            IRQ_STATUS => self.irq_status,
+            IRQ_ENABLE => self.irq_enable,
+            _ => 0,
+        }
+    }
+
+    fn write32(&mut self, off: u64, v: u32, fx: &mut Effects) {
+        match off {
+            SCRATCH => self.scratch = v,
+            IRQ_STATUS => self.irq_status &= !v,
+            IRQ_ENABLE => {
+                // Enabling a cause already raised signals it now.
+                let newly = v & !self.irq_enable & self.irq_status;
+                self.irq_enable = v & cause::ALL;
+                fx.signal |= newly & cause::ALL;
+            }
+            IRQ_RAISE => fx.signal |= self.raise(v),
+            _ => {}
+        }
+    }
+
+    /// Raises `causes`; returns the enabled causes that were not raised
+    /// already: the interrupt is signalled if there are any (MSI is
+    /// edge-triggered).
+    pub fn raise(&mut self, causes: u32) -> u32 {
+        let causes = causes & cause::ALL;
+        let new = causes & !self.irq_status;
+        self.irq_status |= causes;
+        new & self.irq_enable
+    }
+
+    /// Reads `buf.len()` (1 to 8) bytes at `off`.
+    pub fn read(&self, off: u64, buf: &mut [u8], bus_master: bool) {
+        for (i, b) in buf.iter_mut().enumerate() {
+            let at = off + i as u64;
+            let word = self.read32(at & !3, bus_master);
+            *b = (word >> (8 * (at & 3))) as u8;
+        }
+    }
+
+    /// Writes `data` (1 to 8 bytes) at `off`: each register it covers
+    /// whole is written; a register it covers in part is merged with the
+    /// register's current value first.
+    pub fn write(&mut self, off: u64, data: &[u8], bus_master: bool) -> Effects {
+        let mut fx = Effects::default();
+        let end = off + data.len() as u64;
+        let mut reg = off & !3;
+        while reg < end {
+            let mut bytes = self.read32(reg, bus_master).to_le_bytes();
+            // Write-only and write-1-to-clear registers take only the
+            // bytes written: the rest of the word is zero.
+            if matches!(reg, IRQ_STATUS | IRQ_RAISE) {
+                bytes = [0; 4];
+            }
+            for (k, b) in bytes.iter_mut().enumerate() {
+                let at = reg + k as u64;
+                if (off..end).contains(&at) {
+                    *b = data[(at - off) as usize];
+                }
+            }
+            self.write32(reg, u32::from_le_bytes(bytes), &mut fx);
+            reg += 4;
+        }
+        fx
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rd(r: &Regs, off: u64, n: usize) -> u64 {
+        let mut b = [0; 8];
+        r.read(off, &mut b[..n], true);
+        u64::from_le_bytes(b)
+    }
+
+    #[test]
+    fn identity_and_sizes_read_at_any_width() {
+        let r = Regs::new(0x1_2345_6000);
+        assert_eq!(rd(&r, ID, 4) as u32, ID_VALUE);
+        assert_eq!(rd(&r, ID, 1) as u8, b'M');
+        assert_eq!(rd(&r, VRAM_SIZE, 8), 0x1_2345_6000);
+        assert_eq!(rd(&r, VRAM_SIZE + 4, 4), 1);
+        assert_eq!(rd(&r, 0x7ffc, 4), 0, "no register there");
+    }
+
+    #[test]
+    fn scratch_takes_partial_writes() {
+        let mut r = Regs::new(0);
+        r.write(SCRATCH, &0xdead_beef_u32.to_le_bytes(), true);
+        r.write(SCRATCH + 1, &[0x11], true);
+        assert_eq!(rd(&r, SCRATCH, 4), 0xdead_11ef);
+        r.reset();
+        assert_eq!(rd(&r, SCRATCH, 4), 0);
+    }
+
+    #[test]
+    fn causes_signal_once_until_cleared_and_only_when_enabled() {
+        let mut r = Regs::new(0);
+        // Raised while disabled: pending, no vector.
+        let fx = r.write(IRQ_RAISE, &cause::FAULT.to_le_bytes(), true);
+        assert_eq!(fx.signal, 0);
+        assert_eq!(rd(&r, IRQ_STATUS, 4) as u32, cause::FAULT);
+        // Enabling it signals it now.
+        let fx = r.write(IRQ_ENABLE, &cause::ALL.to_le_bytes(), true);
+        assert_eq!(fx.signal, cause::FAULT);
+        // Raised again before being cleared: no second edge.
+        assert_eq!(r.raise(cause::FAULT), 0);
+        assert_eq!(r.raise(cause::COMPLETION), cause::COMPLETION);
+        // Cleared (write 1 to clear), then raised: a new edge.
+        r.write(IRQ_STATUS, &cause::FAULT.to_le_bytes(), true);
+        assert_eq!(rd(&r, IRQ_STATUS, 4) as u32, cause::COMPLETION);
+        assert_eq!(r.raise(cause::FAULT), cause::FAULT);
+        // Bits of no cause are ignored.
+        assert_eq!(r.raise(1 << 31), 0);
+    }
+}
