@@ -22,9 +22,10 @@ msvm_stage hmm-bench "$MSVM_TOP/scripts/build.sh" hmm-bench
 msvm_stage ze "$MSVM_TOP/scripts/build.sh" ze
 "$MSVM_TOP/scripts/mkinitramfs.sh" "$B/bench-initramfs.cpio"
 rc=0
-# The figures are the CPU engine's, on ivshmem GPUs as at every stop
-# before the device model (whose engines the driver does not use yet:
-# Documentation/hardware.rst, "Status").
+# The figures are the CPU engine's, on ivshmem GPUs as at the stops
+# before the device model (whose engines the driver does not use for
+# migration or jobs yet: Documentation/hardware.rst, "Status"); the QEMU
+# is the one make test uses (11.1, $MSVM_QEMU), as ratios within a boot.
 boot() {
 	python3 "$MSVM_TOP/scripts/vm.py" --device ivshmem --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
 		--initrd "$B/bench-initramfs.cpio" --gpus sw,sw,rp --vram 2G --mem 4G --prealloc \

@@ -92,6 +92,12 @@ WRAP
 	chmod +x "$root.tmp/qemu-system-x86_64"
 	"$root.tmp/qemu-system-x86_64" -device vfio-user-pci,help >/dev/null ||
 		msvm_die "the unpacked QEMU does not run, or has no vfio-user-pci"
+	# Every library from the private root, none from the host's (whose
+	# libc is older).
+	local r=$root.tmp/root L=$root.tmp/root/usr/lib/x86_64-linux-gnu outside
+	outside=$("$r/usr/lib64/ld-linux-x86-64.so.2" --library-path "$L:$L/pulseaudio" --list \
+		"$r/usr/bin/qemu-system-x86_64" | grep -v "$r" | grep -vE 'linux-vdso|^\s*/lib64/ld-linux' || true)
+	[ -z "$outside" ] || msvm_die "the unpacked QEMU needs libraries from outside its root: $outside"
 	rm -rf "$root"
 	mv "$root.tmp" "$root"
 	rm -f "$MSVM_CACHE/apt-qemu/archives/"*.deb

@@ -27,6 +27,7 @@ prints ``MSVM-EXIT: <status>`` and powers off. This harness:
 """
 
 import argparse
+import atexit
 import json
 import os
 import queue
@@ -253,8 +254,10 @@ class Topology:
 class Model:
     """The msvm-gpu processes: one per GPU, each serving one vfio-user
     socket, started before QEMU connects and again for a re-plug (a device
-    process ends when QEMU closes its socket). Their stderr goes to
-    DIR/gpuN.log, appended to the console log at the end."""
+    process ends when QEMU closes its socket). Their output goes to
+    DIR/gpuN.K.log, appended to the console log at the end. A process that
+    exits with an error, or has to be killed, fails the run; any still
+    running when the harness exits, however it exits, is killed."""
 
     def __init__(self, binary, tmp, vram):
         if not os.access(binary, os.X_OK):
@@ -262,56 +265,76 @@ class Model:
         self.binary = binary
         self.tmp = tmp
         self.vram = vram
-        self.procs = {}  # gpu -> Popen of its current process
-        self.logs = []
+        self.procs = []  # (gpu, log, Popen), every process started
+        self.current = {}  # gpu -> its current Popen
+        self.failed = []  # (gpu, why)
+        atexit.register(self.kill_all)
+        # atexit runs on SIGTERM and SIGHUP too, by way of SystemExit.
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, lambda *_: sys.exit(143))
 
     def socket(self, gpu):
         return os.path.join(self.tmp, f"{gpu}.sock")
 
+    def _end(self, gpu, p, timeout):
+        """Waits for p to end by itself; kills it after timeout s."""
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            self.failed.append((gpu, f"still running {timeout} s after QEMU let it go: killed"))
+            return
+        if p.returncode != 0:
+            self.failed.append((gpu, f"exited with status {p.returncode}"))
+
     def start(self, gpu, timeout=30):
         """Starts gpu's process and waits until its socket accepts."""
-        old = self.procs.get(gpu)
-        if old is not None and old.poll() is None:
+        old = self.current.get(gpu)
+        if old is not None:
             # A process whose device was unplugged ends when QEMU closes
-            # the socket; one still running now has lost its client.
-            try:
-                old.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                old.kill()
-                old.wait()
+            # the socket.
+            self._end(gpu, old, 10)
         path = self.socket(gpu)
-        log = os.path.join(self.tmp, f"{gpu}.{len(self.logs)}.log")
-        self.logs.append((gpu, log))
+        log = os.path.join(self.tmp, f"{gpu}.{len(self.procs)}.log")
         with open(log, "w") as f:
-            self.procs[gpu] = subprocess.Popen([self.binary, "--socket", path, "--vram", str(self.vram)],
-                                               stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-                                               start_new_session=True)
+            p = subprocess.Popen([self.binary, "--socket", path, "--vram", str(self.vram)],
+                                 stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+        self.procs.append((gpu, log, p))
+        self.current[gpu] = p
         deadline = time.monotonic() + timeout
         while not os.path.exists(path):
-            if self.procs[gpu].poll() is not None or time.monotonic() > deadline:
+            if p.poll() is not None or time.monotonic() > deadline:
+                p.kill()
+                p.wait()
+                self.failed.append((gpu, "did not start"))
                 with open(log) as f:
                     raise RuntimeError(f"msvm-gpu for {gpu} did not start: {f.read().strip()}")
             time.sleep(0.01)
 
     def stop(self):
-        """Ends every process (QEMU has exited: they end by themselves)."""
-        for p in self.procs.values():
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
+        """Waits for the current processes (QEMU has exited: they end by
+        themselves)."""
+        for gpu, p in self.current.items():
+            if p.returncode is None:
+                self._end(gpu, p, 5)
+
+    def kill_all(self):
+        for _, _, p in self.procs:
+            if p.poll() is None:
                 p.kill()
                 p.wait()
 
     def report(self):
-        """The processes' logs and exit statuses, as lines."""
+        """The processes' output, and their failures, as lines."""
         out = []
-        for gpu, log in self.logs:
+        for gpu, log, _ in self.procs:
             with open(log) as f:
                 for line in f.read().splitlines():
                     out.append(f"[{gpu}] {line}")
-        for gpu, p in self.procs.items():
-            if p.returncode not in (0, None):
-                out.append(f"[{gpu}] msvm-gpu exited with status {p.returncode}")
+        for gpu, why in self.failed:
+            out.append(f"[{gpu}] FAIL: msvm-gpu {why}")
         return out
 
 
@@ -592,12 +615,13 @@ def main():
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     elapsed = time.monotonic() - t0
+    rc = status if status is not None else 125
     if model is not None:
         model.stop()
         for line in model.report():
             say(line)
-
-    rc = status if status is not None else 125
+        if model.failed and rc == 0:
+            rc = 1
     if timed_out:
         say(f"TIMEOUT after {args.timeout:.0f} s")
         rc = 124

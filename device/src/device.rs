@@ -7,13 +7,14 @@
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 
+use crate::copy;
 use crate::dma::{DmaSpace, Remote};
 use crate::mem::{memfd, Mmap};
 use crate::pci::Config;
 use crate::proto::Writer;
-use crate::regs::{Regs, BAR0_SIZE};
+use crate::regs::{self, Regs, BAR0_SIZE};
 use crate::Error;
 
 /// VFIO region indices (`VFIO_PCI_*_REGION_INDEX`).
@@ -64,11 +65,17 @@ const SPARSE_CAP_LEN: u32 = 16 + 16;
 struct State {
     config: Config,
     regs: Regs,
+    ce: copy::State,
+    /// The connection is gone: the engines stop.
+    stop: bool,
 }
 
 /// The device.
 pub struct Device {
     state: Mutex<State>,
+    /// Signalled when an engine may have work (a doorbell, a reset) or
+    /// must stop.
+    work: Condvar,
     /// The MSI interrupt's eventfd, while QEMU has MSI enabled.
     msi: Mutex<Option<File>>,
     /// The error interrupt's eventfd.
@@ -93,7 +100,10 @@ impl Device {
             state: Mutex::new(State {
                 config: Config::new(),
                 regs: Regs::new(vram),
+                ce: copy::State::default(),
+                stop: false,
             }),
+            work: Condvar::new(),
             msi: Mutex::new(None),
             err: Mutex::new(None),
             dma: DmaSpace::new(),
@@ -179,7 +189,8 @@ impl Device {
 
     /// `DEVICE_SET_IRQS` for MSI or the error interrupt, each one
     /// interrupt: with an eventfd, QEMU connects it (MSI enabled); with
-    /// none, or `count` 0, disconnects it; with no data, triggers it.
+    /// none, or `count` 0, disconnects it; with no data, or a true bool
+    /// in `data`, triggers it.
     /// Masking is QEMU's (it emulates the MSI capability).
     pub fn set_irqs(
         &self,
@@ -188,6 +199,7 @@ impl Device {
         start: u32,
         count: u32,
         mut fds: Vec<OwnedFd>,
+        data: &[u8],
     ) -> Result<(), Error> {
         let slot = match index {
             irq::MSI => &self.msi,
@@ -207,7 +219,9 @@ impl Device {
         } else if flags & (set::DATA_NONE | set::DATA_BOOL) != 0 {
             if count == 0 {
                 *slot.lock().map_err(|_| Error::Poisoned)? = None;
-            } else if index == irq::MSI {
+            } else if index == irq::MSI
+                && (flags & set::DATA_NONE != 0 || data.first().is_some_and(|&b| b != 0))
+            {
                 self.signal();
             }
         }
@@ -237,7 +251,11 @@ impl Device {
             region::BAR0 => {
                 check_access(off, buf.len(), BAR0_SIZE)?;
                 let s = self.state()?;
-                s.regs.read(off, buf, s.config.bus_master());
+                if in_copy_engine(off) {
+                    regs::read_bytes(off, buf, |r| s.ce.read32(r));
+                } else {
+                    s.regs.read(off, buf, s.config.bus_master());
+                }
                 Ok(())
             }
             region::BAR2 => self.vram.read(off, buf),
@@ -257,6 +275,20 @@ impl Device {
                 check_access(off, data.len(), BAR0_SIZE)?;
                 let fx = {
                     let mut s = self.state()?;
+                    if in_copy_engine(off) {
+                        let words = regs::write_bytes(off, data, |r| match r {
+                            copy::reg::CTRL => 0,
+                            r => s.ce.read32(r),
+                        });
+                        let mut kick = false;
+                        for (r, v) in words {
+                            kick |= s.ce.write32(r, v);
+                        }
+                        if kick {
+                            self.work.notify_all();
+                        }
+                        return Ok(());
+                    }
                     let bm = s.config.bus_master();
                     s.regs.write(off, data, bm)
                 };
@@ -270,10 +302,70 @@ impl Device {
         }
     }
 
-    /// Device reset: registers to their reset values.
+    /// Device reset: registers to their reset values, the copy engine's
+    /// too (a command under way completes first, unfenced).
     pub fn reset(&self) -> Result<(), Error> {
-        self.state()?.regs.reset();
+        let mut s = self.state()?;
+        s.regs.reset();
+        s.ce.reset();
         Ok(())
+    }
+
+    /// Runs the copy engine until [`Device::stop`]: each command the
+    /// doorbell shows, its DMA through `remote` where the DMA space says
+    /// so. Call it from a thread of its own, never from the thread that
+    /// serves QEMU.
+    pub fn run_copy_engine(&self, remote: &dyn Remote) -> Result<(), Error> {
+        loop {
+            let work = {
+                let mut s = self.state()?;
+                while !s.stop && !s.ce.has_work() {
+                    s = self.work.wait(s).map_err(|_| Error::Poisoned)?;
+                }
+                if s.stop {
+                    return Ok(());
+                }
+                s.ce.start()
+            };
+            let work = match work {
+                Ok(w) => w,
+                Err(_) => {
+                    self.raise(regs::cause::ERROR)?;
+                    continue;
+                }
+            };
+            let r = copy::execute(self, remote, &work);
+            let cause = {
+                let mut s = self.state()?;
+                match r {
+                    Ok(c) => {
+                        if s.ce.complete(work.gen) && c.flags & copy::flag::INTERRUPT != 0 {
+                            regs::cause::COMPLETION
+                        } else {
+                            0
+                        }
+                    }
+                    Err((code, seqno)) => {
+                        if s.ce.fail(work.gen, code, seqno) {
+                            regs::cause::ERROR
+                        } else {
+                            0
+                        }
+                    }
+                }
+            };
+            if cause != 0 {
+                self.raise(cause)?;
+            }
+        }
+    }
+
+    /// Stops the engines (the connection is gone).
+    pub fn stop(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            s.stop = true;
+        }
+        self.work.notify_all();
     }
 
     /// A DMA read by the device at `addr`: refused without bus mastering
@@ -292,6 +384,33 @@ impl Device {
         }
         self.dma.write(addr, data, remote)
     }
+}
+
+impl copy::Memory for Device {
+    fn vram_read(&self, off: u64, buf: &mut [u8]) -> Result<(), Error> {
+        self.vram.read(off, buf)
+    }
+
+    fn vram_write(&self, off: u64, data: &[u8]) -> Result<(), Error> {
+        self.vram.write(off, data)
+    }
+
+    fn dma_read(&self, addr: u64, buf: &mut [u8], remote: &dyn Remote) -> Result<(), Error> {
+        Device::dma_read(self, addr, buf, remote)
+    }
+
+    fn dma_write(&self, addr: u64, data: &[u8], remote: &dyn Remote) -> Result<(), Error> {
+        Device::dma_write(self, addr, data, remote)
+    }
+
+    fn reset_since(&self, gen: u64) -> bool {
+        self.state().map_or(true, |s| !s.ce.current(gen))
+    }
+}
+
+/// Whether a BAR0 access at `off` is the copy engine's.
+fn in_copy_engine(off: u64) -> bool {
+    (copy::BASE..copy::BASE + copy::SIZE).contains(&off)
 }
 
 /// A register access: 1 to 8 bytes inside the region.
@@ -359,8 +478,30 @@ mod tests {
             0,
             1,
             vec![fd],
+            &[],
         )
         .unwrap();
+        // A bool trigger of false signals nothing; of true, once.
+        d.set_irqs(
+            set::ACTION_TRIGGER | set::DATA_BOOL,
+            irq::MSI,
+            0,
+            1,
+            vec![],
+            &[0],
+        )
+        .unwrap();
+        assert!(ev.read().is_err());
+        d.set_irqs(
+            set::ACTION_TRIGGER | set::DATA_BOOL,
+            irq::MSI,
+            0,
+            1,
+            vec![],
+            &[1],
+        )
+        .unwrap();
+        assert_eq!(ev.read().unwrap(), 1);
         // A second cause is a new edge; the same one again is not.
         d.region_write(region::BAR0, IRQ_RAISE, &cause::COMPLETION.to_le_bytes())
             .unwrap();
@@ -379,6 +520,7 @@ mod tests {
             0,
             0,
             vec![],
+            &[],
         )
         .unwrap();
         d.region_write(region::BAR0, 0x20, &cause::ALL.to_le_bytes())
@@ -386,7 +528,11 @@ mod tests {
         d.raise(cause::ERROR).unwrap();
         assert!(ev.read().is_err());
         // No MSI-X, no INTx: only an empty request is accepted.
-        assert!(d.set_irqs(set::ACTION_TRIGGER, 2, 0, 1, vec![]).is_err());
-        assert!(d.set_irqs(set::ACTION_TRIGGER, 2, 0, 0, vec![]).is_ok());
+        assert!(d
+            .set_irqs(set::ACTION_TRIGGER, 2, 0, 1, vec![], &[])
+            .is_err());
+        assert!(d
+            .set_irqs(set::ACTION_TRIGGER, 2, 0, 0, vec![], &[])
+            .is_ok());
     }
 }

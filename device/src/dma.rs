@@ -86,6 +86,13 @@ impl DmaSpace {
         let backing = match fd {
             Some((fd, offset)) => {
                 let len = usize::try_from(size).map_err(|_| Error::Malformed("DMA range"))?;
+                // A range past the end of the file would fault (SIGBUS)
+                // when reached.
+                let st = nix::sys::stat::fstat(&fd).map_err(Error::Sys)?;
+                let file = u64::try_from(st.st_size).unwrap_or(0);
+                if offset.checked_add(size).is_none_or(|e| e > file) {
+                    return Err(Error::Malformed("DMA range past the end of its fd"));
+                }
                 Backing::Direct(Mmap::new(&fd, offset, len)?)
             }
             None => Backing::Remote,
@@ -110,8 +117,10 @@ impl DmaSpace {
     }
 
     /// Removes the ranges inside `[iova, iova + size)` (all with
-    /// [`UNMAP_ALL`]). Accesses under way finish first: they hold the
-    /// lock this takes for writing.
+    /// [`UNMAP_ALL`]); a range that reaches across either end is refused
+    /// with nothing removed, as VFIO's type1 IOMMU refuses it. Accesses
+    /// under way finish first: they hold the lock this takes for writing
+    /// (those through QEMU are QEMU's to order).
     pub fn unmap(&self, iova: u64, size: u64, flags: u32) -> Result<usize, Error> {
         let mut ranges = self.ranges.write().map_err(|_| Error::Poisoned)?;
         if flags & UNMAP_ALL != 0 {
@@ -122,11 +131,16 @@ impl DmaSpace {
         let end = iova
             .checked_add(size)
             .ok_or(Error::Malformed("DMA range"))?;
-        let gone: Vec<u64> = ranges
-            .range(iova..end)
-            .filter(|(&s, r)| s + r.size <= end)
-            .map(|(&s, _)| s)
-            .collect();
+        let straddles = |at: u64| {
+            ranges
+                .range(..at)
+                .next_back()
+                .is_some_and(|(&s, r)| s < at && s + r.size > at)
+        };
+        if straddles(iova) || straddles(end) {
+            return Err(Error::Malformed("unmap across a mapped range"));
+        }
+        let gone: Vec<u64> = ranges.range(iova..end).map(|(&s, _)| s).collect();
         for s in &gone {
             ranges.remove(s);
         }
@@ -155,15 +169,21 @@ impl DmaSpace {
     }
 
     /// Splits `[addr, addr + len)` over the ranges and checks every piece
-    /// for `want` permission first; then calls `f(piece start, range,
-    /// offset in range, length)` for each, so that an access that is
-    /// refused anywhere touches nothing. The first failure of `f` stops it.
+    /// for `want` permission first, so that an access refused anywhere
+    /// touches nothing. Then, still holding the ranges (an unmap waits for
+    /// it), it calls `direct(piece start, mapping, offset in it, length)`
+    /// for each piece with an fd; and, with the lock let go, `remote(piece
+    /// start, length)` for each piece QEMU serves: QEMU answers those only
+    /// with its global lock, which it holds while it waits for a DMA_MAP or
+    /// DMA_UNMAP reply that would wait for this lock. The first failure
+    /// stops it.
     fn walk(
         &self,
         addr: u64,
         len: usize,
         want: u32,
-        mut f: impl FnMut(usize, &Range, u64, usize) -> Result<(), Error>,
+        mut direct: impl FnMut(usize, &Mmap, u64, usize) -> Result<(), Error>,
+        mut remote: impl FnMut(usize, usize) -> Result<(), Error>,
     ) -> Result<(), Error> {
         let ranges = self.ranges.read().map_err(|_| Error::Poisoned)?;
         let mut pieces = Vec::new();
@@ -187,8 +207,20 @@ impl DmaSpace {
             pieces.push((done, r, off, n));
             done += n;
         }
+        let mut through_qemu = Vec::new();
         for (done, r, off, n) in pieces {
-            f(done, r, off, n)?;
+            match &r.backing {
+                Backing::Direct(m) => {
+                    self.count(|c| c.direct_bytes += n as u64);
+                    direct(done, m, off, n)?;
+                }
+                Backing::Remote => through_qemu.push((done, n)),
+            }
+        }
+        drop(ranges);
+        for (done, n) in through_qemu {
+            self.count(|c| c.remote_bytes += n as u64);
+            remote(done, n)?;
         }
         Ok(())
     }
@@ -196,36 +228,25 @@ impl DmaSpace {
     /// Reads `buf.len()` bytes at DMA address `addr`.
     pub fn read(&self, addr: u64, buf: &mut [u8], remote: &dyn Remote) -> Result<(), Error> {
         let len = buf.len();
-        self.walk(addr, len, prot::READ, |done, r, off, n| {
-            let piece = &mut buf[done..done + n];
-            match &r.backing {
-                Backing::Direct(m) => {
-                    self.count(|c| c.direct_bytes += n as u64);
-                    m.read(off, piece)
-                }
-                Backing::Remote => {
-                    self.count(|c| c.remote_bytes += n as u64);
-                    remote.dma_read(addr + done as u64, piece)
-                }
-            }
-        })
+        let cell = std::cell::RefCell::new(buf);
+        self.walk(
+            addr,
+            len,
+            prot::READ,
+            |done, m, off, n| m.read(off, &mut cell.borrow_mut()[done..done + n]),
+            |done, n| remote.dma_read(addr + done as u64, &mut cell.borrow_mut()[done..done + n]),
+        )
     }
 
     /// Writes `data` at DMA address `addr`.
     pub fn write(&self, addr: u64, data: &[u8], remote: &dyn Remote) -> Result<(), Error> {
-        self.walk(addr, data.len(), prot::WRITE, |done, r, off, n| {
-            let piece = &data[done..done + n];
-            match &r.backing {
-                Backing::Direct(m) => {
-                    self.count(|c| c.direct_bytes += n as u64);
-                    m.write(off, piece)
-                }
-                Backing::Remote => {
-                    self.count(|c| c.remote_bytes += n as u64);
-                    remote.dma_write(addr + done as u64, piece)
-                }
-            }
-        })
+        self.walk(
+            addr,
+            data.len(),
+            prot::WRITE,
+            |done, m, off, n| m.write(off, &data[done..done + n]),
+            |done, n| remote.dma_write(addr + done as u64, &data[done..done + n]),
+        )
     }
 }
 
@@ -309,5 +330,9 @@ mod tests {
         assert_eq!(d.unmap(0x2000, 0x1000, 0).unwrap(), 1);
         assert!(d.is_empty());
         assert!(d.read(0x2000, &mut [0; 1], &log).is_err());
+        // A range past the end of its fd would fault when reached:
+        // refused at map.
+        let short = memfd("short", 1 << 12).unwrap();
+        assert!(d.map(0, 2 << 12, prot::READ, Some((short, 0))).is_err());
     }
 }

@@ -8,8 +8,10 @@
 //! - [`server`]: one connection, served in both directions at once;
 //! - [`device`]: the device QEMU sees: regions and interrupts;
 //! - [`pci`], [`regs`]: configuration space and BAR0 registers;
+//! - [`copy`]: the copy engine;
 //! - [`dma`], [`mem`]: the DMA space and shared memory.
 
+pub mod copy;
 pub mod device;
 pub mod dma;
 pub mod mem;
@@ -31,6 +33,9 @@ pub enum Error {
     /// No such region or interrupt index.
     #[error("no region or interrupt index {0}")]
     NoIndex(u32),
+    /// A command the device does not serve.
+    #[error("no command {0}")]
+    NoCommand(u16),
     /// A DMA address in no range mapped for the device.
     #[error("DMA address {0:#x} is in no range mapped for the device")]
     Unmapped(u64),
@@ -73,6 +78,7 @@ impl Error {
         use nix::libc;
         match self {
             Error::Malformed(_) | Error::OutOfRange | Error::NoIndex(_) => libc::EINVAL,
+            Error::NoCommand(_) => libc::ENOSYS,
             Error::Unmapped(_) => libc::EFAULT,
             Error::Denied(_) | Error::NoBusMaster => libc::EPERM,
             Error::Overlap => libc::EEXIST,

@@ -68,14 +68,23 @@ fn run(a: Args) -> Result<(), Error> {
     drop(listener);
     let _ = std::fs::remove_file(&a.socket);
     let (rx, tx) = sock::split(stream)?;
-    let conn = Connection::new(device, tx);
+    let conn = Arc::new(Connection::new(device, tx));
+    let engine = {
+        let conn = conn.clone();
+        std::thread::spawn(move || conn.device().clone().run_copy_engine(&*conn))
+    };
     let r = conn.serve(rx);
+    conn.device().stop();
+    let engine = match engine.join() {
+        Ok(r) => r,
+        Err(_) => Err(Error::Malformed("the copy engine panicked")),
+    };
     let c = conn.device().dma().counts();
     eprintln!(
         "msvm-gpu: connection closed; DMA direct {} B, through QEMU {} B, refused {}",
         c.direct_bytes, c.remote_bytes, c.refused
     );
-    r
+    r.and(engine)
 }
 
 fn main() -> ExitCode {

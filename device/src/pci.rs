@@ -52,8 +52,9 @@ const WRITABLE: &[(usize, usize, u32)] = &[
     (CAP_MSI + 4, 4, 0xffff_fffc),
     (CAP_MSI + 8, 4, 0xffff_ffff),
     (CAP_MSI + 12, 2, 0xffff),
-    // PCI Express device control, link control, device control 2.
-    (CAP_EXP + 0x08, 2, 0xffff),
+    // PCI Express device control (but its function-level-reset bit),
+    // link control, device control 2.
+    (CAP_EXP + 0x08, 2, 0x7fff),
     (CAP_EXP + 0x10, 2, 0x0fff),
     (CAP_EXP + 0x28, 2, 0xffff),
 ];
@@ -85,8 +86,9 @@ impl Config {
         c.bytes[CAP_EXP] = 0x10;
         c.bytes[CAP_EXP + 1] = 0;
         c.put16(CAP_EXP + 2, 0x0002);
-        // Device capabilities: 256-byte payloads, function-level reset.
-        c.put32(CAP_EXP + 4, 0x1000_0001);
+        // Device capabilities: 256-byte payloads; no function-level reset
+        // (a reset is VFIO's DEVICE_RESET).
+        c.put32(CAP_EXP + 4, 0x0000_0001);
         // Link capabilities and status: 16 GT/s, x16.
         c.put32(CAP_EXP + 0x0c, (16 << 4) | 4);
         c.put16(CAP_EXP + 0x12, (16 << 4) | 4);

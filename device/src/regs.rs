@@ -120,38 +120,57 @@ impl Regs {
 
     /// Reads `buf.len()` (1 to 8) bytes at `off`.
     pub fn read(&self, off: u64, buf: &mut [u8], bus_master: bool) {
-        for (i, b) in buf.iter_mut().enumerate() {
-            let at = off + i as u64;
-            let word = self.read32(at & !3, bus_master);
-            *b = (word >> (8 * (at & 3))) as u8;
-        }
+        read_bytes(off, buf, |reg| self.read32(reg, bus_master));
     }
 
-    /// Writes `data` (1 to 8 bytes) at `off`: each register it covers
-    /// whole is written; a register it covers in part is merged with the
-    /// register's current value first.
+    /// Writes `data` (1 to 8 bytes) at `off` (see [`write_bytes`]).
     pub fn write(&mut self, off: u64, data: &[u8], bus_master: bool) -> Effects {
         let mut fx = Effects::default();
-        let end = off + data.len() as u64;
-        let mut reg = off & !3;
-        while reg < end {
-            let mut bytes = self.read32(reg, bus_master).to_le_bytes();
+        let old = |reg| {
             // Write-only and write-1-to-clear registers take only the
             // bytes written: the rest of the word is zero.
             if matches!(reg, IRQ_STATUS | IRQ_RAISE) {
-                bytes = [0; 4];
+                0
+            } else {
+                self.read32(reg, bus_master)
             }
-            for (k, b) in bytes.iter_mut().enumerate() {
-                let at = reg + k as u64;
-                if (off..end).contains(&at) {
-                    *b = data[(at - off) as usize];
-                }
-            }
-            self.write32(reg, u32::from_le_bytes(bytes), &mut fx);
-            reg += 4;
+        };
+        let words = write_bytes(off, data, old);
+        for (reg, v) in words {
+            self.write32(reg, v, &mut fx);
         }
         fx
     }
+}
+
+/// Reads `buf.len()` bytes at `off` from 32-bit registers that `read32`
+/// returns by offset.
+pub fn read_bytes(off: u64, buf: &mut [u8], read32: impl Fn(u64) -> u32) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        let at = off + i as u64;
+        *b = (read32(at & !3) >> (8 * (at & 3))) as u8;
+    }
+}
+
+/// The 32-bit register writes that writing `data` (1 to 8 bytes) at `off`
+/// makes: each register it covers whole takes its bytes; a register it
+/// covers in part takes them merged into `old(register)`.
+pub fn write_bytes(off: u64, data: &[u8], old: impl Fn(u64) -> u32) -> Vec<(u64, u32)> {
+    let end = off + data.len() as u64;
+    let mut out = Vec::with_capacity(3);
+    let mut reg = off & !3;
+    while reg < end {
+        let mut bytes = old(reg).to_le_bytes();
+        for (k, b) in bytes.iter_mut().enumerate() {
+            let at = reg + k as u64;
+            if (off..end).contains(&at) {
+                *b = data[(at - off) as usize];
+            }
+        }
+        out.push((reg, u32::from_le_bytes(bytes)));
+        reg += 4;
+    }
+    out
 }
 
 #[cfg(test)]

@@ -134,7 +134,7 @@ impl Connection {
                 let index = r.u32()?;
                 let start = r.u32()?;
                 let count = r.u32()?;
-                d.set_irqs(fl, index, start, count, msg.fds)?;
+                d.set_irqs(fl, index, start, count, msg.fds, r.rest())?;
                 Ok((Vec::new(), None))
             }
             cmd::REGION_READ => {
@@ -187,7 +187,7 @@ impl Connection {
                 d.reset()?;
                 Ok((Vec::new(), None))
             }
-            _ => Err(Error::NoIndex(u32::from(msg.hdr.command))),
+            c => Err(Error::NoCommand(c)),
         }
     }
 
@@ -231,12 +231,23 @@ impl Connection {
         }
         Ok(reply)
     }
+}
 
+/// The body of a `DMA_READ` request, or of a `DMA_WRITE` with its data:
+/// address, count (both `u64`), data (`VFIOUserDMARW`).
+pub fn dma_request(addr: u64, count: usize, data: &[u8]) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.u64(addr).u64(count as u64).bytes(data);
+    w.0
+}
+
+impl Connection {
+    /// The largest transfer one message carries: the smaller of the
+    /// client's limit and the server's (whose replies must fit
+    /// [`crate::sock::MAX_MESSAGE`]).
     fn max_xfer(&self) -> usize {
-        self.caps
-            .lock()
-            .map(|c| c.max_data_xfer as usize)
-            .unwrap_or(4096)
+        let client = self.caps.lock().map(|c| c.max_data_xfer).unwrap_or(4096);
+        client.min(proto::SERVER_MAX_DATA_XFER) as usize
     }
 }
 
@@ -245,15 +256,13 @@ impl Remote for Connection {
         let max = self.max_xfer();
         for (i, piece) in buf.chunks_mut(max).enumerate() {
             let at = addr + (i * max) as u64;
-            let mut w = Writer::new();
-            w.u64(at).u32(piece.len() as u32);
-            let reply = self.call(cmd::DMA_READ, &w.0)?;
+            let reply = self.call(cmd::DMA_READ, &dma_request(at, piece.len(), &[]))?;
             let mut r = Reader::new(&reply.body);
-            let (got_at, count) = (r.u64()?, r.u32()? as usize);
-            if got_at != at || count != piece.len() {
+            let (got_at, count) = (r.u64()?, r.u64()?);
+            if got_at != at || count != piece.len() as u64 {
                 return Err(Error::Malformed("DMA_READ reply"));
             }
-            piece.copy_from_slice(r.bytes(count)?);
+            piece.copy_from_slice(r.bytes(piece.len())?);
         }
         Ok(())
     }
@@ -261,12 +270,25 @@ impl Remote for Connection {
     fn dma_write(&self, addr: u64, data: &[u8]) -> Result<(), Error> {
         let max = self.max_xfer();
         for (i, piece) in data.chunks(max).enumerate() {
-            let mut w = Writer::new();
-            w.u64(addr + (i * max) as u64)
-                .u32(piece.len() as u32)
-                .bytes(piece);
-            self.call(cmd::DMA_WRITE, &w.0)?;
+            let at = addr + (i * max) as u64;
+            self.call(cmd::DMA_WRITE, &dma_request(at, piece.len(), piece))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dma_requests_are_qemus_vfio_user_dma_rw() {
+        // QEMU's VFIOUserDMARW: header, u64 offset, u64 count, data.
+        let b = dma_request(0x1122_3344_5566_7788, 3, &[9, 8, 7]);
+        assert_eq!(b.len(), 16 + 3);
+        assert_eq!(&b[..8], &0x1122_3344_5566_7788u64.to_le_bytes());
+        assert_eq!(&b[8..16], &3u64.to_le_bytes());
+        assert_eq!(&b[16..], &[9, 8, 7]);
+        assert_eq!(dma_request(0, 4096, &[]).len(), 16);
     }
 }

@@ -50,6 +50,10 @@ pub(crate) fn selftest(pdev: &pci::Device<Bound>, bar: &pci::Bar<'_, { regs::END
     };
     let reg = KBox::pin_init(reg, GFP_KERNEL)?;
     let count = || reg.handler().0.load(Relaxed);
+    // From a known state: a cause left raised by an earlier binding would
+    // look like one raised now.
+    bar.write_reg(IRQ_ENABLE::zeroed());
+    bar.write_reg(IRQ_STATUS::zeroed().with_causes((1u32 << regs::CAUSES) - 1));
     for cause in 0..regs::CAUSES {
         let bit = 1u32 << cause;
         let before = count();

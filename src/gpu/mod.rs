@@ -9,8 +9,10 @@
 //! - [`model`]: msvm-gpu, the PCIe GPU model of `device/`
 //!   (Documentation/hardware.rst);
 //! - [`regs`]: msvm-gpu's BAR0 registers;
-//! - [`irq`]: msvm-gpu's interrupt.
+//! - [`irq`]: msvm-gpu's interrupt;
+//! - [`copy`]: msvm-gpu's copy engine.
 
+pub(crate) mod copy;
 pub(crate) mod hal;
 pub(crate) mod irq;
 pub(crate) mod model;

@@ -58,9 +58,10 @@ impl Hal for MsvmGpu {
             }
         }
         super::irq::selftest(pdev, &bar)?;
+        super::copy::selftest(pdev, &bar)?;
         dev_info!(
             pdev.as_ref(),
-            "msvm-gpu: interface {major}.{minor}, {} MiB of VRAM, its interrupt answers {} causes\n",
+            "msvm-gpu: interface {major}.{minor}, {} MiB of VRAM, its interrupt answers {} causes, its copy engine round-trips a page\n",
             size >> 20,
             regs::CAUSES
         );

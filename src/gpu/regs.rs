@@ -48,12 +48,72 @@ register! {
     }
 }
 
+register! {
+    /// Copy engine: ring base, a DMA address, low word.
+    pub(crate) CE_RING_LO(u32) @ 0x100 {
+        31:0 value;
+    }
+
+    /// Copy engine: ring base, high word.
+    pub(crate) CE_RING_HI(u32) @ 0x104 {
+        31:0 value;
+    }
+
+    /// Copy engine: ring entries (a power of two, 2 to 4096).
+    pub(crate) CE_RING_SIZE(u32) @ 0x108 {
+        31:0 value;
+    }
+
+    /// Copy engine: the doorbell, the entry after the last one written.
+    pub(crate) CE_TAIL(u32) @ 0x110 {
+        31:0 value;
+    }
+
+    /// Copy engine: fence address, low word.
+    pub(crate) CE_FENCE_LO(u32) @ 0x114 {
+        31:0 value;
+    }
+
+    /// Copy engine: fence address, high word.
+    pub(crate) CE_FENCE_HI(u32) @ 0x118 {
+        31:0 value;
+    }
+
+    /// Copy engine: status.
+    pub(crate) CE_STATUS(u32) @ 0x11c {
+        1:1 halted => bool;
+        0:0 idle => bool;
+    }
+
+    /// Copy engine: the error that halted it.
+    pub(crate) CE_ERROR(u32) @ 0x120 {
+        31:0 code;
+    }
+
+    /// Copy engine: reset.
+    pub(crate) CE_CTRL(u32) @ 0x12c {
+        0:0 reset => bool;
+    }
+}
+
+/// Copy engine opcodes and flags (hardware.rst, "Copy engine").
+pub(crate) mod ce {
+    /// Copies `len` bytes from `src` to `dst`.
+    pub(crate) const COPY: u32 = 1;
+    /// `src` is a VRAM offset.
+    pub(crate) const SRC_VRAM: u32 = 1 << 1;
+    /// `dst` is a VRAM offset.
+    pub(crate) const DST_VRAM: u32 = 1 << 2;
+    /// Bytes of a command.
+    pub(crate) const COMMAND: usize = 64;
+}
+
 /// Interrupt causes, bits 0 to 3 of the `IRQ_*` registers; each signals
 /// the device's one MSI vector.
 pub(crate) const CAUSES: usize = 4;
 
 /// Bytes of BAR0 the driver maps: the registers above.
-pub(crate) const END: usize = 0x2c;
+pub(crate) const END: usize = 0x130;
 /// `ID`'s value.
 pub(crate) const ID_VALUE: u32 = u32::from_le_bytes(*b"MSVG");
 /// The interface major version this driver speaks.

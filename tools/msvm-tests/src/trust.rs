@@ -375,9 +375,14 @@ pub fn reap_within(pid: nix::unistd::Pid, limit: Duration) -> Option<(WaitStatus
     None
 }
 
+/// How long a killed process may take to go.
+const KILL_BOUND: Duration = Duration::from_secs(5);
+
 /// MIGRATE, PREFETCH and EXEC over a 64 TiB `MAP_NORESERVE` mapping run for
-/// a long time (32 million 2 MiB steps); SIGKILL ends the process within a
-/// second, and the device's memory it took comes back.
+/// a long time (32 million 2 MiB steps, hours); SIGKILL ends the process
+/// within seconds (under 0.5 s on an idle machine; the bound is 5 s, which
+/// a loaded 2-core TCG guest meets too), and the device's memory it took
+/// comes back.
 fn huge_range_ioctls_die_on_sigkill() -> Outcome {
     let before = gpu0()?.stats().map_err(e)?.resident;
     for op in [Huge::Migrate, Huge::Prefetch, Huge::Exec] {
@@ -390,7 +395,7 @@ fn huge_range_ioctls_die_on_sigkill() -> Outcome {
             return Err(format!("{op:?}: the child ended by itself: {st:?}"));
         }
         kill(pid, Signal::SIGKILL).map_err(e)?;
-        match reap_within(pid, Duration::from_secs(1)) {
+        match reap_within(pid, KILL_BOUND) {
             Some((WaitStatus::Signaled(_, Signal::SIGKILL, _), t)) => {
                 println!("# {op:?}: gone {} ms after SIGKILL", t.as_millis());
             }
@@ -398,8 +403,9 @@ fn huge_range_ioctls_die_on_sigkill() -> Outcome {
             None => {
                 let late = reap_within(pid, Duration::from_secs(30));
                 return Err(format!(
-                    "{op:?}: still there 1 s after SIGKILL (then: {:?})",
-                    late.map(|(s, t)| (s, t + Duration::from_secs(1)))
+                    "{op:?}: still there {} s after SIGKILL (then: {:?})",
+                    KILL_BOUND.as_secs(),
+                    late.map(|(s, t)| (s, t + KILL_BOUND))
                 ));
             }
         }
