@@ -361,6 +361,11 @@ pub fn execute(mem: &dyn Memory, remote: &dyn Remote, work: &Work) -> Result<Com
                     return Err(fail(0));
                 }
                 read(s, &mut buf[..n]).map_err(|e| fail(code(&e)))?;
+                // A read through QEMU takes time: a reset meanwhile drops
+                // what it read.
+                if mem.reset_since(work.gen) {
+                    return Err(fail(0));
+                }
                 write(d, &buf[..n]).map_err(|e| fail(code(&e)))?;
                 done += n as u64;
             }
@@ -398,7 +403,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
-    /// No range is remote in these tests.
+    /// QEMU's side, when no test range is remote.
     struct NoRemote;
 
     impl Remote for NoRemote {
@@ -410,9 +415,24 @@ mod tests {
         }
     }
 
+    /// QEMU's side, for a remote range whose reads take 300 ms.
+    struct Slow;
+
+    impl Remote for Slow {
+        fn dma_read(&self, _: u64, b: &mut [u8]) -> Result<(), Error> {
+            std::thread::sleep(Duration::from_millis(300));
+            b.fill(0xab);
+            Ok(())
+        }
+        fn dma_write(&self, _: u64, _: &[u8]) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+
     /// A device with 1 MiB of "guest RAM" at DMA address 0x10_0000, its
     /// ring at 0x10_0000 (16 entries), its fence at 0x10_1000, a data
-    /// page at 0x10_2000, and its engine running.
+    /// page at 0x10_2000, 1 MiB that QEMU serves at [`REMOTE`], and its
+    /// engine running.
     struct Rig {
         dev: Arc<Device>,
         ram: Mmap,
@@ -423,14 +443,22 @@ mod tests {
     const RAM: u64 = 0x10_0000;
     const FENCE: u64 = RAM + 0x1000;
     const DATA: u64 = RAM + 0x2000;
+    const REMOTE: u64 = 0x8000_0000;
 
     impl Rig {
         fn new() -> Self {
+            Self::with_remote(&NoRemote)
+        }
+
+        fn with_remote(remote: &'static (dyn Remote + Sync)) -> Self {
             let dev = Arc::new(Device::new(2 << 20).unwrap());
             let fd = memfd("ram", 1 << 20).unwrap();
             let ram = Mmap::new(&fd, 0, 1 << 20).unwrap();
             dev.dma()
                 .map(RAM, 1 << 20, prot::READ | prot::WRITE, Some((fd, 0)))
+                .unwrap();
+            dev.dma()
+                .map(REMOTE, 1 << 20, prot::READ | prot::WRITE, None)
                 .unwrap();
             // Memory space and bus mastering on.
             dev.region_write(region::CONFIG, 4, &[0x06, 0]).unwrap();
@@ -441,13 +469,25 @@ mod tests {
             w(reg::FENCE_LO, FENCE as u32);
             w(reg::FENCE_HI, 0);
             let d = dev.clone();
-            let engine = Some(std::thread::spawn(move || d.run_copy_engine(&NoRemote)));
+            let engine = Some(std::thread::spawn(move || d.run_copy_engine(remote)));
             Self {
                 dev,
                 ram,
                 engine,
                 tail: 0,
             }
+        }
+
+        fn set(&self, r: u64, v: u32) {
+            self.dev
+                .region_write(region::BAR0, r, &v.to_le_bytes())
+                .unwrap();
+        }
+
+        fn vram_word(&self) -> u64 {
+            let mut b = [0; 8];
+            self.dev.region_read(region::BAR2, 0, &mut b).unwrap();
+            u64::from_le_bytes(b)
         }
 
         fn reg(&self, r: u64) -> u32 {
@@ -651,240 +691,106 @@ mod tests {
         };
         assert_eq!(Command::decode(&c.encode()), c);
     }
-}
 
-/// Resets during a command, and ring registers that point outside the
-/// ring (found by review).
-#[cfg(test)]
-mod reset_and_bounds {
-    use super::*;
-    use crate::device::{region, Device};
-    use crate::dma::prot;
-    use crate::mem::{memfd, Mmap};
-    use std::sync::Arc;
-    use std::time::{Duration, Instant};
-
-    /// A remote range whose reads take 300 ms.
-    struct Slow;
-    impl Remote for Slow {
-        fn dma_read(&self, _: u64, b: &mut [u8]) -> Result<(), Error> {
-            std::thread::sleep(Duration::from_millis(300));
-            b.fill(0xab);
-            Ok(())
-        }
-        fn dma_write(&self, _: u64, _: &[u8]) -> Result<(), Error> {
-            Ok(())
-        }
-    }
-
-    const RAM: u64 = 0x10_0000;
-    const REMOTE: u64 = 0x8000_0000;
-
-    fn rig() -> (
-        Arc<Device>,
-        Mmap,
-        std::thread::JoinHandle<Result<(), Error>>,
-    ) {
-        let dev = Arc::new(Device::new(2 << 20).unwrap());
-        let fd = memfd("ram", 1 << 20).unwrap();
-        let ram = Mmap::new(&fd, 0, 1 << 20).unwrap();
-        dev.dma()
-            .map(RAM, 1 << 20, prot::READ | prot::WRITE, Some((fd, 0)))
-            .unwrap();
-        dev.dma()
-            .map(REMOTE, 1 << 20, prot::READ | prot::WRITE, None)
-            .unwrap();
-        dev.region_write(region::CONFIG, 4, &[0x06, 0]).unwrap();
-        let d = dev.clone();
-        let h = std::thread::spawn(move || d.run_copy_engine(&Slow));
-        (dev, ram, h)
-    }
-    fn w(d: &Device, r: u64, v: u32) {
-        d.region_write(region::BAR0, r, &v.to_le_bytes()).unwrap();
-    }
-    fn rd(d: &Device, r: u64) -> u32 {
-        let mut b = [0; 4];
-        d.region_read(region::BAR0, r, &mut b).unwrap();
-        u32::from_le_bytes(b)
-    }
-
-    #[test]
-    fn ctrl_reset_during_a_command() {
-        let (dev, ram, h) = rig();
-        w(&dev, reg::RING_LO, RAM as u32);
-        w(&dev, reg::RING_SIZE, 16);
-        w(&dev, reg::FENCE_LO, (RAM + 0x1000) as u32);
-        let slow = Command {
-            opcode: op::COPY,
-            flags: flag::DST_VRAM,
-            seqno: 7,
-            src: REMOTE,
-            dst: 0,
-            len: 8,
-        };
-        ram.write(0, &slow.encode()).unwrap();
-        // stale entries 1..15: NOPs with seqno 100+i
-        for i in 1..16u64 {
-            ram.write(
-                i * 64,
-                &Command {
-                    opcode: op::NOP,
-                    seqno: 100 + i,
-                    ..Default::default()
-                }
-                .encode(),
-            )
-            .unwrap();
-        }
-        w(&dev, reg::TAIL, 1);
-        std::thread::sleep(Duration::from_millis(50));
-        w(&dev, reg::CTRL, CTRL_RESET);
-        eprintln!(
-            "after CTRL_RESET: status {:#x} head {} tail {}",
-            rd(&dev, reg::STATUS),
-            rd(&dev, reg::HEAD),
-            rd(&dev, reg::TAIL)
-        );
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_millis(800) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let mut f = [0; 8];
-        ram.read(0x1000, &mut f).unwrap();
-        eprintln!(
-            "later: status {:#x} head {} tail {} done {} fence {}",
-            rd(&dev, reg::STATUS),
-            rd(&dev, reg::HEAD),
-            rd(&dev, reg::TAIL),
-            rd(&dev, reg::DONE_LO),
-            u64::from_le_bytes(f)
-        );
-        dev.stop();
-        h.join().unwrap().unwrap();
-    }
-
-    #[test]
-    fn vfio_reset_during_a_command() {
-        let (dev, ram, h) = rig();
-        w(&dev, reg::RING_LO, RAM as u32);
-        w(&dev, reg::RING_SIZE, 16);
-        w(&dev, reg::FENCE_LO, (RAM + 0x1000) as u32);
-        let slow = Command {
+    /// A copy from memory QEMU serves slowly, with INTERRUPT, and 15 NOPs
+    /// after it in the ring: reset while it runs.
+    fn slow_copy_then_nops(r: &mut Rig) {
+        r.submit(Command {
             opcode: op::COPY,
             flags: flag::DST_VRAM | flag::INTERRUPT,
             seqno: 7,
             src: REMOTE,
             dst: 0,
             len: 8,
-        };
-        ram.write(0, &slow.encode()).unwrap();
-        w(&dev, reg::TAIL, 1);
+        });
+        for i in 1..15 {
+            r.ram
+                .write(
+                    i * 64,
+                    &Command {
+                        opcode: op::NOP,
+                        seqno: 100 + i,
+                        ..Default::default()
+                    }
+                    .encode(),
+                )
+                .unwrap();
+        }
         std::thread::sleep(Duration::from_millis(50));
-        dev.reset().unwrap();
-        eprintln!(
-            "after reset: status {:#x} (IDLE while the command still runs?)",
-            rd(&dev, reg::STATUS)
+    }
+
+    /// After a reset, the command that was running completes into nothing:
+    /// no fence, no interrupt, no progress, and no stale entry runs.
+    fn check_reset_left_nothing(r: &Rig) {
+        assert_eq!(
+            r.reg(reg::STATUS) & status::IDLE,
+            0,
+            "busy until the command stops"
         );
-        // driver reprograms quickly
-        w(&dev, reg::RING_LO, RAM as u32);
-        w(&dev, reg::RING_SIZE, 16);
-        std::thread::sleep(Duration::from_millis(600));
-        let mut f = [0; 8];
-        ram.read(0x1000, &mut f).unwrap();
-        eprintln!(
-            "later: head {} done {} fence {} irq_status {:#x}",
-            rd(&dev, reg::HEAD),
-            rd(&dev, reg::DONE_LO),
-            u64::from_le_bytes(f),
-            rd(&dev, crate::regs::IRQ_STATUS)
-        );
-        dev.stop();
-        h.join().unwrap().unwrap();
+        r.settle();
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(r.fence(), 0);
+        assert_eq!(r.reg(reg::HEAD), 0);
+        assert_eq!(r.reg(reg::DONE_LO), 0);
+        assert_eq!(r.reg(crate::regs::IRQ_STATUS), 0);
+        assert_eq!(r.vram_word(), 0, "the copy stopped before its step");
     }
 
     #[test]
-    fn ring_address_wraps() {
-        let dev = Arc::new(Device::new(2 << 20).unwrap());
-        let fd = memfd("ram", 1 << 20).unwrap();
-        let ram = Mmap::new(&fd, 0, 1 << 20).unwrap();
-        dev.dma()
-            .map(0, 1 << 20, prot::READ | prot::WRITE, Some((fd, 0)))
+    fn a_ctrl_reset_stops_the_running_command_unfenced() {
+        let mut r = Rig::with_remote(&Slow);
+        r.set(crate::regs::IRQ_ENABLE, crate::regs::cause::ALL);
+        slow_copy_then_nops(&mut r);
+        r.set(reg::CTRL, CTRL_RESET);
+        check_reset_left_nothing(&r);
+    }
+
+    #[test]
+    fn a_device_reset_stops_the_running_command_unfenced() {
+        let mut r = Rig::with_remote(&Slow);
+        slow_copy_then_nops(&mut r);
+        r.dev.reset().unwrap();
+        check_reset_left_nothing(&r);
+    }
+
+    #[test]
+    fn a_ring_past_the_address_space_or_a_head_past_the_ring_halts() {
+        let r = Rig::new();
+        // Head at 10 of 16 (NOPs), then the ring shrinks to 4 with a FILL
+        // where entry 10 was: never run.
+        r.ram
+            .write(
+                10 * 64,
+                &Command {
+                    opcode: op::FILL,
+                    flags: flag::DST_VRAM,
+                    seqno: 5,
+                    src: 0x42,
+                    dst: 0,
+                    len: 8,
+                }
+                .encode(),
+            )
             .unwrap();
-        dev.region_write(region::CONFIG, 4, &[0x06, 0]).unwrap();
-        let d = dev.clone();
-        let h = std::thread::spawn(move || d.run_copy_engine(&Slow));
-        // Advance head to 100 with NOPs on a 128-entry ring at 0x10000.
-        w(&dev, reg::RING_LO, 0x10000);
-        w(&dev, reg::RING_SIZE, 128);
-        w(&dev, reg::TAIL, 100);
-        std::thread::sleep(Duration::from_millis(200));
-        eprintln!("head {}", rd(&dev, reg::HEAD));
-        // A command at the wrapped address 0x900 (never named as a ring).
-        ram.write(
-            0x900,
-            &Command {
-                opcode: op::FILL,
-                flags: flag::DST_VRAM,
-                seqno: 55,
-                src: 0x4141414141414141,
-                dst: 0,
-                len: 8,
-            }
-            .encode(),
-        )
-        .unwrap();
-        w(&dev, reg::RING_LO, 0xffff_f000);
-        w(&dev, reg::RING_HI, 0xffff_ffff);
-        w(&dev, reg::TAIL, 101);
-        std::thread::sleep(Duration::from_millis(200));
-        let mut v = [0; 8];
-        dev.region_read(region::BAR2, 0, &mut v).unwrap();
-        eprintln!(
-            "status {:#x} err {} head {} vram0 {:x?}",
-            rd(&dev, reg::STATUS),
-            rd(&dev, reg::ERROR),
-            rd(&dev, reg::HEAD),
-            v
-        );
-        dev.stop();
-        eprintln!("join: {:?}", h.join().map(|r| r.is_ok()));
-        let _ = ram;
-    }
-
-    #[test]
-    fn head_past_shrunk_ring() {
-        let (dev, ram, h) = rig();
-        w(&dev, reg::RING_LO, RAM as u32);
-        w(&dev, reg::RING_SIZE, 16);
-        w(&dev, reg::TAIL, 10);
-        std::thread::sleep(Duration::from_millis(100));
-        ram.write(
-            10 * 64,
-            &Command {
-                opcode: op::FILL,
-                flags: flag::DST_VRAM,
-                seqno: 5,
-                src: 0x4242424242424242,
-                dst: 0,
-                len: 8,
-            }
-            .encode(),
-        )
-        .unwrap();
-        w(&dev, reg::RING_SIZE, 4);
-        w(&dev, reg::TAIL, 1);
-        std::thread::sleep(Duration::from_millis(100));
-        let mut v = [0; 8];
-        dev.region_read(region::BAR2, 0, &mut v).unwrap();
-        eprintln!(
-            "status {:#x} err {} head {} done {} vram0 {:x?}",
-            rd(&dev, reg::STATUS),
-            rd(&dev, reg::ERROR),
-            rd(&dev, reg::HEAD),
-            rd(&dev, reg::DONE_LO),
-            v
-        );
-        dev.stop();
-        h.join().unwrap().unwrap();
+        r.set(reg::TAIL, 10);
+        r.settle();
+        assert_eq!(r.reg(reg::HEAD), 10);
+        r.set(reg::RING_SIZE, 4);
+        r.set(reg::TAIL, 1);
+        r.settle();
+        assert_eq!(r.reg(reg::ERROR), error::BAD_RING);
+        assert_eq!(r.vram_word(), 0);
+        // A ring whose entry would lie past the end of the address space.
+        r.set(reg::CTRL, CTRL_RESET);
+        r.set(reg::RING_SIZE, 128);
+        r.set(reg::FENCE_LO, (RAM + 0x8_0000) as u32);
+        r.set(reg::TAIL, 100);
+        r.settle();
+        assert_eq!(r.reg(reg::HEAD), 100);
+        r.set(reg::RING_LO, 0xffff_f000);
+        r.set(reg::RING_HI, 0xffff_ffff);
+        r.set(reg::TAIL, 101);
+        r.settle();
+        assert_eq!(r.reg(reg::ERROR), error::BAD_RING);
     }
 }
