@@ -174,13 +174,26 @@ fn entries_in_place_serve_jobs_in_place_only() -> Outcome {
         s0.pt_bytes,
         s1.pt_bytes
     );
-    let (j, s0, s1) = run(true)?;
-    check!(
-        pt(&s0, &s1) == (windows, 0, 0) && j.migrated == 0,
-        "second job in place: hits/faults/raised {:?}, migrated {}",
-        pt(&s0, &s1),
-        j.migrated
-    );
+    // The second job runs from the table. Entries the kernel removed in
+    // between (an invalidation of the process's page tables, a shrink
+    // pass: the TLB invalidations count both) fault again, rightly: then
+    // the pair runs again, up to 5 times.
+    let mut before = s1;
+    for attempt in 1.. {
+        let (j, s0, s1) = run(true)?;
+        if pt(&s0, &s1) == (windows, 0, 0) && j.migrated == 0 {
+            break;
+        }
+        let removed = s1.pt_tlb_invalidations - before.pt_tlb_invalidations;
+        check!(
+            removed > 0 && attempt < 5,
+            "second job in place: hits/faults/raised {:?}, migrated {}, entries removed meanwhile {removed} times (attempt {attempt})",
+            pt(&s0, &s1),
+            j.migrated
+        );
+        println!("# entries removed between the jobs ({removed} TLB invalidations): again");
+        before = s1;
+    }
     let (j, s0, s1) = run(false)?;
     check!(
         j.migrated == pages && pt(&s0, &s1).1 == windows,
