@@ -109,20 +109,13 @@ stage_source() {
 		msvm_log "kernel source cached: $MSVM_KSRC"
 		return 0
 	fi
-	local apt=$MSVM_CACHE/apt
-	mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$apt/etc"
-	cat >"$apt/etc/sources.list" <<SRC
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian $MSVM_KSRC_SUITE main
-SRC
-	local opts=(-o "Dir::Etc::SourceList=$apt/etc/sources.list" -o "Dir::Etc::SourceParts=-"
-		-o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt" -o "Dir::Cache::archives=$apt/archives"
-		-o "APT::Get::List-Cleanup=0" -o "APT::Sandbox::User=root")
-	apt-get "${opts[@]}" update -q >/dev/null ||
+	private_apt ksrc "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian $MSVM_KSRC_SUITE main"
+	apt-get "${APT_OPTS[@]}" update -q >/dev/null ||
 		msvm_die "cannot read the $MSVM_KSRC_SUITE package list"
 	local dl=$MSVM_CACHE/dl
 	rm -rf "$dl"
 	mkdir -p "$dl"
-	(cd "$dl" && apt-get "${opts[@]}" download -q "$MSVM_KSRC_PKG" >/dev/null) ||
+	(cd "$dl" && apt-get "${APT_OPTS[@]}" download -q "$MSVM_KSRC_PKG" >/dev/null) ||
 		msvm_die "package $MSVM_KSRC_PKG is not available from $MSVM_KSRC_SUITE"
 	dpkg -x "$dl"/"$MSVM_KSRC_PKG"_*.deb "$dl/x"
 	local tarball
