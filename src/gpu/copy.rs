@@ -10,6 +10,7 @@ use kernel::{
     io::{io_read, io_write, Io},
     pci,
     prelude::*,
+    sync::barrier::{dma_mb, Read},
     time::{delay::fsleep, Delta},
 };
 
@@ -166,6 +167,8 @@ fn round_trip(
         );
         return Err(EIO);
     }
+    // The page's words are read after the fence that says they are there.
+    dma_mb(Read);
     for i in 0..PAGE / 8 {
         let got: u64 = io_read!(buf, [try: dst / 8 + i]);
         if got != pattern(i) {
