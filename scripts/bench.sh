@@ -63,10 +63,19 @@ if [ "${MSVM_BENCH_SCALE8:-1}" != 0 ]; then
 		--cmd bench-scale8 --quiet-boot --log "$B/bench-scale8.log" --timeout 900 || rc=$?
 fi
 
-python3 - "$B/bench-console.log" "$B/bench-icount.log" "$B/bench-placement.log" "$B/bench-scale8.log" <<'PY'
+# The device model: msvm-gpu's copy engine against the CPU's copies for
+# the same migrations, in one boot (MSVM_BENCH_HW=0 skips it).
+rm -f "$B/bench-hw.log"
+if [ "${MSVM_BENCH_HW:-1}" != 0 ]; then
+	python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
+		--initrd "$B/bench-initramfs.cpio" --gpus sw,sw,rp --vram 512M --mem 2G \
+		--cmd bench-hw --quiet-boot --log "$B/bench-hw.log" --timeout 900 || rc=$?
+fi
+
+python3 - "$B/bench-console.log" "$B/bench-icount.log" "$B/bench-placement.log" "$B/bench-scale8.log" "$B/bench-hw.log" <<'PY'
 import os, re, sys
 vals, units = {}, {}
-for path, suffix in ((sys.argv[1], ""), (sys.argv[2], ".icount"), (sys.argv[3], ""), (sys.argv[4], "")):
+for path, suffix in ((sys.argv[1], ""), (sys.argv[2], ".icount"), (sys.argv[3], ""), (sys.argv[4], ""), (sys.argv[5], "")):
     if not os.path.exists(path):
         continue
     for line in open(path, errors="replace"):
@@ -235,6 +244,14 @@ if "scale_query.growth" in vals:
         if f"scale8_lock_{l}_acquired" in vals:
             print(f"{'global lock ' + l:<22}{vals[f'scale8_lock_{l}_acquired']:>9.0f} acquisitions, "
                   f"{vals[f'scale8_lock_{l}_contended']:.0f} found it held")
+    print()
+if any(k.startswith("hw_migrate") for k in vals):
+    print(f"{'msvm-gpu copy engine, GiB/s':<32}{'engine':>9}{'CPU':>9}{'speedup':>9}")
+    for tag in ("_4k", "_2m"):
+        for d in ("to_dev", "to_sys"):
+            k = f"hw_migrate{tag}_64M_{d}"
+            if f"{k}.speedup" in vals:
+                print(f"{k:<32}{vals[k + '.engine']:>9.3f}{vals[k + '.cpu']:>9.3f}{vals[k + '.speedup']:>8.2f}x")
     print()
 lc = [k for k in ("pagemap_create_16M", "pagemap_teardown_16M", "first_touch_16M",
       "pagemap_create_64M", "pagemap_teardown_64M", "first_touch_64M", "warm_touch_64M",

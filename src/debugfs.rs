@@ -49,6 +49,17 @@
 //!   (`crate::process`): `blocks` recorded in all processes,
 //!   `bytes_per_block` each takes, `untracked`: times a block could not be
 //!   recorded (its process at `policy_blocks`, or out of memory).
+//! - `copy_engine`: `use 1` if migrations copy with a device's copy
+//!   engine where it has one (msvm-gpu), then per such device whether its
+//!   engine is usable and its counters: submissions run to their fence,
+//!   commands, bytes copied into VRAM (of which from a peer's VRAM over
+//!   P2P: `bytes_p2p`), out of it and zeroed, waits the
+//!   interrupt woke, failed submissions (each reset, then copied by the
+//!   CPU), and the commands the device says it completed since its last
+//!   reset (`CE_DONE`); writing `0` makes migrations copy with the CPU, `1` with
+//!   the engines again (the benchmark's baseline), `fail N` makes the next
+//!   `N` runs start with a malformed command (fault injection: the engine
+//!   halts, is reset, and the step is copied by the CPU).
 //! - `locks`: msvm's global locks, a line each: name, acquisitions that
 //!   could wait, and those that found the lock held (`topology`: the
 //!   device registry's mutex; `processes`: the registry of processes'
@@ -71,7 +82,8 @@ use crate::mm::pagemap::PAGE_SIZE;
 use crate::registry::{self, PoolRef};
 use crate::topology::MAX_DEVICES;
 use crate::vram::{
-    FloorPath, VramPool, EVICT_DELAYS, EVICT_DELAY_MAX_MS, EVICT_DELAY_MS, FLOOR_MAX_PAGES,
+    engine_used, fail_runs, use_engine, FloorPath, VramPool, EVICT_DELAYS, EVICT_DELAY_MAX_MS,
+    EVICT_DELAY_MS, FLOOR_MAX_PAGES,
 };
 
 /// The directory and its files; removed when dropped (module exit). A file
@@ -103,6 +115,8 @@ pub(crate) struct Debugfs {
     locks: debugfs::File<()>,
     #[pin]
     numa: debugfs::File<()>,
+    #[pin]
+    copy_engine: debugfs::File<()>,
 }
 
 /// The last `copy_floor` run: bytes per path, and nanoseconds per path and
@@ -194,6 +208,12 @@ impl Debugfs {
             policy <- dir.read_callback_file(c"policy", (), &show_policy),
             locks <- dir.read_callback_file(c"locks", (), &show_locks),
             numa <- dir.read_callback_file(c"numa", (), &show_numa),
+            copy_engine <- dir.read_write_callback_file(
+                c"copy_engine",
+                (),
+                &show_copy_engine,
+                &write_copy_engine,
+            ),
         })
     }
 }
@@ -224,6 +244,55 @@ fn write_fail_large_system(_: &(), r: &mut UserSliceReader) -> Result {
     let count: u64 = text.parse().map_err(|_| EINVAL)?;
     FAIL_LARGE_SYSTEM.store(count, Relaxed);
     Ok(())
+}
+
+/// `copy_engine`: `1` makes migrations copy with the copy engine of a
+/// device that has one, `0` with the CPU (the benchmark's baseline);
+/// `fail N` makes the next `N` runs of an engine fail.
+fn write_copy_engine(_: &(), r: &mut UserSliceReader) -> Result {
+    let mut buf = [0u8; 24];
+    let n = r.len().min(buf.len());
+    r.read_slice(&mut buf[..n])?;
+    let text = core::str::from_utf8(buf[..n].trim_ascii()).map_err(|_| EINVAL)?;
+    match text {
+        "0" => use_engine(false),
+        "1" => use_engine(true),
+        _ => {
+            let count = text.strip_prefix("fail ").ok_or(EINVAL)?;
+            fail_runs(count.trim().parse().map_err(|_| EINVAL)?);
+        }
+    }
+    Ok(())
+}
+
+/// `copy_engine`: whether migrations use copy engines, then per device
+/// with one its counters.
+fn show_copy_engine(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    writeln!(f, "use {}", u8::from(engine_used()))?;
+    per_device(
+        f,
+        "gpu usable runs commands bytes_in bytes_out bytes_zeroed bytes_p2p woken failed device_done",
+        |f, i, p| {
+            let Some(e) = p.engine() else {
+                return Ok(());
+            };
+            let s = &e.stats;
+            writeln!(
+                f,
+                "{i} {} {} {} {} {} {} {} {} {} {}",
+                u8::from(e.usable()),
+                s.runs.load(Relaxed),
+                s.commands.load(Relaxed),
+                s.bytes_in.load(Relaxed),
+                s.bytes_out.load(Relaxed),
+                s.bytes_zeroed.load(Relaxed),
+                s.bytes_p2p.load(Relaxed),
+                s.woken.load(Relaxed),
+                s.failed.load(Relaxed),
+                e.done().unwrap_or(0),
+            )
+        },
+    )
 }
 
 /// `evict_delay_ms`: sets the wait of each eviction step, in milliseconds

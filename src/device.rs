@@ -7,7 +7,10 @@ use kernel::{
 };
 
 use crate::fault::FaultHandler;
-use crate::gpu::hal::{CpuEngine, Hal};
+use crate::gpu::{
+    hal::{CpuEngine, Hal},
+    Engines,
+};
 use crate::mm::{
     cancel::Gone,
     devtables::Tables,
@@ -88,6 +91,9 @@ pub(crate) struct Gpu<'a> {
     /// ioctls stop for this one's unplug only, not for its eviction.
     departure: Option<Gone>,
     _member: Membership,
+    /// The device's engines (msvm-gpu's), stopped after the pool's
+    /// shutdown, which uses them to send pages home.
+    _engines: Option<Engines<'a>>,
 }
 
 /// The most device memory msvm uses of one device: the tables sized by it
@@ -129,7 +135,7 @@ impl<'a> Gpu<'a> {
             None => Self::generic_bar(pdev)?,
         };
         let bar_len = pdev.resource_len(vram_bar)?;
-        kind.hal.identify(pdev, bar_len)?;
+        let engines = kind.hal.start(pdev, bar_len)?;
         if bar_len > u64::from_safe_cast(MAX_VRAM) {
             dev_warn!(
                 pdev.as_ref(),
@@ -193,7 +199,7 @@ impl<'a> Gpu<'a> {
         // controller (`drmm_cgroup_register_region`: `drm/<device>/<name>`).
         let region = CString::try_from_fmt(fmt!("drm/{pci}/vram"))?;
         let vram = VramPool::create(
-            bar,
+            (bar, engines.as_ref().map(|e| e.copy().clone())),
             chunk_size(),
             group,
             index,
@@ -211,6 +217,7 @@ impl<'a> Gpu<'a> {
             faults: FaultHandler::new(index)?,
             departure: Some(departure),
             _member: member,
+            _engines: engines,
         })
     }
 }

@@ -8,10 +8,12 @@ use kernel::{
     prelude::*,
 };
 
+use super::Engines;
+
 /// What msvm asks of a device's hardware. Today: that it is the device
-/// the id table says, with the VRAM its BAR shows, and that the parts msvm
-/// will use work. The engines' operations (copies, jobs, the MMU, faults)
-/// join it as the driver comes to use the device model's
+/// the id table says, with the VRAM its BAR shows, and its copy engine for
+/// migrations. The other engines' operations (jobs, the MMU, faults) join
+/// it as the driver comes to use the device model's
 /// (Documentation/hardware.rst, "Status").
 pub(crate) trait Hal: Sync {
     /// Enables what the device needs besides memory decoding (which the
@@ -20,9 +22,11 @@ pub(crate) trait Hal: Sync {
 
     /// Checks, at probe, that `pdev` is this kind of device, that its
     /// registers agree with the `vram_len` bytes of its VRAM BAR, and that
-    /// its interrupt and engines answer (self-tests); an error refuses the
-    /// device.
-    fn identify(&self, pdev: &pci::Device<Bound>, vram_len: u64) -> Result;
+    /// its interrupt and engines answer (self-tests), and starts them for
+    /// as long as `pdev` is bound: `None` for a device whose work msvm's
+    /// CPU engine does. An error refuses the device.
+    fn start<'a>(&self, pdev: &'a pci::Device<Bound>, vram_len: u64)
+        -> Result<Option<Engines<'a>>>;
 }
 
 /// A device that is memory only (QEMU's `ivshmem-plain`, a generic
@@ -33,7 +37,11 @@ pub(crate) struct CpuEngine;
 impl Hal for CpuEngine {
     fn enable(&self, _pdev: &pci::Device<Core<'_>>) {}
 
-    fn identify(&self, _pdev: &pci::Device<Bound>, _vram_len: u64) -> Result {
-        Ok(())
+    fn start<'a>(
+        &self,
+        _pdev: &'a pci::Device<Bound>,
+        _vram_len: u64,
+    ) -> Result<Option<Engines<'a>>> {
+        Ok(None)
     }
 }

@@ -1,80 +1,167 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! msvm-gpu's interrupt: one MSI vector, its causes in `IRQ_STATUS`
-//! (Documentation/hardware.rst, "Interrupts"), and the probe's self-test
-//! that each cause reaches the handler.
+//! (Documentation/hardware.rst, "Interrupts"), its handler for as long as
+//! the device is bound, and the probe's self-test that each cause reaches
+//! it.
 
 use kernel::{
     device::Bound,
     io::Io,
     irq::{self, Flags, IrqReturn, Registration},
-    pci,
+    pci::{self, IrqVectorRegistration},
     prelude::*,
-    sync::atomic::{Atomic, Relaxed},
+    sync::{
+        atomic::{Atomic, Relaxed},
+        Arc,
+    },
     time::{delay::fsleep, Delta},
 };
 
+use super::copy::CopyEngine;
 use super::regs::{self, IRQ_ENABLE, IRQ_RAISE, IRQ_STATUS};
 
 /// How long the self-test waits for one interrupt (QEMU under TCG delivers
 /// in milliseconds; a lost interrupt waits this long once).
 const WAIT_MS: u32 = 2000;
 
-/// The self-test's handler: counts interrupts.
-struct Count(Atomic<u32>);
+/// The handler: acknowledges the causes raised, counts them, and wakes the
+/// copy engine's waiter on COMPLETION or ERROR.
+pub(crate) struct Handler {
+    ce: Arc<CopyEngine>,
+    /// Interrupts handled, and each cause seen.
+    pub(crate) interrupts: Atomic<u64>,
+    causes: [Atomic<u64>; regs::CAUSES],
+}
 
-impl irq::Handler for Count {
+impl Handler {
+    /// How many interrupts carried cause `cause`.
+    fn seen(&self, cause: usize) -> u64 {
+        self.causes.get(cause).map_or(0, |c| c.load(Relaxed))
+    }
+}
+
+impl irq::Handler for Handler {
     fn handle(&self) -> IrqReturn {
-        self.0.fetch_add(1, Relaxed);
+        let Some(io) = self.ce.bar().try_access() else {
+            return IrqReturn::None;
+        };
+        let raised = io.read(IRQ_STATUS).causes();
+        // Nothing raised, or a device that no longer answers (all ones).
+        if raised == 0 || raised == u32::MAX {
+            return IrqReturn::None;
+        }
+        // Cleared before the work is looked at: a cause raised again from
+        // here on signals again (edge semantics).
+        io.write_reg(IRQ_STATUS::zeroed().with_causes(raised));
+        self.interrupts.add(1, Relaxed);
+        for (bit, n) in self.causes.iter().enumerate() {
+            if raised & (1 << bit) != 0 {
+                n.add(1, Relaxed);
+            }
+        }
+        if raised & (regs::COMPLETION | regs::ERROR) != 0 {
+            self.ce.wake();
+        }
         IrqReturn::Handled
     }
 }
 
-/// Checks that each cause, raised through `IRQ_RAISE`, interrupts once:
-/// the device's eventfd, QEMU's MSI emulation and the guest's interrupt
-/// routing, end to end.
-pub(crate) fn selftest(pdev: &pci::Device<Bound>, bar: &pci::Bar<'_, { regs::END }>) -> Result {
-    let msi = pci::IrqTypes::default().with(pci::IrqType::Msi);
-    let vectors = pdev
-        .alloc_irq_vectors(1, 1, msi)
-        .inspect_err(|e| dev_err!(pdev.as_ref(), "msvm-gpu: no MSI vector: {e:?}\n"))?;
-    // SAFETY: the registration is dropped at the end of this function,
-    // before `vectors`, never forgotten.
-    let reg = unsafe {
-        Registration::new(
-            vectors.index(0)?.into(),
-            Flags::TRIGGER_NONE,
-            c"msvm-gpu-selftest",
-            Ok::<_, Error>(Count(Atomic::new(0))),
-        )
-    };
-    let reg = KBox::pin_init(reg, GFP_KERNEL)?;
-    let count = || reg.handler().0.load(Relaxed);
-    // From a known state: a cause left raised by an earlier binding would
-    // look like one raised now.
-    bar.write_reg(IRQ_ENABLE::zeroed());
-    bar.write_reg(IRQ_STATUS::zeroed().with_causes((1u32 << regs::CAUSES) - 1));
-    for cause in 0..regs::CAUSES {
-        let bit = 1u32 << cause;
-        let before = count();
-        bar.write_reg(IRQ_ENABLE::zeroed().with_causes(bit));
-        bar.write_reg(IRQ_RAISE::zeroed().with_causes(bit));
-        let mut waited = 0;
-        while count() == before && waited < WAIT_MS {
-            fsleep(Delta::from_millis(1));
-            waited += 1;
+/// The device's interrupt while it is bound: its MSI vector and the
+/// handler registered on it.
+///
+/// # Invariants
+///
+/// `reg` was registered on the vector `_vectors` allocated; it is dropped
+/// first (field order), freeing the IRQ and waiting for a running handler,
+/// and `_vectors` (on the heap, never moved out or reached otherwise)
+/// after.
+pub(crate) struct Interrupt<'a> {
+    reg: Pin<KBox<Registration<'a, Handler>>>,
+    _vectors: KBox<IrqVectorRegistration<'a>>,
+}
+
+impl<'a> Interrupt<'a> {
+    /// Allocates the device's MSI vector and registers the handler on it
+    /// for `ce`, with every cause disabled and cleared.
+    pub(super) fn new(pdev: &'a pci::Device<Bound>, ce: Arc<CopyEngine>) -> Result<Self> {
+        {
+            let io = ce.bar().access(pdev.as_ref())?;
+            io.write_reg(IRQ_ENABLE::zeroed());
+            io.write_reg(IRQ_STATUS::zeroed().with_causes((1u32 << regs::CAUSES) - 1));
         }
-        let raised = bar.read(IRQ_STATUS).causes();
-        bar.write_reg(IRQ_STATUS::zeroed().with_causes(bit));
-        bar.write_reg(IRQ_ENABLE::zeroed());
-        let seen = count() - before;
-        if seen != 1 || raised != bit {
-            dev_err!(
-                pdev.as_ref(),
-                "msvm-gpu: cause {cause} raised (IRQ_STATUS {raised:#x}): {seen} interrupts in {waited} ms, want 1\n"
-            );
-            return Err(EIO);
-        }
+        let msi = pci::IrqTypes::default().with(pci::IrqType::Msi);
+        let vectors = pdev
+            .alloc_irq_vectors(1, 1, msi)
+            .inspect_err(|e| dev_err!(pdev.as_ref(), "msvm-gpu: no MSI vector: {e:?}\n"))?;
+        let vectors = KBox::new(vectors, GFP_KERNEL)?;
+        // SAFETY: `vectors` is on the heap and stays there, unmoved and
+        // unreached, until after `reg` is dropped (the type invariant):
+        // the borrow outlives every use of it, which ends with `reg`.
+        let v: &'a IrqVectorRegistration<'a> = unsafe { &*core::ptr::from_ref(&*vectors) };
+        let handler = Handler {
+            ce,
+            interrupts: Atomic::new(0),
+            causes: [const { Atomic::new(0) }; regs::CAUSES],
+        };
+        // SAFETY: the registration lives in a box that only `Interrupt`
+        // owns and drops (freeing the IRQ) before the box's memory goes;
+        // were an `Interrupt` forgotten, the box would leak with it, and
+        // the handler's memory stay valid.
+        let reg = unsafe {
+            Registration::new(
+                v.index(0)?.into(),
+                Flags::TRIGGER_NONE,
+                c"msvm-gpu",
+                Ok::<_, Error>(handler),
+            )
+        };
+        let reg = KBox::pin_init(reg, GFP_KERNEL)?;
+        // INVARIANT: `reg` is registered on `vectors`' vector.
+        Ok(Self {
+            reg,
+            _vectors: vectors,
+        })
     }
-    Ok(())
+
+    /// The handler.
+    pub(crate) fn handler(&self) -> &Handler {
+        self.reg.handler()
+    }
+
+    /// Enables the causes msvm handles: COMPLETION and ERROR.
+    pub(crate) fn enable(&self, pdev: &pci::Device<Bound>) -> Result {
+        let io = self.handler().ce.bar().access(pdev.as_ref())?;
+        io.write_reg(IRQ_ENABLE::zeroed().with_causes(regs::COMPLETION | regs::ERROR));
+        Ok(())
+    }
+
+    /// Checks that each cause, raised through `IRQ_RAISE`, interrupts
+    /// once: the device's eventfd, QEMU's MSI emulation and the guest's
+    /// interrupt routing, end to end. Leaves every cause disabled.
+    pub(crate) fn selftest(&self, pdev: &pci::Device<Bound>) -> Result {
+        let h = self.handler();
+        let io = h.ce.bar().access(pdev.as_ref())?;
+        for cause in 0..regs::CAUSES {
+            let bit = 1u32 << cause;
+            let (before, seen) = (h.interrupts.load(Relaxed), h.seen(cause));
+            io.write_reg(IRQ_ENABLE::zeroed().with_causes(bit));
+            io.write_reg(IRQ_RAISE::zeroed().with_causes(bit));
+            let mut waited = 0;
+            while h.seen(cause) == seen && waited < WAIT_MS {
+                fsleep(Delta::from_millis(1));
+                waited += 1;
+            }
+            io.write_reg(IRQ_ENABLE::zeroed());
+            let (n, of) = (h.interrupts.load(Relaxed) - before, h.seen(cause) - seen);
+            if n != 1 || of != 1 {
+                dev_err!(
+                    pdev.as_ref(),
+                    "msvm-gpu: cause {cause} raised: {n} interrupts, {of} with it, in {waited} ms; want 1\n"
+                );
+                return Err(EIO);
+            }
+        }
+        Ok(())
+    }
 }

@@ -9,62 +9,93 @@ use kernel::{
     prelude::*,
 };
 
+use super::copy::CopyEngine;
 use super::hal::Hal;
+use super::irq::Interrupt;
 use super::regs::{self, ID, SCRATCH, VERSION, VRAM_SIZE_HI, VRAM_SIZE_LO};
+use super::Engines;
 
 /// msvm-gpu.
 pub(crate) struct MsvmGpu;
 
+/// Checks the registers of the device behind `bar`: its identity and
+/// version, `VRAM_SIZE` against the `vram_len` bytes of BAR2, and that
+/// `SCRATCH` holds what is written. Returns the interface version.
+fn identify(
+    pdev: &pci::Device<Bound>,
+    bar: &pci::Bar<'_, { regs::END }>,
+    vram_len: u64,
+) -> Result<(u32, u32)> {
+    let id = bar.read(ID).value();
+    let version = bar.read(VERSION);
+    let (major, minor) = (u32::from(version.major()), u32::from(version.minor()));
+    if id != regs::ID_VALUE || major != regs::VERSION_MAJOR {
+        dev_err!(
+            pdev.as_ref(),
+            "msvm-gpu: ID {id:#010x}, version {major}.{minor}: not a device of interface {}\n",
+            regs::VERSION_MAJOR
+        );
+        return Err(ENODEV);
+    }
+    let size = (u64::from(bar.read(VRAM_SIZE_HI).value()) << 32)
+        | u64::from(bar.read(VRAM_SIZE_LO).value());
+    if size != vram_len {
+        dev_err!(
+            pdev.as_ref(),
+            "msvm-gpu: VRAM_SIZE says {size:#x} bytes, BAR2 holds {vram_len:#x}\n"
+        );
+        return Err(ENODEV);
+    }
+    // Registers that do not hold what is written are a device that does
+    // not answer (a dead link reads all ones).
+    for pattern in [0x5a5a_a5a5u32, 0xa5a5_5a5a] {
+        bar.write_reg(SCRATCH::zeroed().with_value(pattern));
+        let got = bar.read(SCRATCH).value();
+        if got != pattern {
+            dev_err!(
+                pdev.as_ref(),
+                "msvm-gpu: SCRATCH reads {got:#010x} after {pattern:#010x}\n"
+            );
+            return Err(EIO);
+        }
+    }
+    Ok((major, minor))
+}
+
 impl Hal for MsvmGpu {
-    /// Bus mastering: its interrupt is a memory write (MSI). Unbinding
-    /// disables the device, which clears it.
+    /// Bus mastering: its interrupt is a memory write (MSI), its engines
+    /// DMA. Unbinding disables the device, which clears it.
     fn enable(&self, pdev: &pci::Device<Core<'_>>) {
         pdev.set_master();
     }
 
-    fn identify(&self, pdev: &pci::Device<Bound>, vram_len: u64) -> Result {
+    fn start<'a>(
+        &self,
+        pdev: &'a pci::Device<Bound>,
+        vram_len: u64,
+    ) -> Result<Option<Engines<'a>>> {
         let bar = pdev.iomap_region_sized::<{ regs::END }>(0, c"msvm-gpu")?;
-        let id = bar.read(ID).value();
-        let version = bar.read(VERSION);
-        let (major, minor) = (u32::from(version.major()), u32::from(version.minor()));
-        if id != regs::ID_VALUE || major != regs::VERSION_MAJOR {
-            dev_err!(
-                pdev.as_ref(),
-                "msvm-gpu: ID {id:#010x}, version {major}.{minor}: not a device of interface {}\n",
-                regs::VERSION_MAJOR
-            );
-            return Err(ENODEV);
-        }
-        let size = (u64::from(bar.read(VRAM_SIZE_HI).value()) << 32)
-            | u64::from(bar.read(VRAM_SIZE_LO).value());
-        if size != vram_len {
-            dev_err!(
-                pdev.as_ref(),
-                "msvm-gpu: VRAM_SIZE says {size:#x} bytes, BAR2 holds {vram_len:#x}\n"
-            );
-            return Err(ENODEV);
-        }
-        // Registers that do not hold what is written are a device that
-        // does not answer (a dead link reads all ones).
-        for pattern in [0x5a5a_a5a5u32, 0xa5a5_5a5a] {
-            bar.write_reg(SCRATCH::zeroed().with_value(pattern));
-            let got = bar.read(SCRATCH).value();
-            if got != pattern {
-                dev_err!(
-                    pdev.as_ref(),
-                    "msvm-gpu: SCRATCH reads {got:#010x} after {pattern:#010x}\n"
-                );
-                return Err(EIO);
+        let (major, minor) = identify(pdev, &bar, vram_len)?;
+        let copy = CopyEngine::new(pdev, bar.into_devres()?)?;
+        let irq = match Interrupt::new(pdev, copy.clone()) {
+            Ok(irq) => irq,
+            Err(e) => {
+                copy.shut_down();
+                return Err(e);
             }
-        }
-        super::irq::selftest(pdev, &bar)?;
-        super::copy::selftest(pdev, &bar)?;
+        };
+        // From here on, dropping `engines` stops the engine before the
+        // interrupt goes.
+        let engines = Engines { copy, irq };
+        engines.irq.selftest(pdev)?;
+        engines.irq.enable(pdev)?;
+        engines.copy.selftest(pdev)?;
         dev_info!(
             pdev.as_ref(),
             "msvm-gpu: interface {major}.{minor}, {} MiB of VRAM, its interrupt answers {} causes, its copy engine round-trips a page\n",
-            size >> 20,
+            vram_len >> 20,
             regs::CAUSES
         );
-        Ok(())
+        Ok(Some(engines))
     }
 }

@@ -64,6 +64,11 @@ register! {
         31:0 value;
     }
 
+    /// Copy engine: the entry the engine executes next.
+    pub(crate) CE_HEAD(u32) @ 0x10c {
+        31:0 value;
+    }
+
     /// Copy engine: the doorbell, the entry after the last one written.
     pub(crate) CE_TAIL(u32) @ 0x110 {
         31:0 value;
@@ -90,9 +95,29 @@ register! {
         31:0 code;
     }
 
+    /// Copy engine: the seqno of the command that halted it, low word.
+    pub(crate) CE_ERROR_SEQNO_LO(u32) @ 0x124 {
+        31:0 value;
+    }
+
+    /// Copy engine: the seqno of the command that halted it, high word.
+    pub(crate) CE_ERROR_SEQNO_HI(u32) @ 0x128 {
+        31:0 value;
+    }
+
     /// Copy engine: reset.
     pub(crate) CE_CTRL(u32) @ 0x12c {
         0:0 reset => bool;
+    }
+
+    /// Copy engine: commands completed since the reset, low word.
+    pub(crate) CE_DONE_LO(u32) @ 0x130 {
+        31:0 value;
+    }
+
+    /// Copy engine: commands completed since the reset, high word.
+    pub(crate) CE_DONE_HI(u32) @ 0x134 {
+        31:0 value;
     }
 }
 
@@ -100,6 +125,10 @@ register! {
 pub(crate) mod ce {
     /// Copies `len` bytes from `src` to `dst`.
     pub(crate) const COPY: u32 = 1;
+    /// Fills `len` bytes at `dst` with the 8-byte pattern `src`.
+    pub(crate) const FILL: u32 = 2;
+    /// Raise COMPLETION when the command is done.
+    pub(crate) const INTERRUPT: u32 = 1 << 0;
     /// `src` is a VRAM offset.
     pub(crate) const SRC_VRAM: u32 = 1 << 1;
     /// `dst` is a VRAM offset.
@@ -111,9 +140,13 @@ pub(crate) mod ce {
 /// Interrupt causes, bits 0 to 3 of the `IRQ_*` registers; each signals
 /// the device's one MSI vector.
 pub(crate) const CAUSES: usize = 4;
+/// A copy-engine command with `ce::INTERRUPT` completed.
+pub(crate) const COMPLETION: u32 = 1 << 0;
+/// The copy engine halted.
+pub(crate) const ERROR: u32 = 1 << 2;
 
 /// Bytes of BAR0 the driver maps: the registers above.
-pub(crate) const END: usize = 0x130;
+pub(crate) const END: usize = 0x138;
 /// `ID`'s value.
 pub(crate) const ID_VALUE: u32 = u32::from_le_bytes(*b"MSVG");
 /// The interface major version this driver speaks.

@@ -16,7 +16,7 @@ use crate::mm::pagemap::PAGE_SIZE;
 use crate::mm::trace;
 use crate::sysmem::large_system_folio;
 use crate::thrash::{self, Place};
-use crate::vram::{Clock, Met, Phase, SizeClass, VramPool};
+use crate::vram::{Blit, Clock, Copy, Met, Phase, SizeClass, VramPool};
 
 /// Bytes the CPU fault path brings back to system RAM at once: the 64 KiB
 /// around the faulting address (within its VMA); a 2 MiB device folio
@@ -142,6 +142,8 @@ fn fault_range(
     // A CPU fault: pages on the faulting CPU's node, unless a NUMA policy
     // decides.
     let mut pages = NewPages::new(mig.small_collected(), Home::LOCAL);
+    // The copies, run together once every destination is allocated.
+    let mut blit = Blit::new(pool, n).map_err(|_| FaultError::Oom)?;
     let mut i = 0;
     while i < n {
         let (at, src) = (i, mig.src(i));
@@ -157,42 +159,50 @@ fn fault_range(
             continue;
         };
         let addr = start + at * PAGE_SIZE;
-        let large_dst = if src.compound() {
+        let dst = if src.compound() {
+            // No 2 MiB folio: nothing moves (the caller splits the folio).
             large_system_folio(vma.vma(), addr, Home::LOCAL)
         } else {
-            None
-        };
-        if let Some(dst) = large_dst {
-            clock.lap(Phase::Alloc);
-            pool.copy_to_folio(offset, &dst, nr)
-                .map_err(|_| FaultError::Sigbus)?;
-            clock.lap(Phase::Copy);
-            mig.set_dst(at, dst, src.write())
-                .map_err(|_| FaultError::Sigbus)?;
-            // CAST: at most `BLOCK_PAGES` (512), which fits in `u16`.
-            filled[at] = nr as u16;
-            continue;
-        }
-        if nr > 1 {
-            // No 2 MiB folio: nothing moves (the caller splits the folio).
-            continue;
-        }
-        let Some(dst) = pages.take(vma.vma(), addr) else {
-            // The faulting page must move; its neighbours may stay.
-            if at == fault_at {
-                return Err(FaultError::Oom);
+            match pages.take(vma.vma(), addr) {
+                Some(d) => Some(d),
+                // The faulting page must move; its neighbours may stay.
+                None if at == fault_at => return Err(FaultError::Oom),
+                None => None,
             }
+        };
+        let Some(dst) = dst else {
             continue;
         };
-        clock.lap(Phase::Alloc);
-        pool.bar()
-            .and_then(|bar| bar.copy_to_page(offset, &dst, 0))
-            .map_err(|_| FaultError::Sigbus)?;
-        clock.lap(Phase::Copy);
-        mig.set_dst(at, dst, src.write())
-            .map_err(|_| FaultError::Sigbus)?;
-        filled[at] = 1;
+        let copy = Copy::Out {
+            owner: pool,
+            off: offset,
+            dst,
+            nr,
+        };
+        blit.push(copy, (at, src.write()))
+            .map_err(|_| FaultError::Oom)?;
+        // CAST: at most `BLOCK_PAGES` (512), which fits in `u16`.
+        filled[at] = nr as u16;
     }
+    clock.lap(Phase::Alloc);
+    // A copy engine lost under the copies (`EIO`): the sources are back
+    // in place, and the access faults again (the CPU copies then).
+    let copied = blit.run().map_err(|e| {
+        if e == EIO {
+            FaultError::Retry
+        } else {
+            FaultError::Sigbus
+        }
+    })?;
+    for (dst, (at, write)) in copied {
+        mig.set_dst(
+            at,
+            dst.ok_or(EINVAL).map_err(|_| FaultError::Sigbus)?,
+            write,
+        )
+        .map_err(|_| FaultError::Sigbus)?;
+    }
+    clock.lap(Phase::Copy);
     // Own pages collected that stay (no memory for them, or a folio with
     // no 2 MiB of RAM) are put back where this mm maps them: eviction
     // follows them here (their record may name another mm or address).

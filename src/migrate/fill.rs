@@ -13,7 +13,7 @@ use crate::mm::numa::Home;
 use crate::mm::page::{NewPages, PageRef, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::PAGE_SIZE;
 use crate::sysmem::large_system_folio;
-use crate::vram::{Batch, Clock, Large, Payer, Phase, SizeClass, Use, VramPool};
+use crate::vram::{Batch, Blit, Clock, Copy, Large, Payer, Phase, SizeClass, Use, VramPool};
 
 use super::{whole_block, Outcome};
 
@@ -60,38 +60,6 @@ pub(super) fn large_step(vma: LockedVma<'_>, start: usize, end: usize) -> bool {
 /// must not even be read.
 fn movable(pool: &VramPool, page: PageRef<'_>) -> bool {
     page.is_anon() || pool.locate(page).is_some()
-}
-
-/// Copies the `nr` pages of the source folio from `src` (a system folio,
-/// a peer's device folio, or nothing: a hole) to BAR offset `offset` of
-/// `pool`. Returns whether they came from a peer's VRAM (over P2P).
-fn copy_in(pool: &VramPool, src: Option<PageRef<'_>>, nr: usize, offset: usize) -> Result<bool> {
-    let mut peer = false;
-    let mut stage = None;
-    for k in 0..nr {
-        let off = offset + k * PAGE_SIZE;
-        let Some(spage) = src else {
-            // An untouched (or zero-page) address.
-            pool.bar()?.clear_page(off)?;
-            continue;
-        };
-        let spage = spage.nth(k).ok_or(EINVAL)?;
-        match pool.locate(spage) {
-            // A page of a peer of our owner group: device to device, BAR
-            // to BAR over P2P, no system page involved.
-            Some((p, poff)) => {
-                if stage.is_none() {
-                    stage = Some(KBox::new([0u8; PAGE_SIZE], GFP_KERNEL)?);
-                }
-                if let Some(buf) = stage.as_mut() {
-                    pool.bar()?.copy_from_bar(off, &*p.bar()?, poff, buf)?;
-                }
-                peer = true;
-            }
-            None => pool.bar()?.copy_from_page(off, spage)?,
-        }
-    }
-    Ok(peer)
 }
 
 /// One migration step by `fill`: a whole 2 MiB folio (or hole) moves
@@ -216,6 +184,8 @@ pub(super) fn fill_to_device(
     let (mut u, mut decided) = (u, false);
     let mut filled = [0u16; BLOCK_PAGES];
     let mut from_peer = [false; BLOCK_PAGES];
+    // The copies, run together once every destination is known.
+    let mut blit = Blit::new(pool, n)?;
     let mut i = 0;
     while i < n {
         let (at, src) = (i, mig.src(i));
@@ -241,10 +211,31 @@ pub(super) fn fill_to_device(
             u = pool.placing(process, start, u);
         }
         pool.note_placed(offset, u);
-        from_peer[at] = copy_in(pool, mig.src_page(at), nr, offset)?;
-        mig.set_dst(at, dpage, src.write())?;
+        let copy = match mig.src_page(at) {
+            // An untouched (or zero-page) address.
+            None => Copy::Zero { off: offset, nr },
+            // A page of a peer of our owner group: device to device, BAR
+            // to BAR over P2P, no system page involved.
+            Some(spage) if pool.locate(spage).is_some() => {
+                from_peer[at] = true;
+                Copy::Peer {
+                    src: spage,
+                    off: offset,
+                    nr,
+                }
+            }
+            Some(spage) => Copy::In {
+                src: spage,
+                off: offset,
+                nr,
+            },
+        };
+        blit.push(copy, (at, dpage, src.write()))?;
         // CAST: at most `BLOCK_PAGES` (512), which fits in `u16`.
         filled[at] = nr as u16;
+    }
+    for (_, (at, dpage, write)) in blit.run()? {
+        mig.set_dst(at, dpage, write)?;
     }
     clock.lap(Phase::Copy);
     install(&mut mig, &filled[..n], &mut out);
@@ -312,6 +303,8 @@ pub(super) fn fill_to_system(
     let n = mig.npages();
     let mut filled = [0u16; BLOCK_PAGES];
     let mut pages = NewPages::new(mig.small_collected(), home);
+    // The copies, run together once every destination is allocated.
+    let mut blit = Blit::new(pool, n)?;
     let mut i = 0;
     while i < n {
         let (at, src) = (i, mig.src(i));
@@ -341,13 +334,21 @@ pub(super) fn fill_to_system(
             };
             d
         };
-        clock.lap(Phase::Alloc);
-        owner.copy_to_folio(offset, &dst, nr)?;
-        clock.lap(Phase::Copy);
-        mig.set_dst(at, dst, src.write())?;
+        let copy = Copy::Out {
+            owner,
+            off: offset,
+            dst,
+            nr,
+        };
+        blit.push(copy, (at, src.write()))?;
         // CAST: at most `BLOCK_PAGES` (512), which fits in `u16`.
         filled[at] = nr as u16;
     }
+    clock.lap(Phase::Alloc);
+    for (dst, (at, write)) in blit.run()? {
+        mig.set_dst(at, dst.ok_or(EINVAL)?, write)?;
+    }
+    clock.lap(Phase::Copy);
     install(&mut mig, &filled[..n], &mut out);
     // Credit each page to the device it left (this one or a group peer).
     let mut large_moved = 0;

@@ -113,6 +113,82 @@ pub(super) unsafe fn unmap_page(dev: &device::Device, addr: u64) {
     };
 }
 
+/// Which way a device's own DMA moves a page's bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Direction {
+    /// The device reads the page.
+    ToDevice,
+    /// The device writes the page.
+    FromDevice,
+}
+
+impl Direction {
+    fn raw(self) -> bindings::dma_data_direction {
+        match self {
+            Self::ToDevice => bindings::dma_data_direction::DMA_TO_DEVICE,
+            Self::FromDevice => bindings::dma_data_direction::DMA_FROM_DEVICE,
+        }
+    }
+}
+
+/// A system page mapped one way for a device that reaches it by DMA of its
+/// own (msvm-gpu's copy engine), unmapped on drop. Unlike [`DmaPage`]
+/// (the emulated CPU engine, which reaches the page itself), the mapping
+/// makes the CPU syncs of the DMA API: a bounce buffer behind the address
+/// (`swiotlb=force`, SEV/TDX guests) is filled from the page at map
+/// ([`Direction::ToDevice`]), or copied into it at unmap
+/// ([`Direction::FromDevice`]). The device must be done with the address
+/// before the mapping is dropped.
+///
+/// # Invariants
+///
+/// `addr` is a live `dma_map_page` mapping of one page for `dev`, made
+/// with direction `dir`.
+pub(crate) struct DeviceDma<'a> {
+    dev: &'a device::Device<Bound>,
+    addr: u64,
+    dir: Direction,
+}
+
+impl<'a> DeviceDma<'a> {
+    /// Maps `page`, a system page in the direct map, for `dev`, the way
+    /// `dir` says; `None` if it cannot be mapped or is not such a page.
+    pub(crate) fn map(
+        dev: &'a device::Device<Bound>,
+        page: PageRef<'a>,
+        dir: Direction,
+    ) -> Option<Self> {
+        if page.is_device_private() || page.is_secretmem() {
+            return None;
+        }
+        // SAFETY: `dev` is a live device (the borrow) and `page` a valid
+        // page; one page from offset 0 is inside it.
+        let addr = unsafe {
+            bindings::dma_map_page_attrs(raw(dev), page.as_ptr(), 0, PAGE_SIZE, dir.raw(), 0)
+        };
+        if !mapped(dev, addr) {
+            return None;
+        }
+        // INVARIANT: the mapping just made.
+        Some(Self { dev, addr, dir })
+    }
+
+    /// The device-visible address of the page.
+    pub(crate) fn addr(&self) -> u64 {
+        self.addr
+    }
+}
+
+impl Drop for DeviceDma<'_> {
+    fn drop(&mut self) {
+        // SAFETY: a live mapping for `dev` with direction `dir`
+        // (invariant), unmapped once.
+        unsafe {
+            bindings::dma_unmap_page_attrs(raw(self.dev), self.addr, PAGE_SIZE, self.dir.raw(), 0)
+        };
+    }
+}
+
 /// A page of a peer device's memory (a piece of its BAR) mapped for P2P
 /// access by one device, unmapped on drop.
 ///

@@ -75,6 +75,7 @@ use kernel::{
     },
 };
 
+use crate::gpu::copy::CopyEngine;
 use crate::mm::{
     cancel::Cancel,
     devtables::Tables,
@@ -92,6 +93,7 @@ use crate::mm::{
 use crate::topology::MAX_DEVICES;
 
 mod alloc;
+mod blit;
 mod charge;
 mod chunk;
 mod evict;
@@ -112,12 +114,14 @@ mod usage;
 mod window;
 
 pub(crate) use alloc::{large_folios, Batch, Large};
+pub(crate) use blit::{engine_used, fail_runs, use_engine, Blit, Copy};
 pub(crate) use charge::{Charges, Payer};
 use chunk::Chunk;
 pub(crate) use floor::{FloorPath, FLOOR_MAX_PAGES};
 use lru::Lru;
 pub(crate) use lru::{Epoch, Intent, Use};
 pub(crate) use mapped::{renew, Met};
+use orphans::P2pReader;
 pub(crate) use orphans::{init as init_orphans, Orphanage};
 pub(crate) use phases::{Clock, JobPhase, Phase, SizeClass};
 use replicas::Replicas;
@@ -207,10 +211,16 @@ impl Slot {
 pub(crate) struct VramPool {
     /// The BAR, while the device is bound.
     bar: Devres<WcBar>,
+    /// The device's copy engine, if it has one: migrations' copies
+    /// (`blit.rs`).
+    engine: Option<Arc<CopyEngine>>,
     /// 1 once the device's teardown sealed the BAR: [`VramPool::bar`]
     /// fails, only the teardown's copies of orphans reach it
     /// (`orphans.rs`).
     sealed: Atomic<u32>,
+    /// Peers' copy engines reading this VRAM over P2P now (`orphans.rs`,
+    /// `P2pReader`): the seal waits for them.
+    p2p_readers: Atomic<u64>,
     /// The `dev_private_owner` of this device's pages: its owner group's
     /// key, shared with the peers it reaches over P2P.
     key: &'static GroupKey,
@@ -277,7 +287,7 @@ impl VramPool {
     /// on NUMA node `home`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn create(
-        bar: Devres<WcBar>,
+        (bar, engine): (Devres<WcBar>, Option<Arc<CopyEngine>>),
         chunk_size: usize,
         group: usize,
         index: usize,
@@ -305,7 +315,9 @@ impl VramPool {
         let pool = Arc::pin_init(
             try_pin_init!(Self {
                 bar,
+                engine,
                 sealed: Atomic::new(0),
+                p2p_readers: Atomic::new(0),
                 key: group_key(group),
                 chunk_size,
                 nchunks,
@@ -363,6 +375,11 @@ impl VramPool {
             return Err(ENODEV);
         }
         Ok(bar)
+    }
+
+    /// The device's copy engine, if it has one.
+    pub(crate) fn engine(&self) -> Option<&Arc<CopyEngine>> {
+        self.engine.as_ref()
     }
 
     /// Copies `nr` pages of the BAR from `offset` into the first `nr` pages

@@ -35,7 +35,7 @@
 
 use kernel::num::casts::FromSafeCast;
 use kernel::prelude::*;
-use kernel::sync::atomic::{Acquire, Atomic, Relaxed, Release};
+use kernel::sync::atomic::{Acquire, Atomic, Full, Relaxed, Release};
 use kernel::sync::{new_mutex, new_spinlock, Arc, Mutex, SpinLock};
 use kernel::time::{delay::fsleep, Delta};
 use kernel::workqueue::{impl_has_work, new_work, Work, WorkItem};
@@ -119,6 +119,17 @@ impl VramPool {
         }
         self.sealed.store(1, Release);
         kernel::sync::rcu::synchronize_rcu();
+        // And the copy engines' runs: this device's own (one under way
+        // ends before this goes on, the next sees the seal) and the peers'
+        // reading its VRAM over P2P (counted: `P2pReader`). Either a reader
+        // counted itself before this load, or it sees the seal (a full
+        // barrier on each side: `synchronize_rcu`'s, and the reader's).
+        if let Some(e) = self.engine() {
+            drop(e.session());
+        }
+        while self.p2p_readers.load(Acquire) > 0 {
+            fsleep(Delta::from_millis(1));
+        }
         for c in 0..self.nchunks {
             let map = used(&self.chunks.lock()[c]);
             if let Some(map) = map {
@@ -126,6 +137,18 @@ impl VramPool {
             }
         }
         self.ops.sealed(self);
+    }
+
+    /// Counts a peer's copy engine reading this pool's VRAM over P2P until
+    /// the returned reader is dropped: `ENODEV` if the pool is sealed (the
+    /// seal waits for the readers counted).
+    pub(super) fn p2p_reader(&self) -> Result<P2pReader<'_>> {
+        self.p2p_readers.fetch_add(1, Full);
+        let reader = P2pReader(self);
+        if self.is_sealed() {
+            return Err(ENODEV);
+        }
+        Ok(reader)
     }
 
     /// Whether the pool is sealed ([`VramPool::seal_if_used`]).
@@ -479,5 +502,14 @@ impl Drop for Orphanage {
         // reaper.
         let reaping = REAPER.lock().take();
         drop(reaping);
+    }
+}
+
+/// A peer's copy engine reading a pool's VRAM ([`VramPool::p2p_reader`]).
+pub(super) struct P2pReader<'a>(&'a VramPool);
+
+impl Drop for P2pReader<'_> {
+    fn drop(&mut self) {
+        self.0.p2p_readers.fetch_sub(1, Release);
     }
 }

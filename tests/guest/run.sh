@@ -21,6 +21,9 @@ echo
 echo "== msvm stats"
 msvm stats
 echo
+echo "== /sys/kernel/debug/msvm/copy_engine (the demo's migrations, by each msvm-gpu's copy engine)"
+cat /sys/kernel/debug/msvm/copy_engine
+echo
 echo "== memory pressure: a process takes RAM until the kernel reclaims"
 echo "(the shrinker removes the pagemaps of idle chunks: 'chunks' below)"
 avail=$(awk '/^MemAvailable:/ { print int($2 / 1024) }' /proc/meminfo)

@@ -22,7 +22,7 @@ const ROUNDS: usize = 3;
 
 /// A 2 MiB aligned anonymous buffer (THP can back it when enabled). Left
 /// mapped, unless given to [`unmap`]: the bench process exits right after.
-fn buffer(len: usize) -> Result<&'static mut [u64], String> {
+pub(crate) fn buffer(len: usize) -> Result<&'static mut [u64], String> {
     // SAFETY: a fresh anonymous mapping aliases nothing.
     let p = unsafe {
         mmap_anonymous(
@@ -60,7 +60,24 @@ unsafe fn unmap(b: &'static mut [u64]) -> Result<(), String> {
     unsafe { munmap(p, b.len() * 8) }.map_err(|e| format!("munmap: {e}"))
 }
 
-fn gibps(len: usize, secs: f64) -> f64 {
+/// Seconds a MIGRATE of `[addr, addr + len)` to `to` took; an error unless
+/// it moved every page.
+pub(crate) fn timed_migrate(
+    dev: &Device,
+    addr: usize,
+    len: usize,
+    to: Location,
+) -> Result<f64, String> {
+    let t = Instant::now();
+    let out = dev.migrate(addr, len, to).map_err(|e| e.to_string())?;
+    let secs = t.elapsed().as_secs_f64();
+    if out.moved != (len / PAGE) as u64 {
+        return Err(format!("moved {out:?} of {} pages", len / PAGE));
+    }
+    Ok(secs)
+}
+
+pub(crate) fn gibps(len: usize, secs: f64) -> f64 {
     len as f64 / secs / f64::from(1u32 << 30)
 }
 
@@ -114,15 +131,7 @@ pub fn run(mib: usize, tag: &str) -> Result<(), String> {
     let report =
         |op: &str, secs: f64| println!("BENCH {op}{tag}_{mib}M.msvm {:.3} GiB/s", gibps(len, secs));
     let addr = p.as_ptr() as usize;
-    let mv = |to| -> Result<f64, String> {
-        let t = Instant::now();
-        let out = dev.migrate(addr, len, to).map_err(|e| e.to_string())?;
-        let secs = t.elapsed().as_secs_f64();
-        if out.moved != (len / PAGE) as u64 {
-            return Err(format!("moved {out:?} of {} pages", len / PAGE));
-        }
-        Ok(secs)
-    };
+    let mv = |to| timed_migrate(&dev, addr, len, to);
     // How many 2 MiB folios each move took whole (the rest went in 4 KiB
     // pages), and where its steps spent their time (all size classes), from
     // the device's counters around it.

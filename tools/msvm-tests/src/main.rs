@@ -13,6 +13,7 @@
 //! non-zero if any test failed.
 
 mod bench;
+mod bench_hw;
 mod busy;
 mod cases;
 mod cgroup;
@@ -25,6 +26,7 @@ mod fdinfo;
 mod fuzz;
 mod generic;
 mod harness;
+mod hw;
 mod large;
 mod lifecycle;
 mod multi;
@@ -107,6 +109,7 @@ fn main_tests() -> Vec<harness::Test> {
         stale::tests(),
         orphans::tests(),
         busy::tests(),
+        hw::tests(),
     ]
     .into_iter()
     .flatten()
@@ -128,6 +131,7 @@ const INTEGRITY: &[&str] = &[
     "p2p_device_to_device_migration",
     "migrate_from_unreachable_peer_goes_through_ram",
     "large_folio_to_system_in_small_pages_without_free_folio",
+    "hw_migrations_copy_with_the_copy_engine",
 ];
 
 /// The core tests `msvm-tests generic` runs after its own, with a generic
@@ -155,6 +159,7 @@ const GENERIC: &[&str] = &[
     "migrate_from_unreachable_peer_goes_through_ram",
     "large_folio_round_trip_whole",
     "large_folio_to_peer_whole",
+    "hw_migrations_copy_with_the_copy_engine",
 ];
 
 fn main() -> ExitCode {
@@ -175,6 +180,10 @@ fn main() -> ExitCode {
         }
         Some("soak") => return finish("soak", soak::run(arg(1, 600)), Some("soak")),
         Some("bench-p2p") => return finish("bench-p2p", bench::run_p2p(arg(1, 64)), None),
+        Some("bench-hw") => {
+            let res = bench_hw::run(arg(1, 64), &arg(2, String::new()));
+            return finish("bench-hw", res, None);
+        }
         Some("bench-latency") => return finish("bench-latency", bench::run_latency(), None),
         Some("bench-devpt") => return finish("bench-devpt", bench::run_devpt(), None),
         Some("bench-scale") => return finish("bench-scale", bench::run_scale(), None),
