@@ -53,7 +53,8 @@
 //!   engine where it has one (msvm-gpu), then per such device whether its
 //!   engine is usable and its counters: submissions run to their fence,
 //!   commands, bytes copied into VRAM (of which from a peer's VRAM over
-//!   P2P: `bytes_p2p`), out of it and zeroed, waits the
+//!   P2P: `bytes_p2p`), out of it, zeroed, and from VRAM to VRAM
+//!   (`bytes_within`: consolidations), waits the
 //!   interrupt woke, failed submissions (each reset, then copied by the
 //!   CPU), and the commands the device says it completed since its last
 //!   reset (`CE_DONE`); writing `0` makes migrations copy with the CPU, `1` with
@@ -271,7 +272,7 @@ fn show_copy_engine(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
     writeln!(f, "use {}", u8::from(engine_used()))?;
     per_device(
         f,
-        "gpu usable runs commands bytes_in bytes_out bytes_zeroed bytes_p2p woken failed device_done",
+        "gpu usable runs commands bytes_in bytes_out bytes_zeroed bytes_p2p bytes_within woken failed device_done",
         |f, i, p| {
             let Some(e) = p.engine() else {
                 return Ok(());
@@ -279,7 +280,7 @@ fn show_copy_engine(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
             let s = &e.stats;
             writeln!(
                 f,
-                "{i} {} {} {} {} {} {} {} {} {} {}",
+                "{i} {} {} {} {} {} {} {} {} {} {} {}",
                 u8::from(e.usable()),
                 s.runs.load(Relaxed),
                 s.commands.load(Relaxed),
@@ -287,6 +288,7 @@ fn show_copy_engine(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 s.bytes_out.load(Relaxed),
                 s.bytes_zeroed.load(Relaxed),
                 s.bytes_p2p.load(Relaxed),
+                s.bytes_within.load(Relaxed),
                 s.woken.load(Relaxed),
                 s.failed.load(Relaxed),
                 e.done().unwrap_or(0),

@@ -84,6 +84,18 @@ impl Command {
         }
     }
 
+    /// `len` bytes from VRAM offset `src` to VRAM offset `dst` (the
+    /// ranges apart).
+    pub(crate) fn within_vram(src: usize, dst: usize, len: usize) -> Self {
+        Self {
+            op: ce::COPY,
+            flags: ce::SRC_VRAM | ce::DST_VRAM,
+            src: src as u64,
+            dst: dst as u64,
+            len: len as u64,
+        }
+    }
+
     /// Zeroes `len` bytes at VRAM offset `dst`.
     pub(crate) fn zero_vram(dst: usize, len: usize) -> Self {
         Self {
@@ -147,6 +159,8 @@ pub(crate) struct CopyStats {
     pub(crate) bytes_in: Atomic<u64>,
     pub(crate) bytes_out: Atomic<u64>,
     pub(crate) bytes_zeroed: Atomic<u64>,
+    /// Bytes copied from VRAM to VRAM.
+    pub(crate) bytes_within: Atomic<u64>,
     /// Of `bytes_in`, those read from a peer's VRAM over P2P.
     pub(crate) bytes_p2p: Atomic<u64>,
     /// Waits that slept until the interrupt woke them.
@@ -164,6 +178,7 @@ impl CopyStats {
             bytes_in: Atomic::new(0),
             bytes_out: Atomic::new(0),
             bytes_zeroed: Atomic::new(0),
+            bytes_within: Atomic::new(0),
             bytes_p2p: Atomic::new(0),
             woken: Atomic::new(0),
             failed: Atomic::new(0),
@@ -313,7 +328,8 @@ impl CopyEngine {
                 let n = match (c.op, c.flags & (ce::SRC_VRAM | ce::DST_VRAM)) {
                     (ce::FILL, _) => &self.stats.bytes_zeroed,
                     (_, ce::SRC_VRAM) => &self.stats.bytes_out,
-                    _ => &self.stats.bytes_in,
+                    (_, ce::DST_VRAM) => &self.stats.bytes_in,
+                    _ => &self.stats.bytes_within,
                 };
                 n.add(c.len, Relaxed);
             }

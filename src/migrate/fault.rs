@@ -16,7 +16,7 @@ use crate::mm::pagemap::PAGE_SIZE;
 use crate::mm::trace;
 use crate::sysmem::large_system_folio;
 use crate::thrash::{self, Place};
-use crate::vram::{Blit, Clock, Copy, Met, Phase, SizeClass, VramPool};
+use crate::vram::{Blit, Clock, Met, PageCopy, Phase, SizeClass, VramPool};
 
 /// Bytes the CPU fault path brings back to system RAM at once: the 64 KiB
 /// around the faulting address (within its VMA); a 2 MiB device folio
@@ -173,7 +173,7 @@ fn fault_range(
         let Some(dst) = dst else {
             continue;
         };
-        let copy = Copy::Out {
+        let copy = PageCopy::Out {
             owner: pool,
             off: offset,
             dst,

@@ -13,7 +13,7 @@ use crate::mm::numa::Home;
 use crate::mm::page::{NewPages, PageRef, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::PAGE_SIZE;
 use crate::sysmem::large_system_folio;
-use crate::vram::{Batch, Blit, Clock, Copy, Large, Payer, Phase, SizeClass, Use, VramPool};
+use crate::vram::{Batch, Blit, Clock, Large, PageCopy, Payer, Phase, SizeClass, Use, VramPool};
 
 use super::{whole_block, Outcome};
 
@@ -213,18 +213,18 @@ pub(super) fn fill_to_device(
         pool.note_placed(offset, u);
         let copy = match mig.src_page(at) {
             // An untouched (or zero-page) address.
-            None => Copy::Zero { off: offset, nr },
+            None => PageCopy::Zero { off: offset, nr },
             // A page of a peer of our owner group: device to device, BAR
             // to BAR over P2P, no system page involved.
             Some(spage) if pool.locate(spage).is_some() => {
                 from_peer[at] = true;
-                Copy::Peer {
+                PageCopy::Peer {
                     src: spage,
                     off: offset,
                     nr,
                 }
             }
-            Some(spage) => Copy::In {
+            Some(spage) => PageCopy::In {
                 src: spage,
                 off: offset,
                 nr,
@@ -334,7 +334,7 @@ pub(super) fn fill_to_system(
             };
             d
         };
-        let copy = Copy::Out {
+        let copy = PageCopy::Out {
             owner,
             off: offset,
             dst,

@@ -56,7 +56,7 @@ pub(crate) fn engine_used() -> bool {
 }
 
 /// One copy of a step.
-pub(crate) enum Copy<'p> {
+pub(crate) enum PageCopy<'p> {
     /// `nr` pages of system folio `src` (its first `nr`) into the pool's
     /// VRAM at `off`.
     In {
@@ -73,6 +73,9 @@ pub(crate) enum Copy<'p> {
         off: usize,
         nr: usize,
     },
+    /// `nr` pages of the pool's VRAM at `from` to `to` (a consolidation
+    /// of its chunks).
+    Within { from: usize, to: usize, nr: usize },
     /// Zeroes `nr` pages of the pool's VRAM at `off` (a hole moving in).
     Zero { off: usize, nr: usize },
     /// `nr` pages of `owner`'s VRAM at `off` (the pool's, or a peer's of
@@ -90,7 +93,7 @@ pub(crate) enum Copy<'p> {
 /// handed back by [`Blit::run`].
 pub(crate) struct Blit<'p, T> {
     pool: &'p VramPool,
-    ops: KVVec<(Copy<'p>, T)>,
+    ops: KVVec<(PageCopy<'p>, T)>,
     /// Pages the copies name.
     pages: usize,
 }
@@ -106,18 +109,19 @@ impl<'p, T> Blit<'p, T> {
     }
 
     /// Queues `copy`, with `tag`.
-    pub(crate) fn push(&mut self, copy: Copy<'p>, tag: T) -> Result {
-        let (Copy::In { nr, .. }
-        | Copy::Peer { nr, .. }
-        | Copy::Zero { nr, .. }
-        | Copy::Out { nr, .. }) = &copy;
+    pub(crate) fn push(&mut self, copy: PageCopy<'p>, tag: T) -> Result {
+        let (PageCopy::In { nr, .. }
+        | PageCopy::Peer { nr, .. }
+        | PageCopy::Within { nr, .. }
+        | PageCopy::Zero { nr, .. }
+        | PageCopy::Out { nr, .. }) = &copy;
         self.pages += *nr;
         self.ops.push((copy, tag), GFP_KERNEL)?;
         Ok(())
     }
 
     /// Runs every copy, and hands back each one's tag with its system
-    /// folio (for [`Copy::Out`]), in the order queued. If the device's
+    /// folio (for [`PageCopy::Out`]), in the order queued. If the device's
     /// engine was lost under the copies, everything they name is kept for
     /// good (the destinations leak, with the tags: the engine may still
     /// write them; a tag must be safe to leak) and this fails with `EIO`.
@@ -135,7 +139,7 @@ impl<'p, T> Blit<'p, T> {
         }
         for (copy, tag) in self.ops {
             let page = match copy {
-                Copy::Out { dst, .. } => Some(dst),
+                PageCopy::Out { dst, .. } => Some(dst),
                 _ => None,
             };
             out.push((page, tag), GFP_NOWAIT)?;
@@ -145,16 +149,24 @@ impl<'p, T> Blit<'p, T> {
 
     /// Every copy by the CPU, through the BARs.
     fn by_cpu(&self) -> Result {
-        let mut stage = None;
+        // The stage of BAR to BAR copies, if there are any.
+        let bar_to_bar =
+            |c: &PageCopy<'_>| matches!(c, PageCopy::Within { .. } | PageCopy::Peer { .. });
+        let mut staged = match self.ops.iter().any(|(c, _)| bar_to_bar(c)) {
+            true => Some(KBox::new([0u8; PAGE_SIZE], GFP_KERNEL)?),
+            false => None,
+        };
         for (copy, _) in &self.ops {
             match copy {
-                Copy::Peer { src, off, nr } => {
-                    if stage.is_none() {
-                        stage = Some(KBox::new([0u8; PAGE_SIZE], GFP_KERNEL)?);
+                PageCopy::Within { from, to, nr } => {
+                    let stage = staged.as_mut().ok_or(ENOMEM)?;
+                    for k in 0..*nr {
+                        let bar = self.pool.bar()?;
+                        bar.copy_from_bar(to + k * PAGE_SIZE, &bar, from + k * PAGE_SIZE, stage)?;
                     }
-                    let Some(stage) = stage.as_mut() else {
-                        return Err(ENOMEM);
-                    };
+                }
+                PageCopy::Peer { src, off, nr } => {
+                    let stage = staged.as_mut().ok_or(ENOMEM)?;
                     for k in 0..*nr {
                         let (p, poff) =
                             self.pool.locate(src.nth(k).ok_or(EINVAL)?).ok_or(EINVAL)?;
@@ -166,18 +178,18 @@ impl<'p, T> Blit<'p, T> {
                         )?;
                     }
                 }
-                Copy::In { src, off, nr } => {
+                PageCopy::In { src, off, nr } => {
                     for k in 0..*nr {
                         let page = src.nth(k).ok_or(EINVAL)?;
                         self.pool.bar()?.copy_from_page(off + k * PAGE_SIZE, page)?;
                     }
                 }
-                Copy::Zero { off, nr } => {
+                PageCopy::Zero { off, nr } => {
                     for k in 0..*nr {
                         self.pool.bar()?.clear_page(off + k * PAGE_SIZE)?;
                     }
                 }
-                Copy::Out {
+                PageCopy::Out {
                     owner,
                     off,
                     dst,
@@ -193,7 +205,7 @@ impl<'p, T> Blit<'p, T> {
         self.ops
             .iter()
             .map(|(c, _)| match c {
-                Copy::Peer { nr, .. } => *nr,
+                PageCopy::Peer { nr, .. } => *nr,
                 _ => 0,
             })
             .sum()
@@ -248,7 +260,7 @@ impl<'p, T> Blit<'p, T> {
         let mut queue = || -> Result {
             for (copy, _) in &self.ops {
                 match copy {
-                    Copy::In { src, off, nr } => {
+                    PageCopy::In { src, off, nr } => {
                         for k in 0..*nr {
                             let page = src.nth(k).ok_or(EINVAL)?;
                             let map =
@@ -257,7 +269,7 @@ impl<'p, T> Blit<'p, T> {
                             maps.push(map, GFP_NOWAIT)?;
                         }
                     }
-                    Copy::Peer { src, off, nr } => {
+                    PageCopy::Peer { src, off, nr } => {
                         for k in 0..*nr {
                             let (p, poff) =
                                 self.pool.locate(src.nth(k).ok_or(EINVAL)?).ok_or(EINVAL)?;
@@ -270,8 +282,11 @@ impl<'p, T> Blit<'p, T> {
                             p2p += PAGE_SIZE as u64;
                         }
                     }
-                    Copy::Zero { off, nr } => add(Command::zero_vram(*off, nr * PAGE_SIZE))?,
-                    Copy::Out {
+                    PageCopy::Within { from, to, nr } => {
+                        add(Command::within_vram(*from, *to, nr * PAGE_SIZE))?
+                    }
+                    PageCopy::Zero { off, nr } => add(Command::zero_vram(*off, nr * PAGE_SIZE))?,
+                    PageCopy::Out {
                         owner,
                         off,
                         dst,
@@ -289,7 +304,7 @@ impl<'p, T> Blit<'p, T> {
                             maps.push(map, GFP_NOWAIT)?;
                         }
                     }
-                    Copy::Out {
+                    PageCopy::Out {
                         owner,
                         off,
                         dst,

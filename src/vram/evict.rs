@@ -15,6 +15,8 @@ use crate::mm::page::{How, NewPage, BLOCK_PAGES, BLOCK_SIZE};
 use crate::mm::pagemap::{self, Pagemap, PAGE_SIZE};
 use crate::mm::trace::{self, EvictReason};
 
+use super::blit::{Blit, PageCopy};
+
 use super::window::evict_window;
 use super::{chunk_of, Batch, Chunk, VramPool};
 
@@ -47,9 +49,8 @@ pub(super) struct Drained {
 
 /// Where the pages of one drain go.
 struct Dest<'b> {
-    /// Other chunks of the pool (a consolidation), with the stage of its
-    /// BAR to BAR copies; system RAM if `None`.
-    batch: Option<(&'b mut Batch, &'b mut [u8; PAGE_SIZE])>,
+    /// Other chunks of the pool (a consolidation); system RAM if `None`.
+    batch: Option<&'b mut Batch>,
     how: Drain,
 }
 
@@ -119,16 +120,8 @@ impl VramPool {
     ) -> (Drained, Result) {
         let end = end.min(map.npages());
         let mut d = Drained::default();
-        // The stage of BAR to BAR copies, only for a consolidation.
-        let mut stage = match batch {
-            Some(_) => match KBox::new([0u8; PAGE_SIZE], GFP_KERNEL) {
-                Ok(b) => Some(b),
-                Err(e) => return (d, Err(e.into())),
-            },
-            None => None,
-        };
         let dest = Dest {
-            batch: batch.as_mut().zip(stage.as_deref_mut()),
+            batch: batch.as_mut(),
             how,
         };
         let res = self.drain_mapped(map, start, end, dest, cancel, &mut d);
@@ -276,6 +269,10 @@ impl VramPool {
         // Whether each entry got a destination in another chunk (true) or
         // in system RAM (false).
         let mut filled = [None; BLOCK_PAGES];
+        // The copies, run together once every destination is known: tags
+        // say the entry, its chunk destination if it has one, and whether
+        // it is writable.
+        let mut blit = Blit::new(self, n)?;
         for (j, f) in filled.iter_mut().enumerate().take(n) {
             let src = mig.src(j);
             // Ours (this chunk, this range), and collected: the core never
@@ -293,15 +290,16 @@ impl VramPool {
                 continue;
             };
             let from = bar_base + i * PAGE_SIZE;
-            if let Some((batch, stage)) = dest.batch.as_mut() {
+            if let Some(batch) = dest.batch.as_mut() {
                 let Some((dpage, off)) = batch.take() else {
                     continue;
                 };
-                {
-                    let bar = self.bar()?;
-                    bar.copy_from_bar(off, &bar, from, stage)?;
-                }
-                mig.set_dst(j, dpage, src.write())?;
+                let copy = PageCopy::Within {
+                    from,
+                    to: off,
+                    nr: 1,
+                };
+                blit.push(copy, (j, Some(dpage), src.write()))?;
                 *f = Some(true);
                 continue;
             }
@@ -316,9 +314,17 @@ impl VramPool {
             let Some(dst) = dst else {
                 continue;
             };
-            self.bar()?.copy_to_page(from, &dst, 0)?;
-            mig.set_dst(j, dst, src.write())?;
+            let copy = PageCopy::Out {
+                owner: self,
+                off: from,
+                dst,
+                nr: 1,
+            };
+            blit.push(copy, (j, None, src.write()))?;
             *f = Some(false);
+        }
+        for (to_system, (j, to_chunk, write)) in blit.run()? {
+            mig.set_dst(j, to_chunk.or(to_system).ok_or(EINVAL)?, write)?;
         }
         if filled.iter().any(Option::is_some) {
             evict_window();

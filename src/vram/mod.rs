@@ -114,7 +114,7 @@ mod usage;
 mod window;
 
 pub(crate) use alloc::{large_folios, Batch, Large};
-pub(crate) use blit::{engine_used, fail_runs, use_engine, Blit, Copy};
+pub(crate) use blit::{engine_used, fail_runs, use_engine, Blit, PageCopy};
 pub(crate) use charge::{Charges, Payer};
 use chunk::Chunk;
 pub(crate) use floor::{FloorPath, FLOOR_MAX_PAGES};

@@ -43,6 +43,7 @@ pub(crate) struct Counters {
     pub(crate) bytes_out: u64,
     pub(crate) bytes_zeroed: u64,
     pub(crate) bytes_p2p: u64,
+    pub(crate) bytes_within: u64,
     pub(crate) failed: u64,
     pub(crate) device_done: u64,
 }
@@ -56,7 +57,7 @@ pub(crate) fn counters(index: u32) -> Result<Option<Counters>, String> {
             .map(|w| w.parse::<u64>())
             .collect::<Result<_, _>>()
             .unwrap_or_default();
-        if f.len() == 11 && f[0] == u64::from(index) {
+        if f.len() == 12 && f[0] == u64::from(index) {
             return Ok(Some(Counters {
                 usable: f[1],
                 runs: f[2],
@@ -65,8 +66,9 @@ pub(crate) fn counters(index: u32) -> Result<Option<Counters>, String> {
                 bytes_out: f[5],
                 bytes_zeroed: f[6],
                 bytes_p2p: f[7],
-                failed: f[9],
-                device_done: f[10],
+                bytes_within: f[8],
+                failed: f[10],
+                device_done: f[11],
             }));
         }
     }

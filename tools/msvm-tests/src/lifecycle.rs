@@ -117,7 +117,8 @@ fn idle_chunks() -> Outcome {
 /// chunk (device to device), removes the others, and every byte left is
 /// right, for the device and for the CPU. The process runs in a cgroup of
 /// its own: the dmem charges follow the pages into their new chunk, and go
-/// when the pages are freed.
+/// when the pages are freed. On msvm-gpu the device's copy engine moves
+/// the pages (its VRAM-to-VRAM bytes are every page moved).
 fn consolidation() -> Outcome {
     let dev = gpu0()?;
     let cg = crate::cgroup::Cgroup::new("msvm-test-consolidation")?;
@@ -162,8 +163,19 @@ fn consolidation() -> Outcome {
         charged == (len / 4) as u64,
         "dmem.current {charged} before consolidation"
     );
+    let index = dev.index().map_err(|e| e.to_string())?;
+    let engine0 = crate::hw::counters(index)?;
     let removed = shrink("all")?;
     let s3 = st(&dev)?;
+    // On msvm-gpu its copy engine moved the pages, VRAM to VRAM.
+    if let (Some(a), Some(b)) = (engine0, crate::hw::counters(index)?) {
+        let bytes = (s3.shrink_moved - s2.shrink_moved) * PAGE as u64;
+        check!(
+            b.bytes_within - a.bytes_within == bytes && b.failed == a.failed,
+            "the copy engine moved {} bytes VRAM to VRAM for {bytes}: {a:?} -> {b:?}",
+            b.bytes_within - a.bytes_within
+        );
+    }
     check!(
         s3.chunks_live == 1 && removed == 2,
         "after consolidation: live {}, removed {removed}",
