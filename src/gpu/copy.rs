@@ -329,7 +329,9 @@ impl CopyEngine {
                     (ce::FILL, _) => &self.stats.bytes_zeroed,
                     (_, ce::SRC_VRAM) => &self.stats.bytes_out,
                     (_, ce::DST_VRAM) => &self.stats.bytes_in,
-                    _ => &self.stats.bytes_within,
+                    (_, f) if f == ce::SRC_VRAM | ce::DST_VRAM => &self.stats.bytes_within,
+                    // System RAM to system RAM: never submitted.
+                    _ => &self.stats.bytes_in,
                 };
                 n.add(c.len, Relaxed);
             }

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! A migration step's page copies between system RAM and one device's
-//! VRAM, queued while the step allocates and run together before it
-//! installs its pages: by the device's copy engine where it has one
+//! VRAM, from a peer's VRAM, or within the VRAM (a consolidation), queued
+//! while the step allocates and run together before it installs its pages: by the device's copy engine where it has one
 //! (`crate::gpu::copy`: the system pages mapped for it with the DMA API,
 //! one command per run of pages contiguous at both ends, one doorbell and
 //! one fence per step, waited for by interrupt), by the CPU through the
@@ -126,6 +126,10 @@ impl<'p, T> Blit<'p, T> {
     /// good (the destinations leak, with the tags: the engine may still
     /// write them; a tag must be safe to leak) and this fails with `EIO`.
     pub(crate) fn run(self) -> Result<KVVec<(Option<NewPage>, T)>> {
+        // Nothing to copy: nothing to take the engine for.
+        if self.ops.is_empty() {
+            return Ok(KVVec::new());
+        }
         // Allocated first: once the copies are made, nothing may fail.
         let mut out = KVVec::with_capacity(self.ops.len(), GFP_KERNEL)?;
         let by_engine = self.pool.engine().is_some_and(|e| e.usable()) && engine_used();

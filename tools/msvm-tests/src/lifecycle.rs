@@ -171,7 +171,9 @@ fn consolidation() -> Outcome {
     if let (Some(a), Some(b)) = (engine0, crate::hw::counters(index)?) {
         let bytes = (s3.shrink_moved - s2.shrink_moved) * PAGE as u64;
         check!(
-            b.bytes_within - a.bytes_within == bytes && b.failed == a.failed,
+            // At least: a page the core backs out of after its copy is
+            // copied but not counted as moved.
+            b.bytes_within - a.bytes_within >= bytes && bytes > 0 && b.failed == a.failed,
             "the copy engine moved {} bytes VRAM to VRAM for {bytes}: {a:?} -> {b:?}",
             b.bytes_within - a.bytes_within
         );
