@@ -253,6 +253,13 @@ if any(k.startswith("hw_migrate") for k in vals):
             if f"{k}.speedup" in vals:
                 print(f"{k:<32}{vals[k + '.engine']:>9.3f}{vals[k + '.cpu']:>9.3f}{vals[k + '.speedup']:>8.2f}x")
     print()
+if any(k.startswith("hw_warm_job") for k in vals):
+    print(f"{'msvm-gpu job engine, GiB/s':<32}{'device':>9}{'CPU':>9}{'speedup':>9}")
+    for op in ("checksum", "atomic_add"):
+        k = f"hw_warm_job_64M_{op}"
+        if f"{k}.speedup" in vals:
+            print(f"{k:<32}{vals[k + '.device']:>9.3f}{vals[k + '.cpu']:>9.3f}{vals[k + '.speedup']:>8.2f}x")
+    print()
 lc = [k for k in ("pagemap_create_16M", "pagemap_teardown_16M", "first_touch_16M",
       "pagemap_create_64M", "pagemap_teardown_64M", "first_touch_64M", "warm_touch_64M",
       "pagemap_create_256M", "pagemap_teardown_256M", "first_touch_256M",

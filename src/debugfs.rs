@@ -61,6 +61,15 @@
 //!   the engines again (the benchmark's baseline), `fail N` makes the next
 //!   `N` runs start with a malformed command (fault injection: the engine
 //!   halts, is reset, and the step is copied by the CPU).
+//! - `job_engine`: `use 1` if jobs run on a device's job engine where it
+//!   has one (msvm-gpu), then per such device whether its job engine and
+//!   MMU are usable, jobs run to their fence, bytes written and read,
+//!   waits the interrupt woke, failed jobs (`EIO`), the jobs the device
+//!   says it completed, TLB invalidations waited for and their total
+//!   nanoseconds, writes of a window's entries into the device's tables,
+//!   windows that found no table page free (run by the CPU), and stale translations the device's checking
+//!   mode found (`MMU_STALE`; module parameter `mmu_check`); writing `0`
+//!   runs jobs on the CPU, `1` on the engines again.
 //! - `locks`: msvm's global locks, a line each: name, acquisitions that
 //!   could wait, and those that found the lock held (`topology`: the
 //!   device registry's mutex; `processes`: the registry of processes'
@@ -83,9 +92,10 @@ use crate::mm::pagemap::PAGE_SIZE;
 use crate::registry::{self, PoolRef};
 use crate::topology::MAX_DEVICES;
 use crate::vram::{
-    engine_used, fail_runs, use_engine, FloorPath, VramPool, EVICT_DELAYS, EVICT_DELAY_MAX_MS,
-    EVICT_DELAY_MS, FLOOR_MAX_PAGES,
+    FloorPath, VramPool, EVICT_DELAYS, EVICT_DELAY_MAX_MS, EVICT_DELAY_MS, FLOOR_MAX_PAGES,
 };
+
+mod engines;
 
 /// The directory and its files; removed when dropped (module exit). A file
 /// keeps its directory's entry alive, so the drop order does not matter.
@@ -118,6 +128,8 @@ pub(crate) struct Debugfs {
     numa: debugfs::File<()>,
     #[pin]
     copy_engine: debugfs::File<()>,
+    #[pin]
+    job_engine: debugfs::File<()>,
 }
 
 /// The last `copy_floor` run: bytes per path, and nanoseconds per path and
@@ -212,8 +224,14 @@ impl Debugfs {
             copy_engine <- dir.read_write_callback_file(
                 c"copy_engine",
                 (),
-                &show_copy_engine,
-                &write_copy_engine,
+                &engines::show_copy_engine,
+                &engines::write_copy_engine,
+            ),
+            job_engine <- dir.read_write_callback_file(
+                c"job_engine",
+                (),
+                &engines::show_job_engine,
+                &engines::write_job_engine,
             ),
         })
     }
@@ -245,56 +263,6 @@ fn write_fail_large_system(_: &(), r: &mut UserSliceReader) -> Result {
     let count: u64 = text.parse().map_err(|_| EINVAL)?;
     FAIL_LARGE_SYSTEM.store(count, Relaxed);
     Ok(())
-}
-
-/// `copy_engine`: `1` makes migrations copy with the copy engine of a
-/// device that has one, `0` with the CPU (the benchmark's baseline);
-/// `fail N` makes the next `N` runs of an engine fail.
-fn write_copy_engine(_: &(), r: &mut UserSliceReader) -> Result {
-    let mut buf = [0u8; 24];
-    let n = r.len().min(buf.len());
-    r.read_slice(&mut buf[..n])?;
-    let text = core::str::from_utf8(buf[..n].trim_ascii()).map_err(|_| EINVAL)?;
-    match text {
-        "0" => use_engine(false),
-        "1" => use_engine(true),
-        _ => {
-            let count = text.strip_prefix("fail ").ok_or(EINVAL)?;
-            fail_runs(count.trim().parse().map_err(|_| EINVAL)?);
-        }
-    }
-    Ok(())
-}
-
-/// `copy_engine`: whether migrations use copy engines, then per device
-/// with one its counters.
-fn show_copy_engine(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    writeln!(f, "use {}", u8::from(engine_used()))?;
-    per_device(
-        f,
-        "gpu usable runs commands bytes_in bytes_out bytes_zeroed bytes_p2p bytes_within woken failed device_done",
-        |f, i, p| {
-            let Some(e) = p.engine() else {
-                return Ok(());
-            };
-            let s = &e.stats;
-            writeln!(
-                f,
-                "{i} {} {} {} {} {} {} {} {} {} {} {}",
-                u8::from(e.usable()),
-                s.runs.load(Relaxed),
-                s.commands.load(Relaxed),
-                s.bytes_in.load(Relaxed),
-                s.bytes_out.load(Relaxed),
-                s.bytes_zeroed.load(Relaxed),
-                s.bytes_p2p.load(Relaxed),
-                s.bytes_within.load(Relaxed),
-                s.woken.load(Relaxed),
-                s.failed.load(Relaxed),
-                e.done().unwrap_or(0),
-            )
-        },
-    )
 }
 
 /// `evict_delay_ms`: sets the wait of each eviction step, in milliseconds
@@ -525,7 +493,7 @@ fn show_phases(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
 }
 
 /// Writes `header`, then a `row` for each device, with its pool.
-fn per_device(
+pub(crate) fn per_device(
     f: &mut fmt::Formatter<'_>,
     header: &str,
     row: impl Fn(&mut fmt::Formatter<'_>, usize, &VramPool) -> fmt::Result,

@@ -199,14 +199,21 @@ impl<'a> Gpu<'a> {
         // controller (`drmm_cgroup_register_region`: `drm/<device>/<name>`).
         let region = CString::try_from_fmt(fmt!("drm/{pci}/vram"))?;
         let vram = VramPool::create(
-            (bar, engines.as_ref().map(|e| e.copy().clone())),
+            (bar, engines.as_ref().map(|e| e.hw().clone())),
             chunk_size(),
             group,
             index,
             Home::device(pdev.as_ref()),
             &crate::migrate::Migrations,
             &region,
-            Tables::new(pdev.as_ref(), index)?,
+            Tables::new(
+                pdev.as_ref(),
+                index,
+                engines
+                    .as_ref()
+                    .map(|e| e.hw().device_tables())
+                    .transpose()?,
+            )?,
         )?;
         let publication = registry::publish(index, &vram)?;
         Ok(Self {

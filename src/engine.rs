@@ -93,6 +93,7 @@ use crate::mm::{
 use crate::process::Process;
 use crate::vram::{Clock, Epoch, JobPhase, ReplicaWindow, VramPool};
 
+mod device;
 mod keep;
 
 pub(crate) use keep::{Keep, Replicate};
@@ -399,6 +400,9 @@ pub(crate) struct Engine<'p> {
     /// The device's fault handler.
     faults: &'p FaultHandler,
     buf: KBox<[u8; PAGE_SIZE]>,
+    /// A last-level table in the device's format, for a window the device
+    /// runs (`device.rs`).
+    leaf: KBox<[u64; device::LEAF_ENTRIES]>,
     /// The request the jobs run for: the uses of device memory they record
     /// for the eviction policy.
     epoch: Epoch,
@@ -574,6 +578,7 @@ impl<'p> Engine<'p> {
             dev,
             faults,
             buf: KBox::new([0; PAGE_SIZE], GFP_KERNEL)?,
+            leaf: KBox::new([0; device::LEAF_ENTRIES], GFP_KERNEL)?,
             epoch,
             replicate,
             process,
@@ -783,10 +788,17 @@ impl<'p> Engine<'p> {
         // accesses to memory not this device's for the access counters,
         // pages by path; and the pages the job may write by DMA marked so
         // (see the faulting path).
+        // The TLB's hits and misses: the device's for a job it ran, else
+        // the emulated one's (the accounting's lookups too).
+        let mut tlb = None;
         let r = self
             .account(&dst_v, dst_pages, write, done)
             .and_then(|()| self.account(&src_v, src_pages, false, done))
             .and_then(|()| {
+                if let Some(r) = self.on_device(table, (job, w, n), done) {
+                    tlb = Some(r?);
+                    return Ok(());
+                }
                 self.execute(
                     job.op,
                     dst - job.addr,
@@ -798,7 +810,8 @@ impl<'p> Engine<'p> {
                     done,
                 )
             });
-        let (hits, misses) = table.tlb_counts();
+        let emulated = table.tlb_counts();
+        let (hits, misses) = tlb.unwrap_or(emulated);
         self.pool.stats.tlb_hits.add(hits, Relaxed);
         self.pool.stats.tlb_misses.add(misses, Relaxed);
         Some(r)

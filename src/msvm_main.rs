@@ -42,6 +42,10 @@ module! {
             default: 64,
             description: "Device memory chunk (one dev_pagemap each) in MiB, 2..1024",
         },
+        mmu_check: u32 {
+            default: 1,
+            description: "msvm-gpu's MMU checking mode: the device walks the page table again at every TLB hit and fails a job that would use a translation no longer in it (1, default; 0 off)",
+        },
         thrash: u32 {
             default: 1,
             description: "Thrashing detection: 1 pins 2 MiB blocks that keep moving (default), 0 off",

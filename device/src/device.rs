@@ -10,11 +10,14 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Condvar, Mutex};
 
 use crate::copy;
-use crate::dma::{DmaSpace, Remote};
+use crate::dma::{DmaSpace, NoRemote, Remote};
+use crate::job;
 use crate::mem::{memfd, Mmap};
+use crate::mmu::{self, Tlb};
 use crate::pci::Config;
 use crate::proto::Writer;
 use crate::regs::{self, Regs, BAR0_SIZE};
+use crate::ring;
 use crate::Error;
 
 /// VFIO region indices (`VFIO_PCI_*_REGION_INDEX`).
@@ -65,7 +68,9 @@ const SPARSE_CAP_LEN: u32 = 16 + 16;
 struct State {
     config: Config,
     regs: Regs,
-    ce: copy::State,
+    ce: ring::State,
+    job: ring::State,
+    mmu: mmu::Regs,
     /// The connection is gone: the engines stop.
     stop: bool,
 }
@@ -100,7 +105,9 @@ impl Device {
             state: Mutex::new(State {
                 config: Config::new(),
                 regs: Regs::new(vram),
-                ce: copy::State::default(),
+                ce: ring::State::default(),
+                job: ring::State::default(),
+                mmu: mmu::Regs::default(),
                 stop: false,
             }),
             work: Condvar::new(),
@@ -251,10 +258,11 @@ impl Device {
             region::BAR0 => {
                 check_access(off, buf.len(), BAR0_SIZE)?;
                 let s = self.state()?;
-                if in_copy_engine(off) {
-                    regs::read_bytes(off, buf, |r| s.ce.read32(r));
-                } else {
-                    s.regs.read(off, buf, s.config.bus_master());
+                match Block::of(off) {
+                    Block::Copy => regs::read_bytes(off, buf, |r| s.ce.read32(r - copy::BASE)),
+                    Block::Job => regs::read_bytes(off, buf, |r| s.job.read32(r - job::BASE)),
+                    Block::Mmu => regs::read_bytes(off, buf, |r| s.mmu.read32(r)),
+                    Block::Main => s.regs.read(off, buf, s.config.bus_master()),
                 }
                 Ok(())
             }
@@ -275,14 +283,33 @@ impl Device {
                 check_access(off, data.len(), BAR0_SIZE)?;
                 let fx = {
                     let mut s = self.state()?;
-                    if in_copy_engine(off) {
-                        let words = regs::write_bytes(off, data, |r| match r {
-                            copy::reg::CTRL => 0,
-                            r => s.ce.read32(r),
-                        });
+                    let block = Block::of(off);
+                    if block != Block::Main {
+                        let s = &mut *s;
                         let mut kick = false;
-                        for (r, v) in words {
-                            kick |= s.ce.write32(r, v);
+                        // `CTRL` and `INV_SEQNO` are write-only: a partial
+                        // write takes zeroes for the rest.
+                        let (base, ring) = match block {
+                            Block::Copy => (copy::BASE, Some(&mut s.ce)),
+                            Block::Job => (job::BASE, Some(&mut s.job)),
+                            _ => (0, None),
+                        };
+                        if let Some(ring) = ring {
+                            let words = regs::write_bytes(off, data, |r| match r - base {
+                                ring::reg::CTRL => 0,
+                                r => ring.read32(r),
+                            });
+                            for (r, v) in words {
+                                kick |= ring.write32(r - base, v);
+                            }
+                        } else {
+                            let words = regs::write_bytes(off, data, |r| match r {
+                                mmu::reg::INV_SEQNO => 0,
+                                r => s.mmu.read32(r),
+                            });
+                            for (r, v) in words {
+                                kick |= s.mmu.write32(r, v);
+                            }
                         }
                         if kick {
                             self.work.notify_all();
@@ -308,6 +335,9 @@ impl Device {
         let mut s = self.state()?;
         s.regs.reset();
         s.ce.reset();
+        s.job.reset();
+        s.mmu.reset();
+        self.work.notify_all();
         Ok(())
     }
 
@@ -345,8 +375,68 @@ impl Device {
                             0
                         }
                     }
-                    Err((code, seqno)) => {
-                        if s.ce.fail(work.gen, code, seqno) {
+                    Err((fault, seqno)) => {
+                        if s.ce.fail(work.gen, fault, seqno) {
+                            regs::cause::ERROR
+                        } else {
+                            0
+                        }
+                    }
+                }
+            };
+            if cause != 0 {
+                self.raise(cause)?;
+            }
+        }
+    }
+
+    /// Runs the job engine until [`Device::stop`], as
+    /// [`Device::run_copy_engine`] runs the copy engine; its TLB lives here,
+    /// and the invalidations requested are done between two accesses, or
+    /// while idle.
+    pub fn run_job_engine(&self, remote: &dyn Remote) -> Result<(), Error> {
+        let mut tlb = Tlb::new();
+        let idle = |s: &State| !s.stop && !s.job.has_work() && !s.mmu.has_pending();
+        loop {
+            let (work, setup) = {
+                let mut s = self.state()?;
+                while idle(&s) {
+                    s = self.work.wait(s).map_err(|_| Error::Poisoned)?;
+                }
+                if s.stop {
+                    return Ok(());
+                }
+                if !s.job.has_work() {
+                    drop(s);
+                    job::Memory::invalidations(&Jobs(self), &mut tlb);
+                    continue;
+                }
+                (s.job.start(), s.mmu.setup())
+            };
+            let work = match work {
+                Ok(w) => w,
+                Err(_) => {
+                    self.raise(regs::cause::ERROR)?;
+                    continue;
+                }
+            };
+            let r = job::execute(&Jobs(self), remote, &work, setup, &mut tlb);
+            let cause = {
+                let mut s = self.state()?;
+                let c = tlb.take_counts();
+                s.mmu.counts.hits += c.hits;
+                s.mmu.counts.misses += c.misses;
+                s.mmu.counts.stale += c.stale;
+                match r {
+                    Ok(c) => {
+                        if s.job.complete(work.gen) && c.flags & job::flag::INTERRUPT != 0 {
+                            regs::cause::COMPLETION
+                        } else {
+                            0
+                        }
+                    }
+                    Err((fault, seqno)) => {
+                        if s.job.fail(work.gen, fault, seqno) {
                             regs::cause::ERROR
                         } else {
                             0
@@ -408,9 +498,91 @@ impl copy::Memory for Device {
     }
 }
 
-/// Whether a BAR0 access at `off` is the copy engine's.
-fn in_copy_engine(off: u64) -> bool {
-    (copy::BASE..copy::BASE + copy::SIZE).contains(&off)
+/// The job engine's memory: the copy engine's, with its generation
+/// checked against the job engine's.
+struct Jobs<'a>(&'a Device);
+
+impl copy::Memory for Jobs<'_> {
+    fn vram_read(&self, off: u64, buf: &mut [u8]) -> Result<(), Error> {
+        self.0.vram.read(off, buf)
+    }
+
+    fn vram_write(&self, off: u64, data: &[u8]) -> Result<(), Error> {
+        self.0.vram.write(off, data)
+    }
+
+    fn dma_read(&self, addr: u64, buf: &mut [u8], remote: &dyn Remote) -> Result<(), Error> {
+        self.0.dma_read(addr, buf, remote)
+    }
+
+    fn dma_write(&self, addr: u64, data: &[u8], remote: &dyn Remote) -> Result<(), Error> {
+        self.0.dma_write(addr, data, remote)
+    }
+
+    fn reset_since(&self, gen: u64) -> bool {
+        self.0.state().map_or(true, |s| !s.job.current(gen))
+    }
+}
+
+impl job::Memory for Jobs<'_> {
+    fn vram_add(&self, off: u64, v: u64) -> Result<(), Error> {
+        self.0.vram.fetch_add_u64(off, v)
+    }
+
+    fn dma_add(&self, addr: u64, v: u64, remote: &dyn Remote) -> Result<(), Error> {
+        if !self.0.state()?.config.bus_master() {
+            return Err(Error::NoBusMaster);
+        }
+        self.0.dma.fetch_add(addr, v, remote)
+    }
+
+    fn table_word(&self, system: bool, at: u64) -> Option<u64> {
+        let mut b = [0; 8];
+        if system {
+            // A walk is the device's DMA: directly, as QEMU gives tables
+            // in guest RAM (a table QEMU serves is not walked).
+            self.0.dma_read(at, &mut b, &NoRemote).ok()?;
+        } else {
+            self.0.vram.read(at, &mut b).ok()?;
+        }
+        Some(u64::from_le_bytes(b))
+    }
+
+    fn invalidations(&self, tlb: &mut Tlb) {
+        let Ok(mut s) = self.0.state() else { return };
+        if !s.mmu.has_pending() {
+            return;
+        }
+        let list = s.mmu.take_pending();
+        for inv in &list {
+            tlb.invalidate(inv);
+            s.mmu.done(inv.seqno);
+        }
+    }
+}
+
+/// The block of BAR0 a register access falls in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Block {
+    Main,
+    Copy,
+    Job,
+    Mmu,
+}
+
+impl Block {
+    fn of(off: u64) -> Self {
+        let within = |base: u64, size: u64| (base..base + size).contains(&off);
+        if within(copy::BASE, ring::SIZE) {
+            Block::Copy
+        } else if within(job::BASE, ring::SIZE) {
+            Block::Job
+        } else if within(mmu::BASE, mmu::SIZE) {
+            Block::Mmu
+        } else {
+            Block::Main
+        }
+    }
 }
 
 /// A register access: 1 to 8 bytes inside the region.

@@ -46,6 +46,20 @@ pub trait Remote {
     fn dma_write(&self, addr: u64, data: &[u8]) -> Result<(), Error>;
 }
 
+/// No path through QEMU: every access to a range QEMU serves fails
+/// (`EFAULT`). What a table walk uses (it reads guest RAM only), and tests.
+pub struct NoRemote;
+
+impl Remote for NoRemote {
+    fn dma_read(&self, _: u64, _: &mut [u8]) -> Result<(), Error> {
+        Err(Error::Remote(nix::libc::EFAULT as u32))
+    }
+
+    fn dma_write(&self, _: u64, _: &[u8]) -> Result<(), Error> {
+        Err(Error::Remote(nix::libc::EFAULT as u32))
+    }
+}
+
 /// Counters of the paths accesses took.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DmaCounts {
@@ -247,6 +261,31 @@ impl DmaSpace {
             |done, m, off, n| m.write(off, &data[done..done + n]),
             |done, n| remote.dma_write(addr + done as u64, &data[done..done + n]),
         )
+    }
+
+    /// Adds `v` to the 64-bit word at DMA address `addr` (8-byte aligned):
+    /// atomically where the device reaches the memory directly; through
+    /// QEMU, a read and a write (PCIe AtomicOps do not cross QEMU's DMA
+    /// path: Documentation/hardware.rst, "ATOMIC_ADD").
+    pub fn fetch_add(&self, addr: u64, v: u64, remote: &dyn Remote) -> Result<(), Error> {
+        let mut through_qemu = false;
+        self.walk(
+            addr,
+            8,
+            prot::READ | prot::WRITE,
+            |_, m, off, _| m.fetch_add_u64(off, v),
+            |_, _| {
+                through_qemu = true;
+                Ok(())
+            },
+        )?;
+        if through_qemu {
+            let mut b = [0; 8];
+            remote.dma_read(addr, &mut b)?;
+            let x = u64::from_le_bytes(b).wrapping_add(v);
+            remote.dma_write(addr, &x.to_le_bytes())?;
+        }
+        Ok(())
     }
 }
 

@@ -8,16 +8,21 @@
 //! - [`server`]: one connection, served in both directions at once;
 //! - [`device`]: the device QEMU sees: regions and interrupts;
 //! - [`pci`], [`regs`]: configuration space and BAR0 registers;
+//! - [`ring`]: a command ring, as each engine has;
 //! - [`copy`]: the copy engine;
+//! - [`job`], [`mmu`]: the job engine, and the MMU it translates with;
 //! - [`dma`], [`mem`]: the DMA space and shared memory.
 
 pub mod copy;
 pub mod device;
 pub mod dma;
+pub mod job;
 pub mod mem;
+pub mod mmu;
 pub mod pci;
 pub mod proto;
 pub mod regs;
+pub mod ring;
 pub mod server;
 pub mod sock;
 

@@ -73,11 +73,15 @@ fn run(a: Args) -> Result<(), Error> {
         let conn = conn.clone();
         std::thread::spawn(move || conn.device().clone().run_copy_engine(&*conn))
     };
+    let jobs = {
+        let conn = conn.clone();
+        std::thread::spawn(move || conn.device().clone().run_job_engine(&*conn))
+    };
     let r = conn.serve(rx);
     conn.device().stop();
-    let engine = match engine.join() {
-        Ok(r) => r,
-        Err(_) => Err(Error::Malformed("the copy engine panicked")),
+    let engine = match (engine.join(), jobs.join()) {
+        (Ok(a), Ok(b)) => a.and(b),
+        _ => Err(Error::Malformed("an engine panicked")),
     };
     let c = conn.device().dma().counts();
     eprintln!(

@@ -95,6 +95,27 @@ impl Mmap {
         };
         Ok(())
     }
+
+    /// Adds `v` to the little-endian 64-bit word at `off` (8-byte
+    /// aligned) atomically: a locked add on the shared memory, atomic
+    /// against every other such add of any process that maps it.
+    pub fn fetch_add_u64(&self, off: u64, v: u64) -> Result<(), Error> {
+        let off = self.check(off, 8)?;
+        if off % 8 != 0 {
+            return Err(Error::Malformed("unaligned atomic"));
+        }
+        // SAFETY: `off + 8 <= len` (checked) and the mapping is page
+        // aligned, so the word lies in the mapping, 8-byte aligned; it is
+        // only ever reached through raw accesses (no reference to it lives
+        // anywhere), so an atomic view of it for this one operation aliases
+        // nothing.
+        let word = unsafe {
+            std::sync::atomic::AtomicU64::from_ptr(self.ptr.as_ptr().add(off).cast::<u64>())
+        };
+        // Little-endian memory on a little-endian host (x86_64 only).
+        word.fetch_add(v, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
 }
 
 impl Drop for Mmap {

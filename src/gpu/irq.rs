@@ -19,6 +19,7 @@ use kernel::{
 };
 
 use super::copy::CopyEngine;
+use super::job::JobEngine;
 use super::regs::{self, IRQ_ENABLE, IRQ_RAISE, IRQ_STATUS};
 
 /// How long the self-test waits for one interrupt (QEMU under TCG delivers
@@ -26,9 +27,10 @@ use super::regs::{self, IRQ_ENABLE, IRQ_RAISE, IRQ_STATUS};
 const WAIT_MS: u32 = 2000;
 
 /// The handler: acknowledges the causes raised, counts them, and wakes the
-/// copy engine's waiter on COMPLETION or ERROR.
+/// engines' waiters on COMPLETION or ERROR.
 pub(crate) struct Handler {
     ce: Arc<CopyEngine>,
+    jobs: Arc<JobEngine>,
     /// Interrupts handled, and each cause seen.
     pub(crate) interrupts: Atomic<u64>,
     causes: [Atomic<u64>; regs::CAUSES],
@@ -62,6 +64,7 @@ impl irq::Handler for Handler {
         }
         if raised & (regs::COMPLETION | regs::ERROR) != 0 {
             self.ce.wake();
+            self.jobs.wake();
         }
         IrqReturn::Handled
     }
@@ -84,7 +87,10 @@ pub(crate) struct Interrupt<'a> {
 impl<'a> Interrupt<'a> {
     /// Allocates the device's MSI vector and registers the handler on it
     /// for `ce`, with every cause disabled and cleared.
-    pub(super) fn new(pdev: &'a pci::Device<Bound>, ce: Arc<CopyEngine>) -> Result<Self> {
+    pub(super) fn new(
+        pdev: &'a pci::Device<Bound>,
+        (ce, jobs): (Arc<CopyEngine>, Arc<JobEngine>),
+    ) -> Result<Self> {
         {
             let io = ce.bar().access(pdev.as_ref())?;
             io.write_reg(IRQ_ENABLE::zeroed());
@@ -101,6 +107,7 @@ impl<'a> Interrupt<'a> {
         let v: &'a IrqVectorRegistration<'a> = unsafe { &*core::ptr::from_ref(&*vectors) };
         let handler = Handler {
             ce,
+            jobs,
             interrupts: Atomic::new(0),
             causes: [const { Atomic::new(0) }; regs::CAUSES],
         };

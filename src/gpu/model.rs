@@ -9,11 +9,15 @@ use kernel::{
     prelude::*,
 };
 
+use kernel::sync::Arc;
+
 use super::copy::CopyEngine;
 use super::hal::Hal;
 use super::irq::Interrupt;
+use super::job::JobEngine;
+use super::mmu::Mmu;
 use super::regs::{self, ID, SCRATCH, VERSION, VRAM_SIZE_HI, VRAM_SIZE_LO};
-use super::Engines;
+use super::{Engines, Hw};
 
 /// msvm-gpu.
 pub(crate) struct MsvmGpu;
@@ -76,23 +80,34 @@ impl Hal for MsvmGpu {
     ) -> Result<Option<Engines<'a>>> {
         let bar = pdev.iomap_region_sized::<{ regs::END }>(0, c"msvm-gpu")?;
         let (major, minor) = identify(pdev, &bar, vram_len)?;
-        let copy = CopyEngine::new(pdev, bar.into_devres()?)?;
-        let irq = match Interrupt::new(pdev, copy.clone()) {
-            Ok(irq) => irq,
+        let bar = Arc::new(bar.into_devres()?, GFP_KERNEL)?;
+        let copy = CopyEngine::new(pdev, bar.clone())?;
+        let jobs = match JobEngine::new(pdev, bar.clone()) {
+            Ok(j) => j,
             Err(e) => {
                 copy.shut_down();
                 return Err(e);
             }
         };
-        // From here on, dropping `engines` stops the engine before the
+        let stop = || {
+            copy.shut_down();
+            jobs.shut_down();
+        };
+        let mmu = Mmu::new(pdev, bar, crate::module_parameters::mmu_check.value() != 0)
+            .inspect_err(|_| stop())?;
+        let irq = Interrupt::new(pdev, (copy.clone(), jobs.clone())).inspect_err(|_| stop())?;
+        // From here on, dropping `engines` stops the engines before the
         // interrupt goes.
-        let engines = Engines { copy, irq };
+        let engines = Engines {
+            hw: Hw { copy, jobs, mmu },
+            irq,
+        };
         engines.irq.selftest(pdev)?;
         engines.irq.enable(pdev)?;
-        engines.copy.selftest(pdev)?;
+        engines.hw.copy.selftest(pdev)?;
         dev_info!(
             pdev.as_ref(),
-            "msvm-gpu: interface {major}.{minor}, {} MiB of VRAM, its interrupt answers {} causes, its copy engine round-trips a page\n",
+            "msvm-gpu: interface {major}.{minor}, {} MiB of VRAM, its interrupt answers {} causes, its copy engine round-trips a page; jobs run on its job engine\n",
             vram_len >> 20,
             regs::CAUSES
         );

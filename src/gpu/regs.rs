@@ -3,7 +3,7 @@
 //! msvm-gpu's BAR0 registers (Documentation/hardware.rst, "BAR0
 //! registers"; `device/src/regs.rs` is the device's side).
 
-use kernel::io::register;
+use kernel::io::{register, register::RegisterBase};
 
 register! {
     /// Reads "MSVG" (little-endian).
@@ -48,75 +48,175 @@ register! {
     }
 }
 
+/// The base of a ring's registers: an engine's block in BAR0
+/// (hardware.rst, "Rings").
+pub(crate) struct RingBase;
+
+/// The copy engine's block.
+pub(crate) struct CopyBlock;
+
+impl RegisterBase<RingBase> for CopyBlock {
+    const BASE: usize = 0x100;
+}
+
+/// The job engine's block.
+pub(crate) struct JobBlock;
+
+impl RegisterBase<RingBase> for JobBlock {
+    const BASE: usize = 0x200;
+}
+
 register! {
-    /// Copy engine: ring base, a DMA address, low word.
-    pub(crate) CE_RING_LO(u32) @ 0x100 {
+    /// Ring base, a DMA address, low word.
+    pub(crate) RING_LO(u32) @ RingBase + 0x00 {
         31:0 value;
     }
 
-    /// Copy engine: ring base, high word.
-    pub(crate) CE_RING_HI(u32) @ 0x104 {
+    /// Ring base, high word.
+    pub(crate) RING_HI(u32) @ RingBase + 0x04 {
         31:0 value;
     }
 
-    /// Copy engine: ring entries (a power of two, 2 to 4096).
-    pub(crate) CE_RING_SIZE(u32) @ 0x108 {
+    /// Ring entries (a power of two, 2 to 4096).
+    pub(crate) RING_SIZE(u32) @ RingBase + 0x08 {
         31:0 value;
     }
 
-    /// Copy engine: the entry the engine executes next.
-    pub(crate) CE_HEAD(u32) @ 0x10c {
+    /// The doorbell: the entry after the last one written.
+    pub(crate) RING_TAIL(u32) @ RingBase + 0x10 {
         31:0 value;
     }
 
-    /// Copy engine: the doorbell, the entry after the last one written.
-    pub(crate) CE_TAIL(u32) @ 0x110 {
+    /// Fence address, low word.
+    pub(crate) RING_FENCE_LO(u32) @ RingBase + 0x14 {
         31:0 value;
     }
 
-    /// Copy engine: fence address, low word.
-    pub(crate) CE_FENCE_LO(u32) @ 0x114 {
+    /// Fence address, high word.
+    pub(crate) RING_FENCE_HI(u32) @ RingBase + 0x18 {
         31:0 value;
     }
 
-    /// Copy engine: fence address, high word.
-    pub(crate) CE_FENCE_HI(u32) @ 0x118 {
-        31:0 value;
-    }
-
-    /// Copy engine: status.
-    pub(crate) CE_STATUS(u32) @ 0x11c {
+    /// Status.
+    pub(crate) RING_STATUS(u32) @ RingBase + 0x1c {
         1:1 halted => bool;
         0:0 idle => bool;
     }
 
-    /// Copy engine: the error that halted it.
-    pub(crate) CE_ERROR(u32) @ 0x120 {
+    /// The error that halted the engine.
+    pub(crate) RING_ERROR(u32) @ RingBase + 0x20 {
         31:0 code;
     }
 
-    /// Copy engine: the seqno of the command that halted it, low word.
-    pub(crate) CE_ERROR_SEQNO_LO(u32) @ 0x124 {
+    /// The seqno of the command that halted it, low word.
+    pub(crate) RING_ERROR_SEQNO_LO(u32) @ RingBase + 0x24 {
         31:0 value;
     }
 
-    /// Copy engine: the seqno of the command that halted it, high word.
-    pub(crate) CE_ERROR_SEQNO_HI(u32) @ 0x128 {
+    /// The seqno of the command that halted it, high word.
+    pub(crate) RING_ERROR_SEQNO_HI(u32) @ RingBase + 0x28 {
         31:0 value;
     }
 
-    /// Copy engine: reset.
-    pub(crate) CE_CTRL(u32) @ 0x12c {
+    /// Reset.
+    pub(crate) RING_CTRL(u32) @ RingBase + 0x2c {
         0:0 reset => bool;
     }
 
-    /// Copy engine: commands completed since the reset, low word.
-    pub(crate) CE_DONE_LO(u32) @ 0x130 {
+    /// Commands completed since the reset, low word.
+    pub(crate) RING_DONE_LO(u32) @ RingBase + 0x30 {
         31:0 value;
     }
 
-    /// Copy engine: commands completed since the reset, high word.
-    pub(crate) CE_DONE_HI(u32) @ 0x134 {
+    /// Commands completed since the reset, high word.
+    pub(crate) RING_DONE_HI(u32) @ RingBase + 0x34 {
+        31:0 value;
+    }
+
+    /// The address the error concerns, low word.
+    pub(crate) RING_ERROR_ADDR_LO(u32) @ RingBase + 0x38 {
+        31:0 value;
+    }
+
+    /// The address the error concerns, high word.
+    pub(crate) RING_ERROR_ADDR_HI(u32) @ RingBase + 0x3c {
+        31:0 value;
+    }
+}
+
+register! {
+    /// MMU: the context table, a VRAM offset, low word.
+    pub(crate) MMU_CTX_LO(u32) @ 0x300 {
+        31:0 value;
+    }
+
+    /// MMU: the context table, high word.
+    pub(crate) MMU_CTX_HI(u32) @ 0x304 {
+        31:0 value;
+    }
+
+    /// MMU: entries of the context table.
+    pub(crate) MMU_CTX_COUNT(u32) @ 0x308 {
+        31:0 value;
+    }
+
+    /// MMU: checking mode.
+    pub(crate) MMU_CHECK(u32) @ 0x30c {
+        0:0 on => bool;
+    }
+
+    /// MMU: the first address an invalidation concerns, low word.
+    pub(crate) MMU_INV_START_LO(u32) @ 0x310 {
+        31:0 value;
+    }
+
+    /// MMU: the first address an invalidation concerns, high word.
+    pub(crate) MMU_INV_START_HI(u32) @ 0x314 {
+        31:0 value;
+    }
+
+    /// MMU: the invalidation's end (exclusive), low word.
+    pub(crate) MMU_INV_END_LO(u32) @ 0x318 {
+        31:0 value;
+    }
+
+    /// MMU: the invalidation's end, high word.
+    pub(crate) MMU_INV_END_HI(u32) @ 0x31c {
+        31:0 value;
+    }
+
+    /// MMU: the context an invalidation concerns.
+    pub(crate) MMU_INV_CTX(u32) @ 0x320 {
+        31:0 value;
+    }
+
+    /// MMU: writing a seqno requests the invalidation.
+    pub(crate) MMU_INV_SEQNO(u32) @ 0x324 {
+        31:0 value;
+    }
+
+    /// MMU: the last invalidation completed.
+    pub(crate) MMU_INV_DONE(u32) @ 0x328 {
+        31:0 value;
+    }
+
+    /// MMU: stale translations the checking mode found.
+    pub(crate) MMU_STALE(u32) @ 0x32c {
+        31:0 value;
+    }
+
+    /// MMU: TLB hits.
+    pub(crate) MMU_TLB_HITS(u32) @ 0x330 {
+        31:0 value;
+    }
+
+    /// MMU: TLB misses.
+    pub(crate) MMU_TLB_MISSES(u32) @ 0x334 {
+        31:0 value;
+    }
+
+    /// MMU: invalidations completed.
+    pub(crate) MMU_INVALIDATIONS(u32) @ 0x338 {
         31:0 value;
     }
 }
@@ -133,20 +233,18 @@ pub(crate) mod ce {
     pub(crate) const SRC_VRAM: u32 = 1 << 1;
     /// `dst` is a VRAM offset.
     pub(crate) const DST_VRAM: u32 = 1 << 2;
-    /// Bytes of a command.
-    pub(crate) const COMMAND: usize = 64;
 }
 
 /// Interrupt causes, bits 0 to 3 of the `IRQ_*` registers; each signals
 /// the device's one MSI vector.
 pub(crate) const CAUSES: usize = 4;
-/// A copy-engine command with `ce::INTERRUPT` completed.
+/// A command with INTERRUPT completed (either engine).
 pub(crate) const COMPLETION: u32 = 1 << 0;
-/// The copy engine halted.
+/// An engine halted.
 pub(crate) const ERROR: u32 = 1 << 2;
 
 /// Bytes of BAR0 the driver maps: the registers above.
-pub(crate) const END: usize = 0x138;
+pub(crate) const END: usize = 0x340;
 /// `ID`'s value.
 pub(crate) const ID_VALUE: u32 = u32::from_le_bytes(*b"MSVG");
 /// The interface major version this driver speaks.

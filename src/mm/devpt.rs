@@ -70,6 +70,20 @@ pub(crate) enum Life {
     Job,
 }
 
+/// The device's own side of a table, where the device walks page tables of
+/// its own (msvm-gpu: `crate::gpu::mmu::Context`): its TLB, invalidated
+/// with the table's, and its tables, written from this one.
+pub(crate) trait DeviceTable: Send + Sync {
+    /// Drops the device's translations of `[start, end)` and returns once
+    /// no access of the device can use them. May not sleep nor allocate.
+    fn invalidate(&self, start: usize, end: usize);
+    /// The context a job on the device names.
+    fn id(&self) -> u32;
+    /// Writes entries `from..` of the device's last-level table of 2 MiB
+    /// block `block`, in the device's format. May not sleep nor allocate.
+    fn write_entries(&self, block: usize, from: usize, entries: &[u64]) -> Result;
+}
+
 /// The page an entry maps, as the engine's address decoder finds it (the
 /// emulated device reaches a page by CPU: see `crate::engine`).
 #[derive(Clone, Copy)]
@@ -201,6 +215,9 @@ pub(crate) struct DevPt {
     dev: Option<ARef<Device>>,
     leaves: RBTree<usize, Leaf>,
     tlb: Tlb<Pte>,
+    /// The device's side, if it walks tables of its own: every
+    /// translation of its TLB is of an entry in `leaves` too.
+    hw: Option<KBox<dyn DeviceTable>>,
 }
 
 impl DevPt {
@@ -218,6 +235,67 @@ impl DevPt {
             dev,
             leaves: RBTree::new(),
             tlb: Tlb::new(),
+            hw: None,
+        }
+    }
+
+    /// Gives the (empty) table its device's side.
+    pub(super) fn set_device_table(&mut self, hw: KBox<dyn DeviceTable>) {
+        // INVARIANT: the table is new: nothing is translated yet.
+        self.hw = Some(hw);
+    }
+
+    /// The device's side, if it has one.
+    pub(crate) fn device_table(&self) -> Option<&dyn DeviceTable> {
+        self.hw.as_deref()
+    }
+
+    /// What the entry of the page at `addr` maps, as [`Self::get`], without
+    /// a lookup of the emulated TLB (for counting what a job on the
+    /// device reached).
+    pub(crate) fn mapping(&self, addr: usize) -> Option<Mapping<'_>> {
+        let leaf = self.leaves.get(&(addr / BLOCK_SIZE))?;
+        let pte = leaf.ptes[addr % BLOCK_SIZE / PAGE_SIZE];
+        // SAFETY: an entry's page is valid while the table is borrowed
+        // (invariant).
+        let page = unsafe { PageRef::from_pfn(pte.pfn()) };
+        Some(match pte.kind() {
+            KIND_OWN => Mapping::Own(page),
+            KIND_DMA => Mapping::Dma(SysPage::new(page)?),
+            KIND_PEER => Mapping::Peer(page),
+            _ => return None,
+        })
+    }
+
+    /// Calls `f` with the index, mapping, device address (a DMA or bus
+    /// address; 0 for the device's own memory) and write permission of
+    /// each entry of pages `pages` of 2 MiB block `block`.
+    pub(crate) fn for_each_entry(
+        &self,
+        block: usize,
+        pages: core::ops::Range<usize>,
+        mut f: impl FnMut(usize, Mapping<'_>, u64, bool),
+    ) {
+        let Some(leaf) = self.leaves.get(&block) else {
+            return;
+        };
+        let Some(ptes) = leaf.ptes.get(pages.clone()) else {
+            return;
+        };
+        for (i, pte) in (pages.start..).zip(ptes.iter()) {
+            // SAFETY: an entry's page is valid while the table is
+            // borrowed (invariant).
+            let page = || unsafe { PageRef::from_pfn(pte.pfn()) };
+            let m = match pte.kind() {
+                KIND_OWN => Mapping::Own(page()),
+                KIND_DMA => match SysPage::new(page()) {
+                    Some(p) => Mapping::Dma(p),
+                    None => continue,
+                },
+                KIND_PEER => Mapping::Peer(page()),
+                _ => continue,
+            };
+            f(i, m, pte.addr, pte.word & WRITABLE != 0);
         }
     }
 
@@ -381,6 +459,9 @@ impl DevPt {
             // INVARIANT: its translation goes with it, before its mapping.
             let vpn = addr / PAGE_SIZE;
             self.tlb.invalidate(vpn, vpn + 1);
+            if let Some(hw) = &self.hw {
+                hw.invalidate(addr, addr + PAGE_SIZE);
+            }
             counters.tlb_invalidations.add(1, Relaxed);
             unmap(Some(own), old);
         }
@@ -433,12 +514,19 @@ impl DevPt {
             return 0;
         }
         let dev = self.dev.clone();
+        let (first, last) = (start / BLOCK_SIZE, (end - 1) / BLOCK_SIZE);
         // The device's TLB invalidation, of the range, before any mapping
-        // goes.
+        // goes (the device's own, if a leaf lies in the range).
         // INVARIANT: no translation of an entry zapped below is left.
         self.tlb
             .invalidate(start / PAGE_SIZE, end.div_ceil(PAGE_SIZE));
-        let (first, last) = (start / BLOCK_SIZE, (end - 1) / BLOCK_SIZE);
+        let meets = self
+            .leaves
+            .cursor_lower_bound(&first)
+            .is_some_and(|c| *c.current().0 <= last);
+        if let (true, Some(hw)) = (meets, &self.hw) {
+            hw.invalidate(start, end);
+        }
         let mut zapped = 0;
         let mut freed = 0;
         let mut cursor = self.leaves.cursor_lower_bound_mut(&first);
@@ -504,6 +592,8 @@ impl DevPt {
         self.zap(0, usize::MAX, Some(counters), true);
         // INVARIANT: no entries left, and none made without a device.
         self.dev = None;
+        // Its context goes with the device (its translations dropped).
+        self.hw = None;
     }
 }
 

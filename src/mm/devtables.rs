@@ -22,7 +22,7 @@ use kernel::{
     time::{Instant, Monotonic},
 };
 
-use super::devpt::{Bind, Counters, DevPt, Life, Spare};
+use super::devpt::{Bind, Counters, DevPt, DeviceTable, Life, Spare};
 use super::hmm::{Invalidation, Mirror, MirrorGuard, MirrorTable, Walk};
 use super::page::{PageRef, PAGE_SIZE};
 
@@ -42,9 +42,16 @@ use super::page::{PageRef, PAGE_SIZE};
 pub(crate) struct Tables {
     dev: ARef<Device>,
     pub(crate) counters: Counters,
+    /// Makes the device's side of a new table, where the device walks
+    /// tables of its own ([`DeviceTable`]; `None` from it: the table has
+    /// none, and its jobs run on the CPU).
+    device_tables: Option<NewDeviceTable>,
     #[pin]
     mirrors: Mutex<Option<KVec<usize>>>,
 }
+
+/// Makes the device's side of a new table ([`Tables::new`]).
+pub(crate) type NewDeviceTable = KBox<dyn Fn() -> Option<KBox<dyn DeviceTable>> + Send + Sync>;
 
 /// Empties a device's tables when it is unbound (a device-managed action).
 struct Gone(Arc<Tables>);
@@ -56,13 +63,19 @@ impl Drop for Gone {
 }
 
 impl Tables {
-    /// The tables of device `dev`, msvm's device `index`, none yet.
-    pub(crate) fn new(dev: &Device<Bound>, index: usize) -> Result<Arc<Self>> {
+    /// The tables of device `dev`, msvm's device `index`, none yet; each
+    /// gets its device's side from `device_tables`, if given.
+    pub(crate) fn new(
+        dev: &Device<Bound>,
+        index: usize,
+        device_tables: Option<NewDeviceTable>,
+    ) -> Result<Arc<Self>> {
         let d: &Device = dev;
         let t = Arc::pin_init(
             pin_init!(Self {
                 dev: d.into(),
                 counters: Counters::new(index),
+                device_tables,
                 mirrors <- new_mutex!(Some(KVec::new())),
             }),
             GFP_KERNEL,
@@ -218,6 +231,7 @@ impl Mirror<DevTable> {
             on_invalidate,
             on_zapped,
         };
+        let hw = tables.device_tables.as_ref().and_then(|f| f());
         let m = Mirror::create(mm, range, table, None)?;
         let mut list = tables.mirrors.lock();
         let list = (*list).as_mut().ok_or(ENODEV)?;
@@ -225,12 +239,17 @@ impl Mirror<DevTable> {
         // INVARIANT (`Tables`): pinned; its drop (`DevTable::release`)
         // removes it.
         list.push(core::ptr::from_ref::<Self>(&*m) as usize, GFP_KERNEL)?;
+        let mut guard = m.lock.lock();
         // SAFETY: the device is bound while the list is (`Tables`
         // invariant), and the mirror is on it: `Tables::gone` detaches the
         // table before the device is unbound, or the mirror's drop does
         // first.
         // INVARIANT (`DevTable`): the mirror's address is in the list.
-        unsafe { m.lock.lock().pt.attach(tables.dev.clone()) };
+        unsafe { guard.pt.attach(tables.dev.clone()) };
+        if let Some(hw) = hw {
+            guard.pt.set_device_table(hw);
+        }
+        drop(guard);
         Ok(m)
     }
 }

@@ -139,7 +139,7 @@ impl<'p, T> Blit<'p, T> {
                 core::mem::forget(self);
                 return Err(EIO);
             }
-            Some(Err(RunError::Failed)) | None => self.by_cpu()?,
+            Some(Err(RunError::Failed { .. })) | None => self.by_cpu()?,
         }
         for (copy, tag) in self.ops {
             let page = match copy {
@@ -217,7 +217,7 @@ impl<'p, T> Blit<'p, T> {
 
     /// Any error, before the engine ran: the CPU copies instead.
     fn failed<E>(_: E) -> RunError {
-        RunError::Failed
+        RunError::Failed { code: 0, addr: 0 }
     }
 
     /// The copies into and out of the pool's VRAM by its copy engine,
@@ -227,7 +227,10 @@ impl<'p, T> Blit<'p, T> {
     /// CPU); [`RunError::Lost`] if the engine may still touch what it was
     /// given (its mappings are then kept for good).
     fn by_engine(&self) -> Result<(), RunError> {
-        let engine = self.pool.engine().ok_or(RunError::Failed)?;
+        let engine = self
+            .pool
+            .engine()
+            .ok_or(RunError::Failed { code: 0, addr: 0 })?;
         // Allocated before the engine is taken: nothing is, while it is.
         let mut cmds: KVVec<Command> =
             KVVec::with_capacity(self.pages + 1, GFP_KERNEL).map_err(Self::failed)?;
@@ -240,7 +243,7 @@ impl<'p, T> Blit<'p, T> {
         // A sealed pool's VRAM is the teardown's alone (`orphans.rs`,
         // which waits for a session under way before it reads it).
         if self.pool.is_sealed() {
-            return Err(RunError::Failed);
+            return Err(RunError::Failed { code: 0, addr: 0 });
         }
         let (dev, mut runner) = session.parts();
         let mut maps: KVVec<DeviceDma<'_>> = room;
@@ -340,7 +343,7 @@ impl<'p, T> Blit<'p, T> {
                 // by a lost engine lands in pages the step leaks.
                 drop(readers);
             }
-            Err(RunError::Failed) => {}
+            Err(RunError::Failed { .. }) => {}
         }
         // Otherwise the mappings go once the engine is done with them
         // (`run` returns with it done or stopped), with the engine still

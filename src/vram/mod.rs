@@ -75,7 +75,7 @@ use kernel::{
     },
 };
 
-use crate::gpu::copy::CopyEngine;
+use crate::gpu::{copy::CopyEngine, Hw};
 use crate::mm::{
     cancel::Cancel,
     devtables::Tables,
@@ -211,9 +211,9 @@ impl Slot {
 pub(crate) struct VramPool {
     /// The BAR, while the device is bound.
     bar: Devres<WcBar>,
-    /// The device's copy engine, if it has one: migrations' copies
-    /// (`blit.rs`).
-    engine: Option<Arc<CopyEngine>>,
+    /// The device's engines and MMU, if it has them: migrations' copies
+    /// (`blit.rs`), jobs (`crate::engine`).
+    hw: Option<Hw>,
     /// 1 once the device's teardown sealed the BAR: [`VramPool::bar`]
     /// fails, only the teardown's copies of orphans reach it
     /// (`orphans.rs`).
@@ -287,7 +287,7 @@ impl VramPool {
     /// on NUMA node `home`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn create(
-        (bar, engine): (Devres<WcBar>, Option<Arc<CopyEngine>>),
+        (bar, hw): (Devres<WcBar>, Option<Hw>),
         chunk_size: usize,
         group: usize,
         index: usize,
@@ -315,7 +315,7 @@ impl VramPool {
         let pool = Arc::pin_init(
             try_pin_init!(Self {
                 bar,
-                engine,
+                hw,
                 sealed: Atomic::new(0),
                 p2p_readers: Atomic::new(0),
                 key: group_key(group),
@@ -379,7 +379,12 @@ impl VramPool {
 
     /// The device's copy engine, if it has one.
     pub(crate) fn engine(&self) -> Option<&Arc<CopyEngine>> {
-        self.engine.as_ref()
+        self.hw.as_ref().map(|h| &h.copy)
+    }
+
+    /// The device's engines and MMU, if it has them.
+    pub(crate) fn hw(&self) -> Option<&Hw> {
+        self.hw.as_ref()
     }
 
     /// Copies `nr` pages of the BAR from `offset` into the first `nr` pages

@@ -23,6 +23,8 @@ msvm stats
 echo
 echo "== /sys/kernel/debug/msvm/copy_engine (the demo's migrations, by each msvm-gpu's copy engine)"
 cat /sys/kernel/debug/msvm/copy_engine
+echo "== /sys/kernel/debug/msvm/job_engine (the demo's jobs, by each msvm-gpu's job engine and MMU)"
+cat /sys/kernel/debug/msvm/job_engine
 echo
 echo "== memory pressure: a process takes RAM until the kernel reclaims"
 echo "(the shrinker removes the pagemaps of idle chunks: 'chunks' below)"

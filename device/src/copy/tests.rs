@@ -4,22 +4,10 @@
 
 use super::*;
 use crate::device::{region, Device};
-use crate::dma::prot;
+use crate::dma::{prot, NoRemote};
 use crate::mem::{memfd, Mmap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// QEMU's side, when no test range is remote.
-struct NoRemote;
-
-impl Remote for NoRemote {
-    fn dma_read(&self, _: u64, _: &mut [u8]) -> Result<(), Error> {
-        Err(Error::Remote(5))
-    }
-    fn dma_write(&self, _: u64, _: &[u8]) -> Result<(), Error> {
-        Err(Error::Remote(5))
-    }
-}
 
 /// QEMU's side, for a remote range whose reads take 300 ms.
 struct Slow;

@@ -48,31 +48,39 @@ pub(crate) struct Counters {
     pub(crate) device_done: u64,
 }
 
-/// The counters of device `index`, `None` if it has no copy engine.
-pub(crate) fn counters(index: u32) -> Result<Option<Counters>, String> {
-    let text = fs::read_to_string(COPY_ENGINE).map_err(|x| format!("{COPY_ENGINE}: {x}"))?;
-    for line in text.lines() {
+/// The numbers of device `index`'s row of the debugfs table at `path`
+/// (rows of `fields` numbers, the device's index first), `None` if it has
+/// none.
+pub(crate) fn debugfs_row(
+    path: &str,
+    index: u32,
+    fields: usize,
+) -> Result<Option<Vec<u64>>, String> {
+    let text = fs::read_to_string(path).map_err(|x| format!("{path}: {x}"))?;
+    Ok(text.lines().find_map(|line| {
         let f: Vec<u64> = line
             .split_whitespace()
             .map(|w| w.parse::<u64>())
             .collect::<Result<_, _>>()
-            .unwrap_or_default();
-        if f.len() == 12 && f[0] == u64::from(index) {
-            return Ok(Some(Counters {
-                usable: f[1],
-                runs: f[2],
-                commands: f[3],
-                bytes_in: f[4],
-                bytes_out: f[5],
-                bytes_zeroed: f[6],
-                bytes_p2p: f[7],
-                bytes_within: f[8],
-                failed: f[10],
-                device_done: f[11],
-            }));
-        }
-    }
-    Ok(None)
+            .ok()?;
+        (f.len() == fields && f[0] == u64::from(index)).then_some(f)
+    }))
+}
+
+/// The counters of device `index`, `None` if it has no copy engine.
+pub(crate) fn counters(index: u32) -> Result<Option<Counters>, String> {
+    Ok(debugfs_row(COPY_ENGINE, index, 12)?.map(|f| Counters {
+        usable: f[1],
+        runs: f[2],
+        commands: f[3],
+        bytes_in: f[4],
+        bytes_out: f[5],
+        bytes_zeroed: f[6],
+        bytes_p2p: f[7],
+        bytes_within: f[8],
+        failed: f[10],
+        device_done: f[11],
+    }))
 }
 
 /// Whether the PCI device at `addr` is msvm-gpu.

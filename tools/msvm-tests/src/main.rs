@@ -14,6 +14,7 @@
 
 mod bench;
 mod bench_hw;
+mod bench_jobs;
 mod busy;
 mod cases;
 mod cgroup;
@@ -27,6 +28,7 @@ mod fuzz;
 mod generic;
 mod harness;
 mod hw;
+mod hw_jobs;
 mod large;
 mod lifecycle;
 mod multi;
@@ -110,6 +112,7 @@ fn main_tests() -> Vec<harness::Test> {
         orphans::tests(),
         busy::tests(),
         hw::tests(),
+        hw_jobs::tests(),
     ]
     .into_iter()
     .flatten()
@@ -132,6 +135,7 @@ const INTEGRITY: &[&str] = &[
     "migrate_from_unreachable_peer_goes_through_ram",
     "large_folio_to_system_in_small_pages_without_free_folio",
     "hw_migrations_copy_with_the_copy_engine",
+    "hw_jobs_run_on_the_job_engine",
 ];
 
 /// The core tests `msvm-tests generic` runs after its own, with a generic
@@ -160,6 +164,7 @@ const GENERIC: &[&str] = &[
     "large_folio_round_trip_whole",
     "large_folio_to_peer_whole",
     "hw_migrations_copy_with_the_copy_engine",
+    "hw_jobs_run_on_the_job_engine",
 ];
 
 fn main() -> ExitCode {
@@ -183,6 +188,10 @@ fn main() -> ExitCode {
         Some("bench-hw") => {
             let res = bench_hw::run(arg(1, 64), &arg(2, String::new()));
             return finish("bench-hw", res, None);
+        }
+        Some("bench-jobs") => {
+            let res = bench_jobs::run(arg(1, 64));
+            return finish("bench-jobs", res, None);
         }
         Some("bench-latency") => return finish("bench-latency", bench::run_latency(), None),
         Some("bench-devpt") => return finish("bench-devpt", bench::run_devpt(), None),

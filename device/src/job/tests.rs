@@ -1,0 +1,346 @@
+//! The job engine against a device: page tables written into its VRAM, a
+//! ring and data pages in memfd-backed "guest RAM".
+
+use super::*;
+use crate::device::{region, Device};
+use crate::dma::{prot, NoRemote};
+use crate::mem::{memfd, Mmap};
+use crate::mmu::{self, entry};
+use crate::ring::status;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// "Guest RAM" at DMA address [`RAM`]: the ring (16 entries), the fence
+/// at +0x1000, the pattern at +0x2000, the checksum's result at +0x3000,
+/// system pages from +0x10000. VRAM (4 MiB): the context table at 0,
+/// context 0's tables from 0x1000 (the last level at [`LEAF`], covering
+/// the 2 MiB at [`VA`]), data pages from 1 MiB.
+struct Rig {
+    dev: Arc<Device>,
+    ram: Mmap,
+    engine: Option<std::thread::JoinHandle<Result<(), Error>>>,
+    tail: u32,
+    seqno: u64,
+    inv: u32,
+}
+
+const RAM: u64 = 0x10_0000;
+const FENCE: u64 = RAM + 0x1000;
+const PATTERN: u64 = RAM + 0x2000;
+const RESULT: u64 = RAM + 0x3000;
+const SYS: u64 = RAM + 0x10000;
+const VA: u64 = 0x5555_5540_0000;
+const LEAF: u64 = 0x4000;
+const DATA: u64 = 1 << 20;
+
+impl Rig {
+    fn new() -> Self {
+        let dev = Arc::new(Device::new(4 << 20).unwrap());
+        let fd = memfd("ram", 1 << 20).unwrap();
+        let ram = Mmap::new(&fd, 0, 1 << 20).unwrap();
+        dev.dma()
+            .map(RAM, 1 << 20, prot::READ | prot::WRITE, Some((fd, 0)))
+            .unwrap();
+        dev.region_write(region::CONFIG, 4, &[0x06, 0]).unwrap();
+        let d = dev.clone();
+        let engine = Some(std::thread::spawn(move || d.run_job_engine(&NoRemote)));
+        let r = Self {
+            dev,
+            ram,
+            engine,
+            tail: 0,
+            seqno: 0,
+            inv: 0,
+        };
+        r.set(reg::RING_LO, RAM as u32);
+        r.set(reg::RING_SIZE, 16);
+        r.set(reg::FENCE_LO, FENCE as u32);
+        r.set(mmu::reg::CTX_LO, 0);
+        r.set(mmu::reg::CTX_COUNT, 1);
+        r.set(mmu::reg::CHECK, 1);
+        r.vram_u64(0, 0x1000 | entry::VALID);
+        let idx = |level: u32| (VA >> (12 + 9 * level)) & 511;
+        r.vram_u64(0x1000 + 8 * idx(3), 0x2000 | entry::VALID);
+        r.vram_u64(0x2000 + 8 * idx(2), 0x3000 | entry::VALID);
+        r.vram_u64(0x3000 + 8 * idx(1), LEAF | entry::VALID);
+        r
+    }
+
+    fn set(&self, reg: u64, v: u32) {
+        self.dev
+            .region_write(region::BAR0, reg, &v.to_le_bytes())
+            .unwrap();
+    }
+
+    fn reg(&self, reg: u64) -> u32 {
+        let mut b = [0; 4];
+        self.dev.region_read(region::BAR0, reg, &mut b).unwrap();
+        u32::from_le_bytes(b)
+    }
+
+    fn vram_u64(&self, off: u64, v: u64) {
+        self.dev
+            .region_write(region::BAR2, off, &v.to_le_bytes())
+            .unwrap();
+    }
+
+    fn vram(&self, off: u64, n: usize) -> Vec<u8> {
+        let mut b = vec![0; n];
+        self.dev.region_read(region::BAR2, off, &mut b).unwrap();
+        b
+    }
+
+    fn sys(&self, off: u64, n: usize) -> Vec<u8> {
+        let mut b = vec![0; n];
+        self.ram.read(off - RAM, &mut b).unwrap();
+        b
+    }
+
+    /// Maps page `i` of the 2 MiB at [`VA`] with entry `pte`.
+    fn map(&self, i: u64, pte: u64) {
+        self.vram_u64(LEAF + 8 * i, pte);
+    }
+
+    /// Page `i` at [`VA`] to VRAM data page `p`, writable.
+    fn map_vram(&self, i: u64, p: u64) {
+        self.map(i, (DATA + p * 4096) | entry::VALID | entry::WRITE);
+    }
+
+    /// Invalidates `[start, end)` of context 0 and waits for `INV_DONE`.
+    fn invalidate(&mut self, start: u64, end: u64) {
+        self.inv += 1;
+        self.set(mmu::reg::INV_CTX, 0);
+        self.set(mmu::reg::INV_START_LO, start as u32);
+        self.set(mmu::reg::INV_START_HI, (start >> 32) as u32);
+        self.set(mmu::reg::INV_END_LO, end as u32);
+        self.set(mmu::reg::INV_END_HI, (end >> 32) as u32);
+        self.set(mmu::reg::INV_SEQNO, self.inv);
+        let t = Instant::now();
+        while self.reg(mmu::reg::INV_DONE) != self.inv {
+            assert!(t.elapsed() < Duration::from_secs(10), "invalidation stuck");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Runs `c` and waits until the engine is idle or halted: the error
+    /// code (0: none).
+    fn run(&mut self, mut c: Command) -> u32 {
+        self.seqno += 1;
+        c.seqno = self.seqno;
+        self.ram
+            .write(u64::from(self.tail) * 64, &c.encode())
+            .unwrap();
+        self.tail = (self.tail + 1) % 16;
+        self.set(reg::TAIL, self.tail);
+        let t = Instant::now();
+        while self.reg(reg::STATUS) & (status::IDLE | status::HALTED) == 0 {
+            assert!(t.elapsed() < Duration::from_secs(10), "engine stuck");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.reg(reg::ERROR)
+    }
+
+    /// Resets a halted engine.
+    fn reset(&mut self) {
+        self.set(reg::CTRL, crate::ring::CTRL_RESET);
+        self.tail = 0;
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        self.dev.stop();
+        if let Some(e) = self.engine.take() {
+            e.join().unwrap().unwrap();
+        }
+    }
+}
+
+fn job(opcode: u32, dst: u64, len: u64) -> Command {
+    Command {
+        opcode,
+        ctx: 0,
+        dst,
+        len,
+        ..Command::default()
+    }
+}
+
+#[test]
+fn jobs_fill_copy_add_and_hash_through_the_page_table() {
+    let mut r = Rig::new();
+    // Pages 0-1 in VRAM (data pages 3 and 1: not contiguous), page 2 a
+    // system page.
+    r.map_vram(0, 3);
+    r.map_vram(1, 1);
+    r.map(2, SYS | entry::VALID | entry::WRITE | entry::SYSTEM);
+    r.ram.write(PATTERN - RAM, b"abcde").unwrap();
+    let mut fill = job(op::FILL, VA + 100, 3 * 4096 - 200);
+    fill.src = PATTERN;
+    fill.pattern_len = 5;
+    fill.phase = 2;
+    assert_eq!(r.run(fill), 0);
+    let want = |k: usize| b"abcde"[(2 + k) % 5];
+    let p0 = r.vram(DATA + 3 * 4096, 4096);
+    let p1 = r.vram(DATA + 4096, 4096);
+    let p2 = r.sys(SYS, 4096);
+    assert_eq!(p0[99], 0, "before the job's first byte");
+    assert_eq!(p0[100], want(0));
+    assert_eq!(p1[0], want(4096 - 100));
+    assert_eq!(p2[4095 - 100], want(3 * 4096 - 201));
+    assert_eq!(p2[4096 - 100], 0, "after its last byte");
+    // COPY page 2 (system) over page 0 (VRAM), unaligned.
+    let mut copy = job(op::COPY, VA + 8, 4000);
+    copy.src = VA + 2 * 4096 + 8;
+    assert_eq!(r.run(copy), 0);
+    assert_eq!(r.vram(DATA + 3 * 4096 + 8, 4000), r.sys(SYS + 8, 4000));
+    // ATOMIC_ADD over the three pages' first words.
+    let before: Vec<u64> = [
+        r.vram(DATA + 3 * 4096, 8),
+        r.vram(DATA + 4096, 8),
+        r.sys(SYS, 8),
+    ]
+    .iter()
+    .map(|b| u64::from_le_bytes(b[..].try_into().unwrap()))
+    .collect();
+    for p in 0..3 {
+        let mut add = job(op::ATOMIC_ADD, VA + p * 4096, 8);
+        add.src = 1000 + p;
+        assert_eq!(r.run(add), 0);
+    }
+    let after: Vec<u64> = [
+        r.vram(DATA + 3 * 4096, 8),
+        r.vram(DATA + 4096, 8),
+        r.sys(SYS, 8),
+    ]
+    .iter()
+    .map(|b| u64::from_le_bytes(b[..].try_into().unwrap()))
+    .collect();
+    for p in 0..3 {
+        assert_eq!(after[p], before[p].wrapping_add(1000 + p as u64));
+    }
+    // CHECKSUM of the three pages, from a seed.
+    let mut sum = job(op::CHECKSUM, VA, 3 * 4096);
+    sum.phase = 0xcbf2_9ce4_8422_2325;
+    sum.result = RESULT;
+    assert_eq!(r.run(sum), 0);
+    let mut bytes = r.vram(DATA + 3 * 4096, 4096);
+    bytes.extend(r.vram(DATA + 4096, 4096));
+    bytes.extend(r.sys(SYS, 4096));
+    let record = r.sys(RESULT, RECORD_LEN);
+    let got = u64::from_le_bytes(record[..8].try_into().unwrap());
+    assert_eq!(got, fnv1a(0xcbf2_9ce4_8422_2325, &bytes));
+    // Its TLB: three pages, each translated once, all cached by the jobs
+    // before.
+    let hits = u32::from_le_bytes(record[8..12].try_into().unwrap());
+    let misses = u32::from_le_bytes(record[12..16].try_into().unwrap());
+    assert_eq!((hits, misses), (3, 0));
+    assert_eq!(r.reg(reg::DONE_LO), 6);
+    let mut f = [0; 8];
+    r.ram.read(FENCE - RAM, &mut f).unwrap();
+    assert_eq!(u64::from_le_bytes(f), 6);
+}
+
+#[test]
+fn a_bad_entry_fails_the_job_and_touches_nothing_it_was_not_given() {
+    let mut r = Rig::new();
+    // No entry: a page fault at the address.
+    let mut fill = job(op::FILL, VA + 5 * 4096 + 16, 64);
+    fill.src = PATTERN;
+    fill.pattern_len = 1;
+    assert_eq!(r.run(fill), crate::ring::error::PAGE_FAULT);
+    let addr =
+        u64::from(r.reg(reg::ERROR_ADDR_LO)) | (u64::from(r.reg(reg::ERROR_ADDR_LO + 4)) << 32);
+    assert_eq!(addr, VA + 5 * 4096 + 16);
+    r.reset();
+    // Read-only: a write faults.
+    r.map(5, (DATA + 4096) | entry::VALID);
+    r.ram.write(PATTERN - RAM, &[0xee]).unwrap();
+    assert_eq!(r.run(fill), crate::ring::error::PAGE_FAULT);
+    assert_eq!(r.vram(DATA + 4096, 4096), vec![0; 4096]);
+    r.reset();
+    // An entry past the end of VRAM.
+    r.map(6, (64 << 20) | entry::VALID | entry::WRITE);
+    r.invalidate(VA, VA + (2 << 20));
+    let mut fill6 = fill;
+    fill6.dst = VA + 6 * 4096;
+    assert_eq!(r.run(fill6), crate::ring::error::VRAM_RANGE);
+    r.reset();
+    // A DMA address never mapped for the device.
+    r.map(7, 0x4000_0000 | entry::VALID | entry::WRITE | entry::SYSTEM);
+    let mut fill7 = fill;
+    fill7.dst = VA + 7 * 4096;
+    assert_eq!(r.run(fill7), crate::ring::error::DMA_FAULT);
+    assert_eq!(r.dev.dma().counts().refused, 1);
+    r.reset();
+    // A context past the table.
+    let mut other = fill;
+    other.ctx = 1;
+    assert_eq!(r.run(other), crate::ring::error::BAD_CONTEXT);
+    r.reset();
+    // The engine is usable after each reset.
+    r.map_vram(8, 2);
+    let mut fill8 = fill;
+    fill8.dst = VA + 8 * 4096;
+    assert_eq!(r.run(fill8), 0);
+    assert_eq!(r.vram(DATA + 2 * 4096, 64), vec![0xee; 64]);
+}
+
+#[test]
+fn a_missed_invalidation_is_caught_by_the_checking_mode() {
+    let mut r = Rig::new();
+    r.ram.write(PATTERN - RAM, &[0x11]).unwrap();
+    r.map_vram(0, 4);
+    let mut fill = job(op::FILL, VA, 4096);
+    fill.src = PATTERN;
+    fill.pattern_len = 1;
+    assert_eq!(r.run(fill), 0);
+    // The page is taken away and given to another (page 5), with the
+    // invalidation: the job writes the new page.
+    r.map_vram(0, 5);
+    r.invalidate(VA, VA + 4096);
+    r.ram.write(PATTERN - RAM, &[0x22]).unwrap();
+    assert_eq!(r.run(fill), 0);
+    assert_eq!(r.vram(DATA + 5 * 4096, 4096), vec![0x22; 4096]);
+    assert_eq!(r.vram(DATA + 4 * 4096, 4096), vec![0x11; 4096]);
+    // Again without it: the checking mode halts the job at its first
+    // access, before it writes the page the TLB still names.
+    r.map_vram(0, 6);
+    r.ram.write(PATTERN - RAM, &[0x33]).unwrap();
+    assert_eq!(r.run(fill), crate::ring::error::STALE_TLB);
+    assert_eq!(r.vram(DATA + 5 * 4096, 4096), vec![0x22; 4096]);
+    assert_eq!(r.reg(mmu::reg::STALE), 1);
+    assert!(r.reg(mmu::reg::TLB_HITS) > 0);
+    assert_eq!(r.reg(mmu::reg::INVALIDATIONS), 1);
+}
+
+#[test]
+fn tables_in_system_memory_are_walked_by_dma() {
+    let mut r = Rig::new();
+    // The context table and context 0's tables in "guest RAM" from
+    // RAM + 0x4000 (each entry pointing to a table marks it SYSTEM); the
+    // last level maps page 0 to a VRAM data page.
+    let t = |k: u64| RAM + 0x4000 + k * 0x1000;
+    let put = |r: &Rig, at: u64, v: u64| r.ram.write(at - RAM, &v.to_le_bytes()).unwrap();
+    let idx = |level: u32| (VA >> (12 + 9 * level)) & 511;
+    put(&r, t(0), t(1) | entry::VALID | entry::SYSTEM);
+    put(&r, t(1) + 8 * idx(3), t(2) | entry::VALID | entry::SYSTEM);
+    put(&r, t(2) + 8 * idx(2), t(3) | entry::VALID | entry::SYSTEM);
+    put(&r, t(3) + 8 * idx(1), t(4) | entry::VALID | entry::SYSTEM);
+    put(&r, t(4), (DATA + 9 * 4096) | entry::VALID | entry::WRITE);
+    r.set(mmu::reg::CTX_LO, t(0) as u32 | 1);
+    r.ram.write(PATTERN - RAM, &[0x5a]).unwrap();
+    let mut fill = job(op::FILL, VA, 4096);
+    fill.src = PATTERN;
+    fill.pattern_len = 1;
+    assert_eq!(r.run(fill), 0);
+    assert_eq!(r.vram(DATA + 9 * 4096, 4096), vec![0x5a; 4096]);
+    // A table at a DMA address the device was never given.
+    put(
+        &r,
+        t(3) + 8 * idx(1),
+        0x4000_0000 | entry::VALID | entry::SYSTEM,
+    );
+    r.invalidate(VA, VA + 4096);
+    assert_eq!(r.run(fill), crate::ring::error::DMA_FAULT);
+}

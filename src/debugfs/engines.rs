@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The engines' files: `copy_engine` and `job_engine` (see the parent's
+//! documentation).
+
+use kernel::{fmt, prelude::*, sync::atomic::Relaxed, uaccess::UserSliceReader};
+
+use crate::gpu::job::{jobs_used, use_jobs};
+use crate::vram::{engine_used, fail_runs, use_engine};
+
+use super::per_device;
+
+/// `copy_engine`: `1` makes migrations copy with the copy engine of a
+/// device that has one, `0` with the CPU (the benchmark's baseline);
+/// `fail N` makes the next `N` runs of an engine fail.
+pub(super) fn write_copy_engine(_: &(), r: &mut UserSliceReader) -> Result {
+    let mut buf = [0u8; 24];
+    let n = r.len().min(buf.len());
+    r.read_slice(&mut buf[..n])?;
+    let text = core::str::from_utf8(buf[..n].trim_ascii()).map_err(|_| EINVAL)?;
+    match text {
+        "0" => use_engine(false),
+        "1" => use_engine(true),
+        _ => {
+            let count = text.strip_prefix("fail ").ok_or(EINVAL)?;
+            fail_runs(count.trim().parse().map_err(|_| EINVAL)?);
+        }
+    }
+    Ok(())
+}
+
+/// `copy_engine`: whether migrations use copy engines, then per device
+/// with one its counters.
+pub(super) fn show_copy_engine(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    writeln!(f, "use {}", u8::from(engine_used()))?;
+    per_device(
+        f,
+        "gpu usable runs commands bytes_in bytes_out bytes_zeroed bytes_p2p bytes_within woken failed device_done",
+        |f, i, p| {
+            let Some(e) = p.engine() else {
+                return Ok(());
+            };
+            let (q, s) = (&e.queue, &e.stats);
+            writeln!(
+                f,
+                "{i} {} {} {} {} {} {} {} {} {} {} {}",
+                u8::from(e.usable()),
+                q.runs.load(Relaxed),
+                q.commands.load(Relaxed),
+                s.bytes_in.load(Relaxed),
+                s.bytes_out.load(Relaxed),
+                s.bytes_zeroed.load(Relaxed),
+                s.bytes_p2p.load(Relaxed),
+                s.bytes_within.load(Relaxed),
+                q.woken.load(Relaxed),
+                q.failed.load(Relaxed),
+                e.done().unwrap_or(0),
+            )
+        },
+    )
+}
+
+/// `job_engine`: `1` runs jobs on the job engine of a device that has
+/// one, `0` on the CPU (the benchmark's baseline).
+pub(super) fn write_job_engine(_: &(), r: &mut UserSliceReader) -> Result {
+    let mut buf = [0u8; 8];
+    let n = r.len().min(buf.len());
+    r.read_slice(&mut buf[..n])?;
+    match buf[..n].trim_ascii() {
+        b"0" => use_jobs(false),
+        b"1" => use_jobs(true),
+        _ => return Err(EINVAL),
+    }
+    Ok(())
+}
+
+/// `job_engine`: whether jobs run on job engines, then per device with
+/// one its counters and its MMU's.
+pub(super) fn show_job_engine(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    writeln!(f, "use {}", u8::from(jobs_used()))?;
+    per_device(
+        f,
+        "gpu usable runs bytes_written bytes_read woken failed device_done invalidations inv_ns table_writes no_room stale",
+        |f, i, p| {
+            let Some(hw) = p.hw() else {
+                return Ok(());
+            };
+            let (j, q, m) = (&hw.jobs, &hw.jobs.queue, &hw.mmu.stats);
+            writeln!(
+                f,
+                "{i} {} {} {} {} {} {} {} {} {} {} {} {}",
+                u8::from(j.usable() && hw.mmu.usable()),
+                q.runs.load(Relaxed),
+                j.stats.bytes_written.load(Relaxed),
+                j.stats.bytes_read.load(Relaxed),
+                q.woken.load(Relaxed),
+                q.failed.load(Relaxed),
+                j.done().unwrap_or(0),
+                m.invalidations.load(Relaxed),
+                m.inv_ns.load(Relaxed),
+                m.writes.load(Relaxed),
+                m.no_room.load(Relaxed),
+                hw.mmu.stale().unwrap_or(0),
+            )
+        },
+    )
+}

@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! msvm-gpu's job engine (Documentation/hardware.rst, "Job engine"): a
+//! [`Queue`] of jobs over a context's virtual addresses, which the device
+//! translates through the page tables msvm writes (`super::mmu`).
+
+use kernel::sync::atomic::{Atomic, Relaxed};
+
+use super::regs::JobBlock;
+use super::ring::{Engine, Queue, COMMAND_WORDS};
+
+/// Opcodes.
+pub(crate) mod op {
+    pub(crate) const FILL: u32 = 1;
+    pub(crate) const COPY: u32 = 2;
+    pub(crate) const ATOMIC_ADD: u32 = 3;
+    pub(crate) const CHECKSUM: u32 = 4;
+}
+
+/// Raise COMPLETION when done.
+const INTERRUPT: u32 = 1 << 0;
+/// Scratch words: a FILL's pattern (128 bytes), then the job's completion
+/// record (a CHECKSUM's result; the job's TLB hits and misses).
+pub(crate) const PATTERN_WORDS: usize = 16;
+/// The completion record's first word: a CHECKSUM's result.
+pub(crate) const RESULT_WORD: usize = PATTERN_WORDS;
+/// Its second: the job's TLB hits (bits 31:0) and misses (63:32).
+pub(crate) const TLB_WORD: usize = PATTERN_WORDS + 1;
+
+/// One job (hardware.rst, "Job engine"): `op` one of [`op`], over
+/// context `ctx`'s addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct JobCommand {
+    pub(crate) op: u32,
+    pub(crate) ctx: u32,
+    pub(crate) pattern_len: u32,
+    pub(crate) dst: u64,
+    pub(crate) src: u64,
+    pub(crate) len: u64,
+    pub(crate) phase: u64,
+    pub(crate) result: u64,
+}
+
+/// The job engine's counters (debugfs `job_engine`).
+pub(crate) struct JobStats {
+    /// Bytes the jobs covered, per operation kind: written (FILL, COPY's
+    /// destination, ATOMIC_ADD) and read (CHECKSUM).
+    pub(crate) bytes_written: Atomic<u64>,
+    pub(crate) bytes_read: Atomic<u64>,
+}
+
+impl Engine for JobBlock {
+    const NAME: &'static str = "job engine";
+    const SCRATCH: usize = PATTERN_WORDS + 2;
+    type Command = JobCommand;
+    type Stats = JobStats;
+
+    fn stats() -> JobStats {
+        JobStats {
+            bytes_written: Atomic::new(0),
+            bytes_read: Atomic::new(0),
+        }
+    }
+
+    fn encode(c: &JobCommand, seqno: u64, last: bool) -> [u64; COMMAND_WORDS] {
+        let flags = if last { INTERRUPT } else { 0 };
+        [
+            u64::from(c.op) | (u64::from(flags) << 32),
+            seqno,
+            u64::from(c.ctx) | (u64::from(c.pattern_len) << 32),
+            c.dst,
+            c.src,
+            c.len,
+            c.phase,
+            c.result,
+        ]
+    }
+
+    fn count(s: &JobStats, cmds: &[JobCommand]) {
+        for c in cmds {
+            let n = match c.op {
+                op::CHECKSUM => &s.bytes_read,
+                _ => &s.bytes_written,
+            };
+            n.add(c.len, Relaxed);
+        }
+    }
+}
+
+/// The job engine of an msvm-gpu.
+pub(crate) type JobEngine = Queue<JobBlock>;
+
+/// Whether jobs run on the job engine of a device that has one (debugfs
+/// `job_engine`: the benchmark's CPU baseline turns it off).
+static USE_JOBS: Atomic<bool> = Atomic::new(true);
+
+/// Turns the job engines' use on or off.
+pub(crate) fn use_jobs(on: bool) {
+    USE_JOBS.store(on, Relaxed);
+}
+
+/// Whether jobs run on job engines.
+pub(crate) fn jobs_used() -> bool {
+    USE_JOBS.load(Relaxed)
+}

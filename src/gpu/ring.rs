@@ -1,0 +1,642 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! An msvm-gpu engine's ring (Documentation/hardware.rst, "Rings"), as
+//! msvm owns it while the device is bound: commands written into it, the
+//! doorbell, the fence waited for by interrupt, reset and recovery. The
+//! copy engine (`super::copy`) and the job engine (`super::job`) are each
+//! a [`Queue`] of their [`Engine`].
+//!
+//! # Lock order
+//!
+//! [`Queue::ring`] (a mutex: one submitter at a time; the copy engine's
+//! from a migration step under an mmap lock, a shrink pass or a teardown;
+//! the job engine's from a job under its VM's mirror lock) ->
+//! [`Queue::wake`] (a spinlock with interrupts off, which the interrupt
+//! handler takes alone to wake the waiter). Nothing is allocated under
+//! `ring`: a shrinker's page moves take the copy engine's.
+
+use core::marker::PhantomData;
+
+use kernel::{
+    device::{self, Bound},
+    devres,
+    dma::Coherent,
+    io::{io_read, io_write, register::RegisterBase, register::WithBase, Io},
+    new_condvar, new_mutex, new_spinlock_irq, pci,
+    prelude::*,
+    sync::{
+        aref::ARef,
+        atomic::{Atomic, Relaxed},
+        barrier::{dma_mb, Read},
+        Arc, CondVar, CondVarTimeoutResult, Mutex, MutexGuard, SpinLockIrq,
+    },
+    time::{
+        delay::{fsleep, udelay},
+        msecs_to_jiffies, Delta, Instant, Monotonic,
+    },
+};
+
+use super::regs::{
+    self, RingBase, IRQ_ENABLE, RING_CTRL, RING_DONE_HI, RING_DONE_LO, RING_ERROR,
+    RING_ERROR_ADDR_HI, RING_ERROR_ADDR_LO, RING_ERROR_SEQNO_HI, RING_ERROR_SEQNO_LO,
+    RING_FENCE_HI, RING_FENCE_LO, RING_HI, RING_LO, RING_SIZE, RING_STATUS, RING_TAIL,
+};
+
+/// BAR0, shared by a device's engines and its MMU.
+pub(crate) type Regs = pci::DevresBar<{ regs::END }>;
+
+/// Entries of a ring; one submission puts at most `RING - 1` commands in
+/// it (a full ring would look empty: `HEAD == TAIL`).
+pub(crate) const RING: usize = 1024;
+/// Bytes of a command.
+pub(crate) const COMMAND: usize = 64;
+/// Words of a command.
+pub(crate) const COMMAND_WORDS: usize = COMMAND / 8;
+/// The fence's word in the buffer, after the ring.
+const FENCE: usize = RING * COMMAND_WORDS;
+/// How long a submission may take before the engine is reset: longer than
+/// the device waits for QEMU to serve one transfer (10 s); a ring of
+/// copies, or a job's window, runs in well under a second even under TCG.
+const WAIT_MS: i64 = 15_000;
+/// How long a reset engine may take to stop (see [`WAIT_MS`]).
+const STOP_MS: i64 = 12_000;
+/// How long a submission polls its fence before it sleeps until the
+/// interrupt: about the device's round trip for the smallest command (a
+/// doorbell, a page, the fence), less than the interrupt's (its handler
+/// reads and writes `IRQ_STATUS`, then wakes the waiter).
+const SPIN_US: i64 = 100;
+
+/// One kind of engine: where its registers are, what its commands are,
+/// what it counts.
+pub(crate) trait Engine: RegisterBase<RingBase> + Send + Sync + 'static {
+    /// Its name, in log lines.
+    const NAME: &'static str;
+    /// Words of its buffer after the ring and the fence (room for what its
+    /// commands point at).
+    const SCRATCH: usize;
+    /// A command, as the driver builds it.
+    type Command;
+    /// Its counters.
+    type Stats: Send + Sync;
+
+    /// New counters.
+    fn stats() -> Self::Stats;
+
+    /// The command's words in the ring, with its `seqno`; `last`: the
+    /// submission's last command, which interrupts.
+    fn encode(c: &Self::Command, seqno: u64, last: bool) -> [u64; COMMAND_WORDS];
+
+    /// Counts `cmds`, completed.
+    fn count(stats: &Self::Stats, cmds: &[Self::Command]);
+}
+
+/// The ring's state, under [`Queue::ring`].
+struct Ring {
+    /// The ring, the fence and the scratch words; `None` once given up to
+    /// an engine that never stopped (leaked: no later owner of its pages
+    /// sees the device write).
+    buf: Option<Coherent<[u64]>>,
+    /// The entry after the last one written (`TAIL`).
+    tail: usize,
+    /// The last seqno given.
+    seqno: u64,
+}
+
+/// A queue's counters, whatever its engine.
+pub(crate) struct QueueStats {
+    /// Submissions run to their fence.
+    pub(crate) runs: Atomic<u64>,
+    /// Commands completed.
+    pub(crate) commands: Atomic<u64>,
+    /// Waits that slept until the interrupt woke them.
+    pub(crate) woken: Atomic<u64>,
+    /// Submissions that failed (an error, a timeout), each followed by a
+    /// reset.
+    pub(crate) failed: Atomic<u64>,
+}
+
+/// An engine of an msvm-gpu, for as long as its device is bound: a ring of
+/// [`RING`] entries and a fence in memory from the DMA API, waited for by
+/// the COMPLETION interrupt (`super::irq`).
+///
+/// # Invariants
+///
+/// While [`Ring::buf`] is `Some`, the engine's `RING*` and `FENCE*`
+/// registers name it, and whenever `ring` is not held the engine has no
+/// command left to read.
+#[pin_data]
+pub(crate) struct Queue<E: Engine> {
+    bar: Arc<Regs>,
+    dev: ARef<device::Device>,
+    #[pin]
+    ring: Mutex<Ring>,
+    #[pin]
+    wake: SpinLockIrq<()>,
+    #[pin]
+    done: CondVar,
+    /// The engine did not stop after a reset, or the device is going: no
+    /// submission runs.
+    lost: Atomic<bool>,
+    pub(crate) queue: QueueStats,
+    pub(crate) stats: E::Stats,
+    _engine: PhantomData<E>,
+}
+
+/// Why a run did not complete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RunError {
+    /// The engine failed (an error, a timeout) and was reset: it is idle
+    /// and touches nothing it was given again. `code` is the device's
+    /// error (hardware.rst's codes; 0 for a timeout or a device gone) and
+    /// `addr` the address it concerns.
+    Failed { code: u32, addr: u64 },
+    /// The engine did not stop, or the device does not answer: it may
+    /// still read or write anything it was given, which must be kept (never
+    /// freed, never unmapped) for good. The engine is not used again.
+    Lost,
+}
+
+/// What a failed submission saw.
+enum Failure {
+    /// Halted with `code` at `seqno` for `addr` (hardware.rst's codes).
+    Halted { code: u32, seqno: u64, addr: u64 },
+    /// No fence after [`WAIT_MS`], at `fence`.
+    Timeout { fence: u64 },
+    /// The device is not there (unbound, or its BAR reads all ones).
+    Gone,
+}
+
+impl<E: Engine> Queue<E> {
+    /// Sets up the engine of the device behind `bar`: a reset (an error if
+    /// the engine does not stop: a binding before may have left it
+    /// running), then its ring and fence in a new buffer. COMPLETION is not
+    /// enabled yet (the interrupt handler needs the engine:
+    /// [`super::irq::Interrupt`]). The engine is shut down when `pdev` is
+    /// unbound, at the latest ([`Stopper`]).
+    pub(super) fn new(pdev: &pci::Device<Bound>, bar: Arc<Regs>) -> Result<Arc<Self>> {
+        {
+            let io = bar.access(pdev.as_ref())?;
+            io.write(WithBase::of::<E>(), RING_CTRL::zeroed().with_reset(true));
+            wait_idle(|| Some(io.read(RING_STATUS::of::<E>()).into_raw())).inspect_err(|_| {
+                dev_err!(
+                    pdev.as_ref(),
+                    "msvm-gpu: {} still busy {STOP_MS} ms after its reset, or not answering\n",
+                    E::NAME
+                )
+            })?;
+        }
+        let words = FENCE + 1 + E::SCRATCH;
+        let buf: Coherent<[u64]> = Coherent::zeroed_slice(pdev.as_ref(), words, GFP_KERNEL)?;
+        program::<E>(bar.access(pdev.as_ref())?, &buf);
+        // INVARIANT: the registers name `buf`, and the reset engine is
+        // idle.
+        let q = Arc::pin_init(
+            try_pin_init!(Self {
+                bar,
+                dev: ARef::from(pdev.as_ref()),
+                ring <- new_mutex!(Ring { buf: Some(buf), tail: 0, seqno: 0 }, "Queue::ring"),
+                wake <- new_spinlock_irq!((), "Queue::wake"),
+                done <- new_condvar!("Queue::done"),
+                lost: Atomic::new(false),
+                queue: QueueStats {
+                    runs: Atomic::new(0),
+                    commands: Atomic::new(0),
+                    woken: Atomic::new(0),
+                    failed: Atomic::new(0),
+                },
+                stats: E::stats(),
+                _engine: PhantomData,
+            }? Error),
+            GFP_KERNEL,
+        )?;
+        // Registered after `bar`, released before it: the engine stops
+        // while its registers are still mapped.
+        devres::register(pdev.as_ref(), Stopper(q.clone()), GFP_KERNEL)
+            .inspect_err(|_| q.shut_down())?;
+        Ok(q)
+    }
+
+    /// The registers, while the device is bound.
+    pub(super) fn bar(&self) -> &Arc<Regs> {
+        &self.bar
+    }
+
+    /// Wakes a submission waiting for its fence (the interrupt handler,
+    /// on COMPLETION or ERROR).
+    pub(super) fn wake(&self) {
+        let _guard = self.wake.lock();
+        self.done.notify_all();
+    }
+
+    /// Whether submissions run (the engine answered its last reset).
+    pub(crate) fn usable(&self) -> bool {
+        !self.lost.load(Relaxed)
+    }
+
+    /// Takes the engine for a run of submissions ([`Runner::run`]):
+    /// `ENODEV` once it is lost or shut down. Nothing may be allocated
+    /// while the session lasts (see the lock order).
+    pub(crate) fn session(&self) -> Result<Session<'_, E>> {
+        let ring = self.ring.lock();
+        if !self.usable() {
+            return Err(ENODEV);
+        }
+        // INVARIANT: `ring` is held and the engine not shut down.
+        Ok(Session { q: self, ring })
+    }
+
+    /// Runs `cmds` in ring order and returns when the last one has
+    /// completed; see [`Runner::run`].
+    fn run(&self, ring: &mut Ring, cmds: &[E::Command]) -> Result<(), RunError> {
+        // At most `RING - 2` a submission: the last command of the one
+        // before may still be outstanding (its fence is written before
+        // `HEAD` moves past it).
+        for part in cmds.chunks(RING - 2) {
+            let r = self
+                .submit(ring, part)
+                .map_err(|_| Failure::Gone)
+                .and_then(|last| self.wait(ring, last));
+            if let Err(failure) = r {
+                self.queue.failed.add(1, Relaxed);
+                self.report(&failure);
+                return Err(self.recover(ring, &failure));
+            }
+            self.queue.runs.add(1, Relaxed);
+            self.queue.commands.add(part.len() as u64, Relaxed);
+            E::count(&self.stats, part);
+        }
+        Ok(())
+    }
+
+    /// Writes `part` into the (empty) ring and rings the doorbell; the
+    /// last command interrupts. Returns its seqno.
+    fn submit(&self, ring: &mut Ring, part: &[E::Command]) -> Result<u64> {
+        let buf = ring.buf.as_ref().ok_or(ENODEV)?;
+        for (k, c) in part.iter().enumerate() {
+            let entry = (ring.tail + k) % RING;
+            let words = E::encode(c, ring.seqno + k as u64 + 1, k + 1 == part.len());
+            let at = entry * COMMAND_WORDS;
+            for (w, &v) in words.iter().enumerate() {
+                io_write!(buf, [try: at + w], v);
+            }
+        }
+        ring.tail = (ring.tail + part.len()) % RING;
+        ring.seqno += part.len() as u64;
+        let io = self.bar.try_access().ok_or(ENODEV)?;
+        // The entries (coherent memory) are written before the doorbell:
+        // an MMIO write is ordered after them.
+        io.write(
+            WithBase::of::<E>(),
+            RING_TAIL::zeroed().with_value(ring.tail as u32),
+        );
+        Ok(ring.seqno)
+    }
+
+    /// The fence's value (0 without a buffer).
+    fn fence(&self, ring: &Ring) -> u64 {
+        let read = |b: &Coherent<[u64]>| -> Result<u64> { Ok(io_read!(b, [try: FENCE])) };
+        ring.buf.as_ref().and_then(|b| read(b).ok()).unwrap_or(0)
+    }
+
+    /// Waits until the fence reaches `seqno`, sleeping until the interrupt
+    /// wakes it; a task with a signal pending cannot sleep and polls (the
+    /// engine must finish with the pages before they go).
+    fn wait(&self, ring: &Ring, seqno: u64) -> Result<(), Failure> {
+        let start = Instant::<Monotonic>::now();
+        // A short command is done before an interrupt could be handled:
+        // the fence (memory, not a register) is polled first.
+        while start.elapsed() < Delta::from_micros(SPIN_US) {
+            if self.fence(ring) >= seqno {
+                dma_mb(Read);
+                return Ok(());
+            }
+            udelay(Delta::from_micros(1));
+        }
+        loop {
+            if self.fence(ring) >= seqno {
+                // The bytes the commands wrote are read after the fence
+                // that says they are there.
+                dma_mb(Read);
+                return Ok(());
+            }
+            {
+                let io = self.bar.try_access().ok_or(Failure::Gone)?;
+                let status = io.read(RING_STATUS::of::<E>());
+                if status.into_raw() == u32::MAX {
+                    return Err(Failure::Gone);
+                }
+                if status.halted() {
+                    let word = |lo: u32, hi: u32| (u64::from(hi) << 32) | u64::from(lo);
+                    let code = io.read(RING_ERROR::of::<E>()).code();
+                    let seqno = word(
+                        u32::from(io.read(RING_ERROR_SEQNO_LO::of::<E>()).value()),
+                        u32::from(io.read(RING_ERROR_SEQNO_HI::of::<E>()).value()),
+                    );
+                    let addr = word(
+                        u32::from(io.read(RING_ERROR_ADDR_LO::of::<E>()).value()),
+                        u32::from(io.read(RING_ERROR_ADDR_HI::of::<E>()).value()),
+                    );
+                    return Err(Failure::Halted {
+                        code: u32::from(code),
+                        seqno,
+                        addr,
+                    });
+                }
+            }
+            if start.elapsed() > Delta::from_millis(WAIT_MS) {
+                return Err(Failure::Timeout {
+                    fence: self.fence(ring),
+                });
+            }
+            let mut guard = self.wake.lock();
+            if self.fence(ring) >= seqno {
+                continue;
+            }
+            match self
+                .done
+                .wait_interruptible_timeout(&mut guard, msecs_to_jiffies(100))
+            {
+                CondVarTimeoutResult::Woken { .. } => {
+                    self.queue.woken.add(1, Relaxed);
+                }
+                CondVarTimeoutResult::Signal { .. } => {
+                    drop(guard);
+                    fsleep(Delta::from_micros(50));
+                }
+                CondVarTimeoutResult::Timeout => {}
+            }
+        }
+    }
+
+    /// Logs `failure`: the first ten, then one in a thousand (each costs
+    /// a reset, but a broken device could fail every submission).
+    fn report(&self, failure: &Failure) {
+        let n = self.queue.failed.load(Relaxed);
+        if n > 10 && n % 1000 != 0 {
+            return;
+        }
+        let name = E::NAME;
+        match failure {
+            Failure::Halted { code, seqno, addr } => dev_err!(
+                self.dev,
+                "msvm-gpu: {name} halted at seqno {seqno}, error {code} (address {addr:#x}): resetting it\n"
+            ),
+            Failure::Timeout { fence } => dev_err!(
+                self.dev,
+                "msvm-gpu: {name}: no fence after {WAIT_MS} ms (fence {fence}): resetting it\n"
+            ),
+            Failure::Gone => dev_err!(self.dev, "msvm-gpu: {name}: the device does not answer\n"),
+        }
+    }
+
+    /// Resets the engine after a failed submission and waits until it has
+    /// stopped. A device whose registers read all ones is gone from the
+    /// bus (surprise removal): it DMAs no more, and is not used again. An
+    /// engine that does not stop is lost: its buffer is kept, nothing is
+    /// submitted again, and the caller keeps what the run named.
+    fn recover(&self, ring: &mut Ring, failure: &Failure) -> RunError {
+        let failed = match *failure {
+            Failure::Halted { code, addr, .. } => RunError::Failed { code, addr },
+            _ => RunError::Failed { code: 0, addr: 0 },
+        };
+        let stopped = match failure {
+            Failure::Gone => Err(ENODEV),
+            _ => self.stop(ring),
+        };
+        match stopped {
+            Ok(()) => return failed,
+            Err(e) if e == ENODEV => {
+                dev_err!(
+                    self.dev,
+                    "msvm-gpu: {}: the device does not answer: not used again\n",
+                    E::NAME
+                );
+                self.lost.store(true, Relaxed);
+                return failed;
+            }
+            Err(_) => {}
+        }
+        dev_err!(
+            self.dev,
+            "msvm-gpu: {} lost (still busy {STOP_MS} ms after its reset): not used again, its memory kept\n",
+            E::NAME
+        );
+        self.lost.store(true, Relaxed);
+        core::mem::forget(ring.buf.take());
+        RunError::Lost
+    }
+
+    /// Resets the engine and waits until it is idle (`ENODEV` if the device
+    /// reads all ones or is unbound, `ETIMEDOUT` if it does not stop); then
+    /// names the ring and the fence again (a device reset clears them).
+    fn stop(&self, ring: &mut Ring) -> Result {
+        self.bar
+            .try_access()
+            .ok_or(ENODEV)?
+            .write(WithBase::of::<E>(), RING_CTRL::zeroed().with_reset(true));
+        ring.tail = 0;
+        // The registers are reached anew at each poll: no RCU read-side
+        // section lasts across a sleep.
+        wait_idle(|| {
+            Some(
+                self.bar
+                    .try_access()?
+                    .read(RING_STATUS::of::<E>())
+                    .into_raw(),
+            )
+        })?;
+        if let (Some(io), Some(buf)) = (self.bar.try_access(), ring.buf.as_ref()) {
+            program::<E>(&io, buf);
+        }
+        Ok(())
+    }
+
+    /// Stops the engine for good, before its device goes: reset, ring and
+    /// fence unset, idle, the interrupt's causes disabled; then the buffer
+    /// is freed (kept if the engine did not stop). Waits for a run under
+    /// way.
+    pub(crate) fn shut_down(&self) {
+        let mut ring = self.ring.lock();
+        self.lost.store(true, Relaxed);
+        if ring.buf.is_none() {
+            return;
+        }
+        let stopped = self.stop(&mut ring);
+        if let Some(io) = self.bar.try_access() {
+            io.write_reg(IRQ_ENABLE::zeroed());
+            io.write(WithBase::of::<E>(), RING_SIZE::zeroed());
+            io.write(WithBase::of::<E>(), RING_LO::zeroed());
+            io.write(WithBase::of::<E>(), RING_HI::zeroed());
+            io.write(WithBase::of::<E>(), RING_FENCE_LO::zeroed());
+            io.write(WithBase::of::<E>(), RING_FENCE_HI::zeroed());
+        }
+        if stopped.is_err() {
+            dev_err!(
+                self.dev,
+                "msvm-gpu: {} did not stop at shutdown: its buffer is kept\n",
+                E::NAME
+            );
+            core::mem::forget(ring.buf.take());
+        } else {
+            drop(ring.buf.take());
+        }
+    }
+
+    /// Commands completed since the engine's last reset (`DONE`).
+    pub(crate) fn done(&self) -> Option<u64> {
+        let io = self.bar.try_access()?;
+        Some(
+            (u64::from(io.read(RING_DONE_HI::of::<E>()).value()) << 32)
+                | u64::from(io.read(RING_DONE_LO::of::<E>()).value()),
+        )
+    }
+}
+
+/// Names `buf` to the engine behind `io` as its ring and fence.
+fn program<E: Engine>(io: &pci::Bar<'_, { regs::END }>, buf: &Coherent<[u64]>) {
+    let base = buf.dma_address();
+    let fence = base + (FENCE * 8) as u64;
+    io.write(
+        WithBase::of::<E>(),
+        RING_LO::zeroed().with_value(base as u32),
+    );
+    io.write(
+        WithBase::of::<E>(),
+        RING_HI::zeroed().with_value((base >> 32) as u32),
+    );
+    io.write(
+        WithBase::of::<E>(),
+        RING_SIZE::zeroed().with_value(RING as u32),
+    );
+    io.write(
+        WithBase::of::<E>(),
+        RING_FENCE_LO::zeroed().with_value(fence as u32),
+    );
+    io.write(
+        WithBase::of::<E>(),
+        RING_FENCE_HI::zeroed().with_value((fence >> 32) as u32),
+    );
+}
+
+/// Waits until `status` (`RING_STATUS`; `None`: the device is unbound)
+/// says idle and not halted, after a reset: `ENODEV` if it reads all ones
+/// or `None`, `ETIMEDOUT` after [`STOP_MS`].
+fn wait_idle(status: impl Fn() -> Option<u32>) -> Result {
+    let start = Instant::<Monotonic>::now();
+    loop {
+        let raw = status().ok_or(ENODEV)?;
+        if raw == u32::MAX {
+            return Err(ENODEV);
+        }
+        let s = RING_STATUS::from_raw(raw);
+        if s.idle() && !s.halted() {
+            return Ok(());
+        }
+        if start.elapsed() > Delta::from_millis(STOP_MS) {
+            return Err(ETIMEDOUT);
+        }
+        fsleep(Delta::from_millis(1));
+    }
+}
+
+/// Shuts its engine down when the device is unbound (a devres action of
+/// [`Queue::new`]): whoever holds the engine, no session outlasts the
+/// binding.
+struct Stopper<E: Engine>(Arc<Queue<E>>);
+
+impl<E: Engine> Drop for Stopper<E> {
+    fn drop(&mut self) {
+        self.0.shut_down();
+    }
+}
+
+/// The engine, taken by one submitter ([`Queue::session`]).
+///
+/// # Invariants
+///
+/// `ring` is `q`'s ring lock, taken while `q` was not shut down: its
+/// device is bound until the session ends ([`Queue::shut_down`], which
+/// takes the lock, runs before the device is unbound: [`Stopper`], a devres
+/// action of the device's binding, runs it at the latest).
+pub(crate) struct Session<'e, E: Engine> {
+    q: &'e Queue<E>,
+    ring: MutexGuard<'e, Ring>,
+}
+
+impl<E: Engine> Session<'_, E> {
+    /// The device, bound for as long as the session lasts (what the
+    /// commands' system pages are mapped for), and the engine to run them.
+    pub(crate) fn parts(&mut self) -> (&device::Device<Bound>, Runner<'_, E>) {
+        // SAFETY: the device is bound while the session lasts (type
+        // invariant), which the borrow cannot outlive. (The device's
+        // devres actions registered after the engine's `Stopper` may be
+        // released already: the device is for DMA mappings, not for
+        // `Devres::access`.)
+        let dev = unsafe { self.q.dev.as_bound() };
+        let runner = Runner {
+            q: self.q,
+            ring: &mut self.ring,
+        };
+        (dev, runner)
+    }
+}
+
+/// The engine of a [`Session`], to run commands with.
+pub(crate) struct Runner<'s, E: Engine> {
+    q: &'s Queue<E>,
+    ring: &'s mut Ring,
+}
+
+impl<E: Engine> Runner<'_, E> {
+    /// Runs `cmds` in ring order and returns when the last one has
+    /// completed: every byte they name is written. On an error or a
+    /// timeout the engine is reset and idle before this returns
+    /// [`RunError::Failed`]: no command of `cmds` touches memory
+    /// afterwards. [`RunError::Lost`]: the engine may still, so what the
+    /// commands name must be kept for good (the engine lost before this
+    /// run: nothing was submitted, and nothing needs keeping).
+    ///
+    /// # Safety
+    ///
+    /// The engine writes where `cmds` say, with nothing between it and
+    /// memory but the DMA API's mappings (and, for jobs, the page tables in
+    /// VRAM): every DMA address in `cmds`, and in the entries of the page
+    /// tables they use, is a live mapping for the session's device of
+    /// memory the caller may have the device read (a source) or write (a
+    /// destination), `len` bytes from it; every VRAM range is the caller's
+    /// to read or write. All of it stays so until this returns, and for
+    /// good if it returns [`RunError::Lost`].
+    pub(crate) unsafe fn run(&mut self, cmds: &[E::Command]) -> Result<(), RunError> {
+        if !self.q.usable() {
+            return Err(RunError::Failed { code: 0, addr: 0 });
+        }
+        self.q.run(self.ring, cmds)
+    }
+
+    /// The DMA address of scratch word `i` (what a command may point the
+    /// engine at: [`Engine::SCRATCH`]).
+    pub(crate) fn scratch_addr(&self, i: usize) -> Option<u64> {
+        let buf = self.ring.buf.as_ref()?;
+        (i < E::SCRATCH).then(|| buf.dma_address() + ((FENCE + 1 + i) * 8) as u64)
+    }
+
+    /// Writes scratch word `i`.
+    pub(crate) fn set_scratch(&mut self, i: usize, v: u64) -> Result {
+        let buf = self.ring.buf.as_ref().ok_or(ENODEV)?;
+        if i >= E::SCRATCH {
+            return Err(EINVAL);
+        }
+        io_write!(buf, [try: FENCE + 1 + i], v);
+        Ok(())
+    }
+
+    /// Reads scratch word `i` (after a run that wrote it: the fence was
+    /// read first).
+    pub(crate) fn scratch(&self, i: usize) -> Result<u64> {
+        let buf = self.ring.buf.as_ref().ok_or(ENODEV)?;
+        if i >= E::SCRATCH {
+            return Err(EINVAL);
+        }
+        Ok(io_read!(buf, [try: FENCE + 1 + i]))
+    }
+}
