@@ -60,7 +60,9 @@
 //! held together with the mirror's lock ([`DevMirror::lock`]); invalidations
 //! take it from under the mm core's locks, so the job holds it only while
 //! it touches pages, and takes nothing inside it but the pool's `atomics`
-//! mutex and its replica store (`crate::vram::ReplicaWindow`). A job that
+//! mutex, its replica store (`crate::vram::ReplicaWindow`), and, for a
+//! window msvm-gpu runs (`device.rs`), its MMU's locks (`crate::gpu::mmu`)
+//! and its job engine's ring, then `atomics`. A job that
 //! reads replicas enters their SRCU read-side section under the lock and
 //! leaves it after; what waits for their grace period
 //! (`VramPool::replica_room`) is called with nothing held.

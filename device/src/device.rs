@@ -529,11 +529,11 @@ impl job::Memory for Jobs<'_> {
         self.0.vram.fetch_add_u64(off, v)
     }
 
-    fn dma_add(&self, addr: u64, v: u64, remote: &dyn Remote) -> Result<(), Error> {
+    fn dma_add(&self, addr: u64, v: u64, _remote: &dyn Remote) -> Result<(), Error> {
         if !self.0.state()?.config.bus_master() {
             return Err(Error::NoBusMaster);
         }
-        self.0.dma.fetch_add(addr, v, remote)
+        self.0.dma.fetch_add(addr, v)
     }
 
     fn table_word(&self, system: bool, at: u64) -> Option<u64> {
@@ -549,14 +549,20 @@ impl job::Memory for Jobs<'_> {
     }
 
     fn invalidations(&self, tlb: &mut Tlb) {
-        let Ok(mut s) = self.0.state() else { return };
-        if !s.mmu.has_pending() {
-            return;
-        }
-        let list = s.mmu.take_pending();
+        // Taken under the device's lock, done without it (the thread that
+        // serves QEMU takes it), then published: `INV_DONE` says done only
+        // once the TLB holds nothing they drop.
+        let list = match self.0.state() {
+            Ok(mut s) if s.mmu.has_pending() => s.mmu.take_pending(),
+            _ => return,
+        };
         for inv in &list {
             tlb.invalidate(inv);
-            s.mmu.done(inv.seqno);
+        }
+        if let Ok(mut s) = self.0.state() {
+            for inv in &list {
+                s.mmu.done(inv.seqno);
+            }
         }
     }
 }

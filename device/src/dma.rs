@@ -263,29 +263,35 @@ impl DmaSpace {
         )
     }
 
-    /// Adds `v` to the 64-bit word at DMA address `addr` (8-byte aligned):
-    /// atomically where the device reaches the memory directly; through
-    /// QEMU, a read and a write (PCIe AtomicOps do not cross QEMU's DMA
-    /// path: Documentation/hardware.rst, "ATOMIC_ADD").
-    pub fn fetch_add(&self, addr: u64, v: u64, remote: &dyn Remote) -> Result<(), Error> {
+    /// Adds `v` to the 64-bit word at DMA address `addr` (8-byte aligned),
+    /// atomically: only where the device reaches the memory directly. At
+    /// an address QEMU serves it is refused (`Denied`, touching nothing):
+    /// PCIe AtomicOps do not cross QEMU's `DMA_READ`/`DMA_WRITE`, and a
+    /// read then a write would lose concurrent updates.
+    pub fn fetch_add(&self, addr: u64, v: u64) -> Result<(), Error> {
         let mut through_qemu = false;
+        // Checked first: a word QEMU serves is not added to at all.
         self.walk(
             addr,
             8,
             prot::READ | prot::WRITE,
-            |_, m, off, _| m.fetch_add_u64(off, v),
+            |_, _, _, _| Ok(()),
             |_, _| {
                 through_qemu = true;
                 Ok(())
             },
         )?;
         if through_qemu {
-            let mut b = [0; 8];
-            remote.dma_read(addr, &mut b)?;
-            let x = u64::from_le_bytes(b).wrapping_add(v);
-            remote.dma_write(addr, &x.to_le_bytes())?;
+            self.count(|c| c.refused += 1);
+            return Err(Error::Denied(addr));
         }
-        Ok(())
+        self.walk(
+            addr,
+            8,
+            prot::READ | prot::WRITE,
+            |_, m, off, _| m.fetch_add_u64(off, v),
+            |_, _| Err(Error::Denied(addr)),
+        )
     }
 }
 
@@ -337,6 +343,25 @@ mod tests {
         assert_eq!(buf, [1, 2, 0x5a, 0x5a]);
         assert_eq!(d.counts().direct_bytes, 4);
         assert_eq!(d.counts().remote_bytes, 4);
+    }
+
+    #[test]
+    fn atomic_adds_are_direct_or_refused() {
+        let fd = memfd("ram", 1 << 12).unwrap();
+        let d = DmaSpace::new();
+        let m = Mmap::new(&fd, 0, 1 << 12).unwrap();
+        d.map(0x2000, 0x1000, prot::READ | prot::WRITE, Some((fd, 0)))
+            .unwrap();
+        d.map(0x8000, 0x1000, prot::READ | prot::WRITE, None)
+            .unwrap();
+        d.fetch_add(0x2008, 5).unwrap();
+        d.fetch_add(0x2008, u64::MAX).unwrap();
+        let mut b = [0; 8];
+        m.read(8, &mut b).unwrap();
+        assert_eq!(u64::from_le_bytes(b), 4);
+        // A word QEMU serves: refused, nothing asked of QEMU.
+        assert!(matches!(d.fetch_add(0x8000, 1), Err(Error::Denied(0x8000))));
+        assert_eq!(d.counts().refused, 1);
     }
 
     #[test]

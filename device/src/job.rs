@@ -143,7 +143,8 @@ impl Command {
 pub trait Memory: copy::Memory {
     /// Adds `v` to the word at VRAM offset `off` atomically.
     fn vram_add(&self, off: u64, v: u64) -> Result<(), Error>;
-    /// Adds `v` to the word at DMA address `addr`.
+    /// Adds `v` to the word at DMA address `addr` atomically: refused
+    /// (touching nothing) at an address QEMU serves.
     fn dma_add(&self, addr: u64, v: u64, remote: &dyn Remote) -> Result<(), Error>;
     /// Reads a table's word: at DMA address `at` if `system`, else at VRAM
     /// offset `at`; `None` if the device cannot reach it.
@@ -173,12 +174,18 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    fn translate(&self, tlb: &mut Tlb, va: u64, write: bool) -> Result<Target, Fault> {
-        // Between two accesses: what was invalidated is used no more.
+    /// Before a step's translations: the invalidations requested so far
+    /// are done (a step translates after them, and uses nothing it
+    /// translated before), and a reset stops the job.
+    fn step(&self, tlb: &mut Tlb) -> Result<(), Fault> {
         self.mem.invalidations(tlb);
         if self.mem.reset_since(self.gen) {
             return Err(Fault::code(0));
         }
+        Ok(())
+    }
+
+    fn translate(&self, tlb: &mut Tlb, va: u64, write: bool) -> Result<Target, Fault> {
         let read: &ReadTable<'_> = &|system, at| self.mem.table_word(system, at);
         tlb.translate(&self.setup, read, (self.ctx, va), write)
     }
@@ -260,6 +267,7 @@ pub fn execute(
             while done < c.len {
                 let d = c.dst + done;
                 let n = in_page(d).min(c.len - done);
+                run.step(tlb).map_err(fail)?;
                 let t = run.translate(tlb, d, true).map_err(fail)?;
                 for (i, b) in buf[..n as usize].iter_mut().enumerate() {
                     *b = pattern[((c.phase + done + i as u64) % plen) as usize];
@@ -274,6 +282,7 @@ pub fn execute(
             while done < c.len {
                 let (d, s) = (c.dst + done, c.src + done);
                 let n = in_page(d).min(in_page(s)).min(c.len - done);
+                run.step(tlb).map_err(fail)?;
                 let st = run.translate(tlb, s, false).map_err(fail)?;
                 let dt = run.translate(tlb, d, true).map_err(fail)?;
                 run.read(st, &mut buf[..n as usize]).map_err(fail)?;
@@ -289,6 +298,7 @@ pub fn execute(
             while done < c.len {
                 let d = c.dst + done;
                 let n = in_page(d).min(c.len - done);
+                run.step(tlb).map_err(fail)?;
                 let t = run.translate(tlb, d, true).map_err(fail)?;
                 run.add(t, n as usize, c.src).map_err(fail)?;
                 done += n;
@@ -300,6 +310,7 @@ pub fn execute(
             while done < c.len {
                 let d = c.dst + done;
                 let n = in_page(d).min(c.len - done);
+                run.step(tlb).map_err(fail)?;
                 let t = run.translate(tlb, d, false).map_err(fail)?;
                 run.read(t, &mut buf[..n as usize]).map_err(fail)?;
                 h = fnv1a(h, &buf[..n as usize]);

@@ -105,10 +105,16 @@ impl Mmap {
             return Err(Error::Malformed("unaligned atomic"));
         }
         // SAFETY: `off + 8 <= len` (checked) and the mapping is page
-        // aligned, so the word lies in the mapping, 8-byte aligned; it is
-        // only ever reached through raw accesses (no reference to it lives
-        // anywhere), so an atomic view of it for this one operation aliases
-        // nothing.
+        // aligned, so the word lies in the mapping, 8-byte aligned, and
+        // stays mapped while `self` is borrowed. No Rust reference to the
+        // mapping's bytes lives anywhere (every access is a raw copy or
+        // this atomic). The memory is shared with other processes (QEMU,
+        // the guest, other devices), which access it concurrently as
+        // hardware would, outside Rust's memory model: as for any such
+        // memory, a plain copy of this process that races this add reads
+        // the word before or after it (x86-64: aligned 8-byte accesses do
+        // not tear), and an atomic add is what makes concurrent adds of
+        // different agents all count.
         let word = unsafe {
             std::sync::atomic::AtomicU64::from_ptr(self.ptr.as_ptr().add(off).cast::<u64>())
         };

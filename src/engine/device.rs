@@ -17,11 +17,12 @@
 
 use core::ops::Range;
 
-use kernel::{prelude::*, sync::atomic::Relaxed};
+use kernel::{device::Bound, pci, prelude::*, sync::atomic::Relaxed};
 
-use crate::gpu::job::{self, op, JobCommand, JobEngine, PATTERN_WORDS, RESULT_WORD, TLB_WORD};
+use crate::gpu::job::{self, op, JobCommand, PATTERN_WORDS, RESULT_WORD, TLB_WORD};
 use crate::gpu::mmu::{SYSTEM, VALID, WRITE};
-use crate::gpu::ring::RunError;
+use crate::gpu::regs::JobBlock;
+use crate::gpu::ring::{RunError, Session};
 use crate::mm::devpt::{DevPt, DeviceTable, Mapping};
 use crate::mm::page::{BLOCK_PAGES, BLOCK_SIZE, PAGE_SIZE};
 
@@ -66,7 +67,18 @@ impl Engine<'_> {
                 return None;
             }
         }
-        let r = self.submit(&hw.jobs, dt.id(), (job, w, n), done);
+        // What the table dropped since the context's last job leaves the
+        // device's TLB first (an MMU that does not answer runs no job).
+        dt.flush().ok()?;
+        // Nothing submitted yet: an engine going away leaves the window to
+        // the CPU.
+        let mut session = hw.jobs.session().ok()?;
+        let r = self.submit(&mut session, dt.id(), (job, w, n), done);
+        if r.is_err() {
+            // A job that failed may have left translations in the TLB (a
+            // stale one, checking mode found): none is trusted again.
+            dt.invalidate(0, usize::MAX);
+        }
         Some(r.inspect(|_| self.count(table, job, w, n)))
     }
 
@@ -158,13 +170,12 @@ impl Engine<'_> {
     /// the device's TLB hits and misses for it.
     fn submit(
         &self,
-        jobs: &JobEngine,
+        session: &mut Session<'_, JobBlock>,
         ctx: u32,
         (job, w, n): (&Job, WindowPages, usize),
         done: &mut Done,
     ) -> Result<(u64, u64)> {
-        let mut session = jobs.session()?;
-        let (_, mut runner) = session.parts();
+        let (dev, mut runner) = session.parts();
         let mut c = JobCommand {
             op: 0,
             ctx,
@@ -227,7 +238,20 @@ impl Engine<'_> {
                 }
                 Err(EIO)
             }
-            Err(RunError::Lost) => Err(EIO),
+            Err(RunError::Lost) => {
+                // It may still reach what the job's tables name, which the
+                // mm frees as it likes: the device DMAs no more (bus
+                // mastering off: a device lost, its engines and interrupt
+                // with it; what it holds in its own VRAM is beyond reach).
+                if let Ok(pdev) = <&pci::Device<Bound>>::try_from(dev) {
+                    crate::mm::pci::clear_master(pdev);
+                }
+                pr_err!(
+                    "gpu{}: the job engine did not stop: the device masters the bus no more\n",
+                    self.pool.index()
+                );
+                Err(EIO)
+            }
         }
     }
 }

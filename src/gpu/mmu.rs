@@ -12,34 +12,41 @@
 //! The tables are written window by window (`crate::engine`, before a job
 //! runs on the device) from the VM's device page table
 //! (`crate::mm::devpt`), which stays the one record of what the device
-//! may reach: every change that drops or replaces an entry there
-//! invalidates the device's TLB for it ([`Context`], a [`DeviceTable`])
-//! before the page or its mapping goes.
+//! may reach. Every change that drops or replaces an entry there is
+//! recorded in its [`Context`] (a [`DeviceTable`]), and the device's TLB
+//! is invalidated for it, and the invalidation waited for, before the
+//! context's next job ([`Context::flush`]): both run under the VM's
+//! mirror lock, so no job of the context runs between the change and the
+//! invalidation, and no other context uses its translations. A context's
+//! id is invalidated whole before it is given out again.
 //!
 //! # Lock order
 //!
-//! A VM's mirror lock -> [`Mmu::inv`] (a spinlock: an invalidation may
-//! not sleep, the mm core may call it so) -> [`Mmu::heap`]. Nothing here
-//! allocates memory.
+//! A VM's mirror lock -> [`Mmu::inv`] (a mutex: invalidations sleep while
+//! they wait) -> [`Mmu::heap`], [`Mmu::contexts`] (spinlocks). Nothing
+//! here allocates memory.
 
 use kernel::{
     dma::Coherent,
     io::{io_read, io_write, Io},
-    new_spinlock, pci,
+    new_mutex, new_spinlock, pci,
     prelude::*,
     sync::{
         atomic::{Atomic, Relaxed},
-        Arc, SpinLock,
+        Arc, Mutex, SpinLock,
     },
-    time::{delay::udelay, Delta, Instant, Monotonic},
+    time::{
+        delay::{fsleep, udelay},
+        Delta, Instant, Monotonic,
+    },
 };
 
 use crate::mm::devpt::DeviceTable;
 use crate::mm::page::{BLOCK_SIZE, PAGE_SIZE};
 
 use super::regs::{
-    MMU_CHECK, MMU_CTX_COUNT, MMU_CTX_HI, MMU_CTX_LO, MMU_INV_CTX, MMU_INV_DONE, MMU_INV_END_HI,
-    MMU_INV_END_LO, MMU_INV_SEQNO, MMU_INV_START_HI, MMU_INV_START_LO, MMU_STALE,
+    ID, MMU_CHECK, MMU_CTX_COUNT, MMU_CTX_HI, MMU_CTX_LO, MMU_INV_CTX, MMU_INV_DONE,
+    MMU_INV_END_HI, MMU_INV_END_LO, MMU_INV_SEQNO, MMU_INV_START_HI, MMU_INV_START_LO, MMU_STALE,
 };
 use super::ring::Regs;
 
@@ -51,8 +58,10 @@ pub(crate) const WRITE: u64 = 1 << 1;
 pub(crate) const SYSTEM: u64 = 1 << 2;
 /// Virtual addresses the device translates: below 2^48.
 const VA_END: usize = 1 << 48;
-/// How long an invalidation may take before the MMU is given up on.
-const INV_MS: i64 = 2000;
+/// How long an invalidation may take before the MMU is given up on: the
+/// device does it between two pages of the running job, and a page read
+/// through QEMU may take its 10 s.
+const INV_MS: i64 = 15_000;
 
 /// Pages of table memory: the context table, then pages for tables.
 pub(crate) const TABLE_PAGES: usize = 1024;
@@ -89,8 +98,9 @@ pub(crate) struct Mmu {
     bar: Arc<Regs>,
     /// The context table, then the tables' pages.
     tables: Coherent<[u64]>,
+    /// The last invalidation's seqno.
     #[pin]
-    inv: SpinLock<u32>,
+    inv: Mutex<u32>,
     #[pin]
     heap: SpinLock<Heap>,
     /// Context ids in use.
@@ -105,8 +115,9 @@ pub(crate) struct Mmu {
 impl Mmu {
     /// The MMU of the device behind `bar`: [`TABLE_PAGES`] of table
     /// memory, the context table named to the device; checking mode on if
-    /// `check`. The context table is unset when the device is unbound (it
-    /// is disabled then, and its DMA with it).
+    /// `check`. The device walks nothing once it is unbound (it is
+    /// disabled, bus mastering with it); the tables' memory lives as long
+    /// as the last context of a VM that outlives it.
     pub(super) fn new(
         pdev: &pci::Device<kernel::device::Bound>,
         bar: Arc<Regs>,
@@ -118,7 +129,7 @@ impl Mmu {
         for i in 0..TABLE_PAGES {
             owner.push(if i == 0 { CONTEXT_TABLE } else { 0 }, GFP_KERNEL)?;
         }
-        {
+        let done = {
             let base = tables.dma_address();
             let io = bar.access(pdev.as_ref())?;
             // Bit 0: the context table is at a DMA address.
@@ -126,13 +137,16 @@ impl Mmu {
             io.write_reg(MMU_CTX_HI::zeroed().with_value((base >> 32) as u32));
             io.write_reg(MMU_CTX_COUNT::zeroed().with_value(CONTEXTS as u32));
             io.write_reg(MMU_CHECK::zeroed().with_on(check));
-        }
+            // Seqnos go on from the device's last (a binding before this
+            // one, a reset, keep it).
+            u32::from(io.read(MMU_INV_DONE).value())
+        };
         // INVARIANT: the registers name page 0 of `tables`.
         Arc::pin_init(
             try_pin_init!(Self {
                 bar,
                 tables,
-                inv <- new_spinlock!(0, "Mmu::inv"),
+                inv <- new_mutex!(done, "Mmu::inv"),
                 heap <- new_spinlock!(Heap { owner }, "Mmu::heap"),
                 contexts <- new_spinlock!([false; CONTEXTS], "Mmu::contexts"),
                 broken: Atomic::new(false),
@@ -157,7 +171,8 @@ impl Mmu {
         Some(u32::from(self.bar.try_access()?.read(MMU_STALE).value()))
     }
 
-    /// A context for a VM's table, if one is free.
+    /// A context for a VM's table, if one is free: its id invalidated
+    /// whole (its last owner's translations may be in the TLB). Sleeps.
     pub(crate) fn context(self: &Arc<Self>) -> Option<Context> {
         if !self.usable() {
             return None;
@@ -170,50 +185,70 @@ impl Mmu {
             mmu: self.clone(),
             id: id as u32,
             root: Atomic::new(0),
+            dirty: Atomic::new(0),
+            dirty_end: Atomic::new(0),
         };
-        // A context given out anew starts with nothing in the TLB (its
-        // last owner's translations were dropped when it went; again, for
-        // a device reset meanwhile).
-        ctx.invalidate(0, VA_END);
+        // Dropped (the id freed again) if this fails.
+        self.invalidate(ctx.id, 0, VA_END).ok()?;
         Some(ctx)
     }
 
     /// Invalidates `[start, end)` of context `ctx` in the device's TLB and
     /// waits until it is done: no access of the device uses a translation
-    /// of it after this returns. Spins (the caller may not be allowed to
-    /// sleep); an MMU that does not answer is marked broken.
-    fn invalidate(&self, ctx: u32, start: usize, end: usize) {
+    /// of it after this returns `Ok`. Sleeps. An MMU that does not answer
+    /// in [`INV_MS`] is marked broken: no job runs on it again.
+    fn invalidate(&self, ctx: u32, start: usize, end: usize) -> Result {
         let (start, end) = (start.min(VA_END) as u64, end.min(VA_END) as u64);
-        if start >= end || !self.usable() {
-            return;
+        if !self.usable() {
+            return Err(ENODEV);
+        }
+        if start >= end {
+            return Ok(());
         }
         let t0 = Instant::<Monotonic>::now();
         let mut seqno = self.inv.lock();
-        let Some(io) = self.bar.try_access() else {
-            return;
-        };
         *seqno = seqno.wrapping_add(1);
         let s = *seqno;
-        io.write_reg(MMU_INV_START_LO::zeroed().with_value(start as u32));
-        io.write_reg(MMU_INV_START_HI::zeroed().with_value((start >> 32) as u32));
-        io.write_reg(MMU_INV_END_LO::zeroed().with_value(end as u32));
-        io.write_reg(MMU_INV_END_HI::zeroed().with_value((end >> 32) as u32));
-        io.write_reg(MMU_INV_CTX::zeroed().with_value(ctx));
-        // Requests it.
-        io.write_reg(MMU_INV_SEQNO::zeroed().with_value(s));
+        {
+            let io = self.bar.try_access().ok_or(ENODEV)?;
+            io.write_reg(MMU_INV_START_LO::zeroed().with_value(start as u32));
+            io.write_reg(MMU_INV_START_HI::zeroed().with_value((start >> 32) as u32));
+            io.write_reg(MMU_INV_END_LO::zeroed().with_value(end as u32));
+            io.write_reg(MMU_INV_END_HI::zeroed().with_value((end >> 32) as u32));
+            io.write_reg(MMU_INV_CTX::zeroed().with_value(ctx));
+            // Requests it.
+            io.write_reg(MMU_INV_SEQNO::zeroed().with_value(s));
+        }
         loop {
-            let done = u32::from(io.read(MMU_INV_DONE).value());
+            // The registers are reached anew at each poll: no RCU
+            // read-side section lasts across a sleep.
+            let (done, id) = {
+                let io = self.bar.try_access().ok_or(ENODEV)?;
+                (
+                    u32::from(io.read(MMU_INV_DONE).value()),
+                    io.read(ID).value(),
+                )
+            };
             if done == s {
                 break;
             }
-            if done == u32::MAX || t0.elapsed() > Delta::from_millis(INV_MS) {
+            let gone = u32::from(id) == u32::MAX;
+            if gone || t0.elapsed() > Delta::from_millis(INV_MS) {
                 self.broken.store(true, Relaxed);
                 pr_err!(
-                    "gpu: TLB invalidation {s} not done after {INV_MS} ms (done {done}): jobs run on the CPU from now on\n"
+                    "gpu: TLB invalidation {s} not done after {} ms (done {done}{}): no job runs on the device from now on\n",
+                    t0.elapsed().as_millis(),
+                    if gone { ", the device is gone" } else { "" }
                 );
-                return;
+                return Err(if gone { ENODEV } else { ETIMEDOUT });
             }
-            udelay(Delta::from_micros(2));
+            // Done between two pages of the running job: most often at
+            // once.
+            if t0.elapsed() < Delta::from_micros(100) {
+                udelay(Delta::from_micros(2));
+            } else {
+                fsleep(Delta::from_micros(100));
+            }
         }
         drop(seqno);
         self.stats.invalidations.add(1, Relaxed);
@@ -221,6 +256,7 @@ impl Mmu {
         self.stats
             .inv_ns
             .add(t0.elapsed().as_nanos() as u64, Relaxed);
+        Ok(())
     }
 
     /// A free table page for context `ctx`, zeroed: its index.
@@ -260,14 +296,21 @@ impl Mmu {
     }
 }
 
-/// A VM's context on the device: its id, its tables in VRAM, and its TLB
-/// entries. Dropping it invalidates them and frees the tables.
+/// A VM's context on the device: its id, its page tables, and the range
+/// its TLB entries must be invalidated for before its next job. Dropping
+/// it frees the tables and the id (which is invalidated whole when it is
+/// given out again). Used under its VM's mirror lock only.
 pub(crate) struct Context {
     mmu: Arc<Mmu>,
     id: u32,
-    /// VRAM offset of its root table, once written (0: none yet; the
+    /// Index of its root table's page, once written (0: none yet; the
     /// context table's entry may still name a former owner's).
     root: Atomic<u64>,
+    /// The range whose translations changed since its last job
+    /// (`dirty..dirty_end`; empty: none): what [`Context::flush`]
+    /// invalidates.
+    dirty: Atomic<usize>,
+    dirty_end: Atomic<usize>,
 }
 
 impl Context {
@@ -323,7 +366,27 @@ impl Context {
 
 impl DeviceTable for Context {
     fn invalidate(&self, start: usize, end: usize) {
-        self.mmu.invalidate(self.id, start, end);
+        // Under the mirror's lock, as every user of the context: plain
+        // loads and stores suffice.
+        let (a, b) = (self.dirty.load(Relaxed), self.dirty_end.load(Relaxed));
+        let (start, end) = if a < b {
+            (a.min(start), b.max(end))
+        } else {
+            (start, end)
+        };
+        self.dirty.store(start, Relaxed);
+        self.dirty_end.store(end, Relaxed);
+    }
+
+    fn flush(&self) -> Result {
+        let (a, b) = (self.dirty.load(Relaxed), self.dirty_end.load(Relaxed));
+        if a >= b {
+            return Ok(());
+        }
+        self.mmu.invalidate(self.id, a, b)?;
+        self.dirty.store(0, Relaxed);
+        self.dirty_end.store(0, Relaxed);
+        Ok(())
     }
 
     fn id(&self) -> u32 {
@@ -337,11 +400,9 @@ impl DeviceTable for Context {
 
 impl Drop for Context {
     fn drop(&mut self) {
-        // Its translations go before its tables' pages and its id are
-        // given to another context. (Its context-table entry names the
-        // freed root until the id's next owner writes it: no job names
-        // the id meanwhile.)
-        self.mmu.invalidate(self.id, 0, VA_END);
+        // No job names the id until it is given out again, invalidated
+        // whole (`Mmu::context`): its translations may stay in the TLB
+        // meanwhile, and its context-table entry name the freed root.
         self.mmu.free_pages(self.id);
         let mut ids = self.mmu.contexts.lock();
         if let Some(used) = ids.get_mut(self.id as usize) {

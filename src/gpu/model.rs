@@ -33,11 +33,12 @@ fn identify(
     let id = bar.read(ID).value();
     let version = bar.read(VERSION);
     let (major, minor) = (u32::from(version.major()), u32::from(version.minor()));
-    if id != regs::ID_VALUE || major != regs::VERSION_MAJOR {
+    if id != regs::ID_VALUE || major != regs::VERSION_MAJOR || minor < regs::VERSION_MINOR {
         dev_err!(
             pdev.as_ref(),
-            "msvm-gpu: ID {id:#010x}, version {major}.{minor}: not a device of interface {}\n",
-            regs::VERSION_MAJOR
+            "msvm-gpu: ID {id:#010x}, version {major}.{minor}: not a device of interface {}.{} or a later {0}.x\n",
+            regs::VERSION_MAJOR,
+            regs::VERSION_MINOR
         );
         return Err(ENODEV);
     }

@@ -145,7 +145,8 @@ register! {
 }
 
 register! {
-    /// MMU: the context table, a VRAM offset, low word.
+    /// MMU: the context table, 4 KiB aligned, low word (bit 0: it is at a
+    /// DMA address, else a VRAM offset).
     pub(crate) MMU_CTX_LO(u32) @ 0x300 {
         31:0 value;
     }
@@ -249,3 +250,6 @@ pub(crate) const END: usize = 0x340;
 pub(crate) const ID_VALUE: u32 = u32::from_le_bytes(*b"MSVG");
 /// The interface major version this driver speaks.
 pub(crate) const VERSION_MAJOR: u32 = 1;
+/// The least minor version this driver needs: 1 (the job engine and the
+/// MMU).
+pub(crate) const VERSION_MINOR: u32 = 1;

@@ -72,11 +72,18 @@ pub(crate) enum Life {
 
 /// The device's own side of a table, where the device walks page tables of
 /// its own (msvm-gpu: `crate::gpu::mmu::Context`): its TLB, invalidated
-/// with the table's, and its tables, written from this one.
+/// for every change of the table, and its tables, written from this one.
+/// Used under the mirror's lock only, as the table: no job of the table's
+/// runs on the device between a change and [`DeviceTable::flush`].
 pub(crate) trait DeviceTable: Send + Sync {
-    /// Drops the device's translations of `[start, end)` and returns once
-    /// no access of the device can use them. May not sleep nor allocate.
+    /// Records that the device's translations of `[start, end)` must go
+    /// before its next job of this table. May not sleep nor allocate.
     fn invalidate(&self, start: usize, end: usize);
+    /// Drops the translations recorded, and returns once no access of the
+    /// device can use them: before a job of this table runs. Sleeps. An
+    /// error: the device did not answer, and no job of this table may run
+    /// on it.
+    fn flush(&self) -> Result;
     /// The context a job on the device names.
     fn id(&self) -> u32;
     /// Writes entries `from..` of the device's last-level table of 2 MiB
@@ -516,7 +523,8 @@ impl DevPt {
         let dev = self.dev.clone();
         let (first, last) = (start / BLOCK_SIZE, (end - 1) / BLOCK_SIZE);
         // The device's TLB invalidation, of the range, before any mapping
-        // goes (the device's own, if a leaf lies in the range).
+        // goes (the device's own, if a leaf lies in the range: recorded,
+        // done before the table's next job on the device).
         // INVARIANT: no translation of an entry zapped below is left.
         self.tlb
             .invalidate(start / PAGE_SIZE, end.div_ceil(PAGE_SIZE));

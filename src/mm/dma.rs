@@ -87,7 +87,11 @@ pub(super) fn map_page(dev: &device::Device<Bound>, page: PageRef<'_>) -> Option
             0,
             PAGE_SIZE,
             bindings::dma_data_direction::DMA_BIDIRECTIONAL,
-            // No CPU sync, at map or unmap: see `DmaPage::map`.
+            // No CPU sync, at map or unmap: see `DmaPage::map`. A device
+            // page table's DMA entries, which msvm-gpu's job engine reaches
+            // by DMA itself, are never made when the device's mappings
+            // bounce (`force_bounce`: `DevPt::set`), and x86's DMA is
+            // cache-coherent: nothing is left to sync there either.
             usize::from_safe_cast(bindings::DMA_ATTR_SKIP_CPU_SYNC),
         )
     };

@@ -98,6 +98,15 @@ pub(crate) fn mem_bars(
     })
 }
 
+/// Clears the bus-master bit of bound device `pdev`'s command register:
+/// from then on it starts no DMA (what a driver does to a device whose
+/// engine would not stop; its MSI, a memory write, stops too).
+pub(crate) fn clear_master(pdev: &pci::Device<device::Bound>) {
+    // SAFETY: `pdev` is a valid, bound `struct pci_dev` (the borrow);
+    // `pci_clear_master` only writes its command register.
+    unsafe { bindings::pci_clear_master(raw_pci_dev(pdev)) };
+}
+
 /// Enables memory decoding of `pdev` (not I/O ports, not bus mastering:
 /// msvm's engine is the CPU, the device itself never masters the bus) until
 /// it is unbound or its probe fails: the disable is device-managed.
