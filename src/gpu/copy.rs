@@ -50,15 +50,16 @@ impl Engine for CopyBlock {
 
     fn encode(c: &Command, seqno: u64, last: bool) -> [u64; COMMAND_WORDS] {
         let flags = c.flags | if last { ce::INTERRUPT } else { 0 };
-        let mut w = [0; COMMAND_WORDS];
-        w[..5].copy_from_slice(&[
+        [
             u64::from(c.op) | (u64::from(flags) << 32),
             seqno,
             c.src,
             c.dst,
             c.len,
-        ]);
-        w
+            0,
+            0,
+            0,
+        ]
     }
 
     fn count(s: &CopyStats, cmds: &[Command]) {

@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! `DevPt`'s KUnit tests.
+
+use kernel::prelude::*;
+
+#[kunit_tests(msvm_devpt)]
+mod tests {
+    use super::super::*;
+
+    /// Own entries (which map nothing) put straight into a table, as `set`
+    /// does once it has its leaf.
+    fn own(t: &mut DevPt, addr: usize, writable: bool) {
+        own_for(t, addr, writable, Life::Kept);
+    }
+
+    fn own_for(t: &mut DevPt, addr: usize, writable: bool, life: Life) {
+        let block = addr / BLOCK_SIZE;
+        if t.leaves.get(&block).is_none() {
+            let mut s = Spare::new(1).unwrap();
+            let (node, leaf) = s.leaves.pop().unwrap();
+            t.leaves.insert(node.into_node(block, leaf));
+        }
+        let leaf = t.leaves.get_mut(&block).unwrap();
+        let w = if writable { WRITABLE } else { 0 };
+        let j = if life == Life::Job { JOB } else { 0 };
+        leaf.ptes[addr % BLOCK_SIZE / PAGE_SIZE] = Pte {
+            word: KIND_OWN << KIND_SHIFT | w | j | 1,
+            addr: 0,
+        };
+        leaf.live += 1;
+    }
+
+    #[test]
+    fn covers_needs_every_entry_and_its_permission() {
+        // SAFETY: no device.
+        let mut t = unsafe { DevPt::new(None) };
+        let a = 5 * BLOCK_SIZE - 2 * PAGE_SIZE;
+        for i in 0..4 {
+            own(&mut t, a + i * PAGE_SIZE, i != 3);
+        }
+        assert!(t.covers(a, 4, false, true));
+        assert!(t.covers(a, 3, true, true));
+        assert!(!t.covers(a, 4, true, true));
+        assert!(!t.covers(a, 5, false, true));
+        assert!(!t.covers(a - PAGE_SIZE, 2, false, true));
+        // From the first page lacking the access to the last.
+        assert_eq!(t.uncovered(a, 2, true), None);
+        assert_eq!(t.uncovered(a, 2, false), None);
+        assert_eq!(
+            t.uncovered(a - PAGE_SIZE, 3, false),
+            Some((a - PAGE_SIZE, 1))
+        );
+        let b = 5 * BLOCK_SIZE;
+        assert_eq!(t.uncovered(b, 4, true), Some((b + PAGE_SIZE, 3)));
+        assert_eq!(t.uncovered(b, 1, true), None);
+        assert_eq!(t.missing_leaves(a, 4), 0);
+        assert_eq!(t.missing_leaves(a, 2 * BLOCK_PAGES), 1);
+    }
+
+    #[test]
+    fn zap_removes_the_range_and_frees_empty_leaves() {
+        // SAFETY: no device.
+        let mut t = unsafe { DevPt::new(None) };
+        for b in [1usize, 2, 7] {
+            for i in 0..BLOCK_PAGES {
+                own(&mut t, b * BLOCK_SIZE + i * PAGE_SIZE, true);
+            }
+        }
+        assert_eq!(t.bytes(), 3 * LEAF_BYTES);
+        // Half of block 1 and all of block 2.
+        let start = BLOCK_SIZE + BLOCK_SIZE / 2;
+        assert_eq!(
+            t.zap(start, 3 * BLOCK_SIZE, None, false),
+            (BLOCK_PAGES / 2 + BLOCK_PAGES) as u64
+        );
+        assert_eq!(t.bytes(), 2 * LEAF_BYTES);
+        assert!(t.covers(BLOCK_SIZE, BLOCK_PAGES / 2, true, false));
+        assert!(!t.covers(start, 1, false, true));
+        assert!(t.covers(7 * BLOCK_SIZE, BLOCK_PAGES, true, false));
+        // A range with no entries, then everything.
+        assert_eq!(t.zap(3 * BLOCK_SIZE, 7 * BLOCK_SIZE, None, false), 0);
+        let z = t.zap(0, 0, None, false);
+        assert_eq!(z, (BLOCK_PAGES / 2 + BLOCK_PAGES) as u64);
+        assert_eq!(t.bytes(), 0);
+    }
+
+    #[test]
+    fn a_zap_invalidates_the_tlb() {
+        // SAFETY: no device.
+        let mut t = unsafe { DevPt::new(None) };
+        let a = 9 * BLOCK_SIZE + 3 * PAGE_SIZE;
+        own(&mut t, a, true);
+        own(&mut t, a + PAGE_SIZE, true);
+        // The first lookup walks, the second finds the TLB's translation.
+        assert!(t.translate(a).is_some());
+        assert!(t.translate(a).is_some());
+        assert_eq!(t.tlb_counts(), (1, 1));
+        let c = Counters::new(0);
+        assert_eq!(t.zap(a, a + PAGE_SIZE, Some(&c), false), 1);
+        assert_eq!(c.tlb_invalidations.load(Relaxed), 1);
+        // Gone from the TLB too; its neighbour is walked again.
+        assert!(t.translate(a).is_none());
+        assert!(t.translate(a + PAGE_SIZE).is_some());
+        assert!(t.translate(a + PAGE_SIZE).is_some());
+        assert_eq!(t.tlb_counts(), (1, 2));
+        // A zap of nothing invalidates nothing.
+        assert_eq!(t.zap(a, a + PAGE_SIZE, Some(&c), false), 0);
+        assert_eq!(c.tlb_invalidations.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn job_entries_cover_only_for_jobs_in_place() {
+        // SAFETY: no device.
+        let mut t = unsafe { DevPt::new(None) };
+        let a = 3 * BLOCK_SIZE;
+        for i in 0..8 {
+            let life = if i % 2 == 0 { Life::Job } else { Life::Kept };
+            own_for(&mut t, a + i * PAGE_SIZE, true, life);
+        }
+        own_for(&mut t, a + BLOCK_SIZE, true, Life::Job);
+        // A job in place runs from all of them; another's placement pass
+        // looks at the pages behind the job entries first.
+        assert!(t.covers(a, 8, true, true));
+        assert!(!t.covers(a, 9, false, true));
+        assert!(t.covers(a + BLOCK_SIZE, 1, true, true));
+        assert!(!t.covers(a, 8, true, false));
+        assert!(!t.covers(a + BLOCK_SIZE, 1, false, false));
+        assert!(t.covers(a + PAGE_SIZE, 1, true, false));
+        // An invalidation zaps both kinds.
+        assert_eq!(t.zap(a, a + 2 * BLOCK_SIZE, None, false), 9);
+        assert!(!t.covers(a + PAGE_SIZE, 1, false, true));
+        assert_eq!(t.missing_leaves(a, 1), 1);
+    }
+}
