@@ -195,27 +195,24 @@ fn jobs_fill_copy_add_and_hash_through_the_page_table() {
     assert_eq!(r.run(copy), 0);
     assert_eq!(r.vram(DATA + 3 * 4096 + 8, 4000), r.sys(SYS + 8, 4000));
     // ATOMIC_ADD over the three pages' first words.
-    let before: Vec<u64> = [
-        r.vram(DATA + 3 * 4096, 8),
-        r.vram(DATA + 4096, 8),
-        r.sys(SYS, 8),
-    ]
-    .iter()
-    .map(|b| u64::from_le_bytes(b[..].try_into().unwrap()))
-    .collect();
+    // The three pages' first words.
+    let words = |r: &Rig| -> Vec<u64> {
+        [
+            r.vram(DATA + 3 * 4096, 8),
+            r.vram(DATA + 4096, 8),
+            r.sys(SYS, 8),
+        ]
+        .iter()
+        .map(|b| u64::from_le_bytes(b[..].try_into().unwrap()))
+        .collect()
+    };
+    let before = words(&r);
     for p in 0..3 {
         let mut add = job(op::ATOMIC_ADD, VA + p * 4096, 8);
         add.src = 1000 + p;
         assert_eq!(r.run(add), 0);
     }
-    let after: Vec<u64> = [
-        r.vram(DATA + 3 * 4096, 8),
-        r.vram(DATA + 4096, 8),
-        r.sys(SYS, 8),
-    ]
-    .iter()
-    .map(|b| u64::from_le_bytes(b[..].try_into().unwrap()))
-    .collect();
+    let after = words(&r);
     for p in 0..3 {
         assert_eq!(after[p], before[p].wrapping_add(1000 + p as u64));
     }
