@@ -421,6 +421,9 @@ pub(crate) struct Engine<'p> {
     /// The job offsets of the windows whose faults the last raise did not
     /// service: they are serviced in the job's context at their turn.
     unserved: [Option<usize>; LOOKAHEAD],
+    /// The window runs on the CPU: the rest of one whose fault the device
+    /// was not given.
+    cpu_only: bool,
 }
 
 /// Times a window raises its faults before it is serviced in the job's
@@ -587,6 +590,7 @@ impl<'p> Engine<'p> {
             keep,
             ahead: [None; LOOKAHEAD],
             unserved: [None; LOOKAHEAD],
+            cpu_only: false,
         })
     }
 
@@ -790,17 +794,10 @@ impl<'p> Engine<'p> {
         // accesses to memory not this device's for the access counters,
         // pages by path; and the pages the job may write by DMA marked so
         // (see the faulting path).
-        // The TLB's hits and misses: the device's for a job it ran, else
-        // the emulated one's (the accounting's lookups too).
-        let mut tlb = None;
         let r = self
             .account(&dst_v, dst_pages, write, done)
             .and_then(|()| self.account(&src_v, src_pages, false, done))
             .and_then(|()| {
-                if let Some(r) = self.on_device(table, (job, w, n), done) {
-                    tlb = Some(r?);
-                    return Ok(());
-                }
                 self.execute(
                     job.op,
                     dst - job.addr,
@@ -812,8 +809,8 @@ impl<'p> Engine<'p> {
                     done,
                 )
             });
-        let emulated = table.tlb_counts();
-        let (hits, misses) = tlb.unwrap_or(emulated);
+        // The emulated TLB's hits and misses (the accounting's lookups too).
+        let (hits, misses) = table.tlb_counts();
         self.pool.stats.tlb_hits.add(hits, Relaxed);
         self.pool.stats.tlb_misses.add(misses, Relaxed);
         Some(r)
@@ -956,6 +953,36 @@ impl<'p> Engine<'p> {
             || self.replicate.src
             || self.keep.meets_replicated(dst_first, dst_pages)
             || self.keep.meets_replicated(src_first, src_pages);
+        // Where the device runs jobs, it runs the window, faulting as it
+        // goes; what it leaves (a fault it was not given) the CPU runs, as
+        // it runs a window whose faults a raise before gave back.
+        if !inline && !self.cpu_only && !self.unserved.contains(&Some(off)) {
+            let on = self.on_device((mm, mirror), (job, w, off, n), write, done)?;
+            clock.lap_job(JobPhase::Exec);
+            match on {
+                device::OnDevice::Ran => return Ok(()),
+                device::OnDevice::Part(k) => {
+                    self.cpu_only = true;
+                    let r = if k < n {
+                        self.window(
+                            mm,
+                            mirror,
+                            job,
+                            (off + k, n - k),
+                            write,
+                            done,
+                            clock,
+                            cancel,
+                        )
+                    } else {
+                        Ok(())
+                    };
+                    self.cpu_only = false;
+                    return r;
+                }
+                device::OnDevice::NotHere => {}
+            }
+        }
         let mut rounds = 0;
         let missing = loop {
             let faults = {
@@ -976,10 +1003,16 @@ impl<'p> Engine<'p> {
                     clock.lap_job(JobPhase::Exec);
                     return r;
                 }
-                if rounds == 0 {
+                // (The rest of a window the device faulted on: counted.)
+                if rounds == 0 && !self.cpu_only {
                     self.pool.stats.pt_faults.add(1, Relaxed);
                 }
-                if inline || rounds >= MAX_REPLAYS || self.unserved.contains(&Some(off)) {
+                // The device's cancelled fault was the handler's already.
+                if inline
+                    || self.cpu_only
+                    || rounds >= MAX_REPLAYS
+                    || self.unserved.contains(&Some(off))
+                {
                     break table.missing_leaves(dst_first, dst_pages)
                         + table.missing_leaves(src_first, src_pages);
                 }

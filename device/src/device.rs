@@ -11,6 +11,7 @@ use std::sync::{Condvar, Mutex};
 
 use crate::copy;
 use crate::dma::{DmaSpace, NoRemote, Remote};
+use crate::fault::{self, Record, Resolution, Slot};
 use crate::job;
 use crate::mem::{memfd, Mmap};
 use crate::mmu::{self, Tlb};
@@ -71,6 +72,7 @@ struct State {
     ce: ring::State,
     job: ring::State,
     mmu: mmu::Regs,
+    fault: fault::Regs,
     /// The connection is gone: the engines stop.
     stop: bool,
 }
@@ -108,6 +110,7 @@ impl Device {
                 ce: ring::State::default(),
                 job: ring::State::default(),
                 mmu: mmu::Regs::default(),
+                fault: fault::Regs::default(),
                 stop: false,
             }),
             work: Condvar::new(),
@@ -127,6 +130,11 @@ impl Device {
     /// The DMA space.
     pub fn dma(&self) -> &DmaSpace {
         &self.dma
+    }
+
+    /// The fault buffer's counters.
+    pub fn fault_counts(&self) -> fault::Counts {
+        self.state().map(|s| s.fault.counts).unwrap_or_default()
     }
 
     fn state(&self) -> Result<std::sync::MutexGuard<'_, State>, Error> {
@@ -262,6 +270,7 @@ impl Device {
                     Block::Copy => regs::read_bytes(off, buf, |r| s.ce.read32(r - copy::BASE)),
                     Block::Job => regs::read_bytes(off, buf, |r| s.job.read32(r - job::BASE)),
                     Block::Mmu => regs::read_bytes(off, buf, |r| s.mmu.read32(r)),
+                    Block::Fault => regs::read_bytes(off, buf, |r| s.fault.read32(r)),
                     Block::Main => s.regs.read(off, buf, s.config.bus_master()),
                 }
                 Ok(())
@@ -302,6 +311,16 @@ impl Device {
                             for (r, v) in words {
                                 kick |= ring.write32(r - base, v);
                             }
+                        } else if block == Block::Fault {
+                            // `CTRL` is write-only and `STATUS` write-1-to-clear:
+                            // a partial write takes zeroes for the rest.
+                            let words = regs::write_bytes(off, data, |r| match r {
+                                fault::reg::CTRL | fault::reg::STATUS => 0,
+                                r => s.fault.read32(r),
+                            });
+                            for (r, v) in words {
+                                kick |= s.fault.write32(r, v);
+                            }
                         } else {
                             let words = regs::write_bytes(off, data, |r| match r {
                                 mmu::reg::INV_SEQNO => 0,
@@ -337,6 +356,7 @@ impl Device {
         s.ce.reset();
         s.job.reset();
         s.mmu.reset();
+        s.fault.reset();
         self.work.notify_all();
         Ok(())
     }
@@ -565,6 +585,60 @@ impl job::Memory for Jobs<'_> {
             }
         }
     }
+
+    fn stall(&self, record: &Record, tlb: &mut Tlb, gen: u64) -> Resolution {
+        let gone = |s: &State| s.stop || !s.job.current(gen);
+        let slot = match self.0.state() {
+            Ok(s) if gone(&s) => return Resolution::Reset,
+            Ok(mut s) => match s.fault.slot() {
+                Slot::Off => return Resolution::Off,
+                Slot::Full => None,
+                Slot::At(at) => Some(at),
+            },
+            Err(_) => return Resolution::Reset,
+        };
+        // Written before it is published (`PUT`): the driver reads it
+        // after. A buffer the device cannot write fails the job, as with
+        // faults off.
+        if let Some(at) = slot {
+            if self.0.dma_write(at, &record.encode(), &NoRemote).is_err() {
+                return Resolution::Off;
+            }
+        }
+        match self.0.state() {
+            Ok(s) if gone(&s) => return Resolution::Reset,
+            Ok(mut s) => s.fault.published(slot.is_some()),
+            Err(_) => return Resolution::Reset,
+        }
+        if self.0.raise(regs::cause::FAULT).is_err() {
+            return Resolution::Reset;
+        }
+        // Stalled: invalidations are still done (the driver's service of
+        // the fault may change the tables), nothing else runs.
+        loop {
+            let Ok(mut s) = self.0.state() else {
+                return Resolution::Reset;
+            };
+            loop {
+                if gone(&s) {
+                    s.fault.abandon();
+                    return Resolution::Reset;
+                }
+                if let Some(answer) = s.fault.take_answer() {
+                    return answer;
+                }
+                if s.mmu.has_pending() {
+                    break;
+                }
+                s = match self.0.work.wait(s) {
+                    Ok(s) => s,
+                    Err(_) => return Resolution::Reset,
+                };
+            }
+            drop(s);
+            self.invalidations(tlb);
+        }
+    }
 }
 
 /// The block of BAR0 a register access falls in.
@@ -574,6 +648,7 @@ enum Block {
     Copy,
     Job,
     Mmu,
+    Fault,
 }
 
 impl Block {
@@ -585,6 +660,8 @@ impl Block {
             Block::Job
         } else if within(mmu::BASE, mmu::SIZE) {
             Block::Mmu
+        } else if within(fault::BASE, fault::SIZE) {
+            Block::Fault
         } else {
             Block::Main
         }

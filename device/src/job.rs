@@ -4,12 +4,18 @@
 //! the copy engine's ([`crate::ring`]) of jobs over a context's virtual
 //! addresses, each access translated by the MMU ([`crate::mmu`]): FILL
 //! with a pattern, COPY, ATOMIC_ADD and CHECKSUM. A translation that fails
-//! fails the job (its address in `ERROR_ADDR`) before it touches the page;
-//! what the job reaches is VRAM by offset and DMA addresses through the
-//! device's DMA space, nothing else.
+//! stalls the job in the fault buffer ([`crate::fault`]) until the driver
+//! replays the step or cancels the job; with replayable faults off, or on
+//! an error the buffer cannot report, it fails the job (its address in
+//! `ERROR_ADDR`). Either way before it touches the page: what the job
+//! reaches is VRAM by offset and DMA addresses through the device's DMA
+//! space, nothing else.
+
+use std::cell::Cell;
 
 use crate::copy;
 use crate::dma::Remote;
+use crate::fault::{self, Record, Resolution};
 use crate::mmu::{ReadTable, Setup, Target, Tlb};
 use crate::ring::{error, Fault, Work, COMMAND_LEN};
 use crate::Error;
@@ -69,8 +75,19 @@ pub mod flag {
     pub const INTERRUPT: u32 = 1 << 0;
 }
 
-/// Bytes of a completion record.
-pub const RECORD_LEN: usize = 16;
+/// Bytes of a completion record: the CHECKSUM's hash (so far, if
+/// cancelled), the job's TLB hits and misses (32 bits each), the bytes it
+/// did, its [`status`].
+pub const RECORD_LEN: usize = 32;
+
+/// A completion record's status.
+pub mod status {
+    /// The job ran to its end.
+    pub const DONE: u32 = 0;
+    /// The driver cancelled a fault of the job: it did only the bytes the
+    /// record says, from its start.
+    pub const CANCELLED: u32 = 1;
+}
 
 /// The longest FILL pattern.
 pub const PATTERN_MAX: u32 = 128;
@@ -98,8 +115,7 @@ pub struct Command {
     /// FILL: the pattern's byte the first byte takes; CHECKSUM: the seed.
     pub phase: u64,
     /// The DMA address of the job's completion record (0: none):
-    /// [`RECORD_LEN`] bytes, the CHECKSUM's hash (0 for other jobs), then
-    /// the job's TLB hits and misses (32 bits each).
+    /// [`RECORD_LEN`] bytes.
     pub result: u64,
 }
 
@@ -151,6 +167,10 @@ pub trait Memory: copy::Memory {
     fn table_word(&self, system: bool, at: u64) -> Option<u64>;
     /// Does the TLB invalidations requested so far, on `tlb`.
     fn invalidations(&self, tlb: &mut Tlb);
+    /// Reports `fault` in the fault buffer and stalls the job (of engine
+    /// generation `gen`) until the driver answers, doing the TLB
+    /// invalidations requested meanwhile on `tlb`.
+    fn stall(&self, fault: &Record, tlb: &mut Tlb, gen: u64) -> Resolution;
 }
 
 /// FNV-1a, 64-bit.
@@ -171,6 +191,19 @@ struct Run<'a> {
     setup: Setup,
     ctx: u32,
     gen: u64,
+    seqno: u64,
+    /// ATOMIC_ADD: its faults are atomic accesses.
+    atomic: bool,
+    /// The address and access of the last translation that missed.
+    miss: Cell<Option<(u64, bool)>>,
+}
+
+/// Why a step did not complete.
+enum Stop {
+    /// The job fails.
+    Fault(Fault),
+    /// The driver cancelled its fault: the job ends there.
+    Cancelled,
 }
 
 impl Run<'_> {
@@ -185,9 +218,76 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// Runs one step (a page; a COPY's two) after `done` bytes of the
+    /// job: the invalidations requested so far first, then `body`. An
+    /// access that misses stalls the job in the fault buffer; on a replay
+    /// the step runs again from its start (translating anew, after the
+    /// invalidations requested meanwhile), on a cancel the job ends.
+    fn page(
+        &self,
+        tlb: &mut Tlb,
+        done: u64,
+        mut body: impl FnMut(&mut Tlb) -> Result<(), Fault>,
+    ) -> Result<(), Stop> {
+        loop {
+            self.step(tlb).map_err(Stop::Fault)?;
+            let f = match body(tlb) {
+                Ok(()) => return Ok(()),
+                Err(f) => f,
+            };
+            let Some((addr, write)) = self.miss.take().filter(|_| f.code == error::PAGE_FAULT)
+            else {
+                return Err(Stop::Fault(f));
+            };
+            let access = match (self.atomic, write) {
+                (true, _) => fault::access::ATOMIC,
+                (false, true) => fault::access::WRITE,
+                (false, false) => fault::access::READ,
+            };
+            let record = Record {
+                addr,
+                seqno: self.seqno,
+                ctx: self.ctx,
+                access,
+                engine: fault::ENGINE_JOB,
+                done,
+            };
+            match self.mem.stall(&record, tlb, self.gen) {
+                Resolution::Replay => {}
+                Resolution::Cancel => return Err(Stop::Cancelled),
+                Resolution::Off => return Err(Stop::Fault(f)),
+                Resolution::Reset => return Err(Stop::Fault(Fault::code(0))),
+            }
+        }
+    }
+
+    /// Runs the job's steps over its `len` bytes, counting those `done`:
+    /// each `piece(done)` bytes at most (to the end of a page), run as
+    /// [`Run::page`] runs a step, `body(tlb, done, n)` doing its `n`
+    /// bytes from `done`.
+    fn steps(
+        &self,
+        tlb: &mut Tlb,
+        (len, done): (u64, &mut u64),
+        piece: impl Fn(u64) -> u64,
+        mut body: impl FnMut(&mut Tlb, u64, usize) -> Result<(), Fault>,
+    ) -> Result<(), Stop> {
+        while *done < len {
+            let (at, n) = (*done, piece(*done).min(len - *done));
+            // CAST: at most a page.
+            self.page(tlb, at, |tlb| body(tlb, at, n as usize))?;
+            *done += n;
+        }
+        Ok(())
+    }
+
     fn translate(&self, tlb: &mut Tlb, va: u64, write: bool) -> Result<Target, Fault> {
         let read: &ReadTable<'_> = &|system, at| self.mem.table_word(system, at);
-        tlb.translate(&self.setup, read, (self.ctx, va), write)
+        let t = tlb.translate(&self.setup, read, (self.ctx, va), write);
+        if matches!(t, Err(f) if f.code == error::PAGE_FAULT) {
+            self.miss.set(Some((va, write)));
+        }
+        t
     }
 
     fn read(&self, t: Target, buf: &mut [u8]) -> Result<(), Fault> {
@@ -247,14 +347,17 @@ pub fn execute(
         setup,
         ctx: c.ctx,
         gen: work.gen,
+        seqno: c.seqno,
+        atomic: c.opcode == op::ATOMIC_ADD,
+        miss: Cell::new(None),
     };
     let end = |a: u64| a.checked_add(c.len).ok_or_else(bad);
     let mut buf = [0u8; 4096];
     let mut done = 0u64;
     let counted = tlb.counts();
-    let mut hash = 0;
-    match c.opcode {
-        op::NOP => {}
+    let mut hash = c.phase;
+    let r = match c.opcode {
+        op::NOP => Ok(()),
         op::FILL => {
             end(c.dst)?;
             if !(1..=PATTERN_MAX).contains(&c.pattern_len) {
@@ -264,61 +367,56 @@ pub fn execute(
             mem.dma_read(c.src, &mut pattern, remote)
                 .map_err(|e| fail(Fault::code(copy::code(&e))))?;
             let plen = u64::from(c.pattern_len);
-            while done < c.len {
-                let d = c.dst + done;
-                let n = in_page(d).min(c.len - done);
-                run.step(tlb).map_err(fail)?;
-                let t = run.translate(tlb, d, true).map_err(fail)?;
-                for (i, b) in buf[..n as usize].iter_mut().enumerate() {
+            let piece = |done| in_page(c.dst + done);
+            run.steps(tlb, (c.len, &mut done), piece, |tlb, done, n| {
+                let t = run.translate(tlb, c.dst + done, true)?;
+                for (i, b) in buf[..n].iter_mut().enumerate() {
                     *b = pattern[((c.phase + done + i as u64) % plen) as usize];
                 }
-                run.write(t, &buf[..n as usize]).map_err(fail)?;
-                done += n;
-            }
+                run.write(t, &buf[..n])
+            })
         }
         op::COPY => {
             end(c.dst)?;
             end(c.src)?;
-            while done < c.len {
-                let (d, s) = (c.dst + done, c.src + done);
-                let n = in_page(d).min(in_page(s)).min(c.len - done);
-                run.step(tlb).map_err(fail)?;
-                let st = run.translate(tlb, s, false).map_err(fail)?;
-                let dt = run.translate(tlb, d, true).map_err(fail)?;
-                run.read(st, &mut buf[..n as usize]).map_err(fail)?;
-                run.write(dt, &buf[..n as usize]).map_err(fail)?;
-                done += n;
-            }
+            let piece = |done| in_page(c.dst + done).min(in_page(c.src + done));
+            run.steps(tlb, (c.len, &mut done), piece, |tlb, done, n| {
+                let st = run.translate(tlb, c.src + done, false)?;
+                let dt = run.translate(tlb, c.dst + done, true)?;
+                run.read(st, &mut buf[..n])?;
+                run.write(dt, &buf[..n])
+            })
         }
         op::ATOMIC_ADD => {
             end(c.dst)?;
             if c.dst % 8 != 0 || c.len % 8 != 0 {
                 return Err(bad());
             }
-            while done < c.len {
-                let d = c.dst + done;
-                let n = in_page(d).min(c.len - done);
-                run.step(tlb).map_err(fail)?;
-                let t = run.translate(tlb, d, true).map_err(fail)?;
-                run.add(t, n as usize, c.src).map_err(fail)?;
-                done += n;
-            }
+            let piece = |done| in_page(c.dst + done);
+            run.steps(tlb, (c.len, &mut done), piece, |tlb, done, n| {
+                let t = run.translate(tlb, c.dst + done, true)?;
+                run.add(t, n, c.src)
+            })
         }
         op::CHECKSUM => {
             end(c.dst)?;
-            let mut h = c.phase;
-            while done < c.len {
-                let d = c.dst + done;
-                let n = in_page(d).min(c.len - done);
-                run.step(tlb).map_err(fail)?;
-                let t = run.translate(tlb, d, false).map_err(fail)?;
-                run.read(t, &mut buf[..n as usize]).map_err(fail)?;
-                h = fnv1a(h, &buf[..n as usize]);
-                done += n;
-            }
-            hash = h;
+            let piece = |done| in_page(c.dst + done);
+            run.steps(tlb, (c.len, &mut done), piece, |tlb, done, n| {
+                let t = run.translate(tlb, c.dst + done, false)?;
+                run.read(t, &mut buf[..n])?;
+                hash = fnv1a(hash, &buf[..n]);
+                Ok(())
+            })
         }
         _ => return Err(bad()),
+    };
+    let status = match r {
+        Ok(()) => status::DONE,
+        Err(Stop::Cancelled) => status::CANCELLED,
+        Err(Stop::Fault(f)) => return Err(fail(f)),
+    };
+    if c.opcode != op::CHECKSUM {
+        hash = 0;
     }
     if c.result != 0 {
         let now = tlb.counts();
@@ -326,6 +424,8 @@ pub fn execute(
         record[..8].copy_from_slice(&hash.to_le_bytes());
         record[8..12].copy_from_slice(&((now.hits - counted.hits) as u32).to_le_bytes());
         record[12..16].copy_from_slice(&((now.misses - counted.misses) as u32).to_le_bytes());
+        record[16..24].copy_from_slice(&done.to_le_bytes());
+        record[24..28].copy_from_slice(&status.to_le_bytes());
         mem.dma_write(c.result, &record, remote)
             .map_err(|e| fail(Fault::code(copy::code(&e))))?;
     }

@@ -16,6 +16,7 @@
 pub mod copy;
 pub mod device;
 pub mod dma;
+pub mod fault;
 pub mod job;
 pub mod mem;
 pub mod mmu;

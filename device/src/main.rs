@@ -84,9 +84,10 @@ fn run(a: Args) -> Result<(), Error> {
         _ => Err(Error::Malformed("an engine panicked")),
     };
     let c = conn.device().dma().counts();
+    let f = conn.device().fault_counts();
     eprintln!(
-        "msvm-gpu: connection closed; DMA direct {} B, through QEMU {} B, refused {}",
-        c.direct_bytes, c.remote_bytes, c.refused
+        "msvm-gpu: connection closed; DMA direct {} B, through QEMU {} B, refused {}; faults {} (overflows {}, replays {}, cancels {})",
+        c.direct_bytes, c.remote_bytes, c.refused, f.faults, f.overflows, f.replays, f.cancels
     );
     r.and(engine)
 }

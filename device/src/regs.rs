@@ -15,9 +15,9 @@ pub const ID: u64 = 0x000;
 pub const ID_VALUE: u32 = u32::from_le_bytes(*b"MSVG");
 /// `VERSION`: major in bits 31:16, minor in 15:0.
 pub const VERSION: u64 = 0x004;
-/// The register interface's version, 1.1 (1.1: the job engine and the
-/// MMU).
-pub const VERSION_VALUE: u32 = (1 << 16) | 1;
+/// The register interface's version, 1.2 (1.1: the job engine and the
+/// MMU; 1.2: the fault buffer, 32-byte completion records).
+pub const VERSION_VALUE: u32 = (1 << 16) | 2;
 /// `VRAM_SIZE` (64 bits): bytes of VRAM behind BAR2.
 pub const VRAM_SIZE: u64 = 0x008;
 /// `SCRATCH`: any value, for the driver's own use; 0 at reset.

@@ -80,15 +80,16 @@ pub(super) fn show_job_engine(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result
     writeln!(f, "use {}", u8::from(jobs_used()))?;
     per_device(
         f,
-        "gpu usable runs bytes_written bytes_read woken failed device_done invalidations inv_ns table_writes no_room stale",
+        "gpu usable runs bytes_written bytes_read woken failed device_done invalidations inv_ns table_writes no_room stale stalls fault_records overflows replays cancels",
         |f, i, p| {
             let Some(hw) = p.hw() else {
                 return Ok(());
             };
             let (j, q, m) = (&hw.jobs, &hw.jobs.queue, &hw.mmu.stats);
+            let fs = &hw.faults.stats;
             writeln!(
                 f,
-                "{i} {} {} {} {} {} {} {} {} {} {} {} {}",
+                "{i} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
                 u8::from(j.usable() && hw.mmu.usable()),
                 q.runs.load(Relaxed),
                 j.stats.bytes_written.load(Relaxed),
@@ -101,6 +102,11 @@ pub(super) fn show_job_engine(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result
                 m.writes.load(Relaxed),
                 m.no_room.load(Relaxed),
                 hw.mmu.stale().unwrap_or(0),
+                fs.stalls.load(Relaxed),
+                fs.records.load(Relaxed),
+                fs.overflows.load(Relaxed),
+                fs.replays.load(Relaxed),
+                fs.cancels.load(Relaxed),
             )
         },
     )

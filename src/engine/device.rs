@@ -1,59 +1,297 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! A window on the device: where the device runs jobs itself (msvm-gpu's
-//! job engine, `crate::gpu::job`), a window the VM's device page table
-//! covers runs there. Its last-level tables are written from the VM's
-//! table into the device's (`crate::gpu::mmu`), in the device's format:
-//! a page of this device's VRAM by its offset, a system page by its DMA
-//! address, a peer's page by its bus address; then one job, in the VM's
-//! context, on the device's ring, waited for by interrupt. The device
-//! walks those tables, keeps what it found in its TLB, and touches
-//! nothing else; every change of the VM's table invalidates that TLB
-//! first (`crate::mm::devpt`).
+//! job engine, `crate::gpu::job`), each window of a job runs there, as one
+//! job in the VM's context, on the device's ring, waited for by
+//! interrupt. Its last-level tables are written from the VM's device page
+//! table into the device's (`crate::gpu::mmu`), in the device's format: a
+//! page of this device's VRAM by its offset, a system page by its DMA
+//! address, a peer's page by its bus address; a page the VM's table lacks
+//! has no entry. The device walks those tables, keeps what it found in
+//! its TLB, and touches nothing else; every change of the VM's table
+//! invalidates that TLB first (`crate::mm::devpt`).
 //!
-//! Runs under the VM's mirror lock, as the CPU's execution of a covered
-//! window does: the entries, and the pages and mappings they name, stay
-//! valid until the job is done.
+//! An access the device cannot translate stalls the job and writes a fault
+//! record (`crate::gpu::faults`). The job's thread, woken by the FAULT
+//! interrupt, takes it and services it as the CPU's execution services a
+//! miss: the faults of this window and of those after it raised on the
+//! device's fault handler (`crate::fault`), with the device parked (its
+//! ring's lock and the mirror's free); then, under the mirror's lock
+//! again, the window's entries written anew, the TLB invalidated for what
+//! changed meanwhile, and the access replayed. A fault the handler leaves
+//! to the job (a page not present, a copy-on-write break) is cancelled:
+//! the job ends where it stalled, and the window's rest runs in the job's
+//! context on the CPU (`super::Engine::window`).
+//!
+//! Runs under the VM's mirror lock but while parked, as the CPU's
+//! execution of a covered window does: the entries, and the pages and
+//! mappings they name, stay valid while the device may use them.
 
 use core::ops::Range;
 
-use kernel::{device::Bound, pci, prelude::*, sync::atomic::Relaxed};
+use kernel::{device::Bound, mm::MmWithUser, pci, prelude::*, sync::atomic::Relaxed};
 
-use crate::gpu::job::{self, op, JobCommand, PATTERN_WORDS, RESULT_WORD, TLB_WORD};
+use crate::gpu::faults::{Answer, Taken};
+use crate::gpu::job::{
+    self, op, JobCommand, DONE_WORD, PATTERN_WORDS, RESULT_WORD, STATUS_WORD, TLB_WORD,
+};
 use crate::gpu::mmu::{SYSTEM, VALID, WRITE};
 use crate::gpu::regs::JobBlock;
-use crate::gpu::ring::{RunError, Session};
+use crate::gpu::ring::{RunError, Runner, Session, Waited};
 use crate::mm::devpt::{DevPt, DeviceTable, Mapping};
+use crate::mm::devtables::DevMirror;
 use crate::mm::page::{BLOCK_PAGES, BLOCK_SIZE, PAGE_SIZE};
 
-use super::{Done, Engine, Job, Op, WindowPages};
+use super::{later, Done, Engine, Job, Op, TableView, WindowPages};
 
 /// The device's refusal of a job, as its error codes say
 /// (hardware.rst, "Rings").
 const STALE_TLB: u32 = 6;
+/// A completion record's status: cancelled (hardware.rst, "Job engine").
+const CANCELLED: u64 = 1;
+/// Faults one window may stall on before the next is cancelled (an
+/// invalidation that keeps zapping what its faults bind).
+const MAX_STALLS: usize = 16;
+
+/// How a window went on the device.
+pub(super) enum OnDevice {
+    /// It ran whole.
+    Ran,
+    /// Its first bytes ran, these many; then a fault was cancelled: the
+    /// rest is the CPU's.
+    Part(usize),
+    /// Not on the device (no device side, no table page free, an
+    /// ATOMIC_ADD the device cannot do atomically, the job engine off or
+    /// unusable): the CPU runs it.
+    NotHere,
+}
 
 impl Engine<'_> {
-    /// Runs bytes `[off, off + n)` of `job` (window `w`) on the device, if
-    /// it runs jobs and the VM's `table` has its side there, and returns
-    /// the device's TLB hits and misses for it: `None` if the
-    /// window is for the CPU instead (no device side, no table page free,
-    /// an ATOMIC_ADD the device cannot do atomically, the job engine off
-    /// or unusable).
+    /// Runs bytes `[off, off + n)` of `job` (window `w`, at job offset
+    /// `off`) on the device, if it runs jobs and the VM's table has its
+    /// side there, servicing the faults it stalls on.
     pub(super) fn on_device(
         &mut self,
-        table: &DevPt,
-        (job, w, n): (&Job, WindowPages, usize),
+        (mm, mirror): (&MmWithUser, &DevMirror),
+        (job, w, off, n): (&Job, WindowPages, usize, usize),
+        write: bool,
         done: &mut Done,
-    ) -> Option<Result<(u64, u64)>> {
-        let hw = self.pool.hw()?;
-        let dt = table.device_table()?;
+    ) -> Result<OnDevice> {
+        let pool = self.pool;
+        let Some(hw) = pool.hw() else {
+            return Ok(OnDevice::NotHere);
+        };
         if !job::jobs_used() || !hw.jobs.usable() || !hw.mmu.usable() {
-            return None;
+            return Ok(OnDevice::NotHere);
         }
         let atomic = matches!(job.op, Op::AtomicAdd(_));
         if atomic && (w.dst % 8 != 0 || n % 8 != 0) {
-            return None;
+            return Ok(OnDevice::NotHere);
         }
+        let s = &pool.stats;
+        let ahead = self.ahead.contains(&Some(off));
+        let mut guard = mirror.lock();
+        {
+            let table = guard.table();
+            let Some(dt) = table.device_table() else {
+                return Ok(OnDevice::NotHere);
+            };
+            if !self.write_window(table, dt, w, atomic, write) {
+                return Ok(OnDevice::NotHere);
+            }
+            // What the table dropped since the context's last job leaves the
+            // device's TLB first (an MMU that does not answer runs no job).
+            if dt.flush().is_err() {
+                return Ok(OnDevice::NotHere);
+            }
+        }
+        // Nothing submitted yet: an engine going away leaves the window to
+        // the CPU.
+        let Ok(mut session) = hw.jobs.session() else {
+            return Ok(OnDevice::NotHere);
+        };
+        let faults = &*hw.faults;
+        let stalls = || faults.stalled();
+        let ctx = match guard.table().device_table() {
+            Some(dt) => dt.id(),
+            None => return Ok(OnDevice::NotHere),
+        };
+        let cmd = {
+            let (_, mut runner) = session.parts();
+            self.command(&mut runner, ctx, (job, w, n), done)?
+        };
+        // Other devices' CPU engines add to this VRAM under its `atomics`
+        // (not held while parked: it is taken after the mirror's lock).
+        let mut atomics = atomic.then(|| pool.atomics.lock());
+        // SAFETY: the job reaches what the VM's device page table maps for
+        // its window, as written into the device's tables just now: this
+        // device's VRAM pages, DMA and P2P mappings that the table holds
+        // for the device, valid while the mirror's lock is held (until the
+        // job completes, but while it stalls: then a change of the table
+        // is invalidated in the device's TLB before the job is answered);
+        // the pattern and the result are the queue's own scratch words.
+        let mut r = unsafe { session.parts().1.start(&cmd, &stalls) };
+        let mut stalled = 0;
+        // The job's fault was cancelled, and why (an error the job ends
+        // with, or none: the CPU runs the rest).
+        let mut cancelled: Option<Option<Error>> = None;
+        loop {
+            match r {
+                Ok(Waited::Done) => break,
+                Ok(Waited::Stalled) => {}
+                Err(e) => {
+                    // A job that failed may have left translations in the
+                    // TLB (a stale one, checking mode found): none is
+                    // trusted again.
+                    if let Some(dt) = guard.table().device_table() {
+                        dt.invalidate(0, usize::MAX);
+                    }
+                    return Err(self.failed(&mut session, e));
+                }
+            }
+            stalled += 1;
+            if stalled == 1 {
+                s.pt_faults.add(1, Relaxed);
+            }
+            let taken = {
+                let (_, runner) = session.parts();
+                faults.take(&runner, runner.inflight().unwrap_or(0))
+            };
+            let (answer, why) = match taken {
+                // A cancelled job stalls no more: a device that does is
+                // reset.
+                _ if cancelled.is_some() => {
+                    let e = session.parts().1.abandon();
+                    r = Err(e);
+                    continue;
+                }
+                // Bounded: a window whose faults keep coming back (an
+                // invalidation that keeps zapping them) goes to the CPU.
+                _ if stalled > MAX_STALLS => (Answer::Cancel, None),
+                // Consumed now: replayed, the fault is recorded.
+                Taken::Overflow => (Answer::Replay, None),
+                // Nothing to service.
+                Taken::Nothing => (Answer::Cancel, None),
+                Taken::Record(_) => {
+                    let raised = self.faults_from(guard.table(), job, off);
+                    if raised.n == 0 {
+                        // Its entries are in the table but not the
+                        // device's: a window for the CPU.
+                        (Answer::Cancel, None)
+                    } else {
+                        // Serviced with the device parked: its lock and
+                        // the mirror's free for the handler.
+                        drop(atomics.take());
+                        let parked = session.park();
+                        drop(guard);
+                        let o = raised.windows.iter().flatten().map(|&(o, ..)| o);
+                        self.ahead = later(
+                            off,
+                            Iterator::chain(o, self.ahead.iter().flatten().copied()),
+                        );
+                        let replay = self.raise(mm, mirror, &raised);
+                        guard = mirror.lock();
+                        session = match parked.resume() {
+                            Ok(s) => s,
+                            Err(e) => return Err(self.lost(e)),
+                        };
+                        if atomic {
+                            atomics = Some(pool.atomics.lock());
+                        }
+                        // What changed while it was parked leaves the TLB
+                        // before any answer (a replay's entries written
+                        // anew first).
+                        let table = guard.table();
+                        match replay {
+                            Ok(true) => (self.rewrite(table, w, atomic, write), None),
+                            Ok(false) => (Self::flush(table), None),
+                            Err(e) => (Self::flush(table), Some(e)),
+                        }
+                    }
+                }
+            };
+            if answer == Answer::Cancel {
+                cancelled = Some(why);
+            }
+            let (_, mut runner) = session.parts();
+            // SAFETY: a replay's entries were written anew under the
+            // mirror's lock, held until the job completes or stalls again,
+            // and what changed since the stall is invalidated in the
+            // device's TLB (`rewrite`'s flush); a cancelled job reaches
+            // nothing more.
+            r = match unsafe { faults.answer(&mut runner, answer) } {
+                Ok(()) => runner.wait_again(&cmd, &stalls),
+                Err(_) => Err(runner.abandon()),
+            };
+        }
+        let (_, runner) = session.parts();
+        let record = [RESULT_WORD, TLB_WORD, DONE_WORD, STATUS_WORD].map(|k| runner.scratch(k));
+        let [result, tlb, ran, status] = record;
+        let (tlb, ran, status) = (tlb?, ran?, status?);
+        if let Op::Checksum = job.op {
+            done.result = result?;
+        }
+        s.tlb_hits.add(tlb & 0xffff_ffff, Relaxed);
+        s.tlb_misses.add(tlb >> 32, Relaxed);
+        let table = guard.table();
+        if status == CANCELLED {
+            if let Some(Some(e)) = cancelled {
+                return Err(e);
+            }
+            // CAST: at most the window's length, which is a `usize`.
+            let ran = (ran as usize).min(n);
+            if ran > 0 {
+                let part = WindowPages::new(job, (off, ran));
+                self.account_used(table, part, write, done)?;
+                self.count(table, job, part, ran);
+            }
+            return Ok(OnDevice::Part(ran));
+        }
+        if stalled > 0 || ahead {
+            if ahead && stalled == 0 {
+                s.pt_faults.add(1, Relaxed);
+            }
+            s.pt_replays.add(1, Relaxed);
+        } else {
+            s.pt_hits.add(1, Relaxed);
+        }
+        self.account_used(table, w, write, done)?;
+        self.count(table, job, w, n);
+        Ok(OnDevice::Ran)
+    }
+
+    /// Counts what a fault's bind would for the pages of `w` the device
+    /// used (uses for the eviction policy, accesses to memory not this
+    /// device's, pages by path), if their entries are all still there (a
+    /// stall may have let an invalidation take one it was done with).
+    fn account_used(&self, table: &DevPt, w: WindowPages, write: bool, done: &mut Done) -> Result {
+        let covered = table.covers(w.dst_first, w.dst_pages, write, true)
+            && table.covers(w.src_first, w.src_pages, false, true);
+        if covered {
+            let pool = self.pool;
+            let view = |first| TableView { table, pool, first };
+            self.account(&view(w.dst_first), w.dst_pages, write, done)?;
+            self.account(&view(w.src_first), w.src_pages, false, done)?;
+        }
+        // The TLB's figures are the device's: the emulated one's lookups
+        // (the accounting's) are dropped.
+        table.tlb_counts();
+        Ok(())
+    }
+
+    /// Writes the device's entries of the window's pages from the VM's
+    /// `table` and marks the system pages the job may write so (before the
+    /// device writes them: reclaim sees the mark only once the mirror's
+    /// lock is free): `false` if the window is for the CPU (a peer's page
+    /// under an ATOMIC_ADD; no table page free).
+    fn write_window(
+        &mut self,
+        table: &DevPt,
+        dt: &dyn DeviceTable,
+        w: WindowPages,
+        atomic: bool,
+        write: bool,
+    ) -> bool {
         // The pages the window touches, in the device's tables: the
         // destination's (one block), the source's (one or two).
         let [a, b] = spans(w.dst_first, w.dst_pages);
@@ -63,23 +301,42 @@ impl Engine<'_> {
             [None, None]
         };
         for (block, pages) in [a, b, c, d].into_iter().flatten() {
-            if !self.write_entries(table, dt, (block, pages), atomic)? {
-                return None;
+            if self.write_entries(table, dt, (block, pages), atomic) != Some(true) {
+                return false;
             }
         }
-        // What the table dropped since the context's last job leaves the
-        // device's TLB first (an MMU that does not answer runs no job).
-        dt.flush().ok()?;
-        // Nothing submitted yet: an engine going away leaves the window to
-        // the CPU.
-        let mut session = hw.jobs.session().ok()?;
-        let r = self.submit(&mut session, dt.id(), (job, w, n), done);
-        if r.is_err() {
-            // A job that failed may have left translations in the TLB (a
-            // stale one, checking mode found): none is trusted again.
-            dt.invalidate(0, usize::MAX);
+        if write {
+            for i in 0..w.dst_pages {
+                if let Some(Mapping::Dma(page)) = table.mapping(w.dst_first + i * PAGE_SIZE) {
+                    page.written();
+                }
+            }
         }
-        Some(r.inspect(|_| self.count(table, job, w, n)))
+        true
+    }
+
+    /// After a stall's service that ends in a cancel: the device's TLB
+    /// invalidated for what changed while it was parked (a cancelled job
+    /// reaches nothing more; this keeps the TLB true all the same).
+    fn flush(table: &DevPt) -> Answer {
+        if let Some(dt) = table.device_table() {
+            // An MMU that does not answer runs no job again.
+            let _ = dt.flush();
+        }
+        Answer::Cancel
+    }
+
+    /// After a stall's service: the window's entries written anew and the
+    /// device's TLB invalidated for what changed while it was parked;
+    /// [`Answer::Cancel`] if that fails (the window is for the CPU).
+    fn rewrite(&mut self, table: &DevPt, w: WindowPages, atomic: bool, write: bool) -> Answer {
+        let Some(dt) = table.device_table() else {
+            return Answer::Cancel;
+        };
+        if !self.write_window(table, dt, w, atomic, write) || dt.flush().is_err() {
+            return Answer::Cancel;
+        }
+        Answer::Replay
     }
 
     /// Counts the bytes the job reached per kind of memory, as the CPU's
@@ -166,16 +423,15 @@ impl Engine<'_> {
         Some(dt.write_entries(block, from, leaf).is_ok())
     }
 
-    /// Runs the window as one job in context `ctx` and waits for it:
-    /// the device's TLB hits and misses for it.
-    fn submit(
+    /// The window's job, in context `ctx`, its pattern in `runner`'s
+    /// scratch words.
+    fn command(
         &self,
-        session: &mut Session<'_, JobBlock>,
+        runner: &mut Runner<'_, JobBlock>,
         ctx: u32,
         (job, w, n): (&Job, WindowPages, usize),
-        done: &mut Done,
-    ) -> Result<(u64, u64)> {
-        let (dev, mut runner) = session.parts();
+        done: &Done,
+    ) -> Result<JobCommand> {
         let mut c = JobCommand {
             op: 0,
             ctx,
@@ -212,47 +468,43 @@ impl Engine<'_> {
                 c.phase = done.result;
             }
         }
-        // Other devices' CPU engines add to this VRAM under its `atomics`.
-        let _atomics = matches!(job.op, Op::AtomicAdd(_)).then(|| self.pool.atomics.lock());
-        // SAFETY: the job reaches what the VM's device page table maps for
-        // its window, as written into the device's tables just now: this
-        // device's VRAM pages, DMA and P2P mappings that the table holds
-        // for the device, valid while the mirror's lock is held (the
-        // caller holds it until this returns); the pattern and the result
-        // are the queue's own scratch words.
-        let r = unsafe { runner.run(&[c]) };
-        match r {
-            Ok(()) => {
-                if let Op::Checksum = job.op {
-                    done.result = runner.scratch(RESULT_WORD)?;
-                }
-                let tlb = runner.scratch(TLB_WORD)?;
-                Ok((tlb & 0xffff_ffff, tlb >> 32))
-            }
-            Err(RunError::Failed { code, addr }) => {
+        Ok(c)
+    }
+
+    /// The job failed: its error, logged if it says a TLB invalidation was
+    /// missed; a lost engine loses the device its bus mastering.
+    fn failed(&self, session: &mut Session<'_, JobBlock>, e: RunError) -> Error {
+        match e {
+            RunError::Failed { code, addr } => {
                 if code == STALE_TLB {
                     pr_err!(
                         "gpu{}: the device used a stale translation at {addr:#x}: a TLB invalidation was missed\n",
                         self.pool.index()
                     );
                 }
-                Err(EIO)
+                EIO
             }
-            Err(RunError::Lost) => {
+            RunError::Lost => {
                 // It may still reach what the job's tables name, which the
                 // mm frees as it likes: the device DMAs no more (bus
                 // mastering off: a device lost, its engines and interrupt
                 // with it; what it holds in its own VRAM is beyond reach).
-                if let Ok(pdev) = <&pci::Device<Bound>>::try_from(dev) {
+                if let Ok(pdev) = <&pci::Device<Bound>>::try_from(session.parts().0) {
                     crate::mm::pci::clear_master(pdev);
                 }
-                pr_err!(
-                    "gpu{}: the job engine did not stop: the device masters the bus no more\n",
-                    self.pool.index()
-                );
-                Err(EIO)
+                self.lost(e)
             }
         }
+    }
+
+    /// The engine was shut down while the job was parked (the device is
+    /// going: it is disabled, bus mastering with it): its error.
+    fn lost(&self, e: RunError) -> Error {
+        pr_err!(
+            "gpu{}: the job engine went while a job stalled on a fault ({e:?})\n",
+            self.pool.index()
+        );
+        EIO
     }
 }
 

@@ -27,7 +27,8 @@ use super::regs::{self, IRQ_ENABLE, IRQ_RAISE, IRQ_STATUS};
 const WAIT_MS: u32 = 2000;
 
 /// The handler: acknowledges the causes raised, counts them, and wakes the
-/// engines' waiters on COMPLETION or ERROR.
+/// engines' waiters on COMPLETION or ERROR, and the job engine's on FAULT
+/// (its submitter takes the fault records: `super::faults`).
 pub(crate) struct Handler {
     ce: Arc<CopyEngine>,
     jobs: Arc<JobEngine>,
@@ -64,6 +65,9 @@ impl irq::Handler for Handler {
         }
         if raised & (regs::COMPLETION | regs::ERROR) != 0 {
             self.ce.wake();
+        }
+        // A job's submitter waits for its completion or its stall.
+        if raised & (regs::COMPLETION | regs::ERROR | regs::FAULT) != 0 {
             self.jobs.wake();
         }
         IrqReturn::Handled
@@ -136,10 +140,12 @@ impl<'a> Interrupt<'a> {
         self.reg.handler()
     }
 
-    /// Enables the causes msvm handles: COMPLETION and ERROR.
+    /// Enables the causes msvm handles: COMPLETION, FAULT and ERROR.
     pub(crate) fn enable(&self, pdev: &pci::Device<Bound>) -> Result {
         let io = self.handler().ce.bar().access(pdev.as_ref())?;
-        io.write_reg(IRQ_ENABLE::zeroed().with_causes(regs::COMPLETION | regs::ERROR));
+        io.write_reg(
+            IRQ_ENABLE::zeroed().with_causes(regs::COMPLETION | regs::FAULT | regs::ERROR),
+        );
         Ok(())
     }
 

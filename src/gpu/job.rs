@@ -20,12 +20,17 @@ pub(crate) mod op {
 /// Raise COMPLETION when done.
 const INTERRUPT: u32 = 1 << 0;
 /// Scratch words: a FILL's pattern (128 bytes), then the job's completion
-/// record (a CHECKSUM's result; the job's TLB hits and misses).
+/// record (a CHECKSUM's result; the job's TLB hits and misses; the bytes
+/// it did; its status).
 pub(crate) const PATTERN_WORDS: usize = 16;
 /// The completion record's first word: a CHECKSUM's result.
 pub(crate) const RESULT_WORD: usize = PATTERN_WORDS;
 /// Its second: the job's TLB hits (bits 31:0) and misses (63:32).
 pub(crate) const TLB_WORD: usize = PATTERN_WORDS + 1;
+/// Its third: the bytes the job did (all of them, unless cancelled).
+pub(crate) const DONE_WORD: usize = PATTERN_WORDS + 2;
+/// Its fourth: its status (bits 31:0): 0 done, 1 cancelled.
+pub(crate) const STATUS_WORD: usize = PATTERN_WORDS + 3;
 
 /// One job (hardware.rst, "Job engine"): `op` one of [`op`], over
 /// context `ctx`'s addresses.
@@ -51,7 +56,7 @@ pub(crate) struct JobStats {
 
 impl Engine for JobBlock {
     const NAME: &'static str = "job engine";
-    const SCRATCH: usize = PATTERN_WORDS + 2;
+    const SCRATCH: usize = PATTERN_WORDS + 4;
     type Command = JobCommand;
     type Stats = JobStats;
 

@@ -13,12 +13,14 @@
 //! - [`ring`]: an engine's ring, which both of msvm-gpu's engines have;
 //! - [`copy`]: msvm-gpu's copy engine (which migrations use:
 //!   `crate::vram::Blit`);
-//! - [`job`], [`mmu`]: msvm-gpu's job engine, and the MMU whose contexts
-//!   and page tables its jobs run in (`crate::engine`).
+//! - [`job`], [`mmu`], [`faults`]: msvm-gpu's job engine, the MMU whose
+//!   contexts and page tables its jobs run in (`crate::engine`), and the
+//!   fault buffer its jobs stall on.
 
 use kernel::{prelude::*, sync::Arc};
 
 pub(crate) mod copy;
+pub(crate) mod faults;
 pub(crate) mod hal;
 pub(crate) mod irq;
 pub(crate) mod job;
@@ -28,6 +30,7 @@ pub(crate) mod regs;
 pub(crate) mod ring;
 
 use copy::CopyEngine;
+use faults::FaultBuffer;
 use irq::Interrupt;
 use job::JobEngine;
 use mmu::Mmu;
@@ -41,6 +44,7 @@ pub(crate) struct Hw {
     pub(crate) copy: Arc<CopyEngine>,
     pub(crate) jobs: Arc<JobEngine>,
     pub(crate) mmu: Arc<Mmu>,
+    pub(crate) faults: Arc<FaultBuffer>,
 }
 
 impl Hw {

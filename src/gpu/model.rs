@@ -12,6 +12,7 @@ use kernel::{
 use kernel::sync::Arc;
 
 use super::copy::CopyEngine;
+use super::faults::FaultBuffer;
 use super::hal::Hal;
 use super::irq::Interrupt;
 use super::job::JobEngine;
@@ -94,13 +95,21 @@ impl Hal for MsvmGpu {
             copy.shut_down();
             jobs.shut_down();
         };
+        let bar_faults = bar.clone();
         let mmu = Mmu::new(pdev, bar, crate::module_parameters::mmu_check.value() != 0)
             .inspect_err(|_| stop())?;
+        let faults = FaultBuffer::new(pdev, bar_faults).inspect_err(|_| stop())?;
+        let faults = Arc::new(faults, GFP_KERNEL).inspect_err(|_| stop())?;
         let irq = Interrupt::new(pdev, (copy.clone(), jobs.clone())).inspect_err(|_| stop())?;
         // From here on, dropping `engines` stops the engines before the
         // interrupt goes.
         let engines = Engines {
-            hw: Hw { copy, jobs, mmu },
+            hw: Hw {
+                copy,
+                jobs,
+                mmu,
+                faults,
+            },
             irq,
         };
         engines.irq.selftest(pdev)?;
@@ -108,7 +117,7 @@ impl Hal for MsvmGpu {
         engines.hw.copy.selftest(pdev)?;
         dev_info!(
             pdev.as_ref(),
-            "msvm-gpu: interface {major}.{minor}, {} MiB of VRAM, its interrupt answers {} causes, its copy engine round-trips a page; jobs run on its job engine\n",
+            "msvm-gpu: interface {major}.{minor}, {} MiB of VRAM, its interrupt answers {} causes, its copy engine round-trips a page; jobs run on its job engine, faulting through its fault buffer\n",
             vram_len >> 20,
             regs::CAUSES
         );

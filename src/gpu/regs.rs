@@ -222,6 +222,74 @@ register! {
     }
 }
 
+register! {
+    /// Faults: the buffer, 4 KiB aligned DMA address, low word.
+    pub(crate) FAULT_BUF_LO(u32) @ 0x340 {
+        31:0 value;
+    }
+
+    /// Faults: the buffer, high word.
+    pub(crate) FAULT_BUF_HI(u32) @ 0x344 {
+        31:0 value;
+    }
+
+    /// Faults: records the buffer holds (0: replayable faults off).
+    pub(crate) FAULT_BUF_SIZE(u32) @ 0x348 {
+        31:0 value;
+    }
+
+    /// Faults: records written (free-running).
+    pub(crate) FAULT_PUT(u32) @ 0x34c {
+        31:0 value;
+    }
+
+    /// Faults: records consumed (free-running).
+    pub(crate) FAULT_GET(u32) @ 0x350 {
+        31:0 value;
+    }
+
+    /// Faults: a job stalls; a fault found the buffer full (write 1 to
+    /// clear).
+    pub(crate) FAULT_STATUS(u32) @ 0x354 {
+        0:0 stalled => bool;
+        1:1 overflow => bool;
+    }
+
+    /// Faults: the answer to a stall, [`fault::REPLAY`] or
+    /// [`fault::CANCEL`].
+    pub(crate) FAULT_CTRL(u32) @ 0x358 {
+        31:0 value;
+    }
+
+    /// Faults: records written, low 32 bits.
+    pub(crate) FAULT_FAULTS(u32) @ 0x35c {
+        31:0 value;
+    }
+
+    /// Faults: faults the buffer had no room for.
+    pub(crate) FAULT_OVERFLOWS(u32) @ 0x360 {
+        31:0 value;
+    }
+
+    /// Faults: replays.
+    pub(crate) FAULT_REPLAYS(u32) @ 0x364 {
+        31:0 value;
+    }
+
+    /// Faults: cancels.
+    pub(crate) FAULT_CANCELS(u32) @ 0x368 {
+        31:0 value;
+    }
+}
+
+/// `FAULT_CTRL`'s answers.
+pub(crate) mod fault {
+    /// The stalled job retries the access.
+    pub(crate) const REPLAY: u32 = 1;
+    /// The stalled job ends, cancelled.
+    pub(crate) const CANCEL: u32 = 2;
+}
+
 /// Copy engine opcodes and flags (hardware.rst, "Copy engine").
 pub(crate) mod ce {
     /// Copies `len` bytes from `src` to `dst`.
@@ -241,15 +309,17 @@ pub(crate) mod ce {
 pub(crate) const CAUSES: usize = 4;
 /// A command with INTERRUPT completed (either engine).
 pub(crate) const COMPLETION: u32 = 1 << 0;
+/// A job stalled on a fault: its record is in the fault buffer.
+pub(crate) const FAULT: u32 = 1 << 1;
 /// An engine halted.
 pub(crate) const ERROR: u32 = 1 << 2;
 
 /// Bytes of BAR0 the driver maps: the registers above.
-pub(crate) const END: usize = 0x340;
+pub(crate) const END: usize = 0x380;
 /// `ID`'s value.
 pub(crate) const ID_VALUE: u32 = u32::from_le_bytes(*b"MSVG");
 /// The interface major version this driver speaks.
 pub(crate) const VERSION_MAJOR: u32 = 1;
-/// The least minor version this driver needs: 1 (the job engine and the
-/// MMU).
-pub(crate) const VERSION_MINOR: u32 = 1;
+/// The least minor version this driver needs: 2 (the job engine, the MMU
+/// and the fault buffer).
+pub(crate) const VERSION_MINOR: u32 = 2;

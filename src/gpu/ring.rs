@@ -14,6 +14,14 @@
 //! [`Queue::wake`] (a spinlock with interrupts off, which the interrupt
 //! handler takes alone to wake the waiter). Nothing is allocated under
 //! `ring`: a shrinker's page moves take the copy engine's.
+//!
+//! A job that stalls on a fault is serviced with the engine parked
+//! ([`Session::park`]): `ring` and the VM's mirror lock are free, and no
+//! new session begins until the parked one resumes, which it does under
+//! its mirror lock and then `ring`, in that order: [`Queue::session`]
+//! fails with `EBUSY` meanwhile (its caller holds its own VM's mirror
+//! lock, which reclaim may wait for while the fault service allocates:
+//! it must not wait), and the caller's window runs on the CPU.
 
 use core::marker::PhantomData;
 
@@ -28,7 +36,7 @@ use kernel::{
         aref::ARef,
         atomic::{Atomic, Relaxed},
         barrier::{dma_mb, Read},
-        Arc, CondVar, CondVarTimeoutResult, Mutex, MutexGuard, SpinLockIrq,
+        Arc, CondVar, CondVarTimeoutResult, Mutex, SpinLockIrq,
     },
     time::{
         delay::{fsleep, udelay},
@@ -100,6 +108,14 @@ struct Ring {
     tail: usize,
     /// The last seqno given.
     seqno: u64,
+    /// A run stalls on a fault while its submitter services it, the lock
+    /// free ([`session::Parked`]): no other session begins.
+    parked: bool,
+    /// The command of a run that stalled, until it completes.
+    inflight: Option<u64>,
+    /// The engine was given up while it might still run (it did not stop
+    /// after a reset): what a parked run named must be kept for good.
+    abandoned: bool,
 }
 
 /// A queue's counters, whatever its engine.
@@ -132,6 +148,9 @@ pub(crate) struct Queue<E: Engine> {
     ring: Mutex<Ring>,
     #[pin]
     wake: SpinLockIrq<()>,
+    /// Bumped by every wake: a waiter that saw it change since it looked
+    /// at the engine looks again rather than sleeping.
+    woken: Atomic<u64>,
     #[pin]
     done: CondVar,
     /// The engine did not stop after a reset, or the device is going: no
@@ -154,6 +173,15 @@ pub(crate) enum RunError {
     /// still read or write anything it was given, which must be kept (never
     /// freed, never unmapped) for good. The engine is not used again.
     Lost,
+}
+
+/// How a wait that stops at a stall ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Waited {
+    /// The command completed.
+    Done,
+    /// It stalls on a fault, until answered.
+    Stalled,
 }
 
 /// What a failed submission saw.
@@ -194,9 +222,20 @@ impl<E: Engine> Queue<E> {
             try_pin_init!(Self {
                 bar,
                 dev: ARef::from(pdev.as_ref()),
-                ring <- new_mutex!(Ring { buf: Some(buf), tail: 0, seqno: 0 }, "Queue::ring"),
+                ring <- new_mutex!(
+                    Ring {
+                        buf: Some(buf),
+                        tail: 0,
+                        seqno: 0,
+                        parked: false,
+                        inflight: None,
+                        abandoned: false,
+                    },
+                    "Queue::ring"
+                ),
                 wake <- new_spinlock_irq!((), "Queue::wake"),
                 done <- new_condvar!("Queue::done"),
+                woken: Atomic::new(0),
                 lost: Atomic::new(false),
                 queue: QueueStats {
                     runs: Atomic::new(0),
@@ -225,6 +264,7 @@ impl<E: Engine> Queue<E> {
     /// on COMPLETION or ERROR).
     pub(super) fn wake(&self) {
         let _guard = self.wake.lock();
+        self.woken.add(1, Relaxed);
         self.done.notify_all();
     }
 
@@ -238,6 +278,9 @@ impl<E: Engine> Queue<E> {
     /// while the session lasts (see the lock order).
     pub(crate) fn session(&self) -> Result<Session<'_, E>> {
         let ring = self.ring.lock();
+        if ring.parked {
+            return Err(EBUSY);
+        }
         if !self.usable() {
             return Err(ENODEV);
         }
@@ -255,7 +298,7 @@ impl<E: Engine> Queue<E> {
             let r = self
                 .submit(ring, part)
                 .map_err(|_| Failure::Gone)
-                .and_then(|last| self.wait(ring, last));
+                .and_then(|last| self.wait(ring, last, &|| false));
             if let Err(failure) = r {
                 self.queue.failed.add(1, Relaxed);
                 self.report(&failure);
@@ -298,26 +341,64 @@ impl<E: Engine> Queue<E> {
         ring.buf.as_ref().and_then(|b| read(b).ok()).unwrap_or(0)
     }
 
+    /// Runs `cmd` (`None`: the run that stalled, resumed) until it
+    /// completes or stalls, as `stalls` says; see [`Runner::start`].
+    fn run_stalling(
+        &self,
+        ring: &mut Ring,
+        cmd: Option<&E::Command>,
+        stalls: &dyn Fn() -> bool,
+    ) -> Result<Waited, RunError> {
+        let seqno = match (cmd, ring.inflight) {
+            (Some(c), None) => self.submit(ring, core::slice::from_ref(c)),
+            (None, Some(seqno)) => Ok(seqno),
+            _ => Err(EINVAL),
+        };
+        let r = seqno.map_err(|_| Failure::Gone).and_then(|seqno| {
+            ring.inflight = Some(seqno);
+            self.wait(ring, seqno, stalls)
+        });
+        match r {
+            Ok(Waited::Stalled) => Ok(Waited::Stalled),
+            Ok(Waited::Done) => {
+                ring.inflight = None;
+                self.queue.runs.add(1, Relaxed);
+                self.queue.commands.add(1, Relaxed);
+                Ok(Waited::Done)
+            }
+            Err(failure) => {
+                ring.inflight = None;
+                self.queue.failed.add(1, Relaxed);
+                self.report(&failure);
+                Err(self.recover(ring, &failure))
+            }
+        }
+    }
+
     /// Waits until the fence reaches `seqno`, sleeping until the interrupt
-    /// wakes it; a task with a signal pending cannot sleep and polls (the
-    /// engine must finish with the pages before they go).
-    fn wait(&self, ring: &Ring, seqno: u64) -> Result<(), Failure> {
+    /// wakes it, or until the engine stalls on a fault (`stalls`); a task
+    /// with a signal pending cannot sleep and polls (the engine must
+    /// finish with the pages before they go).
+    fn wait(&self, ring: &Ring, seqno: u64, stalls: &dyn Fn() -> bool) -> Result<Waited, Failure> {
         let start = Instant::<Monotonic>::now();
         // A short command is done before an interrupt could be handled:
         // the fence (memory, not a register) is polled first.
         while start.elapsed() < Delta::from_micros(SPIN_US) {
             if self.fence(ring) >= seqno {
                 dma_mb(Read);
-                return Ok(());
+                return Ok(Waited::Done);
             }
             udelay(Delta::from_micros(1));
         }
         loop {
+            // Read before the engine is looked at: a wake after it (an
+            // interrupt) makes the wait below look again.
+            let seen = self.woken.load(Relaxed);
             if self.fence(ring) >= seqno {
                 // The bytes the commands wrote are read after the fence
                 // that says they are there.
                 dma_mb(Read);
-                return Ok(());
+                return Ok(Waited::Done);
             }
             {
                 let io = self.bar.try_access().ok_or(Failure::Gone)?;
@@ -343,13 +424,18 @@ impl<E: Engine> Queue<E> {
                     });
                 }
             }
+            if stalls() {
+                // The records were written before the stall shows.
+                dma_mb(Read);
+                return Ok(Waited::Stalled);
+            }
             if start.elapsed() > Delta::from_millis(WAIT_MS) {
                 return Err(Failure::Timeout {
                     fence: self.fence(ring),
                 });
             }
             let mut guard = self.wake.lock();
-            if self.fence(ring) >= seqno {
+            if self.woken.load(Relaxed) != seen || self.fence(ring) >= seqno {
                 continue;
             }
             match self
@@ -422,6 +508,7 @@ impl<E: Engine> Queue<E> {
             E::NAME
         );
         self.lost.store(true, Relaxed);
+        ring.abandoned = true;
         core::mem::forget(ring.buf.take());
         RunError::Lost
     }
@@ -476,6 +563,7 @@ impl<E: Engine> Queue<E> {
                 "msvm-gpu: {} did not stop at shutdown: its buffer is kept\n",
                 E::NAME
             );
+            ring.abandoned = true;
             core::mem::forget(ring.buf.take());
         } else {
             drop(ring.buf.take());
@@ -550,93 +638,6 @@ impl<E: Engine> Drop for Stopper<E> {
     }
 }
 
-/// The engine, taken by one submitter ([`Queue::session`]).
-///
-/// # Invariants
-///
-/// `ring` is `q`'s ring lock, taken while `q` was not shut down: its
-/// device is bound until the session ends ([`Queue::shut_down`], which
-/// takes the lock, runs before the device is unbound: [`Stopper`], a devres
-/// action of the device's binding, runs it at the latest).
-pub(crate) struct Session<'e, E: Engine> {
-    q: &'e Queue<E>,
-    ring: MutexGuard<'e, Ring>,
-}
+mod session;
 
-impl<E: Engine> Session<'_, E> {
-    /// The device, bound for as long as the session lasts (what the
-    /// commands' system pages are mapped for), and the engine to run them.
-    pub(crate) fn parts(&mut self) -> (&device::Device<Bound>, Runner<'_, E>) {
-        // SAFETY: the device is bound while the session lasts (type
-        // invariant), which the borrow cannot outlive. (The device's
-        // devres actions registered after the engine's `Stopper` may be
-        // released already: the device is for DMA mappings, not for
-        // `Devres::access`.)
-        let dev = unsafe { self.q.dev.as_bound() };
-        let runner = Runner {
-            q: self.q,
-            ring: &mut self.ring,
-        };
-        (dev, runner)
-    }
-}
-
-/// The engine of a [`Session`], to run commands with.
-pub(crate) struct Runner<'s, E: Engine> {
-    q: &'s Queue<E>,
-    ring: &'s mut Ring,
-}
-
-impl<E: Engine> Runner<'_, E> {
-    /// Runs `cmds` in ring order and returns when the last one has
-    /// completed: every byte they name is written. On an error or a
-    /// timeout the engine is reset and idle before this returns
-    /// [`RunError::Failed`]: no command of `cmds` touches memory
-    /// afterwards. [`RunError::Lost`]: the engine may still, so what the
-    /// commands name must be kept for good (the engine lost before this
-    /// run: nothing was submitted, and nothing needs keeping).
-    ///
-    /// # Safety
-    ///
-    /// The engine writes where `cmds` say, with nothing between it and
-    /// memory but the DMA API's mappings (and, for jobs, the page tables in
-    /// VRAM): every DMA address in `cmds`, and in the entries of the page
-    /// tables they use, is a live mapping for the session's device of
-    /// memory the caller may have the device read (a source) or write (a
-    /// destination), `len` bytes from it; every VRAM range is the caller's
-    /// to read or write. All of it stays so until this returns, and for
-    /// good if it returns [`RunError::Lost`].
-    pub(crate) unsafe fn run(&mut self, cmds: &[E::Command]) -> Result<(), RunError> {
-        if !self.q.usable() {
-            return Err(RunError::Failed { code: 0, addr: 0 });
-        }
-        self.q.run(self.ring, cmds)
-    }
-
-    /// The DMA address of scratch word `i` (what a command may point the
-    /// engine at: [`Engine::SCRATCH`]).
-    pub(crate) fn scratch_addr(&self, i: usize) -> Option<u64> {
-        let buf = self.ring.buf.as_ref()?;
-        (i < E::SCRATCH).then(|| buf.dma_address() + ((FENCE + 1 + i) * 8) as u64)
-    }
-
-    /// Writes scratch word `i`.
-    pub(crate) fn set_scratch(&mut self, i: usize, v: u64) -> Result {
-        let buf = self.ring.buf.as_ref().ok_or(ENODEV)?;
-        if i >= E::SCRATCH {
-            return Err(EINVAL);
-        }
-        io_write!(buf, [try: FENCE + 1 + i], v);
-        Ok(())
-    }
-
-    /// Reads scratch word `i` (after a run that wrote it: the fence was
-    /// read first).
-    pub(crate) fn scratch(&self, i: usize) -> Result<u64> {
-        let buf = self.ring.buf.as_ref().ok_or(ENODEV)?;
-        if i >= E::SCRATCH {
-            return Err(EINVAL);
-        }
-        Ok(io_read!(buf, [try: FENCE + 1 + i]))
-    }
-}
+pub(crate) use session::{Runner, Session};

@@ -122,9 +122,8 @@ impl Rig {
         }
     }
 
-    /// Runs `c` and waits until the engine is idle or halted: the error
-    /// code (0: none).
-    fn run(&mut self, mut c: Command) -> u32 {
+    /// Puts `c` in the ring and rings the doorbell.
+    fn submit(&mut self, mut c: Command) {
         self.seqno += 1;
         c.seqno = self.seqno;
         self.ram
@@ -132,11 +131,22 @@ impl Rig {
             .unwrap();
         self.tail = (self.tail + 1) % 16;
         self.set(reg::TAIL, self.tail);
+    }
+
+    /// Waits until `reg` has `bits` set.
+    fn wait_for(&self, reg: u64, bits: u32) {
         let t = Instant::now();
-        while self.reg(reg::STATUS) & (status::IDLE | status::HALTED) == 0 {
+        while self.reg(reg) & bits == 0 {
             assert!(t.elapsed() < Duration::from_secs(10), "engine stuck");
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    /// Runs `c` and waits until the engine is idle or halted: the error
+    /// code (0: none).
+    fn run(&mut self, c: Command) -> u32 {
+        self.submit(c);
+        self.wait_for(reg::STATUS, status::IDLE | status::HALTED);
         self.reg(reg::ERROR)
     }
 
@@ -340,4 +350,139 @@ fn tables_in_system_memory_are_walked_by_dma() {
     );
     r.invalidate(VA, VA + 4096);
     assert_eq!(r.run(fill), crate::ring::error::DMA_FAULT);
+}
+
+/// The fault buffer's records at [`FAULTS`].
+const FAULTS: u64 = RAM + 0x4000;
+
+impl Rig {
+    /// Record `k` of the fault buffer.
+    fn record(&self, k: u64) -> fault::Record {
+        let b = self.sys(FAULTS + k * fault::RECORD_LEN as u64, fault::RECORD_LEN);
+        fault::Record::decode(b.as_slice().try_into().unwrap())
+    }
+
+    /// The completion record at [`RESULT`]: hash, bytes done, status.
+    fn completion(&self) -> (u64, u64, u32) {
+        let b = self.sys(RESULT, RECORD_LEN);
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        (
+            u64_at(0),
+            u64_at(16),
+            u32::from_le_bytes(b[24..28].try_into().unwrap()),
+        )
+    }
+
+    /// Answers the stall with `answer` and waits until the engine stalls
+    /// again or is idle.
+    fn answer(&self, answer: u32) {
+        let answers = || self.reg(fault::reg::REPLAYS) + self.reg(fault::reg::CANCELS);
+        let before = answers();
+        self.set(fault::reg::CTRL, answer);
+        let t = Instant::now();
+        while answers() == before
+            || self.reg(fault::reg::STATUS) & fault::status::STALLED == 0
+                && self.reg(reg::STATUS) & status::IDLE == 0
+        {
+            assert!(t.elapsed() < Duration::from_secs(10), "engine stuck");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+#[test]
+fn a_fault_stalls_the_job_until_replayed_and_an_overflow_loses_no_fault() {
+    use crate::fault::{reg as f, status as fs, REPLAY};
+    let mut r = Rig::new();
+    r.set(f::BUF_LO, FAULTS as u32);
+    r.set(f::BUF_SIZE, 2);
+    r.map_vram(0, 0);
+    let mut add = job(op::ATOMIC_ADD, VA, 3 * 4096);
+    add.src = 5;
+    add.result = RESULT;
+    r.submit(add);
+    r.wait_for(f::STATUS, fs::STALLED);
+    // Page 0 is done; page 1 faulted, as an atomic access, 4096 bytes in.
+    assert_eq!(r.reg(f::PUT), 1);
+    let rec = r.record(0);
+    assert_eq!(
+        (rec.addr, rec.access, rec.done, rec.seqno, rec.ctx),
+        (VA + 4096, fault::access::ATOMIC, 4096, 1, 0)
+    );
+    assert_eq!(r.vram(DATA, 8), 5u64.to_le_bytes());
+    // Invalidations are done while the job is stalled.
+    r.invalidate(VA, VA + 4096);
+    // Replayed without the entry: it faults again, into the last slot;
+    // then into a full buffer: OVERFLOW, no record, still stalled.
+    r.answer(REPLAY);
+    assert_eq!(r.reg(f::PUT), 2);
+    r.answer(REPLAY);
+    assert_eq!(r.reg(f::PUT), 2);
+    assert_eq!(r.reg(f::STATUS), fs::STALLED | fs::OVERFLOW);
+    assert_eq!(r.reg(f::OVERFLOWS), 1);
+    // Consumed and cleared, page 1 mapped: the replay reaches page 2,
+    // whose fault is recorded, wrapping to the first slot.
+    r.set(f::GET, 2);
+    r.set(f::STATUS, fs::OVERFLOW);
+    r.map_vram(1, 1);
+    r.answer(REPLAY);
+    assert_eq!(r.reg(f::PUT), 3);
+    assert_eq!((r.record(0).addr, r.record(0).done), (VA + 2 * 4096, 8192));
+    r.map_vram(2, 2);
+    r.answer(REPLAY);
+    assert_eq!(r.reg(reg::ERROR), 0);
+    // Every word added once: a replay redoes nothing done.
+    for p in 0..3 {
+        let words = r.vram(DATA + p * 4096, 4096);
+        assert!(words
+            .chunks(8)
+            .all(|w| u64::from_le_bytes(w.try_into().unwrap()) == 5));
+    }
+    assert_eq!(r.completion(), (0, 3 * 4096, super::status::DONE));
+    assert_eq!(r.reg(f::REPLAYS), 4);
+    assert_eq!(r.reg(f::FAULTS), 3);
+}
+
+#[test]
+fn a_cancelled_fault_ends_only_its_job() {
+    use crate::fault::{reg as f, status as fs, CANCEL};
+    let mut r = Rig::new();
+    r.set(f::BUF_LO, FAULTS as u32);
+    r.set(f::BUF_SIZE, 4);
+    for p in 0..3 {
+        r.map_vram(p, p);
+        r.vram_u64(DATA + p * 4096, p + 1);
+    }
+    let mut sum = job(op::CHECKSUM, VA, 4 * 4096);
+    sum.phase = 77;
+    sum.result = RESULT;
+    r.submit(sum);
+    r.wait_for(f::STATUS, fs::STALLED);
+    assert_eq!(r.record(0).addr, VA + 3 * 4096);
+    r.answer(CANCEL);
+    // Not an error: the job completed, cancelled after three pages, with
+    // the hash of those.
+    assert_eq!(r.reg(reg::STATUS) & status::HALTED, 0);
+    assert_eq!(r.reg(reg::ERROR), 0);
+    let want = fnv1a(
+        77,
+        &[
+            r.vram(DATA, 4096),
+            r.vram(DATA + 4096, 4096),
+            r.vram(DATA + 8192, 4096),
+        ]
+        .concat(),
+    );
+    assert_eq!(r.completion(), (want, 3 * 4096, super::status::CANCELLED));
+    assert_eq!(r.reg(f::CANCELS), 1);
+    // The next job runs, faulting on nothing.
+    r.map_vram(3, 3);
+    assert_eq!(r.run(sum), 0);
+    assert_eq!(r.completion().2, super::status::DONE);
+    // With faults off, a miss fails the job as before.
+    r.set(f::BUF_SIZE, 0);
+    assert_eq!(
+        r.run(job(op::CHECKSUM, VA + 9 * 4096, 8)),
+        crate::ring::error::PAGE_FAULT
+    );
 }

@@ -804,9 +804,13 @@ fn peer_in_place_warm() -> Outcome {
         "after the CPU's write: {:#x}, want {new:#x} (before it: {sum:#x})",
         j3.result
     );
+    // The faulting window binds what the write zapped at least, the whole
+    // window at most (serviced in the job's context, it binds all of it;
+    // by the handler, from its first page lacking an entry to its last).
+    let (hits, faults, bound) = pt(&s3, &s4);
     check!(
-        pt(&s3, &s4) == (1, 1, pages / 2),
-        "after the CPU's write: hits/faults/bound {:?}, want (1, 1, {})",
+        hits == 1 && faults == 1 && bound >= zapped && bound <= pages / 2,
+        "after the CPU's write: hits/faults/bound {:?}, want (1, 1, {zapped} to {})",
         pt(&s3, &s4),
         pages / 2
     );

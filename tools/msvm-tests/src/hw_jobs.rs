@@ -51,11 +51,18 @@ pub(crate) struct JobCounters {
     pub(crate) device_done: u64,
     pub(crate) invalidations: u64,
     pub(crate) stale: u64,
+    /// The fault buffer's: stalls the driver took, records, overflows,
+    /// replays and cancels it wrote.
+    pub(crate) stalls: u64,
+    pub(crate) records: u64,
+    pub(crate) overflows: u64,
+    pub(crate) replays: u64,
+    pub(crate) cancels: u64,
 }
 
 /// The job engine's counters of device `index`, `None` if it has none.
 pub(crate) fn job_counters(index: u32) -> Result<Option<JobCounters>, String> {
-    Ok(debugfs_row(JOB_ENGINE, index, 13)?.map(|f| JobCounters {
+    Ok(debugfs_row(JOB_ENGINE, index, 18)?.map(|f| JobCounters {
         usable: f[1],
         runs: f[2],
         bytes_written: f[3],
@@ -64,6 +71,11 @@ pub(crate) fn job_counters(index: u32) -> Result<Option<JobCounters>, String> {
         device_done: f[7],
         invalidations: f[8],
         stale: f[12],
+        stalls: f[13],
+        records: f[14],
+        overflows: f[15],
+        replays: f[16],
+        cancels: f[17],
     }))
 }
 

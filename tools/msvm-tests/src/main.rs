@@ -28,6 +28,7 @@ mod fuzz;
 mod generic;
 mod harness;
 mod hw;
+mod hw_faults;
 mod hw_jobs;
 mod large;
 mod lifecycle;
@@ -113,6 +114,7 @@ fn main_tests() -> Vec<harness::Test> {
         busy::tests(),
         hw::tests(),
         hw_jobs::tests(),
+        hw_faults::tests(),
     ]
     .into_iter()
     .flatten()
