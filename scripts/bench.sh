@@ -260,6 +260,15 @@ if any(k.startswith("hw_warm_job") for k in vals):
         if f"{k}.speedup" in vals:
             print(f"{k:<32}{vals[k + '.device']:>9.3f}{vals[k + '.cpu']:>9.3f}{vals[k + '.speedup']:>8.2f}x")
     print()
+if "latency_hwfault_nofault_p50_us" in vals:
+    print(f"{'msvm-gpu fault round trip, us':<32}{'p50':>9}{'p99':>9}   (a 4 KiB job, ioctl to ioctl)")
+    for kind in ("own", "dma", "p2p"):
+        for mode in ("first", "warm"):
+            k = f"latency_hwfault_{kind}_{mode}"
+            if f"{k}_p50_us" in vals:
+                print(f"{k:<32}{vals[k + '_p50_us']:>9.1f}{vals[k + '_p99_us']:>9.1f}")
+    print(f"{'the same job, no fault':<32}{vals['latency_hwfault_nofault_p50_us']:>9.1f}")
+    print()
 lc = [k for k in ("pagemap_create_16M", "pagemap_teardown_16M", "first_touch_16M",
       "pagemap_create_64M", "pagemap_teardown_64M", "first_touch_64M", "warm_touch_64M",
       "pagemap_create_256M", "pagemap_teardown_256M", "first_touch_256M",

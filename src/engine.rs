@@ -991,11 +991,13 @@ impl<'p> Engine<'p> {
                 if let Some(r) = self.warm(table, (job, w, n), write, done) {
                     drop(guard);
                     let s = &self.pool.stats;
+                    // (The rest of a window the device faulted on: its
+                    // fault is counted, this is its replay.)
                     let ahead = rounds == 0 && self.ahead.contains(&Some(off));
-                    if ahead {
+                    if ahead && !self.cpu_only {
                         s.pt_faults.add(1, Relaxed);
                     }
-                    if rounds == 0 && !ahead {
+                    if rounds == 0 && !ahead && !self.cpu_only {
                         s.pt_hits.add(1, Relaxed);
                     } else {
                         s.pt_replays.add(1, Relaxed);

@@ -19,7 +19,7 @@ use kernel::{
     pci,
     prelude::*,
     sync::{
-        atomic::{Atomic, Relaxed},
+        atomic::{Acquire, Atomic, Relaxed, Release},
         Arc,
     },
 };
@@ -126,6 +126,9 @@ pub(crate) struct FaultBuffer {
     buf: Coherent<[u64]>,
     /// Records consumed (`FAULT_GET`'s value).
     get: Atomic<u32>,
+    /// FAULT was raised since the last take: only then is `FAULT_STATUS`
+    /// read (a register read is a round trip to the device).
+    raised: Atomic<bool>,
     pub(crate) stats: FaultStats,
 }
 
@@ -150,6 +153,7 @@ impl FaultBuffer {
             bar,
             buf,
             get: Atomic::new(0),
+            raised: Atomic::new(false),
             stats: FaultStats {
                 stalls: Atomic::new(0),
                 records: Atomic::new(0),
@@ -160,9 +164,23 @@ impl FaultBuffer {
         })
     }
 
+    /// FAULT was raised (the interrupt handler).
+    pub(super) fn note_raised(&self) {
+        self.raised.store(true, Release);
+    }
+
+    /// Forgets a FAULT no job raised (the probe's self-test).
+    pub(super) fn forget_raised(&self) {
+        self.raised.store(false, Relaxed);
+    }
+
     /// Whether the job engine stalls on a fault (`false` if the device is
-    /// gone).
+    /// gone). The device raises FAULT after it stalls: without it since the
+    /// last take, no register is read.
     pub(crate) fn stalled(&self) -> bool {
+        if !self.raised.load(Acquire) {
+            return false;
+        }
         self.bar.try_access().is_some_and(|io| {
             let s = io.read(FAULT_STATUS);
             s.into_raw() != u32::MAX && s.stalled()
@@ -174,6 +192,9 @@ impl FaultBuffer {
     /// while the engine stalls.
     pub(crate) fn take(&self, _jobs: &Runner<'_, JobBlock>, seqno: u64) -> Taken {
         self.stats.stalls.add(1, Relaxed);
+        // This stall's FAULT was handled (it made `stalled` look); the next
+        // stall raises it again.
+        self.raised.store(false, Relaxed);
         let Some(io) = self.bar.try_access() else {
             return Taken::Nothing;
         };

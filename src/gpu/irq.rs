@@ -19,6 +19,7 @@ use kernel::{
 };
 
 use super::copy::CopyEngine;
+use super::faults::FaultBuffer;
 use super::job::JobEngine;
 use super::regs::{self, IRQ_ENABLE, IRQ_RAISE, IRQ_STATUS};
 
@@ -32,6 +33,7 @@ const WAIT_MS: u32 = 2000;
 pub(crate) struct Handler {
     ce: Arc<CopyEngine>,
     jobs: Arc<JobEngine>,
+    faults: Arc<FaultBuffer>,
     /// Interrupts handled, and each cause seen.
     pub(crate) interrupts: Atomic<u64>,
     causes: [Atomic<u64>; regs::CAUSES],
@@ -67,6 +69,9 @@ impl irq::Handler for Handler {
             self.ce.wake();
         }
         // A job's submitter waits for its completion or its stall.
+        if raised & regs::FAULT != 0 {
+            self.faults.note_raised();
+        }
         if raised & (regs::COMPLETION | regs::ERROR | regs::FAULT) != 0 {
             self.jobs.wake();
         }
@@ -93,7 +98,7 @@ impl<'a> Interrupt<'a> {
     /// for `ce`, with every cause disabled and cleared.
     pub(super) fn new(
         pdev: &'a pci::Device<Bound>,
-        (ce, jobs): (Arc<CopyEngine>, Arc<JobEngine>),
+        (ce, jobs, faults): (Arc<CopyEngine>, Arc<JobEngine>, Arc<FaultBuffer>),
     ) -> Result<Self> {
         {
             let io = ce.bar().access(pdev.as_ref())?;
@@ -112,6 +117,7 @@ impl<'a> Interrupt<'a> {
         let handler = Handler {
             ce,
             jobs,
+            faults,
             interrupts: Atomic::new(0),
             causes: [const { Atomic::new(0) }; regs::CAUSES],
         };

@@ -100,7 +100,8 @@ impl Hal for MsvmGpu {
             .inspect_err(|_| stop())?;
         let faults = FaultBuffer::new(pdev, bar_faults).inspect_err(|_| stop())?;
         let faults = Arc::new(faults, GFP_KERNEL).inspect_err(|_| stop())?;
-        let irq = Interrupt::new(pdev, (copy.clone(), jobs.clone())).inspect_err(|_| stop())?;
+        let irq = Interrupt::new(pdev, (copy.clone(), jobs.clone(), faults.clone()))
+            .inspect_err(|_| stop())?;
         // From here on, dropping `engines` stops the engines before the
         // interrupt goes.
         let engines = Engines {
@@ -113,6 +114,8 @@ impl Hal for MsvmGpu {
             irq,
         };
         engines.irq.selftest(pdev)?;
+        // The self-test's FAULT was no job's.
+        engines.hw.faults.forget_raised();
         engines.irq.enable(pdev)?;
         engines.hw.copy.selftest(pdev)?;
         dev_info!(

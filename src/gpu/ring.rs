@@ -34,7 +34,7 @@ use kernel::{
     prelude::*,
     sync::{
         aref::ARef,
-        atomic::{Atomic, Relaxed},
+        atomic::{Acquire, Atomic, Relaxed},
         barrier::{dma_mb, Read},
         Arc, CondVar, CondVarTimeoutResult, Mutex, SpinLockIrq,
     },
@@ -192,6 +192,8 @@ enum Failure {
     Timeout { fence: u64 },
     /// The device is not there (unbound, or its BAR reads all ones).
     Gone,
+    /// A stalled job given up by its submitter.
+    Abandoned,
 }
 
 impl<E: Engine> Queue<E> {
@@ -393,7 +395,7 @@ impl<E: Engine> Queue<E> {
         loop {
             // Read before the engine is looked at: a wake after it (an
             // interrupt) makes the wait below look again.
-            let seen = self.woken.load(Relaxed);
+            let seen = self.woken.load(Acquire);
             if self.fence(ring) >= seqno {
                 // The bytes the commands wrote are read after the fence
                 // that says they are there.
@@ -472,6 +474,10 @@ impl<E: Engine> Queue<E> {
                 "msvm-gpu: {name}: no fence after {WAIT_MS} ms (fence {fence}): resetting it\n"
             ),
             Failure::Gone => dev_err!(self.dev, "msvm-gpu: {name}: the device does not answer\n"),
+            Failure::Abandoned => dev_err!(
+                self.dev,
+                "msvm-gpu: {name}: a stalled job abandoned (an answer not taken, or a stall after a cancel): resetting it\n"
+            ),
         }
     }
 

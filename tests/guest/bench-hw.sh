@@ -14,6 +14,8 @@ echo "== copy engine against the CPU, 64 MiB, 4 KiB pages"
 msvm-tests bench-hw 64 _4k || rc=1
 echo "== job engine against the CPU engine, warm jobs over 64 MiB of VRAM"
 msvm-tests bench-jobs 64 || rc=1
+echo "== replayable faults: a 4 KiB job's fault round trip through the fault buffer"
+msvm-tests bench-faults || rc=1
 unload_msvm >/dev/null || rc=1
 echo always >$thp
 load_msvm large_folios=1 || exit 1

@@ -93,10 +93,9 @@ impl<E: Engine> Drop for Parked<'_, E> {
         let mut ring = self.q.ring.lock();
         ring.parked = false;
         if ring.inflight.take().is_some() && self.q.usable() {
-            let failure = Failure::Timeout {
-                fence: self.q.fence(&ring),
-            };
-            self.q.recover(&mut ring, &failure);
+            self.q.queue.failed.add(1, Relaxed);
+            self.q.report(&Failure::Abandoned);
+            self.q.recover(&mut ring, &Failure::Abandoned);
         }
     }
 }
@@ -164,15 +163,8 @@ impl<E: Engine> Runner<'_, E> {
     pub(crate) fn abandon(&mut self) -> RunError {
         self.ring.inflight = None;
         self.q.queue.failed.add(1, Relaxed);
-        dev_err!(
-            self.q.dev,
-            "msvm-gpu: {}: a stalled job abandoned: resetting it\n",
-            E::NAME
-        );
-        let failure = Failure::Timeout {
-            fence: self.q.fence(self.ring),
-        };
-        self.q.recover(self.ring, &failure)
+        self.q.report(&Failure::Abandoned);
+        self.q.recover(self.ring, &Failure::Abandoned)
     }
 
     /// The seqno of the command [`Runner::start`] left stalled.

@@ -13,6 +13,7 @@
 //! non-zero if any test failed.
 
 mod bench;
+mod bench_faults;
 mod bench_hw;
 mod bench_jobs;
 mod busy;
@@ -195,6 +196,7 @@ fn main() -> ExitCode {
             let res = bench_jobs::run(arg(1, 64));
             return finish("bench-jobs", res, None);
         }
+        Some("bench-faults") => return finish("bench-faults", bench_faults::run(), None),
         Some("bench-latency") => return finish("bench-latency", bench::run_latency(), None),
         Some("bench-devpt") => return finish("bench-devpt", bench::run_devpt(), None),
         Some("bench-scale") => return finish("bench-scale", bench::run_scale(), None),
