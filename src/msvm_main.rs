@@ -46,6 +46,10 @@ module! {
             default: 1,
             description: "msvm-gpu's MMU checking mode: the device walks the page table again at every TLB hit and fails a job that would use a translation no longer in it (1, default; 0 off)",
         },
+        job_watchdog_ms: u32 {
+            default: 2000,
+            description: "msvm-gpu's job watchdog: a job that runs longer, its stalls on faults not counted, is stopped by the device and fails with EIO (ms, default 2000; 0 off; at most 4294967)",
+        },
         thrash: u32 {
             default: 1,
             description: "Thrashing detection: 1 pins 2 MiB blocks that keep moving (default), 0 off",

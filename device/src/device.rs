@@ -455,13 +455,13 @@ impl Device {
                             0
                         }
                     }
-                    Err((fault, seqno)) => {
-                        if s.job.fail(work.gen, fault, seqno) {
-                            regs::cause::ERROR
-                        } else {
-                            0
+                    Err((fault, seqno)) => match s.job.fail(work.gen, fault, seqno) {
+                        true if fault.code == ring::error::WATCHDOG => {
+                            regs::cause::ERROR | regs::cause::WATCHDOG
                         }
-                    }
+                        true => regs::cause::ERROR,
+                        false => 0,
+                    },
                 }
             };
             if cause != 0 {

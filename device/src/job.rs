@@ -12,6 +12,7 @@
 //! space, nothing else.
 
 use std::cell::Cell;
+use std::time::{Duration, Instant};
 
 use crate::copy;
 use crate::dma::Remote;
@@ -67,7 +68,14 @@ pub mod op {
     /// The 64-bit FNV-1a hash of `[dst, dst + len)` from seed `phase`,
     /// written to the completion record.
     pub const CHECKSUM: u32 = 4;
+    /// Waits until the 64-bit word at DMA address `src` (8-byte aligned;
+    /// `len` 0) is at least `phase`: a semaphore the CPU or another
+    /// engine releases.
+    pub const WAIT: u32 = 5;
 }
+
+/// How often a WAIT looks at its word.
+const WAIT_POLL: Duration = Duration::from_micros(50);
 
 /// Job flags.
 pub mod flag {
@@ -171,6 +179,8 @@ pub trait Memory: copy::Memory {
     /// generation `gen`) until the driver answers, doing the TLB
     /// invalidations requested meanwhile on `tlb`.
     fn stall(&self, fault: &Record, tlb: &mut Tlb, gen: u64) -> Resolution;
+    /// How long a job starting now may run (`JOB_WATCHDOG`), if limited.
+    fn watchdog(&self) -> Option<Duration>;
 }
 
 /// FNV-1a, 64-bit.
@@ -196,6 +206,11 @@ struct Run<'a> {
     atomic: bool,
     /// The address and access of the last translation that missed.
     miss: Cell<Option<(u64, bool)>>,
+    /// When the job started, and how long it may run (the watchdog).
+    started: Instant,
+    limit: Option<Duration>,
+    /// How long it stalled on faults (not counted by the watchdog).
+    stalled: Cell<Duration>,
 }
 
 /// Why a step did not complete.
@@ -209,13 +224,34 @@ enum Stop {
 impl Run<'_> {
     /// Before a step's translations: the invalidations requested so far
     /// are done (a step translates after them, and uses nothing it
-    /// translated before), and a reset stops the job.
+    /// translated before), a reset stops the job, and so does the
+    /// watchdog.
     fn step(&self, tlb: &mut Tlb) -> Result<(), Fault> {
         self.mem.invalidations(tlb);
         if self.mem.reset_since(self.gen) {
             return Err(Fault::code(0));
         }
+        let ran = self.started.elapsed().saturating_sub(self.stalled.get());
+        if self.limit.is_some_and(|limit| ran > limit) {
+            return Err(Fault::code(error::WATCHDOG));
+        }
         Ok(())
+    }
+
+    /// WAIT: looks at the word at DMA address `at` until it is at least
+    /// `value`, as a step each time (so a reset or the watchdog stops it).
+    fn wait(&self, tlb: &mut Tlb, at: u64, value: u64) -> Result<(), Stop> {
+        loop {
+            self.step(tlb).map_err(Stop::Fault)?;
+            let mut word = [0; 8];
+            self.mem
+                .dma_read(at, &mut word, self.remote)
+                .map_err(|e| Stop::Fault(Fault::code(copy::code(&e))))?;
+            if u64::from_le_bytes(word) >= value {
+                return Ok(());
+            }
+            std::thread::sleep(WAIT_POLL);
+        }
     }
 
     /// Runs one step (a page; a COPY's two) after `done` bytes of the
@@ -252,7 +288,10 @@ impl Run<'_> {
                 engine: fault::ENGINE_JOB,
                 done,
             };
-            match self.mem.stall(&record, tlb, self.gen) {
+            let since = Instant::now();
+            let resolution = self.mem.stall(&record, tlb, self.gen);
+            self.stalled.set(self.stalled.get() + since.elapsed());
+            match resolution {
                 Resolution::Replay => {}
                 Resolution::Cancel => return Err(Stop::Cancelled),
                 Resolution::Off => return Err(Stop::Fault(f)),
@@ -350,6 +389,9 @@ pub fn execute(
         seqno: c.seqno,
         atomic: c.opcode == op::ATOMIC_ADD,
         miss: Cell::new(None),
+        started: Instant::now(),
+        limit: mem.watchdog(),
+        stalled: Cell::new(Duration::ZERO),
     };
     let end = |a: u64| a.checked_add(c.len).ok_or_else(bad);
     let mut buf = [0u8; 4096];
@@ -407,6 +449,12 @@ pub fn execute(
                 hash = fnv1a(hash, &buf[..n]);
                 Ok(())
             })
+        }
+        op::WAIT => {
+            if c.src % 8 != 0 || c.len != 0 {
+                return Err(bad());
+            }
+            run.wait(tlb, c.src, c.phase)
         }
         _ => return Err(bad()),
     };

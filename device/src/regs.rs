@@ -15,9 +15,10 @@ pub const ID: u64 = 0x000;
 pub const ID_VALUE: u32 = u32::from_le_bytes(*b"MSVG");
 /// `VERSION`: major in bits 31:16, minor in 15:0.
 pub const VERSION: u64 = 0x004;
-/// The register interface's version, 1.2 (1.1: the job engine and the
-/// MMU; 1.2: the fault buffer, 32-byte completion records).
-pub const VERSION_VALUE: u32 = (1 << 16) | 2;
+/// The register interface's version, 1.3 (1.1: the job engine and the
+/// MMU; 1.2: the fault buffer, 32-byte completion records; 1.3: the job
+/// engine's watchdog and WAIT).
+pub const VERSION_VALUE: u32 = (1 << 16) | 3;
 /// `VRAM_SIZE` (64 bits): bytes of VRAM behind BAR2.
 pub const VRAM_SIZE: u64 = 0x008;
 /// `SCRATCH`: any value, for the driver's own use; 0 at reset.
@@ -34,6 +35,11 @@ pub const IRQ_STATUS: u64 = 0x020;
 pub const IRQ_ENABLE: u64 = 0x024;
 /// `IRQ_RAISE`: writing a cause mask raises those causes (self-test).
 pub const IRQ_RAISE: u64 = 0x028;
+/// `JOB_WATCHDOG`: microseconds a job may run, not counting the time it
+/// stalls on a fault, before the job engine stops it and halts with
+/// WATCHDOG; 0 (at reset): no watchdog. A job takes the value it finds
+/// when it starts.
+pub const JOB_WATCHDOG: u64 = 0x02c;
 
 /// Interrupt causes, in `IRQ_STATUS`; each signals the device's one MSI
 /// vector.
@@ -44,10 +50,10 @@ pub mod cause {
     pub const FAULT: u32 = 1 << 1;
     /// An engine reported an error.
     pub const ERROR: u32 = 1 << 2;
-    /// A queue was reset by its watchdog.
-    pub const RESET: u32 = 1 << 3;
+    /// The job engine's watchdog stopped a job (ERROR is raised with it).
+    pub const WATCHDOG: u32 = 1 << 3;
     /// Every cause.
-    pub const ALL: u32 = COMPLETION | FAULT | ERROR | RESET;
+    pub const ALL: u32 = COMPLETION | FAULT | ERROR | WATCHDOG;
 }
 
 /// The register file.
@@ -57,6 +63,7 @@ pub struct Regs {
     scratch: u32,
     irq_status: u32,
     irq_enable: u32,
+    job_watchdog: u32,
 }
 
 /// What a register write asks of the device besides the register file.
@@ -90,6 +97,7 @@ impl Regs {
             STATUS => STATUS_READY | if bus_master { STATUS_BUS_MASTER } else { 0 },
             IRQ_STATUS => self.irq_status,
             IRQ_ENABLE => self.irq_enable,
+            JOB_WATCHDOG => self.job_watchdog,
             _ => 0,
         }
     }
@@ -105,8 +113,15 @@ impl Regs {
                 fx.signal |= newly & cause::ALL;
             }
             IRQ_RAISE => fx.signal |= self.raise(v),
+            JOB_WATCHDOG => self.job_watchdog = v,
             _ => {}
         }
+    }
+
+    /// How long a job starting now may run (`JOB_WATCHDOG`), if limited.
+    pub fn job_watchdog(&self) -> Option<std::time::Duration> {
+        let us = self.job_watchdog;
+        (us != 0).then(|| std::time::Duration::from_micros(u64::from(us)))
     }
 
     /// Raises `causes`; returns the enabled causes that were not raised

@@ -79,6 +79,8 @@ pub mod error {
     pub const STALE_TLB: u32 = 6;
     /// A job's context past `MMU_CTX_COUNT`, or whose entry is not valid.
     pub const BAD_CONTEXT: u32 = 7;
+    /// The job ran past the job engine's watchdog (`JOB_WATCHDOG`).
+    pub const WATCHDOG: u32 = 8;
 }
 
 /// Why a command failed: an [`error`] code, and the address concerned.

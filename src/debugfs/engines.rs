@@ -5,7 +5,7 @@
 
 use kernel::{fmt, prelude::*, sync::atomic::Relaxed, uaccess::UserSliceReader};
 
-use crate::gpu::job::{jobs_used, use_jobs};
+use crate::gpu::job::{hang_jobs, hangs_left, jobs_used, use_jobs};
 use crate::vram::{engine_used, fail_runs, use_engine};
 
 use super::per_device;
@@ -61,15 +61,20 @@ pub(super) fn show_copy_engine(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Resul
 }
 
 /// `job_engine`: `1` runs jobs on the job engine of a device that has
-/// one, `0` on the CPU (the benchmark's baseline).
+/// one, `0` on the CPU (the benchmark's baseline); `hang N` queues each of
+/// the next `N` jobs behind one that never ends.
 pub(super) fn write_job_engine(_: &(), r: &mut UserSliceReader) -> Result {
-    let mut buf = [0u8; 8];
+    let mut buf = [0u8; 24];
     let n = r.len().min(buf.len());
     r.read_slice(&mut buf[..n])?;
-    match buf[..n].trim_ascii() {
-        b"0" => use_jobs(false),
-        b"1" => use_jobs(true),
-        _ => return Err(EINVAL),
+    let text = core::str::from_utf8(buf[..n].trim_ascii()).map_err(|_| EINVAL)?;
+    match text {
+        "0" => use_jobs(false),
+        "1" => use_jobs(true),
+        _ => {
+            let count = text.strip_prefix("hang ").ok_or(EINVAL)?;
+            hang_jobs(count.trim().parse().map_err(|_| EINVAL)?);
+        }
     }
     Ok(())
 }
@@ -77,10 +82,10 @@ pub(super) fn write_job_engine(_: &(), r: &mut UserSliceReader) -> Result {
 /// `job_engine`: whether jobs run on job engines, then per device with
 /// one its counters and its MMU's.
 pub(super) fn show_job_engine(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    writeln!(f, "use {}", u8::from(jobs_used()))?;
+    writeln!(f, "use {} hang {}", u8::from(jobs_used()), hangs_left())?;
     per_device(
         f,
-        "gpu usable runs bytes_written bytes_read woken failed device_done invalidations inv_ns table_writes no_room stale stalls fault_records overflows replays cancels",
+        "gpu usable runs bytes_written bytes_read woken failed device_done invalidations inv_ns table_writes no_room stale stalls fault_records overflows replays cancels watchdog",
         |f, i, p| {
             let Some(hw) = p.hw() else {
                 return Ok(());
@@ -89,7 +94,7 @@ pub(super) fn show_job_engine(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result
             let fs = &hw.faults.stats;
             writeln!(
                 f,
-                "{i} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
+                "{i} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
                 u8::from(j.usable() && hw.mmu.usable()),
                 q.runs.load(Relaxed),
                 j.stats.bytes_written.load(Relaxed),
@@ -107,6 +112,7 @@ pub(super) fn show_job_engine(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result
                 fs.overflows.load(Relaxed),
                 fs.replays.load(Relaxed),
                 fs.cancels.load(Relaxed),
+                q.watchdog.load(Relaxed),
             )
         },
     )

@@ -36,7 +36,7 @@ use crate::gpu::job::{
     self, op, JobCommand, DONE_WORD, PATTERN_WORDS, RESULT_WORD, STATUS_WORD, TLB_WORD,
 };
 use crate::gpu::mmu::{SYSTEM, VALID, WRITE};
-use crate::gpu::regs::JobBlock;
+use crate::gpu::regs::{error, JobBlock};
 use crate::gpu::ring::{RunError, Runner, Session, Waited};
 use crate::mm::devpt::{DevPt, DeviceTable, Mapping};
 use crate::mm::devtables::DevMirror;
@@ -44,9 +44,6 @@ use crate::mm::page::{BLOCK_PAGES, BLOCK_SIZE, PAGE_SIZE};
 
 use super::{later, Done, Engine, Job, Op, TableView, WindowPages};
 
-/// The device's refusal of a job, as its error codes say
-/// (hardware.rst, "Rings").
-const STALE_TLB: u32 = 6;
 /// A completion record's status: cancelled (hardware.rst, "Job engine").
 const CANCELLED: u64 = 1;
 /// Faults one window may stall on before the next is cancelled (an
@@ -476,7 +473,7 @@ impl Engine<'_> {
     fn failed(&self, session: &mut Session<'_, JobBlock>, e: RunError) -> Error {
         match e {
             RunError::Failed { code, addr } => {
-                if code == STALE_TLB {
+                if code == error::STALE_TLB {
                     pr_err!(
                         "gpu{}: the device used a stale translation at {addr:#x}: a TLB invalidation was missed\n",
                         self.pool.index()

@@ -146,11 +146,13 @@ impl<'a> Interrupt<'a> {
         self.reg.handler()
     }
 
-    /// Enables the causes msvm handles: COMPLETION, FAULT and ERROR.
+    /// Enables the causes msvm handles: COMPLETION, FAULT, ERROR and
+    /// WATCHDOG (which comes with ERROR: counted, nothing more).
     pub(crate) fn enable(&self, pdev: &pci::Device<Bound>) -> Result {
         let io = self.handler().ce.bar().access(pdev.as_ref())?;
         io.write_reg(
-            IRQ_ENABLE::zeroed().with_causes(regs::COMPLETION | regs::FAULT | regs::ERROR),
+            IRQ_ENABLE::zeroed()
+                .with_causes(regs::COMPLETION | regs::FAULT | regs::ERROR | regs::WATCHDOG),
         );
         Ok(())
     }

@@ -15,6 +15,7 @@ pub(crate) mod op {
     pub(crate) const COPY: u32 = 2;
     pub(crate) const ATOMIC_ADD: u32 = 3;
     pub(crate) const CHECKSUM: u32 = 4;
+    pub(crate) const WAIT: u32 = 5;
 }
 
 /// Raise COMPLETION when done.
@@ -31,6 +32,8 @@ pub(crate) const TLB_WORD: usize = PATTERN_WORDS + 1;
 pub(crate) const DONE_WORD: usize = PATTERN_WORDS + 2;
 /// Its fourth: its status (bits 31:0): 0 done, 1 cancelled.
 pub(crate) const STATUS_WORD: usize = PATTERN_WORDS + 3;
+/// A word nothing writes (0): what an injected hang WAITs on.
+const NEVER_WORD: usize = PATTERN_WORDS + 4;
 
 /// One job (hardware.rst, "Job engine"): `op` one of [`op`], over
 /// context `ctx`'s addresses.
@@ -56,7 +59,7 @@ pub(crate) struct JobStats {
 
 impl Engine for JobBlock {
     const NAME: &'static str = "job engine";
-    const SCRATCH: usize = PATTERN_WORDS + 4;
+    const SCRATCH: usize = PATTERN_WORDS + 5;
     type Command = JobCommand;
     type Stats = JobStats;
 
@@ -79,6 +82,28 @@ impl Engine for JobBlock {
             c.phase,
             c.result,
         ]
+    }
+
+    fn hang(scratch: &dyn Fn(usize) -> Option<u64>) -> Option<JobCommand> {
+        let word = scratch(NEVER_WORD)?;
+        let mut n = HANGS.load(Relaxed);
+        loop {
+            let left = n.checked_sub(1)?;
+            match HANGS.cmpxchg(n, left, Relaxed) {
+                Ok(_) => break,
+                Err(now) => n = now,
+            }
+        }
+        Some(JobCommand {
+            op: op::WAIT,
+            ctx: 0,
+            pattern_len: 0,
+            dst: 0,
+            src: word,
+            len: 0,
+            phase: 1,
+            result: 0,
+        })
     }
 
     fn count(s: &JobStats, cmds: &[JobCommand]) {
@@ -107,4 +132,19 @@ pub(crate) fn use_jobs(on: bool) {
 /// Whether jobs run on job engines.
 pub(crate) fn jobs_used() -> bool {
     USE_JOBS.load(Relaxed)
+}
+
+/// Jobs left to hang (debugfs `job_engine`'s `hang N`).
+static HANGS: Atomic<u32> = Atomic::new(0);
+
+/// Fault injection: each of the next `n` jobs a job engine runs is queued
+/// behind a WAIT on a word nothing writes, which only the device's
+/// watchdog (or msvm's timeout) ends: the job fails with `EIO`, unrun.
+pub(crate) fn hang_jobs(n: u32) {
+    HANGS.store(n, Relaxed);
+}
+
+/// Jobs left to hang.
+pub(crate) fn hangs_left() -> u32 {
+    HANGS.load(Relaxed)
 }

@@ -17,7 +17,7 @@ use super::hal::Hal;
 use super::irq::Interrupt;
 use super::job::JobEngine;
 use super::mmu::Mmu;
-use super::regs::{self, ID, SCRATCH, VERSION, VRAM_SIZE_HI, VRAM_SIZE_LO};
+use super::regs::{self, ID, JOB_WATCHDOG, SCRATCH, VERSION, VRAM_SIZE_HI, VRAM_SIZE_LO};
 use super::{Engines, Hw};
 
 /// msvm-gpu.
@@ -82,6 +82,10 @@ impl Hal for MsvmGpu {
     ) -> Result<Option<Engines<'a>>> {
         let bar = pdev.iomap_region_sized::<{ regs::END }>(0, c"msvm-gpu")?;
         let (major, minor) = identify(pdev, &bar, vram_len)?;
+        // A job that runs longer is stopped by the device, its engine
+        // reset, the job failed with `EIO`: no VM holds the engine longer.
+        let watchdog_ms = crate::module_parameters::job_watchdog_ms.value();
+        bar.write_reg(JOB_WATCHDOG::zeroed().with_us(watchdog_ms.saturating_mul(1000)));
         let bar = Arc::new(bar.into_devres()?, GFP_KERNEL)?;
         let copy = CopyEngine::new(pdev, bar.clone())?;
         let jobs = match JobEngine::new(pdev, bar.clone()) {
@@ -120,7 +124,7 @@ impl Hal for MsvmGpu {
         engines.hw.copy.selftest(pdev)?;
         dev_info!(
             pdev.as_ref(),
-            "msvm-gpu: interface {major}.{minor}, {} MiB of VRAM, its interrupt answers {} causes, its copy engine round-trips a page; jobs run on its job engine, faulting through its fault buffer\n",
+            "msvm-gpu: interface {major}.{minor}, {} MiB of VRAM, its interrupt answers {} causes, its copy engine round-trips a page; jobs run on its job engine, faulting through its fault buffer, for at most {watchdog_ms} ms each\n",
             vram_len >> 20,
             regs::CAUSES
         );

@@ -46,6 +46,12 @@ register! {
     pub(crate) IRQ_RAISE(u32) @ 0x028 {
         31:0 causes;
     }
+
+    /// Microseconds a job may run, not counting its stalls on faults,
+    /// before the job engine stops it (0: no watchdog).
+    pub(crate) JOB_WATCHDOG(u32) @ 0x02c {
+        31:0 us;
+    }
 }
 
 /// The base of a ring's registers: an engine's block in BAR0
@@ -313,6 +319,17 @@ pub(crate) const COMPLETION: u32 = 1 << 0;
 pub(crate) const FAULT: u32 = 1 << 1;
 /// An engine halted.
 pub(crate) const ERROR: u32 = 1 << 2;
+/// The job engine's watchdog stopped a job (raised with ERROR).
+pub(crate) const WATCHDOG: u32 = 1 << 3;
+
+/// The errors that halt an engine (`RING_ERROR`, hardware.rst's codes)
+/// that msvm tells apart.
+pub(crate) mod error {
+    /// Checking mode: a translation the page table no longer holds.
+    pub(crate) const STALE_TLB: u32 = 6;
+    /// The job ran past `JOB_WATCHDOG`.
+    pub(crate) const WATCHDOG: u32 = 8;
+}
 
 /// Bytes of BAR0 the driver maps: the registers above.
 pub(crate) const END: usize = 0x380;
@@ -320,6 +337,6 @@ pub(crate) const END: usize = 0x380;
 pub(crate) const ID_VALUE: u32 = u32::from_le_bytes(*b"MSVG");
 /// The interface major version this driver speaks.
 pub(crate) const VERSION_MAJOR: u32 = 1;
-/// The least minor version this driver needs: 2 (the job engine, the MMU
-/// and the fault buffer).
-pub(crate) const VERSION_MINOR: u32 = 2;
+/// The least minor version this driver needs: 3 (the job engine, the MMU,
+/// the fault buffer, the job engine's watchdog and WAIT).
+pub(crate) const VERSION_MINOR: u32 = 3;

@@ -45,7 +45,7 @@ use kernel::{
 };
 
 use super::regs::{
-    self, RingBase, IRQ_ENABLE, RING_CTRL, RING_DONE_HI, RING_DONE_LO, RING_ERROR,
+    self, error, RingBase, IRQ_ENABLE, RING_CTRL, RING_DONE_HI, RING_DONE_LO, RING_ERROR,
     RING_ERROR_ADDR_HI, RING_ERROR_ADDR_LO, RING_ERROR_SEQNO_HI, RING_ERROR_SEQNO_LO,
     RING_FENCE_HI, RING_FENCE_LO, RING_HI, RING_LO, RING_SIZE, RING_STATUS, RING_TAIL,
 };
@@ -96,6 +96,13 @@ pub(crate) trait Engine: RegisterBase<RingBase> + Send + Sync + 'static {
 
     /// Counts `cmds`, completed.
     fn count(stats: &Self::Stats, cmds: &[Self::Command]);
+
+    /// Fault injection: a command that never completes, to be queued
+    /// before the next one, if one is due (`scratch`: the DMA address of
+    /// a scratch word).
+    fn hang(_scratch: &dyn Fn(usize) -> Option<u64>) -> Option<Self::Command> {
+        None
+    }
 }
 
 /// The ring's state, under [`Queue::ring`].
@@ -118,6 +125,14 @@ struct Ring {
     abandoned: bool,
 }
 
+impl Ring {
+    /// The DMA address of scratch word `i` of `E`'s buffer.
+    fn scratch_addr<E: Engine>(&self, i: usize) -> Option<u64> {
+        let buf = self.buf.as_ref()?;
+        (i < E::SCRATCH).then(|| buf.dma_address() + ((FENCE + 1 + i) * 8) as u64)
+    }
+}
+
 /// A queue's counters, whatever its engine.
 pub(crate) struct QueueStats {
     /// Submissions run to their fence.
@@ -129,6 +144,8 @@ pub(crate) struct QueueStats {
     /// Submissions that failed (an error, a timeout), each followed by a
     /// reset.
     pub(crate) failed: Atomic<u64>,
+    /// Of those, the ones the device's watchdog stopped.
+    pub(crate) watchdog: Atomic<u64>,
 }
 
 /// An engine of an msvm-gpu, for as long as its device is bound: a ring of
@@ -244,6 +261,7 @@ impl<E: Engine> Queue<E> {
                     commands: Atomic::new(0),
                     woken: Atomic::new(0),
                     failed: Atomic::new(0),
+                    watchdog: Atomic::new(0),
                 },
                 stats: E::stats(),
                 _engine: PhantomData,
@@ -352,7 +370,11 @@ impl<E: Engine> Queue<E> {
         stalls: &dyn Fn() -> bool,
     ) -> Result<Waited, RunError> {
         let seqno = match (cmd, ring.inflight) {
-            (Some(c), None) => self.submit(ring, core::slice::from_ref(c)),
+            (Some(c), None) => match E::hang(&|i| ring.scratch_addr::<E>(i)) {
+                Some(h) => self.submit(ring, core::slice::from_ref(&h)),
+                None => Ok(0),
+            }
+            .and_then(|_| self.submit(ring, core::slice::from_ref(c))),
             (None, Some(seqno)) => Ok(seqno),
             _ => Err(EINVAL),
         };
@@ -465,6 +487,14 @@ impl<E: Engine> Queue<E> {
         }
         let name = E::NAME;
         match failure {
+            Failure::Halted {
+                code: error::WATCHDOG,
+                seqno,
+                ..
+            } => dev_err!(
+                self.dev,
+                "msvm-gpu: {name}: the job at seqno {seqno} ran past its watchdog: resetting the engine\n"
+            ),
             Failure::Halted { code, seqno, addr } => dev_err!(
                 self.dev,
                 "msvm-gpu: {name} halted at seqno {seqno}, error {code} (address {addr:#x}): resetting it\n"
@@ -488,7 +518,12 @@ impl<E: Engine> Queue<E> {
     /// submitted again, and the caller keeps what the run named.
     fn recover(&self, ring: &mut Ring, failure: &Failure) -> RunError {
         let failed = match *failure {
-            Failure::Halted { code, addr, .. } => RunError::Failed { code, addr },
+            Failure::Halted { code, addr, .. } => {
+                if code == error::WATCHDOG {
+                    self.queue.watchdog.add(1, Relaxed);
+                }
+                RunError::Failed { code, addr }
+            }
             _ => RunError::Failed { code: 0, addr: 0 },
         };
         let stopped = match failure {

@@ -28,7 +28,9 @@ impl copy::Memory for Jobs<'_> {
     }
 
     fn reset_since(&self, gen: u64) -> bool {
-        self.0.state().map_or(true, |s| !s.job.current(gen))
+        self.0
+            .state()
+            .map_or(true, |s| s.stop || !s.job.current(gen))
     }
 }
 
@@ -72,6 +74,10 @@ impl job::Memory for Jobs<'_> {
                 s.mmu.done(inv.seqno);
             }
         }
+    }
+
+    fn watchdog(&self) -> Option<std::time::Duration> {
+        self.0.state().ok()?.regs.job_watchdog()
     }
 
     fn stall(&self, record: &Record, tlb: &mut Tlb, gen: u64) -> Resolution {

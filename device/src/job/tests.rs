@@ -486,3 +486,62 @@ fn a_cancelled_fault_ends_only_its_job() {
         crate::ring::error::PAGE_FAULT
     );
 }
+
+#[test]
+fn the_watchdog_stops_a_job_that_runs_past_it_and_the_next_one_runs() {
+    use crate::fault::{reg as f, status as fs, REPLAY};
+    use crate::regs::{cause, IRQ_STATUS, JOB_WATCHDOG};
+    let mut r = Rig::new();
+    let sem = SYS + 0x8000;
+    let wait = |value| Command {
+        opcode: op::WAIT,
+        src: sem,
+        phase: value,
+        ..Command::default()
+    };
+    // No watchdog: a WAIT runs until the CPU releases it.
+    r.submit(wait(2));
+    std::thread::sleep(Duration::from_millis(30));
+    assert_eq!(r.reg(reg::STATUS) & status::IDLE, 0, "waits");
+    r.ram.write(sem - RAM, &2u64.to_le_bytes()).unwrap();
+    r.wait_for(reg::STATUS, status::IDLE | status::HALTED);
+    assert_eq!(r.reg(reg::ERROR), 0);
+    // A WAIT never released runs past a 20 ms watchdog: halted with
+    // WATCHDOG and its cause, a fill queued behind it not run.
+    r.set(JOB_WATCHDOG, 20_000);
+    r.map_vram(0, 0);
+    r.vram_u64(DATA, 0x1111);
+    let start = Instant::now();
+    r.submit(wait(3));
+    let mut fill = job(op::FILL, VA, 8);
+    fill.src = PATTERN;
+    fill.pattern_len = 1;
+    r.ram.write(PATTERN - RAM, &[0xee]).unwrap();
+    r.submit(fill);
+    r.wait_for(reg::STATUS, status::HALTED);
+    assert!(start.elapsed() >= Duration::from_millis(20));
+    assert_eq!(r.reg(reg::ERROR), crate::ring::error::WATCHDOG);
+    assert_eq!(
+        r.reg(crate::ring::reg::ERROR_SEQNO_LO + BASE),
+        2,
+        "the WAIT"
+    );
+    assert_ne!(r.reg(IRQ_STATUS) & cause::WATCHDOG, 0);
+    assert_eq!(r.vram(DATA, 8), 0x1111u64.to_le_bytes(), "untouched");
+    // Reset, the same fill runs.
+    r.reset();
+    assert_eq!(r.run(fill), 0);
+    assert_eq!(r.vram(DATA, 8), [0xee; 8]);
+    // Time stalled on a fault is not counted: a fault answered after
+    // three times the watchdog replays, and the job completes.
+    r.set(f::BUF_LO, FAULTS as u32);
+    r.set(f::BUF_SIZE, 4);
+    r.map(1, 0);
+    r.submit(job(op::CHECKSUM, VA, 2 * 4096));
+    r.wait_for(f::STATUS, fs::STALLED);
+    std::thread::sleep(Duration::from_millis(60));
+    r.map_vram(1, 1);
+    r.answer(REPLAY);
+    r.wait_for(reg::STATUS, status::IDLE | status::HALTED);
+    assert_eq!(r.reg(reg::ERROR), 0);
+}

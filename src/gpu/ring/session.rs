@@ -188,8 +188,7 @@ impl<E: Engine> Runner<'_, E> {
     /// The DMA address of scratch word `i` (what a command may point the
     /// engine at: [`Engine::SCRATCH`]).
     pub(crate) fn scratch_addr(&self, i: usize) -> Option<u64> {
-        let buf = self.ring.buf.as_ref()?;
-        (i < E::SCRATCH).then(|| buf.dma_address() + ((FENCE + 1 + i) * 8) as u64)
+        self.ring.scratch_addr::<E>(i)
     }
 
     /// Writes scratch word `i`.

@@ -3,19 +3,27 @@
 //! services the fault and replays the access, or cancels the job and runs
 //! the window's rest on the CPU. debugfs `job_engine` counts both.
 
-use msvm_rt::{checksum, Device, Exec};
+use std::time::Instant;
+
+use msvm_rt::{checksum, Device, Exec, Location};
 
 use crate::check;
 use crate::harness::{Outcome, Test};
-use crate::hw_jobs::{job_counters, jobs_on_device, JobCounters};
+use crate::hw_jobs::{hang_jobs, job_counters, jobs_on_device, JobCounters};
 use crate::svm::{fill, Map};
 use crate::sysfs;
 
 pub fn tests() -> Vec<Test> {
-    vec![Test {
-        name: "hw_faults_stall_the_job_until_replayed_or_cancelled",
-        run: faults_stall_the_job_until_replayed_or_cancelled,
-    }]
+    vec![
+        Test {
+            name: "hw_faults_stall_the_job_until_replayed_or_cancelled",
+            run: faults_stall_the_job_until_replayed_or_cancelled,
+        },
+        Test {
+            name: "hw_watchdog_resets_a_hung_queue_and_the_next_job_runs",
+            run: watchdog_resets_a_hung_queue_and_the_next_job_runs,
+        },
+    ]
 }
 
 const LEN: usize = 4 << 20;
@@ -157,5 +165,72 @@ fn faults_stall_the_job_until_replayed_or_cancelled() -> Outcome {
         v.runs - t.runs == 2 && v.failed == t.failed,
         "after a cancel, the next job did not run on the device: {t:?} -> {v:?}"
     );
+    Ok(())
+}
+
+/// On the first msvm-gpu, a job queued behind one that never ends (debugfs
+/// `job_engine`'s `hang 1`: a WAIT on a word nothing writes): the device's
+/// watchdog stops the WAIT and halts the engine, msvm resets it, and the
+/// job fails with `EIO`, unrun (its range, in the device's memory, keeps
+/// every byte; another range too). The next job runs on the device.
+fn watchdog_resets_a_hung_queue_and_the_next_job_runs() -> Outcome {
+    const LEN: usize = 2 << 20;
+    let Some(gpu) = sysfs::msvm_gpus()?.into_iter().next() else {
+        return Ok(());
+    };
+    let dev = Device::open(&gpu.node).map_err(e)?;
+    dev.vm_create().map_err(e)?;
+    let index = dev.query().map_err(e)?.index;
+    if !jobs_on_device(index)? {
+        return Ok(());
+    }
+    let mut a = Map::new(LEN)?;
+    let mut b = Map::new(LEN)?;
+    fill(a.bytes_mut(), 0x462);
+    fill(b.bytes_mut(), 0x463);
+    let (want_a, want_b) = (a.bytes().to_vec(), checksum(b.bytes()));
+    for m in [&a, &b] {
+        dev.migrate(m.addr(), LEN, Location::Device).map_err(e)?;
+    }
+    // A job first: the mirror's first fault is left to its context.
+    let sum = dev
+        .exec(Exec::Checksum, b.addr(), LEN, true)
+        .map_err(|x| format!("the first job: {x}"))?
+        .result;
+    check!(sum == want_b, "the first CHECKSUM: {sum:#x}");
+    let x = counters(index)?;
+    hang_jobs(1)?;
+    let start = Instant::now();
+    let r = dev.fill(&[0xa5], a.addr(), LEN, true);
+    let took = start.elapsed();
+    let y = counters(index)?;
+    hang_jobs(0)?;
+    check!(
+        r.as_ref().err().and_then(|x| x.errno()) == Some(nix::errno::Errno::EIO),
+        "a FILL behind a hung job: {:?}, want EIO",
+        r.map(|_| ())
+    );
+    check!(
+        y.watchdog == x.watchdog + 1 && y.failed == x.failed + 1,
+        "the watchdog stopped {} jobs, {} failed, in {took:?}; want 1 and 1: {x:?} -> {y:?}",
+        y.watchdog - x.watchdog,
+        y.failed - x.failed
+    );
+    if let Some(k) = (0..LEN).find(|&k| a.bytes()[k] != want_a[k]) {
+        return Err(format!("byte {k} of the failed job's range changed"));
+    }
+    let sum = checksum(b.bytes());
+    check!(sum == want_b, "the other range: {sum:#x}, want {want_b:#x}");
+    dev.fill(&[0x5a], a.addr(), LEN, true)
+        .map_err(|x| format!("the next FILL: {x}"))?;
+    let z = counters(index)?;
+    check!(
+        z.runs > y.runs && z.failed == y.failed && z.watchdog == y.watchdog,
+        "the next job did not run on the device: {y:?} -> {z:?}"
+    );
+    if let Some(k) = (0..LEN).find(|&k| a.bytes()[k] != 0x5a) {
+        return Err(format!("the next FILL: byte {k} is {:#x}", a.bytes()[k]));
+    }
+    println!("# hw_watchdog: the hung queue reset, its job failed, in {took:?}");
     Ok(())
 }

@@ -58,11 +58,13 @@ pub(crate) struct JobCounters {
     pub(crate) overflows: u64,
     pub(crate) replays: u64,
     pub(crate) cancels: u64,
+    /// Jobs the device's watchdog stopped.
+    pub(crate) watchdog: u64,
 }
 
 /// The job engine's counters of device `index`, `None` if it has none.
 pub(crate) fn job_counters(index: u32) -> Result<Option<JobCounters>, String> {
-    Ok(debugfs_row(JOB_ENGINE, index, 18)?.map(|f| JobCounters {
+    Ok(debugfs_row(JOB_ENGINE, index, 19)?.map(|f| JobCounters {
         usable: f[1],
         runs: f[2],
         bytes_written: f[3],
@@ -76,6 +78,7 @@ pub(crate) fn job_counters(index: u32) -> Result<Option<JobCounters>, String> {
         overflows: f[15],
         replays: f[16],
         cancels: f[17],
+        watchdog: f[18],
     }))
 }
 
@@ -83,13 +86,18 @@ pub(crate) fn job_counters(index: u32) -> Result<Option<JobCounters>, String> {
 /// engine in use and usable).
 pub(crate) fn jobs_on_device(index: u32) -> Result<bool, String> {
     let text = fs::read_to_string(JOB_ENGINE).map_err(|x| format!("{JOB_ENGINE}: {x}"))?;
-    let used = text.lines().next() == Some("use 1");
+    let used = text.lines().next().is_some_and(|l| l.starts_with("use 1 "));
     Ok(used && job_counters(index)?.is_some_and(|c| c.usable == 1))
 }
 
 /// Turns the job engines' use on or off.
 pub(crate) fn use_jobs(on: bool) -> Result<(), String> {
     fs::write(JOB_ENGINE, if on { "1" } else { "0" }).map_err(|x| format!("{JOB_ENGINE}: {x}"))
+}
+
+/// Queues each of the next `n` jobs behind one that never ends.
+pub(crate) fn hang_jobs(n: u32) -> Result<(), String> {
+    fs::write(JOB_ENGINE, format!("hang {n}")).map_err(|x| format!("{JOB_ENGINE}: {x}"))
 }
 
 /// The 64-bit words of `bytes`, each plus `v`.
