@@ -259,6 +259,10 @@ if any(k.startswith("hw_warm_job") for k in vals):
         k = f"hw_warm_job_64M_{op}"
         if f"{k}.speedup" in vals:
             print(f"{k:<32}{vals[k + '.device']:>9.3f}{vals[k + '.cpu']:>9.3f}{vals[k + '.speedup']:>8.2f}x")
+    if "hw_warm_job_64M.overhead" in vals:
+        print(f"{'hw_warm_job_64M.overhead':<32}{vals['hw_warm_job_64M.overhead']:>9.3f}x  (CHECKSUM ioctl time over the device's JOB_BUSY time)")
+    if "hw_p2p_over_own_64M" in vals:
+        print(f"{'hw_p2p_over_own_64M':<32}{vals['hw_p2p_over_own_64M']:>9.2f}x  (gpu1's CHECKSUM of gpu0's VRAM over P2P, over gpu0's own)")
     print()
 if "latency_hwfault_nofault_p50_us" in vals:
     print(f"{'msvm-gpu fault round trip, us':<32}{'p50':>9}{'p99':>9}   (a 4 KiB job, ioctl to ioctl)")

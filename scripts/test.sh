@@ -9,7 +9,8 @@
 #   3. guest: boots three emulated GPUs (two behind a PCIe switch, one on its
 #      own root port), loads msvm (its KUnit suites run), runs the integration
 #      tests, unbind/re-bind, PCIe hot-unplug/re-plug and rmmod; then a
-#      small-RAM boot, a swiotlb=force boot, a boot with generic devices
+#      small-RAM boot, a boot whose last GPU's device process is killed
+#      under a job, a swiotlb=force boot, a boot with generic devices
 #      (NVMe controllers bound at run time) and the 8-GPU server (two NUMA
 #      nodes, a host bridge each). Every GPU is an msvm-gpu device (device/,
 #      one process each, attached over vfio-user, QEMU 11.1), but in the
@@ -21,7 +22,7 @@
 # msvm_stress_secs= (make soak sets long ones).
 # Guest timeouts: the main guest runs 8 to 10 minutes under TCG on a good
 # boot, and a boot can be up to twice as slow: it gets 30 minutes, the others
-# 15; MSVM_TEST_TIMEOUT sets one timeout for all five.
+# 15; MSVM_TEST_TIMEOUT sets one timeout for all six.
 # Any failure, or any kernel splat in the guest console (other than a known
 # report of the kernel itself, see scripts/vm.py), fails the command.
 set -euo pipefail
@@ -93,6 +94,13 @@ msvm_stage guest-small-ram python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDI
 	--initrd "$B/test-initramfs.cpio" --gpus sw,sw,rp,rp --vram 1G --mem 512M --cmd lifecycle \
 	--log "$B/test-small-console.log" --timeout "${MSVM_TEST_TIMEOUT:-900}" || small_rc=$?
 
+# A device process killed under a job (msvm-tests device-lost): a guest of
+# its own, four msvm-gpus.
+lost_rc=0
+msvm_stage guest-device-lost python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
+	--initrd "$B/test-initramfs.cpio" --gpus sw,sw,rp,rp --cmd device-lost \
+	--log "$B/test-lost-console.log" --timeout "${MSVM_TEST_TIMEOUT:-900}" || lost_rc=$?
+
 # Bounce buffers: the data-integrity tests with swiotlb=force (every DMA
 # mapping bounces, as in SEV/TDX guests).
 swiotlb_rc=0
@@ -146,7 +154,7 @@ kunit_pass=${kunit_pass:-0}
 kunit_fail=${kunit_fail:-0}
 
 read -r it_pass it_fail < <(grep -hoE 'msvm-tests: [0-9]+ passed, [0-9]+ failed' \
-	"$B/test-console.log" "$B/test-small-console.log" "$B/test-swiotlb-console.log" \
+	"$B/test-console.log" "$B/test-small-console.log" "$B/test-lost-console.log" "$B/test-swiotlb-console.log" \
 	"$B/test-generic-console.log" "$B/test-8gpu-console.log" |
 	awk '{p += $2; f += $4} END {print p + 0, f + 0}')
 host_pass=$(grep -hoE 'test result: [a-zA-Z]+\. [0-9]+ passed' "$B/cargo-test.log" | awk '{s += $4} END {print s + 0}')
@@ -159,7 +167,7 @@ echo "== summary (kernel: $MSVM_VARIANT, $(( $(date +%s) - t0 )) s)"
 echo "host cargo tests:     $host_pass passed, $host_fail failed"
 echo "build checks:         $build_pass passed, $build_fail failed (exit $build_rc)"
 echo "KUnit cases:          $kunit_pass passed, $kunit_fail failed (kunit.py exit $kunit_rc)"
-echo "guest integration:    $it_pass passed, $it_fail failed (guest exit $guest_rc, small-RAM guest exit $small_rc, swiotlb guest exit $swiotlb_rc, generic-device guest exit $generic_rc, 8-GPU guest exit $eight_rc)"
+echo "guest integration:    $it_pass passed, $it_fail failed (guest exit $guest_rc, small-RAM guest exit $small_rc, device-lost guest exit $lost_rc, swiotlb guest exit $swiotlb_rc, generic-device guest exit $generic_rc, 8-GPU guest exit $eight_rc)"
 # A guest that failed: where it was (its last section) and its last line,
 # so that the summary says it.
 guest_where() {
@@ -169,11 +177,12 @@ guest_where() {
 }
 guest_where main "$guest_rc" "$B/test-console.log"
 guest_where small-RAM "$small_rc" "$B/test-small-console.log"
+guest_where device-lost "$lost_rc" "$B/test-lost-console.log"
 guest_where swiotlb "$swiotlb_rc" "$B/test-swiotlb-console.log"
 guest_where generic-device "$generic_rc" "$B/test-generic-console.log"
 guest_where 8-GPU "$eight_rc" "$B/test-8gpu-console.log"
 fail=$(( host_fail + build_fail + kunit_fail + it_fail ))
-if [ "$guest_rc" != 0 ] || [ "$small_rc" != 0 ] || [ "$swiotlb_rc" != 0 ] || [ "$generic_rc" != 0 ] ||
+if [ "$guest_rc" != 0 ] || [ "$small_rc" != 0 ] || [ "$lost_rc" != 0 ] || [ "$swiotlb_rc" != 0 ] || [ "$generic_rc" != 0 ] ||
 	[ "$eight_rc" != 0 ] || [ "$kunit_rc" != 0 ]; then
 	fail=$(( fail + 1 ))
 fi

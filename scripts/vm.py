@@ -20,6 +20,9 @@ prints ``MSVM-EXIT: <status>`` and powers off. This harness:
 - keeps a QMP socket, and serves the guest's requests for host actions: a
   console line ``MSVM-HOST: device_del gpuN`` (or ``device_add gpuN``) makes
   the harness unplug (re-plug) that GPU and report when QEMU confirms it;
+  ``MSVM-HOST: kill gpuN`` kills that GPU's msvm-gpu process (SIGKILL: the
+  device dies under the guest, which QEMU's vfio-user client reports, and
+  goes on running);
 - enforces a timeout;
 - fails the run on any kernel splat (oops, BUG, WARNING, KASAN, lockdep,
   sleeping in atomic context, RCU stall, hung task, kmemleak) in the console;
@@ -123,7 +126,7 @@ def classify_splats(lines):
         i = end + 1
     return bad, known
 EXIT_RE = re.compile(r"MSVM-EXIT: (-?\d+)")
-HOST_RE = re.compile(r"MSVM-HOST: (device_del|device_add) (gpu\d+)")
+HOST_RE = re.compile(r"MSVM-HOST: (device_del|device_add|kill) (gpu\d+)")
 
 
 def parse_size(s):
@@ -256,8 +259,9 @@ class Model:
     socket, started before QEMU connects and again for a re-plug (a device
     process ends when QEMU closes its socket). Their output goes to
     DIR/gpuN.K.log, appended to the console log at the end. A process that
-    exits with an error, or has to be killed, fails the run; any still
-    running when the harness exits, however it exits, is killed."""
+    exits with an error, or has to be killed, fails the run (but one the
+    guest asked the harness to kill); any still running when the harness
+    exits, however it exits, is killed."""
 
     def __init__(self, binary, tmp, vram):
         if not os.access(binary, os.X_OK):
@@ -268,6 +272,7 @@ class Model:
         self.procs = []  # (gpu, log, Popen), every process started
         self.current = {}  # gpu -> its current Popen
         self.failed = []  # (gpu, why)
+        self.killed = set()  # the Popens killed on the guest's request
         atexit.register(self.kill_all)
         # atexit runs on SIGTERM and SIGHUP too, by way of SystemExit.
         for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -278,6 +283,8 @@ class Model:
 
     def _end(self, gpu, p, timeout):
         """Waits for p to end by itself; kills it after timeout s."""
+        if p in self.killed:
+            return
         try:
             p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -312,6 +319,17 @@ class Model:
                 with open(log) as f:
                     raise RuntimeError(f"msvm-gpu for {gpu} did not start: {f.read().strip()}")
             time.sleep(0.01)
+
+    def kill(self, gpu):
+        """Kills gpu's current process (the device dies under the guest);
+        whether it was running."""
+        p = self.current.get(gpu)
+        if p is None or p.poll() is not None:
+            return False
+        self.killed.add(p)
+        p.kill()
+        p.wait()
+        return True
 
     def stop(self):
         """Waits for the current processes (QEMU has exited: they end by
@@ -519,6 +537,14 @@ def main():
     unplugged = set()
 
     def host_action(action, gpu):
+        if action == "kill":
+            if model is None:
+                say(f"host: cannot kill {gpu}: no device process (--device ivshmem)")
+            elif model.kill(gpu):
+                say(f"host: {gpu}'s msvm-gpu process killed")
+            else:
+                say(f"host: {gpu}'s msvm-gpu process is not running: repeated kill ignored")
+            return
         if qmp is None:
             say(f"host: cannot {action} {gpu}: no QMP")
             return

@@ -363,7 +363,7 @@ impl<'p> Engine<'p> {
         // goes; what it leaves (a fault it was not given) the CPU runs, as
         // it runs a window whose faults a raise before gave back.
         if !inline && !self.cpu_only && !self.unserved.contains(&Some(off)) {
-            let on = self.on_device((mm, mirror), (job, w, off, n), write, done)?;
+            let on = self.on_device((mm, mirror, cancel), (job, w, off, n), write, done)?;
             clock.lap_job(JobPhase::Exec);
             match on {
                 device::OnDevice::Ran => return Ok(()),

@@ -73,9 +73,9 @@ impl FaultHandler {
 
     /// Raises `faults` for the job whose context is `job` and waits until
     /// the handler has serviced them; `out[i]` gets fault `i`'s result.
-    pub(crate) fn raise(
+    pub(crate) fn raise<S: Service>(
         &self,
-        job: &dyn Service,
+        job: &S,
         faults: &[Fault],
         out: &mut [Option<Result<Served>>],
     ) {

@@ -48,7 +48,7 @@ module! {
         },
         job_watchdog_ms: u32 {
             default: 2000,
-            description: "msvm-gpu's job watchdog: a job that runs longer, its stalls on faults not counted, is stopped by the device and fails with EIO (ms, default 2000; 0 off; at most 4294967)",
+            description: "msvm-gpu's job watchdog: a job that runs longer, its stalls on faults not counted, is stopped by the device and fails with EIO (ms, default 2000; 0 off; at most 10000)",
         },
         thrash: u32 {
             default: 1,

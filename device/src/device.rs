@@ -440,9 +440,11 @@ impl Device {
                     continue;
                 }
             };
+            let started = std::time::Instant::now();
             let r = job::execute(&Jobs(self), remote, &work, setup, &mut tlb);
             let cause = {
                 let mut s = self.state()?;
+                s.regs.add_job_busy(started.elapsed());
                 let c = tlb.take_counts();
                 s.mmu.counts.hits += c.hits;
                 s.mmu.counts.misses += c.misses;
@@ -455,6 +457,9 @@ impl Device {
                             0
                         }
                     }
+                    // Stopped under a job: the connection is gone, nothing
+                    // to report.
+                    Err(_) if s.stop => 0,
                     Err((fault, seqno)) => match s.job.fail(work.gen, fault, seqno) {
                         true if fault.code == ring::error::WATCHDOG => {
                             regs::cause::ERROR | regs::cause::WATCHDOG

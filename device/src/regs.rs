@@ -40,6 +40,10 @@ pub const IRQ_RAISE: u64 = 0x028;
 /// WATCHDOG; 0 (at reset): no watchdog. A job takes the value it finds
 /// when it starts.
 pub const JOB_WATCHDOG: u64 = 0x02c;
+/// `JOB_BUSY` (64 bits, read-only): microseconds the job engine has spent
+/// running jobs (from a job's start to its end, stalls included) since
+/// the device's reset; read `HI`, `LO`, `HI` again for a stable value.
+pub const JOB_BUSY: u64 = 0x030;
 
 /// Interrupt causes, in `IRQ_STATUS`; each signals the device's one MSI
 /// vector.
@@ -64,6 +68,7 @@ pub struct Regs {
     irq_status: u32,
     irq_enable: u32,
     job_watchdog: u32,
+    job_busy: std::time::Duration,
 }
 
 /// What a register write asks of the device besides the register file.
@@ -98,6 +103,8 @@ impl Regs {
             IRQ_STATUS => self.irq_status,
             IRQ_ENABLE => self.irq_enable,
             JOB_WATCHDOG => self.job_watchdog,
+            JOB_BUSY => self.job_busy.as_micros() as u32,
+            o if o == JOB_BUSY + 4 => (self.job_busy.as_micros() >> 32) as u32,
             _ => 0,
         }
     }
@@ -122,6 +129,11 @@ impl Regs {
     pub fn job_watchdog(&self) -> Option<std::time::Duration> {
         let us = self.job_watchdog;
         (us != 0).then(|| std::time::Duration::from_micros(u64::from(us)))
+    }
+
+    /// The job engine ran a job for `d`.
+    pub fn add_job_busy(&mut self, d: std::time::Duration) {
+        self.job_busy += d;
     }
 
     /// Raises `causes`; returns the enabled causes that were not raised

@@ -5,19 +5,29 @@
 
 use kernel::{fmt, prelude::*, sync::atomic::Relaxed, uaccess::UserSliceReader};
 
-use crate::gpu::job::{hang_jobs, hangs_left, jobs_used, use_jobs};
+use crate::gpu::job::{
+    hang_jobs, hangs_left, jobs_used, set_stall_delay, stall_delay_ms, use_jobs,
+};
 use crate::vram::{engine_used, fail_runs, use_engine};
 
 use super::per_device;
+
+/// What `r` writes, as text (`EINVAL` if longer than `buf`).
+fn read_text<'a>(r: &mut UserSliceReader, buf: &'a mut [u8]) -> Result<&'a str> {
+    let n = r.len();
+    if n > buf.len() {
+        return Err(EINVAL);
+    }
+    r.read_slice(&mut buf[..n])?;
+    core::str::from_utf8(buf[..n].trim_ascii()).map_err(|_| EINVAL)
+}
 
 /// `copy_engine`: `1` makes migrations copy with the copy engine of a
 /// device that has one, `0` with the CPU (the benchmark's baseline);
 /// `fail N` makes the next `N` runs of an engine fail.
 pub(super) fn write_copy_engine(_: &(), r: &mut UserSliceReader) -> Result {
     let mut buf = [0u8; 24];
-    let n = r.len().min(buf.len());
-    r.read_slice(&mut buf[..n])?;
-    let text = core::str::from_utf8(buf[..n].trim_ascii()).map_err(|_| EINVAL)?;
+    let text = read_text(r, &mut buf)?;
     match text {
         "0" => use_engine(false),
         "1" => use_engine(true),
@@ -62,18 +72,22 @@ pub(super) fn show_copy_engine(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Resul
 
 /// `job_engine`: `1` runs jobs on the job engine of a device that has
 /// one, `0` on the CPU (the benchmark's baseline); `hang N` queues each of
-/// the next `N` jobs behind one that never ends.
+/// the next `N` jobs behind one that never ends; `stall_delay MS` makes
+/// each stall's service wait `MS` ms first.
 pub(super) fn write_job_engine(_: &(), r: &mut UserSliceReader) -> Result {
     let mut buf = [0u8; 24];
-    let n = r.len().min(buf.len());
-    r.read_slice(&mut buf[..n])?;
-    let text = core::str::from_utf8(buf[..n].trim_ascii()).map_err(|_| EINVAL)?;
+    let text = read_text(r, &mut buf)?;
     match text {
         "0" => use_jobs(false),
         "1" => use_jobs(true),
         _ => {
-            let count = text.strip_prefix("hang ").ok_or(EINVAL)?;
-            hang_jobs(count.trim().parse().map_err(|_| EINVAL)?);
+            let (what, n) = text.split_once(' ').ok_or(EINVAL)?;
+            let n = n.trim().parse().map_err(|_| EINVAL)?;
+            match what {
+                "hang" => hang_jobs(n),
+                "stall_delay" => set_stall_delay(n)?,
+                _ => return Err(EINVAL),
+            }
         }
     }
     Ok(())
@@ -82,10 +96,16 @@ pub(super) fn write_job_engine(_: &(), r: &mut UserSliceReader) -> Result {
 /// `job_engine`: whether jobs run on job engines, then per device with
 /// one its counters and its MMU's.
 pub(super) fn show_job_engine(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    writeln!(f, "use {} hang {}", u8::from(jobs_used()), hangs_left())?;
+    writeln!(
+        f,
+        "use {} hang {} stall_delay {}",
+        u8::from(jobs_used()),
+        hangs_left(),
+        stall_delay_ms()
+    )?;
     per_device(
         f,
-        "gpu usable runs bytes_written bytes_read woken failed device_done invalidations inv_ns table_writes no_room stale stalls fault_records overflows replays cancels watchdog",
+        "gpu usable runs bytes_written bytes_read woken failed device_done invalidations inv_ns table_writes no_room stale stalls fault_records overflows replays cancels watchdog busy_us",
         |f, i, p| {
             let Some(hw) = p.hw() else {
                 return Ok(());
@@ -94,7 +114,7 @@ pub(super) fn show_job_engine(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result
             let fs = &hw.faults.stats;
             writeln!(
                 f,
-                "{i} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
+                "{i} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
                 u8::from(j.usable() && hw.mmu.usable()),
                 q.runs.load(Relaxed),
                 j.stats.bytes_written.load(Relaxed),
@@ -113,6 +133,7 @@ pub(super) fn show_job_engine(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result
                 fs.replays.load(Relaxed),
                 fs.cancels.load(Relaxed),
                 q.watchdog.load(Relaxed),
+                j.busy_us().unwrap_or(0),
             )
         },
     )

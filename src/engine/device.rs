@@ -38,6 +38,7 @@ use crate::gpu::job::{
 use crate::gpu::mmu::{SYSTEM, VALID, WRITE};
 use crate::gpu::regs::{error, JobBlock};
 use crate::gpu::ring::{RunError, Runner, Session, Waited};
+use crate::mm::cancel::Cancel;
 use crate::mm::devpt::{DevPt, DeviceTable, Mapping};
 use crate::mm::devtables::DevMirror;
 use crate::mm::page::{BLOCK_PAGES, BLOCK_SIZE, PAGE_SIZE};
@@ -49,6 +50,17 @@ const CANCELLED: u64 = 1;
 /// Faults one window may stall on before the next is cancelled (an
 /// invalidation that keeps zapping what its faults bind).
 const MAX_STALLS: usize = 16;
+
+/// Whether the window's job had its fault cancelled, and why.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cancelled {
+    /// Not cancelled.
+    No,
+    /// The CPU runs the rest, in the job's context.
+    ForTheCpu,
+    /// The job ends with this error (the fault's service failed).
+    Failed(Error),
+}
 
 /// How a window went on the device.
 pub(super) enum OnDevice {
@@ -69,7 +81,7 @@ impl Engine<'_> {
     /// side there, servicing the faults it stalls on.
     pub(super) fn on_device(
         &mut self,
-        (mm, mirror): (&MmWithUser, &DevMirror),
+        (mm, mirror, cancel): (&MmWithUser, &DevMirror, &Cancel<'_>),
         (job, w, off, n): (&Job, WindowPages, usize, usize),
         write: bool,
         done: &mut Done,
@@ -129,9 +141,7 @@ impl Engine<'_> {
         // the pattern and the result are the queue's own scratch words.
         let mut r = unsafe { session.parts().1.start(&cmd, &stalls) };
         let mut stalled = 0;
-        // The job's fault was cancelled, and why (an error the job ends
-        // with, or none: the CPU runs the rest).
-        let mut cancelled: Option<Option<Error>> = None;
+        let mut cancelled = Cancelled::No;
         loop {
             match r {
                 Ok(Waited::Done) => break,
@@ -157,7 +167,7 @@ impl Engine<'_> {
             let (answer, why) = match taken {
                 // A cancelled job stalls no more: a device that does is
                 // reset.
-                _ if cancelled.is_some() => {
+                _ if cancelled != Cancelled::No => {
                     let e = session.parts().1.abandon();
                     r = Err(e);
                     continue;
@@ -181,6 +191,7 @@ impl Engine<'_> {
                         drop(atomics.take());
                         let parked = session.park();
                         drop(guard);
+                        job::delay_stall(cancel);
                         let o = raised.windows.iter().flatten().map(|&(o, ..)| o);
                         self.ahead = later(
                             off,
@@ -208,7 +219,7 @@ impl Engine<'_> {
                 }
             };
             if answer == Answer::Cancel {
-                cancelled = Some(why);
+                cancelled = why.map_or(Cancelled::ForTheCpu, Cancelled::Failed);
             }
             let (_, mut runner) = session.parts();
             // SAFETY: a replay's entries were written anew under the
@@ -232,7 +243,7 @@ impl Engine<'_> {
         s.tlb_misses.add(tlb >> 32, Relaxed);
         let table = guard.table();
         if status == CANCELLED {
-            if let Some(Some(e)) = cancelled {
+            if let Cancelled::Failed(e) = cancelled {
                 return Err(e);
             }
             // CAST: at most the window's length, which is a `usize`.

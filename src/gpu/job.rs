@@ -4,9 +4,16 @@
 //! [`Queue`] of jobs over a context's virtual addresses, which the device
 //! translates through the page tables msvm writes (`super::mmu`).
 
-use kernel::sync::atomic::{Atomic, Relaxed};
+use kernel::{
+    io::Io,
+    prelude::*,
+    sync::atomic::{Atomic, Relaxed},
+    time::{Delta, Instant, Monotonic},
+};
 
-use super::regs::JobBlock;
+use crate::mm::cancel::{nap, Cancel};
+
+use super::regs::{JobBlock, JOB_BUSY_HI, JOB_BUSY_LO};
 use super::ring::{Engine, Queue, COMMAND_WORDS};
 
 /// Opcodes.
@@ -120,6 +127,31 @@ impl Engine for JobBlock {
 /// The job engine of an msvm-gpu.
 pub(crate) type JobEngine = Queue<JobBlock>;
 
+/// The longest job watchdog, ms: below msvm's own wait for a job
+/// (`super::ring`'s 15 s), which would end a longer one first.
+pub(crate) const WATCHDOG_MAX_MS: u32 = 10_000;
+
+impl JobEngine {
+    /// Microseconds the device's job engine has run jobs (`JOB_BUSY`),
+    /// while the device is bound and answers.
+    pub(crate) fn busy_us(&self) -> Option<u64> {
+        let io = self.bar().try_access()?;
+        // The high word again: the low one may have wrapped in between
+        // (once in 71 minutes: a second try reads it stable).
+        for _ in 0..3 {
+            let hi = io.read(JOB_BUSY_HI).value();
+            let lo = io.read(JOB_BUSY_LO).value();
+            if hi == u32::MAX && lo == u32::MAX {
+                return None;
+            }
+            if io.read(JOB_BUSY_HI).value() == hi {
+                return Some((u64::from(hi) << 32) | u64::from(lo));
+            }
+        }
+        None
+    }
+}
+
 /// Whether jobs run on the job engine of a device that has one (debugfs
 /// `job_engine`: the benchmark's CPU baseline turns it off).
 static USE_JOBS: Atomic<bool> = Atomic::new(true);
@@ -147,4 +179,38 @@ pub(crate) fn hang_jobs(n: u32) {
 /// Jobs left to hang.
 pub(crate) fn hangs_left() -> u32 {
     HANGS.load(Relaxed)
+}
+
+/// Milliseconds a stalled job's service waits first (debugfs
+/// `job_engine`'s `stall_delay MS`).
+static STALL_DELAY_MS: Atomic<u32> = Atomic::new(0);
+
+/// The longest stall delay, ms.
+pub(crate) const STALL_DELAY_MAX_MS: u32 = 30_000;
+
+/// Fault injection: each service of a stalled job first waits `ms` ms
+/// (at most [`STALL_DELAY_MAX_MS`]) with the device parked, so that a
+/// test can unplug the device while a fault is pending.
+pub(crate) fn set_stall_delay(ms: u32) -> Result {
+    if ms > STALL_DELAY_MAX_MS {
+        return Err(EINVAL);
+    }
+    STALL_DELAY_MS.store(ms, Relaxed);
+    Ok(())
+}
+
+/// The stall delay, ms.
+pub(crate) fn stall_delay_ms() -> u32 {
+    STALL_DELAY_MS.load(Relaxed)
+}
+
+/// Waits the stall delay, if any, with the device parked; stops early
+/// when the ioctl must stop (`cancel`: a fatal signal, a device going).
+pub(crate) fn delay_stall(cancel: &Cancel<'_>) {
+    let ms = stall_delay_ms();
+    let start = Instant::<Monotonic>::now();
+    while start.elapsed() < Delta::from_millis(i64::from(ms)) && cancel.check().is_ok() {
+        // Killable: a fatal signal ends the nap, and the check above sees it.
+        nap();
+    }
 }

@@ -168,7 +168,9 @@ impl Mmu {
 
     /// Stale translations the device's checking mode found.
     pub(crate) fn stale(&self) -> Option<u32> {
-        Some(u32::from(self.bar.try_access()?.read(MMU_STALE).value()))
+        let n = u32::from(self.bar.try_access()?.read(MMU_STALE).value());
+        // A device gone reads all ones.
+        (n != u32::MAX).then_some(n)
     }
 
     /// A context for a VM's table, if one is free: its id invalidated

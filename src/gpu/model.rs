@@ -15,7 +15,7 @@ use super::copy::CopyEngine;
 use super::faults::FaultBuffer;
 use super::hal::Hal;
 use super::irq::Interrupt;
-use super::job::JobEngine;
+use super::job::{JobEngine, WATCHDOG_MAX_MS};
 use super::mmu::Mmu;
 use super::regs::{self, ID, JOB_WATCHDOG, SCRATCH, VERSION, VRAM_SIZE_HI, VRAM_SIZE_LO};
 use super::{Engines, Hw};
@@ -84,8 +84,15 @@ impl Hal for MsvmGpu {
         let (major, minor) = identify(pdev, &bar, vram_len)?;
         // A job that runs longer is stopped by the device, its engine
         // reset, the job failed with `EIO`: no VM holds the engine longer.
-        let watchdog_ms = crate::module_parameters::job_watchdog_ms.value();
-        bar.write_reg(JOB_WATCHDOG::zeroed().with_us(watchdog_ms.saturating_mul(1000)));
+        let asked = crate::module_parameters::job_watchdog_ms.value();
+        let watchdog_ms = asked.min(WATCHDOG_MAX_MS);
+        if watchdog_ms != asked {
+            dev_warn!(
+                pdev.as_ref(),
+                "msvm-gpu: job_watchdog_ms {asked} is past msvm's own wait for a job: {watchdog_ms} used\n"
+            );
+        }
+        bar.write_reg(JOB_WATCHDOG::zeroed().with_us(watchdog_ms * 1000));
         let bar = Arc::new(bar.into_devres()?, GFP_KERNEL)?;
         let copy = CopyEngine::new(pdev, bar.clone())?;
         let jobs = match JobEngine::new(pdev, bar.clone()) {
@@ -124,7 +131,7 @@ impl Hal for MsvmGpu {
         engines.hw.copy.selftest(pdev)?;
         dev_info!(
             pdev.as_ref(),
-            "msvm-gpu: interface {major}.{minor}, {} MiB of VRAM, its interrupt answers {} causes, its copy engine round-trips a page; jobs run on its job engine, faulting through its fault buffer, for at most {watchdog_ms} ms each\n",
+            "msvm-gpu: interface {major}.{minor}, {} MiB of VRAM, its interrupt answers {} causes, its copy engine round-trips a page; jobs run on its job engine, faulting through its fault buffer; job watchdog {watchdog_ms} ms (0: none)\n",
             vram_len >> 20,
             regs::CAUSES
         );

@@ -52,6 +52,17 @@ register! {
     pub(crate) JOB_WATCHDOG(u32) @ 0x02c {
         31:0 us;
     }
+
+    /// Microseconds the job engine has run jobs since the device's reset,
+    /// low word.
+    pub(crate) JOB_BUSY_LO(u32) @ 0x030 {
+        31:0 value;
+    }
+
+    /// High word.
+    pub(crate) JOB_BUSY_HI(u32) @ 0x034 {
+        31:0 value;
+    }
 }
 
 /// The base of a ring's registers: an engine's block in BAR0

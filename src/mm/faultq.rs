@@ -38,6 +38,7 @@
 //! workqueue's own (queuing the handler), and nothing is serviced under it.
 
 use core::cell::UnsafeCell;
+use core::marker::PhantomData;
 use core::ptr::NonNull;
 
 use kernel::{
@@ -127,14 +128,86 @@ pub(crate) struct Counters {
 ///
 /// # Invariants
 ///
-/// `vm` is valid until every fault of this raise is completed (`pending`
-/// is 0): the raising job does not return before. `results` and `pending`
+/// The borrow `vm.data` was cast from lasts until every fault of this
+/// raise is completed (`pending` is 0): the raising job does not return
+/// before. `results` and `pending`
 /// are accessed with the queue's lock held only.
 struct Raise {
-    vm: NonNull<dyn Service>,
+    vm: Context,
     faults: [Fault; MAX_RAISE],
     results: UnsafeCell<[Option<Result<Served>>; MAX_RAISE]>,
     pending: UnsafeCell<usize>,
+}
+
+/// A job's context as a raise holds it: a pointer to the job's
+/// [`Service`], its type erased (the queue outlives every job's borrow),
+/// and the functions that call it, made for that type (as a `RawWaker`
+/// erases a waker's).
+///
+/// # Invariants
+///
+/// `data` was cast from a `&S`, for one `S: Service` (hence `Sync`), and
+/// `vm` and `service` are the functions of [`Context::of`] made for that
+/// `S`.
+#[derive(Clone, Copy)]
+struct Context {
+    data: NonNull<()>,
+    vm: unsafe fn(NonNull<()>) -> usize,
+    service: unsafe fn(NonNull<()>, &Fault) -> Result<Served>,
+}
+
+impl Context {
+    /// The context `job`.
+    fn of<S: Service>(job: &S) -> Self {
+        /// # Safety
+        ///
+        /// `p` was cast from a `&S` still valid for the call (which may be
+        /// made from another thread: `S: Sync`).
+        unsafe fn vm<S: Service>(p: NonNull<()>) -> usize {
+            // SAFETY: the caller's promise.
+            unsafe { p.cast::<S>().as_ref() }.vm()
+        }
+        /// # Safety
+        ///
+        /// As `vm`'s.
+        unsafe fn service<S: Service>(p: NonNull<()>, f: &Fault) -> Result<Served> {
+            // SAFETY: the caller's promise.
+            unsafe { p.cast::<S>().as_ref() }.service(f)
+        }
+        // INVARIANT: `data` is `job` cast, the functions made for `S`.
+        Self {
+            data: NonNull::from(job).cast(),
+            vm: vm::<S>,
+            service: service::<S>,
+        }
+    }
+}
+
+/// A queued job's context, for as long as `'a`.
+///
+/// # Invariants
+///
+/// The borrow `ctx.data` was cast from (see [`Context`]'s invariant)
+/// lasts at least `'a`.
+#[derive(Clone, Copy)]
+struct ServiceRef<'a> {
+    ctx: Context,
+    _live: PhantomData<&'a ()>,
+}
+
+impl ServiceRef<'_> {
+    /// [`Service::vm`].
+    fn vm(&self) -> usize {
+        // SAFETY: `data` was cast from a `&S` and `vm` made for that `S`
+        // (`Context` invariant), a borrow valid for `'a` (type invariant).
+        unsafe { (self.ctx.vm)(self.ctx.data) }
+    }
+
+    /// [`Service::service`].
+    fn service(&self, fault: &Fault) -> Result<Served> {
+        // SAFETY: as in `vm`.
+        unsafe { (self.ctx.service)(self.ctx.data, fault) }
+    }
 }
 
 /// A queued fault: fault `idx` of a raise.
@@ -152,7 +225,8 @@ struct Ring {
 
 // SAFETY: an `Entry` points to a `Raise` whose job waits for it (see
 // `Raise`); the handler uses it from its own thread, which `Service: Sync`
-// allows, and its cells under the queue's lock only.
+// allows (`Context::of` takes only an `S: Service`), and its cells under
+// the queue's lock only.
 unsafe impl Send for Ring {}
 
 /// A device's fault queue.
@@ -195,9 +269,9 @@ impl FaultQueue {
     /// `None` for a fault the full queue had no room for (the job services
     /// it: a job never waits for room, which another could always take
     /// first). Sleeps; the caller holds no lock the handler's service takes.
-    pub(crate) fn raise(
+    pub(crate) fn raise<S: Service>(
         &self,
-        vm: &dyn Service,
+        vm: &S,
         faults: &[Fault],
         kick: impl Fn(),
         out: &mut [Option<Result<Served>>],
@@ -208,14 +282,10 @@ impl FaultQueue {
         }
         let mut list = [faults[0]; MAX_RAISE];
         list[..n].copy_from_slice(&faults[..n]);
-        let vm: NonNull<dyn Service + '_> = NonNull::from(vm);
-        // SAFETY: only the lifetime bound changes (same layout). The
-        // pointer is used while this function waits (see `Raise`), which
-        // the borrow outlives.
-        let vm: NonNull<dyn Service> = unsafe { core::mem::transmute(vm) };
-        // INVARIANT: this function returns only once `pending` is 0.
+        // INVARIANT: this function returns only once `pending` is 0, and
+        // `vm` is borrowed until then.
         let raise = Raise {
-            vm,
+            vm: Context::of(vm),
             faults: list,
             results: UnsafeCell::new([None; MAX_RAISE]),
             // Set once the faults that fit are known, under the lock.
@@ -403,10 +473,16 @@ impl FaultQueue {
     ///
     /// `e` was taken from the ring, and is completed only after the last
     /// use of the returned reference.
-    unsafe fn vm<'a>(e: Entry) -> &'a dyn Service {
-        // SAFETY: the raise and its context are valid until the entry is
-        // completed (`Raise` invariant), after the last use (the caller's
-        // promise).
-        unsafe { e.raise.as_ref().vm.as_ref() }
+    unsafe fn vm<'a>(e: Entry) -> ServiceRef<'a> {
+        // SAFETY: the raise is valid until the entry is completed (`Raise`
+        // invariant), after the last use (the caller's promise).
+        let ctx = unsafe { e.raise.as_ref().vm };
+        // INVARIANT: the context's borrow lasts until the entry is
+        // completed (`Raise` invariant), which the caller promises is after
+        // `'a`.
+        ServiceRef {
+            ctx,
+            _live: PhantomData,
+        }
     }
 }

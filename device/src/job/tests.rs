@@ -526,8 +526,13 @@ fn the_watchdog_stops_a_job_that_runs_past_it_and_the_next_one_runs() {
         2,
         "the WAIT"
     );
-    assert_ne!(r.reg(IRQ_STATUS) & cause::WATCHDOG, 0);
+    let both = cause::WATCHDOG | cause::ERROR;
+    assert_eq!(r.reg(IRQ_STATUS) & both, both);
     assert_eq!(r.vram(DATA, 8), 0x1111u64.to_le_bytes(), "untouched");
+    // The engine was busy about the 30 ms of the first WAIT and the 20
+    // of this.
+    let busy = r.reg(crate::regs::JOB_BUSY);
+    assert!((40_000..10_000_000).contains(&busy), "JOB_BUSY {busy} us");
     // Reset, the same fill runs.
     r.reset();
     assert_eq!(r.run(fill), 0);
@@ -544,4 +549,30 @@ fn the_watchdog_stops_a_job_that_runs_past_it_and_the_next_one_runs() {
     r.answer(REPLAY);
     r.wait_for(reg::STATUS, status::IDLE | status::HALTED);
     assert_eq!(r.reg(reg::ERROR), 0);
+}
+
+#[test]
+fn a_device_stopped_under_a_wait_ends_its_engine_and_reports_nothing() {
+    use crate::regs::{cause, IRQ_STATUS};
+    let mut r = Rig::new();
+    r.submit(Command {
+        opcode: op::WAIT,
+        src: SYS,
+        phase: 1,
+        ..Command::default()
+    });
+    std::thread::sleep(Duration::from_millis(20));
+    r.dev.stop();
+    let engine = r.engine.take().unwrap();
+    let t = Instant::now();
+    while !engine.is_finished() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the engine did not end"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    engine.join().unwrap().unwrap();
+    assert_eq!(r.reg(reg::STATUS) & status::HALTED, 0);
+    assert_eq!(r.reg(IRQ_STATUS) & cause::ERROR, 0);
 }

@@ -494,6 +494,18 @@ fn filled(len: usize, large: bool, byte: u8) -> Result<(crate::svm::Map, usize),
     Ok((m, p))
 }
 
+/// The default attributes but the access counters, off: a range a device
+/// works on in place stays where it is.
+pub(crate) fn counters_off() -> msvm_rt::Attributes {
+    msvm_rt::Attributes {
+        preferred: msvm_rt::Place::Default,
+        access: msvm_rt::Access::Migrate,
+        thrash: true,
+        counters: false,
+        read_mostly: false,
+    }
+}
+
 /// The jobs whose pages must first move to gpu0, by name: 4 KiB, 64 KiB
 /// (4 KiB pages) and a 2 MiB THP (whether it is one).
 const MOVES: [(&str, usize, bool); 3] = [
@@ -528,14 +540,7 @@ pub fn run_latency() -> Result<(), String> {
     let m = Map::small(PAGE)?;
     let p = m.addr();
     // The access counters would move the page to gpu0 after 256 jobs.
-    let keep = msvm_rt::Attributes {
-        preferred: msvm_rt::Place::Default,
-        access: msvm_rt::Access::Migrate,
-        thrash: true,
-        counters: false,
-        read_mostly: false,
-    };
-    a.set_attr(p, PAGE, keep).map_err(e)?;
+    a.set_attr(p, PAGE, counters_off()).map_err(e)?;
     // The p50 of each path's ATOMIC_ADD, against own VRAM's.
     let mut p50 = [0.0; 3];
     for (k, (path, home)) in [("vram", Some(&a)), ("p2p", Some(&b)), ("dma", None)]

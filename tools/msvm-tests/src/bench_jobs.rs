@@ -8,16 +8,19 @@
 //! The job engine runs natively in the device process, the CPU engine in
 //! the guest under TCG: the speedup measures that difference as much as
 //! the driver's path (a table write, a doorbell and an interrupt per 2 MiB
-//! window). Then the smallest job's round trip each way
-//! (`hw_job_latency_{device,cpu}_{p50,p99}_us`).
+//! window). `hw_warm_job_<MIB>M.overhead`: the device's CHECKSUM's ioctl
+//! time over the time the device says its job engine ran (`JOB_BUSY`),
+//! the median of the rounds. `hw_p2p_over_own_<MIB>M`: the same CHECKSUM
+//! in place by gpu0's P2P peer (reading gpu0's VRAM over P2P, through
+//! QEMU) over gpu0's own, best of each. Then the smallest job's round
+//! trip each way (`hw_job_latency_{device,cpu}_{p50,p99}_us`).
 
 use std::time::Instant;
 
 use msvm_rt::{checksum, Exec, Location};
 
-use crate::bench::{buffer, gibps};
+use crate::bench::{buffer, counters_off, gibps};
 use crate::hw_jobs::{job_counters, use_jobs, JobCounters};
-use crate::svm::gpu0;
 
 /// Rounds of each mode (the best counts).
 const ROUNDS: usize = 5;
@@ -31,7 +34,7 @@ pub fn run(mib: usize) -> Result<(), String> {
 
 fn measure(mib: usize) -> Result<(), String> {
     let len = mib << 20;
-    let dev = gpu0()?;
+    let (dev, peer, _) = crate::multi::devices()?;
     let index = dev.index().map_err(|e| e.to_string())?;
     let jobs = || -> Result<JobCounters, String> {
         job_counters(index)?.ok_or_else(|| format!("gpu{index} has no job engine (not msvm-gpu?)"))
@@ -51,6 +54,8 @@ fn measure(mib: usize) -> Result<(), String> {
     let windows = (len / (2 << 20)) as u64;
     // Best times: [device, cpu] x [checksum, fill].
     let mut best = [[f64::MAX; 2]; 2];
+    // The device's CHECKSUMs: ioctl time over the device's busy time.
+    let mut overhead = Vec::with_capacity(ROUNDS);
     for round in 0..ROUNDS {
         for (mode, on) in [(0, true), (1, false)] {
             use_jobs(on)?;
@@ -63,6 +68,13 @@ fn measure(mib: usize) -> Result<(), String> {
             let t_sum = t.elapsed().as_secs_f64();
             if sum != want {
                 return Err(format!("CHECKSUM {sum:#x}, want {want:#x}"));
+            }
+            let busy = jobs()?.busy_us.saturating_sub(before.busy_us);
+            if on {
+                if busy == 0 {
+                    return Err(format!("the device says it ran no job ({busy} us)"));
+                }
+                overhead.push(t_sum * 1e6 / busy as f64);
             }
             // An ATOMIC_ADD of 0: every word read and written, the data kept.
             let t = Instant::now();
@@ -89,7 +101,43 @@ fn measure(mib: usize) -> Result<(), String> {
             return Err(format!("word {i} is {w:#x} after the jobs"));
         }
     }
+    // The same CHECKSUM by gpu0's peer, in place: over P2P (the access
+    // counters off: they would move the buffer to the peer).
+    peer.set_attr(addr, len, counters_off())
+        .map_err(|e| e.to_string())?;
+    let on_gpu0 = || -> Result<u64, String> {
+        let r = dev.residency(addr, len).map_err(|e| e.to_string())?;
+        Ok(r.devices[index as usize])
+    };
+    // Back in gpu0's memory (the check above faulted it home).
+    dev.migrate(addr, len, Location::Device)
+        .map_err(|e| e.to_string())?;
+    let before = on_gpu0()?;
+    let mut p2p = f64::MAX;
+    for _ in 0..ROUNDS.min(3) {
+        let t = Instant::now();
+        let sum = peer
+            .exec(Exec::Checksum, addr, len, true)
+            .map_err(|e| format!("CHECKSUM over P2P: {e}"))?
+            .result;
+        p2p = p2p.min(t.elapsed().as_secs_f64());
+        if sum != want {
+            return Err(format!("CHECKSUM over P2P {sum:#x}, want {want:#x}"));
+        }
+    }
+    let after = on_gpu0()?;
+    if before != len as u64 || after != len as u64 {
+        return Err(format!(
+            "the buffer is not all in gpu0's memory: {before} bytes before the P2P jobs, {after} after"
+        ));
+    }
     latency(&dev, addr)?;
+    overhead.sort_by(f64::total_cmp);
+    println!(
+        "BENCH hw_warm_job_{mib}M.overhead {:.3} x",
+        overhead[overhead.len() / 2]
+    );
+    println!("BENCH hw_p2p_over_own_{mib}M {:.2} x", p2p / best[0][0]);
     for (k, op) in ["checksum", "atomic_add"].iter().enumerate() {
         let name = format!("hw_warm_job_{mib}M_{op}");
         let (d, c) = (best[0][k], best[1][k]);

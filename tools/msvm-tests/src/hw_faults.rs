@@ -9,7 +9,7 @@ use msvm_rt::{checksum, Device, Exec, Location};
 
 use crate::check;
 use crate::harness::{Outcome, Test};
-use crate::hw_jobs::{hang_jobs, job_counters, jobs_on_device, JobCounters};
+use crate::hw_jobs::{job_counters, jobs_on_device, Injection, JobCounters};
 use crate::svm::{fill, Map};
 use crate::sysfs;
 
@@ -199,12 +199,12 @@ fn watchdog_resets_a_hung_queue_and_the_next_job_runs() -> Outcome {
         .result;
     check!(sum == want_b, "the first CHECKSUM: {sum:#x}");
     let x = counters(index)?;
-    hang_jobs(1)?;
-    let start = Instant::now();
-    let r = dev.fill(&[0xa5], a.addr(), LEN, true);
-    let took = start.elapsed();
-    let y = counters(index)?;
-    hang_jobs(0)?;
+    let (r, took, y) = {
+        let _hang = Injection::hang(1)?;
+        let start = Instant::now();
+        let r = dev.fill(&[0xa5], a.addr(), LEN, true);
+        (r, start.elapsed(), counters(index)?)
+    };
     check!(
         r.as_ref().err().and_then(|x| x.errno()) == Some(nix::errno::Errno::EIO),
         "a FILL behind a hung job: {:?}, want EIO",

@@ -60,11 +60,13 @@ pub(crate) struct JobCounters {
     pub(crate) cancels: u64,
     /// Jobs the device's watchdog stopped.
     pub(crate) watchdog: u64,
+    /// Microseconds the device says its job engine ran jobs.
+    pub(crate) busy_us: u64,
 }
 
 /// The job engine's counters of device `index`, `None` if it has none.
 pub(crate) fn job_counters(index: u32) -> Result<Option<JobCounters>, String> {
-    Ok(debugfs_row(JOB_ENGINE, index, 19)?.map(|f| JobCounters {
+    Ok(debugfs_row(JOB_ENGINE, index, 20)?.map(|f| JobCounters {
         usable: f[1],
         runs: f[2],
         bytes_written: f[3],
@@ -79,6 +81,7 @@ pub(crate) fn job_counters(index: u32) -> Result<Option<JobCounters>, String> {
         replays: f[16],
         cancels: f[17],
         watchdog: f[18],
+        busy_us: f[19],
     }))
 }
 
@@ -95,9 +98,47 @@ pub(crate) fn use_jobs(on: bool) -> Result<(), String> {
     fs::write(JOB_ENGINE, if on { "1" } else { "0" }).map_err(|x| format!("{JOB_ENGINE}: {x}"))
 }
 
-/// Queues each of the next `n` jobs behind one that never ends.
-pub(crate) fn hang_jobs(n: u32) -> Result<(), String> {
-    fs::write(JOB_ENGINE, format!("hang {n}")).map_err(|x| format!("{JOB_ENGINE}: {x}"))
+/// Hangs not yet queued (debugfs `job_engine`'s first line: `use U hang
+/// N stall_delay MS`).
+pub(crate) fn hangs_left() -> Result<u32, String> {
+    let text = fs::read_to_string(JOB_ENGINE).map_err(|x| format!("{JOB_ENGINE}: {x}"))?;
+    let first = text.lines().next().unwrap_or("");
+    let n = first.split_whitespace().skip_while(|&w| w != "hang").nth(1);
+    n.and_then(|n| n.parse().ok())
+        .ok_or_else(|| format!("{JOB_ENGINE}: no hang count in {first:?}"))
+}
+
+/// A fault injection of debugfs `job_engine` in effect (`hang N`,
+/// `stall_delay MS`), undone when dropped, however the test ends.
+pub(crate) struct Injection {
+    /// What undoes it.
+    undo: &'static str,
+}
+
+impl Injection {
+    fn write(what: &str) -> Result<(), String> {
+        fs::write(JOB_ENGINE, what).map_err(|x| format!("{JOB_ENGINE}: {x}"))
+    }
+
+    /// Queues each of the next `n` jobs behind one that never ends.
+    pub(crate) fn hang(n: u32) -> Result<Self, String> {
+        Self::write(&format!("hang {n}"))?;
+        Ok(Self { undo: "hang 0" })
+    }
+
+    /// Makes each service of a stalled job wait `ms` ms first.
+    pub(crate) fn stall_delay(ms: u64) -> Result<Self, String> {
+        Self::write(&format!("stall_delay {ms}"))?;
+        Ok(Self {
+            undo: "stall_delay 0",
+        })
+    }
+}
+
+impl Drop for Injection {
+    fn drop(&mut self) {
+        let _ = Self::write(self.undo);
+    }
 }
 
 /// The 64-bit words of `bytes`, each plus `v`.

@@ -31,6 +31,7 @@ mod harness;
 mod hw;
 mod hw_faults;
 mod hw_jobs;
+mod hw_loss;
 mod large;
 mod lifecycle;
 mod multi;
@@ -278,7 +279,13 @@ fn main() -> ExitCode {
             .into_iter()
             .filter(|t| INTEGRITY.contains(&t.name))
             .collect(),
-        Some("hotplug") => unplug::hotplug_tests(),
+        Some("hotplug") => unplug::hotplug_tests()
+            .into_iter()
+            .chain(hw_loss::hotplug_tests())
+            .collect(),
+        Some("device-lost") => {
+            return finish("device-lost", hw_loss::device_lost(), Some("device lost"));
+        }
         // On the 8-GPU server (scripts/vm.py --gpus 8gpu).
         Some("topology8") => topology8::tests(),
         // With msvm loaded with no parameter (2 MiB device folios off).
@@ -305,6 +312,7 @@ fn main() -> ExitCode {
                 .into_iter()
                 .chain(unplug::rebind_tests())
                 .chain(unplug::hotplug_tests())
+                .chain(hw_loss::hotplug_tests())
                 .chain(defaults::tests());
             for t in all {
                 println!("{}", t.name);
