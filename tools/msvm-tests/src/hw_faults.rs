@@ -32,6 +32,19 @@ fn e(x: impl std::fmt::Display) -> String {
     x.to_string()
 }
 
+/// The first GPU, with a VM of this process, and its index, if it runs
+/// jobs on a job engine (msvm-gpu); `None` otherwise (the test does not
+/// apply).
+fn first_gpu_with_jobs() -> Result<Option<(Device, u32)>, String> {
+    let Some(gpu) = sysfs::msvm_gpus()?.into_iter().next() else {
+        return Ok(None);
+    };
+    let dev = Device::open(&gpu.node).map_err(e)?;
+    dev.vm_create().map_err(e)?;
+    let index = dev.query().map_err(e)?.index;
+    Ok(jobs_on_device(index)?.then_some((dev, index)))
+}
+
 /// The counters of device `index`, which runs jobs on its job engine.
 fn counters(index: u32) -> Result<JobCounters, String> {
     job_counters(index)?.ok_or_else(|| format!("gpu{index}: no job engine line"))
@@ -49,15 +62,9 @@ fn counters(index: u32) -> Result<JobCounters, String> {
 ///   every byte is filled, no job fails, and the next job runs on the
 ///   device (a cancelled fault ends only its job).
 fn faults_stall_the_job_until_replayed_or_cancelled() -> Outcome {
-    let Some(gpu) = sysfs::msvm_gpus()?.into_iter().next() else {
+    let Some((dev, index)) = first_gpu_with_jobs()? else {
         return Ok(());
     };
-    let dev = Device::open(&gpu.node).map_err(e)?;
-    dev.vm_create().map_err(e)?;
-    let index = dev.query().map_err(e)?.index;
-    if !jobs_on_device(index)? {
-        return Ok(());
-    }
     let mut a = Map::new(LEN)?;
     fill(a.bytes_mut(), 0x45f);
     let want = checksum(a.bytes());
@@ -175,15 +182,9 @@ fn faults_stall_the_job_until_replayed_or_cancelled() -> Outcome {
 /// every byte; another range too). The next job runs on the device.
 fn watchdog_resets_a_hung_queue_and_the_next_job_runs() -> Outcome {
     const LEN: usize = 2 << 20;
-    let Some(gpu) = sysfs::msvm_gpus()?.into_iter().next() else {
+    let Some((dev, index)) = first_gpu_with_jobs()? else {
         return Ok(());
     };
-    let dev = Device::open(&gpu.node).map_err(e)?;
-    dev.vm_create().map_err(e)?;
-    let index = dev.query().map_err(e)?.index;
-    if !jobs_on_device(index)? {
-        return Ok(());
-    }
     let mut a = Map::new(LEN)?;
     let mut b = Map::new(LEN)?;
     fill(a.bytes_mut(), 0x462);
