@@ -49,11 +49,12 @@ SERIES = [
     ("misc", ["misc"], "rust: mm: add misc devices whose files reach their driver's data",
      "kernel::miscdevice hands open() the registration only; Misc<F> keeps\n"
      "the data beside it and finds it from there."),
-    ("page", ["page", "numa", "dma"], "rust: mm: add page handles bounded by what keeps the page alive",
+    ("page", ["page", "numa", "dma", "rawdev"], "rust: mm: add page handles bounded by what keeps the page alive",
      "PageRef<'a> borrows a struct page for as long as what keeps it alive;\n"
      "NewPage is a page allocated to be a migration destination; SysPage a\n"
      "system page's contents, read and written with memcpy semantics; Home\n"
-     "the NUMA node a new page is placed on. They need each other."),
+     "the NUMA node a new page is placed on (the DMA and NUMA calls take the\n"
+     "struct device behind a Device: rawdev). They need each other."),
     ("freemap", ["freemap"], "rust: mm: add the free map of a chunk of device memory",
      "A bitmap and a count per 2 MiB block: whole blocks handed out as\n"
      "large folios; freeing (from folio_free) never allocates."),

@@ -12,6 +12,7 @@ use kernel::{
 
 use super::bindings as b;
 use super::page::{PageRef, PAGE_SIZE};
+use super::rawdev::raw;
 
 /// A page mapped for DMA by one device (bidirectional, one page, no CPU
 /// sync at either end: see [`DmaPage::map`]), unmapped on drop.
@@ -283,13 +284,6 @@ fn mapped(dev: &device::Device, addr: u64) -> bool {
     // SAFETY: `dev` is a live device (the borrow); the call only compares
     // `addr` (and records the check for DMA API debugging).
     unsafe { b::msvm_dma_mapping_error(raw(dev), addr) == 0 }
-}
-
-/// `device::Device` is `#[repr(transparent)]` over `Opaque<bindings::device>`.
-pub(super) fn raw(dev: &device::Device) -> *mut bindings::device {
-    core::ptr::from_ref(dev)
-        .cast::<bindings::device>()
-        .cast_mut()
 }
 
 /// CPU access to the mapped page: the emulated device's accesses to system

@@ -49,6 +49,7 @@ pub(crate) mod pagemap;
 #[allow(dead_code)]
 pub(crate) mod pagetable;
 pub(crate) mod pci;
+mod rawdev;
 pub(crate) mod reclaim;
 pub(crate) mod tlb;
 pub(crate) mod trace;

@@ -19,6 +19,7 @@ use kernel::device::Device;
 use kernel::sync::atomic::{Atomic, Relaxed};
 
 use super::bindings as b;
+use super::rawdev::raw;
 
 /// `NUMA_NO_NODE`.
 const NO_NODE: i32 = -1;
@@ -44,7 +45,7 @@ impl Home {
     pub(crate) fn device(dev: &Device) -> Home {
         // SAFETY: `dev` is a live device (the borrow); the call reads a
         // field and checks the node.
-        let nid = unsafe { b::msvm_dev_node(super::dma::raw(dev)) };
+        let nid = unsafe { b::msvm_dev_node(raw(dev)) };
         // INVARIANT: the helper gives an online node or `NUMA_NO_NODE`.
         Home { nid }
     }
