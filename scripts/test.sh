@@ -2,7 +2,9 @@
 # The README's test command: sets everything up, then
 #   1. host: the user-space workspaces (cargo test, clippy -D warnings, fmt;
 #      tools/ and the Level Zero driver's tools/ze-msvm/),
-#   2. host: the module with rustfmt --check and clippy (CLIPPY=1), no warnings,
+#   2. host: the module's imports against design.rst's layer map
+#      (scripts/import-graph.py --check), the module with rustfmt --check and
+#      clippy (CLIPPY=1), no warnings,
 #      and the build checks (scripts/build-check.sh): dkms builds msvm.ko
 #      against the release kernel tree, and a tree without two options msvm
 #      needs is refused before compiling, both named,
@@ -71,6 +73,8 @@ host_tests() {
 	! grep -q 'test result: FAILED' "$B/cargo-test.log"
 }
 msvm_stage host-tests host_tests
+msvm_stage import-graph python3 "$MSVM_TOP/scripts/import-graph.py" \
+	--check "$MSVM_TOP/Documentation/design.rst" "$MSVM_TOP/src"
 msvm_stage module-rustfmt "$MSVM_TOP/scripts/build.sh" rustfmtcheck
 msvm_stage module-clippy "$MSVM_TOP/scripts/build.sh" clippy >/dev/null # also builds msvm.ko
 msvm_stage tools "$MSVM_TOP/scripts/build.sh" tools
