@@ -5,7 +5,8 @@
 Usage: rust-mm-series.py KSRC OUTDIR
 
 The abstractions msvm_dmirror.ko uses (the closure of its imports in
-src/mm/) become kernel::mm modules (rust/kernel/mm/*.rs), one patch per
+src/mm/) become kernel::mm modules (rust/kernel/mm/*.rs, and a module's
+folder of submodules, src/mm/<m>/, as rust/kernel/mm/<m>/), one patch per
 abstraction (page handles, NUMA homes and CPU access to pages form one:
 they need each other); the C helpers each calls become
 rust/helpers/mm_*.c files (rust_helper_ names), added by the patch of the
@@ -103,11 +104,25 @@ def run(*args, cwd=None):
     subprocess.run(args, cwd=cwd, check=True, stdout=subprocess.DEVNULL)
 
 
-def rust_glue(text):
-    """A src/mm/ file as a kernel::mm module."""
+def module_files(m):
+    """The files of src/mm/'s module `m`, relative to src/mm/: `m.rs`, then
+    its submodules' (its folder `m/`, at any depth), each of which goes to
+    the same place under rust/kernel/mm/."""
+    files = [m + ".rs"]
+    for root, dirs, names in os.walk(os.path.join(GLUE, m)):
+        dirs.sort()
+        files += [os.path.relpath(os.path.join(root, n), GLUE) for n in sorted(names)
+                  if n.endswith(".rs")]
+    return files
+
+
+def rust_glue(text, depth=0):
+    """A src/mm/ file as a kernel::mm module (`depth` folders below
+    src/mm/: a submodule's file reaches msvm's bindings through as many
+    more `super::`)."""
     text = re.sub(r"^\s*#\[allow\(dead_code\)\] // msvm_dmirror\.ko's.*\n", "", text, flags=re.M)
     text = text.replace("pub(crate)", "pub")
-    text = text.replace("use super::bindings as b;", "use crate::bindings as b;")
+    text = text.replace("use " + "super::" * (depth + 1) + "bindings as b;", "use crate::bindings as b;")
     text = re.sub(r"(?<![\w:])kernel::", "crate::", text)
     text = re.sub(r"#\[((?:crate::macros::)?)kunit_tests\(msvm_(\w+)\)\]", r"#[\1kunit_tests(rust_mm_\2)]", text)
     return text
@@ -280,15 +295,18 @@ def main():
             calls = set()
             added += mods
             # Every module so far, again: a function that only a module of
-            # this patch calls goes into its (earlier) file now.
+            # this patch calls goes into its (earlier) file now. A module's
+            # submodules are files of it like its own (each sees the
+            # others' calls).
+            files = [f for x in added for f in module_files(x)]
             for m in added:
-                others = "".join(open(os.path.join(GLUE, x + ".rs")).read()
-                                 for x in added if x != m)
-                src = drop_unused(open(os.path.join(GLUE, m + ".rs")).read(), others)
-                calls |= {c for c in re.findall(r"\bb::(msvm_\w+)\s*\(", src)}
-                dst = os.path.join(tree, "rust/kernel/mm", m + ".rs")
-                os.makedirs(os.path.dirname(dst), exist_ok=True)
-                open(dst, "w").write(rust_glue(src))
+                for f in module_files(m):
+                    others = "".join(open(os.path.join(GLUE, x)).read() for x in files if x != f)
+                    src = drop_unused(open(os.path.join(GLUE, f)).read(), others)
+                    calls |= {c for c in re.findall(r"\bb::(msvm_\w+)\s*\(", src)}
+                    dst = os.path.join(tree, "rust/kernel/mm", f)
+                    os.makedirs(os.path.dirname(dst), exist_ok=True)
+                    open(dst, "w").write(rust_glue(src, f.count("/")))
                 if m not in mods:
                     continue
                 # After the modules before it (sorted), so that the list
@@ -356,8 +374,10 @@ def main():
         mt = os.path.join(tree, "MAINTAINERS")
         t = open(mt).read()
         t = t.replace("F:\trust/helpers/mm.c\n", "F:\trust/helpers/mm.c\nF:\trust/helpers/mm_*.c\n", 1)
-        t = t.replace("F:\tmm/hmm*\n", "F:\tmm/hmm*\nF:\trust/kernel/mm/hmm.rs\n"
-                      "F:\trust/kernel/mm/pagetable.rs\nF:\tsamples/rust/rust_dmirror*\n", 1)
+        hmm = "".join("F:\trust/kernel/mm/" + m + ".rs\n"
+                      + ("F:\trust/kernel/mm/" + m + "/\n" if len(module_files(m)) > 1 else "")
+                      for m in ("hmm", "pagetable"))
+        t = t.replace("F:\tmm/hmm*\n", "F:\tmm/hmm*\n" + hmm + "F:\tsamples/rust/rust_dmirror*\n", 1)
         open(mt, "w").write(t)
         commit("MAINTAINERS: add the Rust device-memory abstractions and rust_dmirror",
                "The Rust mm entry covers rust/kernel/mm/ already; add its new helpers,\n"
