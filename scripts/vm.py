@@ -9,7 +9,8 @@ prints ``MSVM-EXIT: <status>`` and powers off. This harness:
 - builds the PCIe topology: GPUs ("sw") behind one PCIe switch, where
   peer-to-peer works, or each on its own root port ("rp"), where it does not;
   or, for the 8-GPU server ("8gpu"), on two NUMA nodes each with its own
-  host bridge (pxb-pcie), switch and root port;
+  host bridge (pxb-pcie), switch and root port (a guest with host bridges
+  of its own has a server's 46-bit physical addresses: Topology.phys_bits);
   every GPU is, with ``--device model`` (the default), an msvm-gpu device:
   a process of its own (``device/``, Documentation/hardware.rst) that QEMU
   attaches over vfio-user, whose BAR2 is its VRAM, with guest RAM shared
@@ -216,6 +217,25 @@ class Topology:
             self.gpus[f"gpu{i}"] = dev
             self.args += ["-device", ",".join(f"{k}={v}" if k != "driver" else v for k, v in dev.items())]
 
+    def phys_bits(self):
+        """The guest's physical address width: a server's 46 bits (Intel's
+        Xeons since Skylake-SP) with host bridges of its own, TCG's
+        default (40) otherwise.
+
+        With pxb-pcie host bridges, QEMU 11.1's firmware (SeaBIOS 1.17,
+        pciinit.c) puts every 64-bit BAR at the top of the space it allows
+        PCI, 1 << phys-bits but at most 16 TiB above 44 bits, and QEMU's
+        ACPI tables give the main host bridge a _CRS window from the end
+        of RAM up to the first pxb-pcie window, wherever that is, whatever
+        pci-hole64-size says (acpi-build.c, crs_replace_with_free_ranges).
+        With 40 bits that window and theirs cover everything from 4 GiB to
+        1 TiB, the top of the guest's physical address space, and
+        request_free_mem_region() finds no free range for a device-private
+        pagemap (ENOSPC). With 46 bits they end at 16 TiB and the kernel
+        takes the pagemaps from the top of the 16 to 64 TiB no host bridge
+        claims (Documentation/testing.rst, the 8-GPU boot)."""
+        return 46 if self.nodes else None
+
     def smp_arg(self, smp):
         """-smp: as given, or, with NUMA nodes and a plain CPU count that
         they divide, one socket per node (a package on two nodes makes
@@ -415,18 +435,22 @@ class Qmp:
                 self.cond.wait(left)
 
 
-def accel_args(want_kvm, icount=False):
+def accel_args(want_kvm, icount=False, phys_bits=None):
+    """QEMU's accelerator and CPU arguments; phys_bits, if given, is the
+    guest's physical address width under TCG (under KVM, -cpu host has the
+    host's)."""
     if want_kvm:
         if not os.access("/dev/kvm", os.R_OK | os.W_OK):
             raise SystemExit("vm.py: MSVM_KVM=1 but /dev/kvm is not usable")
         return ["-accel", "kvm", "-cpu", "host"], "kvm"
+    cpu = "max" + (f",phys-bits={phys_bits}" if phys_bits else "")
     if icount:
         # Deterministic: one host thread runs every vCPU, and guest time
         # follows the instructions executed (8 ns each), not the host's
         # clock, so timings repeat from boot to boot.
-        return ["-accel", "tcg,thread=single", "-cpu", "max",
+        return ["-accel", "tcg,thread=single", "-cpu", cpu,
                 "-icount", "shift=3,sleep=off"], "tcg-icount"
-    return ["-accel", "tcg,thread=multi", "-cpu", "max"], "tcg"
+    return ["-accel", "tcg,thread=multi", "-cpu", cpu], "tcg"
 
 
 def main():
@@ -457,7 +481,6 @@ def main():
     args = ap.parse_args()
 
     want_kvm = os.environ.get("MSVM_KVM", "") not in ("", "0")
-    accel, accel_name = accel_args(want_kvm and not args.icount, args.icount)
     gpus = PRESETS.get(args.gpus, args.gpus)
     tmp = tempfile.mkdtemp(prefix="msvm-vm-")
     entries = [g for g in gpus.split(",") if g]
@@ -472,6 +495,7 @@ def main():
         raise SystemExit(f"vm.py: {qemu_bin} has no vfio-user-pci (QEMU 10.1 or newer): set MSVM_QEMU "
                          "(scripts/setup.sh puts one in ~/.cache/msvm/qemu), or use --device ivshmem")
     topo = Topology(entries, args.vram, args.prealloc, model)
+    accel, accel_name = accel_args(want_kvm and not args.icount, args.icount, topo.phys_bits())
     qmp_path = os.path.join(tmp, "qmp.sock")
     cmdline = f"console=ttyS0 panic=-1 loglevel=7 msvm_cmd={args.cmd} {args.append}".strip()
     if topo.nodes:
@@ -507,7 +531,10 @@ def main():
             log.write(line + "\n")
             log.flush()
 
-    say(f"accelerator: {accel_name}; GPUs: {args.gpus} ({args.vram >> 20} MiB VRAM each); "
+    bits = ""
+    if topo.phys_bits() and accel_name != "kvm":
+        bits = f" ({topo.phys_bits()}-bit guest physical addresses)"
+    say(f"accelerator: {accel_name}{bits}; GPUs: {args.gpus} ({args.vram >> 20} MiB VRAM each); "
         f"guest: {args.smp} vCPUs, {args.mem} RAM; command: {args.cmd}; timeout {args.timeout:.0f} s")
     t0 = time.monotonic()
     if model is not None:
