@@ -70,7 +70,7 @@ SERIES = [
      "Pagemap<T: PagemapOps>: request_free_mem_region + memremap_pages,\n"
      "memunmap_pages on drop; callbacks dispatched to T; pages handed out\n"
      "only off its own free map and back only through folio_free."),
-    ("hmm", ["hmm"], "rust: mm: add hmm_range_fault mirrors over interval notifiers",
+    ("hmm", ["hmm", "inflight"], "rust: mm: add hmm_range_fault mirrors over interval notifiers",
      "Mirror<T: MirrorTable>: an interval notifier whose invalidations take\n"
      "the mutex that holds the driver's table T; walks under a sequence whose\n"
      "pages can only be had, checked, under that lock. Every walk is\n"

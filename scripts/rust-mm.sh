@@ -146,6 +146,6 @@ rc=0
 # The series' KUnit suites (rust_mm_*) run at boot, built in; the
 # sample's when it loads: each must have run, and passed.
 python3 "$MSVM_TOP/scripts/hmm-tests-report.py" "$log" test_hmm rust_dmirror \
-	rust_mm_owner,rust_mm_page,rust_mm_numa,rust_mm_freemap,rust_mm_hmm,rust_mm_pagetable,rust_mm_pagemap,rust_mm_backing,rust_mm_mmap,rust_mm_cancel,rust_mm_misc,rust_mm_migrate,rust_mm_exclusive,rust_dmirror_memory ||
+	rust_mm_owner,rust_mm_page,rust_mm_numa,rust_mm_freemap,rust_mm_hmm,rust_mm_inflight,rust_mm_pagetable,rust_mm_pagemap,rust_mm_backing,rust_mm_mmap,rust_mm_cancel,rust_mm_misc,rust_mm_migrate,rust_mm_exclusive,rust_dmirror_memory ||
 	rc=1
 exit $rc

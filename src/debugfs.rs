@@ -71,15 +71,21 @@
 //!   mode found (`MMU_STALE`; module parameter `mmu_check`), the fault
 //!   buffer's stalls, records, overflows, replays and cancels, the
 //!   jobs the device's watchdog stopped (module parameter
-//!   `job_watchdog_ms`), and the microseconds the device says its job
-//!   engine ran jobs (`JOB_BUSY`); writing `0` runs jobs on the CPU, `1` on the
+//!   `job_watchdog_ms`), the microseconds the device says its job
+//!   engine ran jobs (`JOB_BUSY`), the windows queued behind a window
+//!   running (a warm job's pipeline, `crate::engine`) and the pipelines
+//!   ended early for a waiter of their VM's lock or of the engine; the
+//!   first line also says `pipeline 1` while warm windows are pipelined;
+//!   writing `0` runs jobs on the CPU, `1` on the
 //!   engines again, `hang N` queues each of the next `N` jobs behind one
 //!   that never ends (fault injection: the watchdog stops it, the engine
 //!   is reset, the job fails with `EIO` and the next one runs),
 //!   `stall_delay MS` (at most 30000) makes each service of a stalled
 //!   job wait that long first with the device parked, or until the
 //!   ioctl must stop (fault injection: a test unplugs the device while a
-//!   fault is pending).
+//!   fault is pending), `pipeline 0` runs a warm job's windows one at a
+//!   time (the benchmark's baseline) and `pipeline 1` pipelines them
+//!   again.
 //! - `locks`: msvm's global locks, a line each: name, acquisitions that
 //!   could wait, and those that found the lock held (`topology`: the
 //!   device registry's mutex; `processes`: the registry of processes'

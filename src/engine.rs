@@ -61,8 +61,10 @@
 //! take it from under the mm core's locks, so the job holds it only while
 //! it touches pages, and takes nothing inside it but the pool's `atomics`
 //! mutex, its replica store (`crate::vram::ReplicaWindow`), and, for a
-//! window msvm-gpu runs (`device.rs`), its MMU's locks (`crate::gpu::mmu`)
-//! and its job engine's ring, then `atomics`. A job that
+//! window msvm-gpu runs (`device.rs`), or a pipeline of windows
+//! (`pipeline.rs`, which lets both go when another waits for either), its
+//! MMU's locks (`crate::gpu::mmu`) and its job engine's ring, then
+//! `atomics`. A job that
 //! reads replicas enters their SRCU read-side section under the lock and
 //! leaves it after; what waits for their grace period
 //! (`VramPool::replica_room`) is called with nothing held.
@@ -92,12 +94,14 @@ mod device;
 mod exec;
 mod job;
 mod keep;
+mod pipeline;
 mod service;
 mod table;
 mod warm;
 
 pub(crate) use job::{Done, Job, Op, Pattern};
 pub(crate) use keep::{Keep, Replicate};
+pub(crate) use pipeline::{pipelining, set_pipelining};
 use service::{later, LOOKAHEAD};
 use table::{
     fnv1a, Decode, DevAddr, PageTable, PeerPage, TableView, Target, WindowPages, FNV_OFFSET,
@@ -294,10 +298,16 @@ impl<'p> Engine<'p> {
         while off < job.len {
             // Between windows (a warm one checks nothing else).
             cancel.check()?;
+            // Warm windows in a row, on the device, each queued behind the
+            // one before.
+            let ran = self.pipeline((mirror, cancel), job, off, write, &mut done)?;
+            if ran > 0 {
+                clock.lap_job(JobPhase::Exec);
+                off += ran;
+                continue;
+            }
             // A window ends at a 2 MiB block boundary of the destination.
-            let a = job.addr + off;
-            let wend = (a / BLOCK_SIZE + 1) * BLOCK_SIZE;
-            let n = (wend - a).min(job.len - off);
+            let n = pipeline::window_len(job, off);
             self.window(mm, mirror, job, (off, n), write, &mut done, clock, cancel)?;
             off += n;
         }

@@ -65,8 +65,9 @@ pub mod op {
     pub const COPY: u32 = 2;
     /// Adds `src` to every 64-bit word of `[dst, dst + len)`.
     pub const ATOMIC_ADD: u32 = 3;
-    /// The 64-bit FNV-1a hash of `[dst, dst + len)` from seed `phase`,
-    /// written to the completion record.
+    /// The 64-bit FNV-1a hash of `[dst, dst + len)` from seed `phase`
+    /// (with [`flag::CHAIN`](super::flag::CHAIN): from the word at DMA
+    /// address `src`), written to the completion record.
     pub const CHECKSUM: u32 = 4;
     /// Waits until the 64-bit word at DMA address `src` (8-byte aligned;
     /// `len` 0) is at least `phase`: a semaphore the CPU or another
@@ -81,6 +82,13 @@ const WAIT_POLL: Duration = Duration::from_micros(50);
 pub mod flag {
     /// Raise COMPLETION when done.
     pub const INTERRUPT: u32 = 1 << 0;
+    /// CHECKSUM only: the seed is the 64-bit word at DMA address `src`
+    /// (8-byte aligned), read as the job starts, not `phase`: the hash
+    /// of the job before it in the ring, from its completion record, so
+    /// that a hash continues across jobs queued back to back (1.4).
+    pub const CHAIN: u32 = 1 << 1;
+    /// Every flag.
+    pub const ALL: u32 = INTERRUPT | CHAIN;
 }
 
 /// Bytes of a completion record: the CHECKSUM's hash (so far, if
@@ -116,7 +124,8 @@ pub struct Command {
     /// The virtual address written (read, for CHECKSUM).
     pub dst: u64,
     /// COPY: the source's virtual address; FILL: the pattern's DMA
-    /// address; ATOMIC_ADD: the value.
+    /// address; ATOMIC_ADD: the value; a CHECKSUM with
+    /// [`flag::CHAIN`]: its seed's DMA address.
     pub src: u64,
     /// Bytes.
     pub len: u64,
@@ -377,7 +386,11 @@ pub fn execute(
     let c = Command::decode(&raw);
     let fail = |f: Fault| (f, c.seqno);
     let bad = || fail(Fault::code(error::BAD_COMMAND));
-    if c.flags & !flag::INTERRUPT != 0 {
+    if c.flags & !flag::ALL != 0 {
+        return Err(bad());
+    }
+    let chained = c.flags & flag::CHAIN != 0;
+    if chained && (c.opcode != op::CHECKSUM || c.src % 8 != 0) {
         return Err(bad());
     }
     let run = Run {
@@ -398,6 +411,12 @@ pub fn execute(
     let mut done = 0u64;
     let counted = tlb.counts();
     let mut hash = c.phase;
+    if chained {
+        let mut seed = [0; 8];
+        mem.dma_read(c.src, &mut seed, remote)
+            .map_err(|e| fail(Fault::code(copy::code(&e))))?;
+        hash = u64::from_le_bytes(seed);
+    }
     let r = match c.opcode {
         op::NOP => Ok(()),
         op::FILL => {

@@ -5,6 +5,7 @@
 
 use kernel::{fmt, prelude::*, sync::atomic::Relaxed, uaccess::UserSliceReader};
 
+use crate::engine::{pipelining, set_pipelining};
 use crate::gpu::job::{
     hang_jobs, hangs_left, jobs_used, set_stall_delay, stall_delay_ms, use_jobs,
 };
@@ -73,7 +74,9 @@ pub(super) fn show_copy_engine(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Resul
 /// `job_engine`: `1` runs jobs on the job engine of a device that has
 /// one, `0` on the CPU (the benchmark's baseline); `hang N` queues each of
 /// the next `N` jobs behind one that never ends; `stall_delay MS` makes
-/// each stall's service wait `MS` ms first.
+/// each stall's service wait `MS` ms first; `pipeline 0` runs a warm
+/// job's windows one at a time, `pipeline 1` queues each behind the one
+/// running (`crate::engine`'s pipeline, the default).
 pub(super) fn write_job_engine(_: &(), r: &mut UserSliceReader) -> Result {
     let mut buf = [0u8; 24];
     let text = read_text(r, &mut buf)?;
@@ -86,6 +89,7 @@ pub(super) fn write_job_engine(_: &(), r: &mut UserSliceReader) -> Result {
             match what {
                 "hang" => hang_jobs(n),
                 "stall_delay" => set_stall_delay(n)?,
+                "pipeline" if n <= 1 => set_pipelining(n == 1),
                 _ => return Err(EINVAL),
             }
         }
@@ -98,14 +102,15 @@ pub(super) fn write_job_engine(_: &(), r: &mut UserSliceReader) -> Result {
 pub(super) fn show_job_engine(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
     writeln!(
         f,
-        "use {} hang {} stall_delay {}",
+        "use {} hang {} stall_delay {} pipeline {}",
         u8::from(jobs_used()),
         hangs_left(),
-        stall_delay_ms()
+        stall_delay_ms(),
+        u8::from(pipelining())
     )?;
     per_device(
         f,
-        "gpu usable runs bytes_written bytes_read woken failed device_done invalidations inv_ns table_writes no_room stale stalls fault_records overflows replays cancels watchdog busy_us",
+        "gpu usable runs bytes_written bytes_read woken failed device_done invalidations inv_ns table_writes no_room stale stalls fault_records overflows replays cancels watchdog busy_us pipelined yields",
         |f, i, p| {
             let Some(hw) = p.hw() else {
                 return Ok(());
@@ -114,7 +119,7 @@ pub(super) fn show_job_engine(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result
             let fs = &hw.faults.stats;
             writeln!(
                 f,
-                "{i} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
+                "{i} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
                 u8::from(j.usable() && hw.mmu.usable()),
                 q.runs.load(Relaxed),
                 j.stats.bytes_written.load(Relaxed),
@@ -134,6 +139,8 @@ pub(super) fn show_job_engine(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result
                 fs.cancels.load(Relaxed),
                 q.watchdog.load(Relaxed),
                 j.busy_us().unwrap_or(0),
+                j.stats.pipelined.load(Relaxed),
+                j.stats.yields.load(Relaxed),
             )
         },
     )

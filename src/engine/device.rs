@@ -255,8 +255,25 @@ impl Engine<'_> {
             }
             return Ok(OnDevice::Part(ran));
         }
-        if stalled > 0 || ahead {
-            if ahead && stalled == 0 {
+        self.ran(table, (job, w, n), write, (stalled > 0, ahead), done)?;
+        Ok(OnDevice::Ran)
+    }
+
+    /// Counts a window the device ran whole: a hit of the VM's table, or,
+    /// if it `stalled` or a raise before serviced it `ahead`, a replay (and
+    /// the fault, for one serviced ahead); then what its pages' binds
+    /// would count ([`Self::account_used`], [`Self::count`]).
+    pub(super) fn ran(
+        &self,
+        table: &DevPt,
+        (job, w, n): (&Job, WindowPages, usize),
+        write: bool,
+        (stalled, ahead): (bool, bool),
+        done: &mut Done,
+    ) -> Result {
+        let s = &self.pool.stats;
+        if stalled || ahead {
+            if ahead && !stalled {
                 s.pt_faults.add(1, Relaxed);
             }
             s.pt_replays.add(1, Relaxed);
@@ -265,14 +282,20 @@ impl Engine<'_> {
         }
         self.account_used(table, w, write, done)?;
         self.count(table, job, w, n);
-        Ok(OnDevice::Ran)
+        Ok(())
     }
 
     /// Counts what a fault's bind would for the pages of `w` the device
     /// used (uses for the eviction policy, accesses to memory not this
     /// device's, pages by path), if their entries are all still there (a
     /// stall may have let an invalidation take one it was done with).
-    fn account_used(&self, table: &DevPt, w: WindowPages, write: bool, done: &mut Done) -> Result {
+    pub(super) fn account_used(
+        &self,
+        table: &DevPt,
+        w: WindowPages,
+        write: bool,
+        done: &mut Done,
+    ) -> Result {
         let covered = table.covers(w.dst_first, w.dst_pages, write, true)
             && table.covers(w.src_first, w.src_pages, false, true);
         if covered {
@@ -292,7 +315,7 @@ impl Engine<'_> {
     /// device writes them: reclaim sees the mark only once the mirror's
     /// lock is free): `false` if the window is for the CPU (a peer's page
     /// under an ATOMIC_ADD; no table page free).
-    fn write_window(
+    pub(super) fn write_window(
         &mut self,
         table: &DevPt,
         dt: &dyn DeviceTable,
@@ -349,7 +372,7 @@ impl Engine<'_> {
 
     /// Counts the bytes the job reached per kind of memory, as the CPU's
     /// execution counts them (`engine_*` in `DRM_IOCTL_MSVM_STATS`).
-    fn count(&self, table: &DevPt, job: &Job, w: WindowPages, n: usize) {
+    pub(super) fn count(&self, table: &DevPt, job: &Job, w: WindowPages, n: usize) {
         let (read, written) = match job.op {
             Op::Fill(_) => (false, true),
             Op::Copy { .. } => (false, true),
@@ -433,7 +456,7 @@ impl Engine<'_> {
 
     /// The window's job, in context `ctx`, its pattern in `runner`'s
     /// scratch words.
-    fn command(
+    pub(super) fn command(
         &self,
         runner: &mut Runner<'_, JobBlock>,
         ctx: u32,
@@ -449,6 +472,7 @@ impl Engine<'_> {
             len: n as u64,
             phase: 0,
             result: runner.scratch_addr(RESULT_WORD).ok_or(EINVAL)?,
+            chain: false,
         };
         match job.op {
             Op::Fill(p) => {
@@ -481,7 +505,7 @@ impl Engine<'_> {
 
     /// The job failed: its error, logged if it says a TLB invalidation was
     /// missed; a lost engine loses the device its bus mastering.
-    fn failed(&self, session: &mut Session<'_, JobBlock>, e: RunError) -> Error {
+    pub(super) fn failed(&self, session: &mut Session<'_, JobBlock>, e: RunError) -> Error {
         match e {
             RunError::Failed { code, addr } => {
                 if code == error::STALE_TLB {

@@ -27,9 +27,12 @@ pub(crate) mod op {
 
 /// Raise COMPLETION when done.
 const INTERRUPT: u32 = 1 << 0;
+/// CHECKSUM: the seed is the hash in the completion record at `src`.
+const CHAIN: u32 = 1 << 1;
 /// Scratch words: a FILL's pattern (128 bytes), then the job's completion
 /// record (a CHECKSUM's result; the job's TLB hits and misses; the bytes
-/// it did; its status).
+/// it did; its status), a word nothing writes, and a second record (a
+/// pipeline's: the device writes one job's while msvm reads the other's).
 pub(crate) const PATTERN_WORDS: usize = 16;
 /// The completion record's first word: a CHECKSUM's result.
 pub(crate) const RESULT_WORD: usize = PATTERN_WORDS;
@@ -41,6 +44,9 @@ pub(crate) const DONE_WORD: usize = PATTERN_WORDS + 2;
 pub(crate) const STATUS_WORD: usize = PATTERN_WORDS + 3;
 /// A word nothing writes (0): what an injected hang WAITs on.
 const NEVER_WORD: usize = PATTERN_WORDS + 4;
+/// The completion records' first words: a job's (the first record), and
+/// those of a pipeline's jobs, which take turns.
+pub(crate) const RECORDS: [usize; 2] = [RESULT_WORD, PATTERN_WORDS + 5];
 
 /// One job (hardware.rst, "Job engine"): `op` one of [`op`], over
 /// context `ctx`'s addresses.
@@ -54,6 +60,9 @@ pub(crate) struct JobCommand {
     pub(crate) len: u64,
     pub(crate) phase: u64,
     pub(crate) result: u64,
+    /// A CHECKSUM's seed is the hash of the record at DMA address `src`
+    /// (the job before's), not `phase`.
+    pub(crate) chain: bool,
 }
 
 /// The job engine's counters (debugfs `job_engine`).
@@ -62,11 +71,16 @@ pub(crate) struct JobStats {
     /// destination, ATOMIC_ADD) and read (CHECKSUM).
     pub(crate) bytes_written: Atomic<u64>,
     pub(crate) bytes_read: Atomic<u64>,
+    /// Windows queued behind a window running (`crate::engine`'s
+    /// pipeline).
+    pub(crate) pipelined: Atomic<u64>,
+    /// Pipelines drained early to let a waiter have their VM's lock.
+    pub(crate) yields: Atomic<u64>,
 }
 
 impl Engine for JobBlock {
     const NAME: &'static str = "job engine";
-    const SCRATCH: usize = PATTERN_WORDS + 5;
+    const SCRATCH: usize = PATTERN_WORDS + 9;
     type Command = JobCommand;
     type Stats = JobStats;
 
@@ -74,11 +88,13 @@ impl Engine for JobBlock {
         JobStats {
             bytes_written: Atomic::new(0),
             bytes_read: Atomic::new(0),
+            pipelined: Atomic::new(0),
+            yields: Atomic::new(0),
         }
     }
 
     fn encode(c: &JobCommand, seqno: u64, last: bool) -> [u64; COMMAND_WORDS] {
-        let flags = if last { INTERRUPT } else { 0 };
+        let flags = if last { INTERRUPT } else { 0 } | if c.chain { CHAIN } else { 0 };
         [
             u64::from(c.op) | (u64::from(flags) << 32),
             seqno,
@@ -110,6 +126,7 @@ impl Engine for JobBlock {
             len: 0,
             phase: 1,
             result: 0,
+            chain: false,
         })
     }
 

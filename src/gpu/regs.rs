@@ -348,6 +348,7 @@ pub(crate) const END: usize = 0x380;
 pub(crate) const ID_VALUE: u32 = u32::from_le_bytes(*b"MSVG");
 /// The interface major version this driver speaks.
 pub(crate) const VERSION_MAJOR: u32 = 1;
-/// The least minor version this driver needs: 3 (the job engine, the MMU,
-/// the fault buffer, the job engine's watchdog and WAIT).
-pub(crate) const VERSION_MINOR: u32 = 3;
+/// The least minor version this driver needs: 4 (the job engine, the MMU,
+/// the fault buffer, the job engine's watchdog and WAIT, CHECKSUM's
+/// CHAIN).
+pub(crate) const VERSION_MINOR: u32 = 4;

@@ -167,6 +167,8 @@ pub(crate) struct Queue<E: Engine> {
     /// Bumped by every wake: a waiter that saw it change since it looked
     /// at the engine looks again rather than sleeping.
     woken: Atomic<u64>,
+    /// Submitters waiting for `ring` ([`Session::contended`]).
+    waiting: Atomic<u32>,
     #[pin]
     done: CondVar,
     /// The engine did not stop after a reset, or the device is going: no
@@ -242,6 +244,7 @@ impl<E: Engine> Queue<E> {
                 wake <- new_spinlock_irq!((), "Queue::wake"),
                 done <- new_condvar!("Queue::done"),
                 woken: Atomic::new(0),
+                waiting: Atomic::new(0),
                 lost: Atomic::new(false),
                 queue: QueueStats {
                     runs: Atomic::new(0),
@@ -284,7 +287,9 @@ impl<E: Engine> Queue<E> {
     /// `ENODEV` once it is lost or shut down. Nothing may be allocated
     /// while the session lasts (see the lock order).
     pub(crate) fn session(&self) -> Result<Session<'_, E>> {
+        self.waiting.add(1, Relaxed);
         let ring = self.ring.lock();
+        self.waiting.fetch_sub(1, Relaxed);
         if ring.parked {
             return Err(EBUSY);
         }
@@ -307,9 +312,7 @@ impl<E: Engine> Queue<E> {
                 .map_err(|_| Failure::Gone)
                 .and_then(|last| self.wait(ring, last, &|| false));
             if let Err(failure) = r {
-                self.queue.failed.add(1, Relaxed);
-                self.report(&failure);
-                return Err(self.recover(ring, &failure));
+                return Err(self.fail(ring, &failure));
             }
             self.queue.runs.add(1, Relaxed);
             self.queue.commands.add(part.len() as u64, Relaxed);
@@ -357,33 +360,91 @@ impl<E: Engine> Queue<E> {
         stalls: &dyn Fn() -> bool,
     ) -> Result<Waited, RunError> {
         let seqno = match (cmd, ring.inflight) {
-            (Some(c), None) => match E::hang(&|i| ring.scratch_addr::<E>(i)) {
-                Some(h) => self.submit(ring, core::slice::from_ref(&h)),
-                None => Ok(0),
-            }
-            .and_then(|_| self.submit(ring, core::slice::from_ref(c))),
+            (Some(c), None) => self.submit_one(ring, c),
             (None, Some(seqno)) => Ok(seqno),
             _ => Err(EINVAL),
         };
-        let r = seqno.map_err(|_| Failure::Gone).and_then(|seqno| {
-            ring.inflight = Some(seqno);
-            self.wait(ring, seqno, stalls)
-        });
+        let Ok(seqno) = seqno else {
+            return Err(self.fail(ring, &Failure::Gone));
+        };
+        ring.inflight = Some(seqno);
+        let r = self.wait(ring, seqno, stalls);
+        self.settle(ring, seqno, r)
+    }
+
+    /// Queues `cmd` behind the commands outstanding (after an injected
+    /// hang, if one is due) and rings the doorbell: its seqno, to wait
+    /// for ([`Queue::wait_queued`]). See [`Runner::queue`].
+    fn queue_one(&self, ring: &mut Ring, cmd: &E::Command) -> Result<u64, RunError> {
+        // Room for this, a hang before it, and the last command of the
+        // submission before (see `run`).
+        let outstanding = ring.seqno.saturating_sub(self.fence(ring));
+        let r = if outstanding + 3 > RING as u64 {
+            Err(Failure::Overrun)
+        } else {
+            self.submit_one(ring, cmd).map_err(|_| Failure::Gone)
+        };
+        match r {
+            Ok(seqno) => {
+                ring.inflight = Some(seqno);
+                Ok(seqno)
+            }
+            Err(failure) => Err(self.fail(ring, &failure)),
+        }
+    }
+
+    /// Waits until the queued command `seqno` completes, or the engine
+    /// stalls on a fault (`stalls`); an error or a timeout resets the
+    /// engine, which ends every command queued.
+    fn wait_queued(
+        &self,
+        ring: &mut Ring,
+        seqno: u64,
+        stalls: &dyn Fn() -> bool,
+    ) -> Result<Waited, RunError> {
+        let r = self.wait(ring, seqno, stalls);
+        self.settle(ring, seqno, r)
+    }
+
+    /// Writes `cmd` into the ring, after an injected hang if one is due
+    /// ([`Engine::hang`]), and rings the doorbell: its seqno.
+    fn submit_one(&self, ring: &mut Ring, cmd: &E::Command) -> Result<u64> {
+        match E::hang(&|i| ring.scratch_addr::<E>(i)) {
+            Some(h) => self.submit(ring, core::slice::from_ref(&h)),
+            None => Ok(0),
+        }
+        .and_then(|_| self.submit(ring, core::slice::from_ref(cmd)))
+    }
+
+    /// How the wait for command `seqno` ended, counted: a failure reported
+    /// and the engine recovered.
+    fn settle(
+        &self,
+        ring: &mut Ring,
+        seqno: u64,
+        r: Result<Waited, Failure>,
+    ) -> Result<Waited, RunError> {
         match r {
             Ok(Waited::Stalled) => Ok(Waited::Stalled),
             Ok(Waited::Done) => {
-                ring.inflight = None;
+                if ring.inflight == Some(seqno) {
+                    ring.inflight = None;
+                }
                 self.queue.runs.add(1, Relaxed);
                 self.queue.commands.add(1, Relaxed);
                 Ok(Waited::Done)
             }
-            Err(failure) => {
-                ring.inflight = None;
-                self.queue.failed.add(1, Relaxed);
-                self.report(&failure);
-                Err(self.recover(ring, &failure))
-            }
+            Err(failure) => Err(self.fail(ring, &failure)),
         }
+    }
+
+    /// A run failed (`failure`): counted, reported, and the engine reset
+    /// (see [`Queue::recover`]); nothing of it is in flight any more.
+    fn fail(&self, ring: &mut Ring, failure: &Failure) -> RunError {
+        ring.inflight = None;
+        self.queue.failed.add(1, Relaxed);
+        self.report(failure);
+        self.recover(ring, failure)
     }
 
     /// Waits until the fence reaches `seqno`, sleeping until the interrupt

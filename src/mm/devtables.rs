@@ -114,9 +114,9 @@ impl Tables {
             // (invariant).
             let m = unsafe { &*(a as *const Mirror<DevTable>) };
             let table = if wait {
-                Some(m.lock.lock())
+                Some(m.wait_lock())
             } else {
-                m.lock.try_lock()
+                m.try_lock()
             };
             if let Some(mut t) = table {
                 let before = t.pt.bytes();
@@ -137,7 +137,7 @@ impl Tables {
             // SAFETY: a registered mirror is alive while the lock is held
             // (invariant).
             let m = unsafe { &*(a as *const Mirror<DevTable>) };
-            m.lock.lock().pt.detach(&self.counters);
+            m.wait_lock().pt.detach(&self.counters);
         }
         // INVARIANT: no mirror is registered any more.
         *list = None;
@@ -193,7 +193,7 @@ impl MirrorTable for DevTable {
         // The table is emptied, and the mirror forgotten by its device's
         // tables, under their lock: the device cannot go meanwhile (its
         // mappings are unmapped while it is bound).
-        let mut guard = mirror.lock.lock();
+        let mut guard = mirror.wait_lock();
         let tables = guard.tables.clone();
         drop(guard);
         let mut list = tables.mirrors.lock();
@@ -201,7 +201,7 @@ impl MirrorTable for DevTable {
         if let Some(l) = (*list).as_mut() {
             l.retain(|a| *a != me);
         }
-        guard = mirror.lock.lock();
+        guard = mirror.wait_lock();
         guard.pt.detach(&tables.counters);
     }
 }
@@ -239,7 +239,7 @@ impl Mirror<DevTable> {
         // INVARIANT (`Tables`): pinned; its drop (`DevTable::release`)
         // removes it.
         list.push(core::ptr::from_ref::<Self>(&*m) as usize, GFP_KERNEL)?;
-        let mut guard = m.lock.lock();
+        let mut guard = m.wait_lock();
         // SAFETY: the device is bound while the list is (`Tables`
         // invariant), and the mirror is on it: `Tables::gone` detaches the
         // table before the device is unbound, or the mirror's drop does

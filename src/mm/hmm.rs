@@ -37,7 +37,10 @@ use core::{
 use kernel::{
     mm::MmWithUser,
     prelude::*,
-    sync::{Mutex, MutexGuard},
+    sync::{
+        atomic::{Atomic, Relaxed},
+        Mutex, MutexGuard,
+    },
     types::Opaque,
 };
 
@@ -110,6 +113,12 @@ pub(crate) struct Mirror<T: MirrorTable> {
     /// for.
     #[pin]
     inflight: Inflight,
+    /// Lockers waiting for `lock` ([`Mirror::lock`], and invalidations
+    /// that may sleep).
+    waiting: Atomic<u32>,
+    /// Invalidations that could not sleep and found `lock` held (bumped,
+    /// wrapping).
+    refused: Atomic<u32>,
     #[pin]
     _pin: PhantomPinned,
 }
@@ -177,9 +186,9 @@ unsafe extern "C" fn invalidate_cb<T: MirrorTable>(
     // Users hold the lock while they use pages of the range: an
     // invalidation waits for them (or, if it may not sleep, fails).
     let mut guard = if blockable {
-        mirror.lock.lock()
+        mirror.wait_lock()
     } else {
-        match mirror.lock.try_lock() {
+        match mirror.try_lock() {
             Some(g) => g,
             None => return false,
         }
@@ -239,6 +248,8 @@ impl<T: MirrorTable> Mirror<T> {
                 // (`#[repr(C)]`).
                 inserted: false,
                 inflight <- Inflight::new(),
+                waiting: Atomic::new(0),
+                refused: Atomic::new(0),
                 _pin: PhantomPinned,
             }? Error),
             GFP_KERNEL,
@@ -343,11 +354,32 @@ impl<T: MirrorTable> Mirror<T> {
     /// once this is taken ([`MirrorGuard::pages`]) stay as found while the
     /// guard lives.
     pub(crate) fn lock(&self) -> MirrorGuard<'_, T> {
+        let guard = self.wait_lock();
         // INVARIANT: our lock.
         MirrorGuard {
             mirror: self,
-            guard: self.lock.lock(),
+            guard,
+            refused: self.refused.load(Relaxed),
         }
+    }
+
+    /// Takes the lock, counted as waiting for it meanwhile (see
+    /// [`MirrorGuard::contended`]).
+    pub(super) fn wait_lock(&self) -> MutexGuard<'_, T> {
+        self.waiting.add(1, Relaxed);
+        let guard = self.lock.lock();
+        self.waiting.fetch_sub(1, Relaxed);
+        guard
+    }
+
+    /// Takes the lock if it is free; if not, the refusal is counted (see
+    /// [`MirrorGuard::contended`]).
+    pub(super) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        let guard = self.lock.try_lock();
+        if guard.is_none() {
+            self.refused.add(1, Relaxed);
+        }
+        guard
     }
 }
 
@@ -381,6 +413,8 @@ pub(crate) struct MirrorSeq<'m> {
 pub(crate) struct MirrorGuard<'a, T: MirrorTable> {
     mirror: &'a Mirror<T>,
     guard: MutexGuard<'a, T>,
+    /// The mirror's `refused` when the lock was taken.
+    refused: u32,
 }
 
 impl<T: MirrorTable> Deref for MirrorGuard<'_, T> {
@@ -400,6 +434,15 @@ impl<'a, T: MirrorTable> MirrorGuard<'a, T> {
     /// The table, to change.
     pub(super) fn table_mut(&mut self) -> &mut T {
         &mut self.guard
+    }
+
+    /// Whether someone else wants the lock: a locker waits for it, or an
+    /// invalidation that could not wait was refused it since it was taken
+    /// (the mm core tries that one again). A holder that keeps the lock
+    /// across long work (a device running a pipeline of jobs) lets go
+    /// when this says so.
+    pub(crate) fn contended(&self) -> bool {
+        self.mirror.waiting.load(Relaxed) > 0 || self.mirror.refused.load(Relaxed) != self.refused
     }
 
     /// Whether `walk` is this mirror's and no invalidation came since it:

@@ -249,6 +249,50 @@ fn jobs_fill_copy_add_and_hash_through_the_page_table() {
 }
 
 #[test]
+fn a_chained_checksum_continues_the_hash_of_the_job_before() {
+    let mut r = Rig::new();
+    let data: Vec<u8> = (0..4 * 4096u32).map(|i| (i * 7 + i / 4096) as u8).collect();
+    for p in 0..4u64 {
+        r.map_vram(p, 10 + p);
+        let page = &data[p as usize * 4096..][..4096];
+        r.dev
+            .region_write(region::BAR2, DATA + (10 + p) * 4096, page)
+            .unwrap();
+    }
+    // Two halves queued back to back: the second's seed is the first's
+    // record (its `phase` ignored), read when it starts.
+    let seed = 0xcbf2_9ce4_8422_2325;
+    let mut first = job(op::CHECKSUM, VA, 2 * 4096);
+    first.phase = seed;
+    first.result = RESULT;
+    let mut second = job(op::CHECKSUM, VA + 2 * 4096, 2 * 4096);
+    second.flags = flag::CHAIN;
+    second.src = RESULT;
+    second.phase = 0xdead;
+    second.result = RESULT + RECORD_LEN as u64;
+    r.submit(first);
+    assert_eq!(r.run(second), 0);
+    let hash = |at: u64| u64::from_le_bytes(r.sys(at, 8).try_into().unwrap());
+    assert_eq!(hash(RESULT), fnv1a(seed, &data[..2 * 4096]));
+    assert_eq!(hash(RESULT + RECORD_LEN as u64), fnv1a(seed, &data));
+    assert_eq!(r.reg(reg::DONE_LO), 2);
+    // CHAIN on anything but a CHECKSUM, or from a misaligned seed, is a
+    // malformed command.
+    let mut fill = job(op::FILL, VA, 64);
+    fill.src = PATTERN;
+    fill.pattern_len = 1;
+    fill.flags = flag::CHAIN;
+    assert_eq!(r.run(fill), crate::ring::error::BAD_COMMAND);
+    assert_eq!(r.vram(DATA + 10 * 4096, 64), data[..64]);
+    r.reset();
+    let mut odd = second;
+    odd.src = RESULT + 4;
+    assert_eq!(r.run(odd), crate::ring::error::BAD_COMMAND);
+    r.reset();
+    assert_eq!(r.run(second), 0);
+}
+
+#[test]
 fn a_bad_entry_fails_the_job_and_touches_nothing_it_was_not_given() {
     let mut r = Rig::new();
     // No entry: a page fault at the address.

@@ -30,6 +30,9 @@ pub(super) enum Failure {
     Gone,
     /// A stalled job given up by its submitter.
     Abandoned,
+    /// A command queued with the ring full (a submitter that queues
+    /// without waiting: a driver bug, not the device's).
+    Overrun,
 }
 
 impl<E: Engine> Queue<E> {
@@ -62,6 +65,10 @@ impl<E: Engine> Queue<E> {
             Failure::Abandoned => dev_err!(
                 self.dev,
                 "msvm-gpu: {name}: a stalled job abandoned (an answer not taken, or a stall after a cancel): resetting it\n"
+            ),
+            Failure::Overrun => dev_err!(
+                self.dev,
+                "msvm-gpu: {name}: a command queued with the ring full: resetting it\n"
             ),
         }
     }

@@ -44,6 +44,14 @@ impl<E: Engine> Session<'_, E> {
     }
 }
 
+impl<E: Engine> Session<'_, E> {
+    /// Whether another submitter waits for the engine: a session kept
+    /// across many commands (a pipeline) ends soon when it does.
+    pub(crate) fn contended(&self) -> bool {
+        self.q.waiting.load(Relaxed) > 0
+    }
+}
+
 impl<'e, E: Engine> Session<'e, E> {
     /// Frees the engine's lock while its run stalls on a fault, which its
     /// submitter services: no other session begins until it resumes.
@@ -161,10 +169,7 @@ impl<E: Engine> Runner<'_, E> {
     /// reset and touches nothing the command named afterwards, unless it
     /// is lost ([`RunError::Lost`]: as [`Runner::run`]'s).
     pub(crate) fn abandon(&mut self) -> RunError {
-        self.ring.inflight = None;
-        self.q.queue.failed.add(1, Relaxed);
-        self.q.report(&Failure::Abandoned);
-        self.q.recover(self.ring, &Failure::Abandoned)
+        self.q.fail(self.ring, &Failure::Abandoned)
     }
 
     /// The seqno of the command [`Runner::start`] left stalled.
@@ -179,6 +184,41 @@ impl<E: Engine> Runner<'_, E> {
         stalls: &dyn Fn() -> bool,
     ) -> Result<Waited, RunError> {
         let r = self.q.run_stalling(self.ring, None, stalls);
+        if r == Ok(Waited::Done) {
+            E::count(&self.q.stats, core::slice::from_ref(cmd));
+        }
+        r
+    }
+
+    /// Queues `cmd` behind the commands outstanding and returns its seqno
+    /// without waiting: a pipeline, in which the engine runs one command
+    /// while its submitter prepares the next. Wait for it with
+    /// [`Runner::wait_queued`], oldest first. [`RunError`] as
+    /// [`Runner::run`]'s (with the ring full, which a submitter that waits
+    /// for its older commands never meets, the engine is reset).
+    ///
+    /// # Safety
+    ///
+    /// As [`Runner::run`], until [`Runner::wait_queued`] says it completed
+    /// or the engine failed, or for good on [`RunError::Lost`].
+    pub(crate) unsafe fn queue(&mut self, cmd: &E::Command) -> Result<u64, RunError> {
+        if !self.q.usable() {
+            return Err(RunError::Failed { code: 0, addr: 0 });
+        }
+        self.q.queue_one(self.ring, cmd)
+    }
+
+    /// Waits until the command [`Runner::queue`] gave `seqno` completes
+    /// (and every one before it), or the engine stalls on a fault
+    /// (`stalls`: [`Waited::Stalled`], to be answered or given up with
+    /// [`Runner::abandon`]). On [`RunError::Failed`] the engine was reset:
+    /// no command queued touches memory afterwards.
+    pub(crate) fn wait_queued(
+        &mut self,
+        (seqno, cmd): (u64, &E::Command),
+        stalls: &dyn Fn() -> bool,
+    ) -> Result<Waited, RunError> {
+        let r = self.q.wait_queued(self.ring, seqno, stalls);
         if r == Ok(Waited::Done) {
             E::count(&self.q.stats, core::slice::from_ref(cmd));
         }

@@ -10,10 +10,14 @@
 //! the driver's path (a table write, a doorbell and an interrupt per 2 MiB
 //! window). `hw_warm_job_<MIB>M.overhead`: the device's CHECKSUM's ioctl
 //! time over the time the device says its job engine ran (`JOB_BUSY`),
-//! the median of the rounds. `hw_p2p_over_own_<MIB>M`: the same CHECKSUM
-//! in place by gpu0's P2P peer (reading gpu0's VRAM over P2P, through
-//! QEMU) over gpu0's own, best of each. Then the smallest job's round
-//! trip each way (`hw_job_latency_{device,cpu}_{p50,p99}_us`).
+//! the median of the rounds, its windows pipelined (each queued behind
+//! the one running); `.overhead_unpipelined` the same, one window at a
+//! time (debugfs `job_engine`'s `pipeline 0`), in the same rounds.
+//! `hw_p2p_over_own_<MIB>M`: the same CHECKSUM in place by gpu0's P2P
+//! peer's job engine (reading gpu0's VRAM over P2P, through QEMU's
+//! DMA_READ, 8 bytes an access) over gpu0's own, best of each. Then the
+//! smallest job's round trip each way
+//! (`hw_job_latency_{device,cpu}_{p50,p99}_us`).
 
 use std::time::Instant;
 
@@ -21,14 +25,16 @@ use msvm_rt::{checksum, Exec, Location};
 
 use crate::bench::{buffer, counters_off, gibps};
 use crate::hw_jobs::{job_counters, use_jobs, JobCounters};
+use crate::hw_pipeline::set_pipeline;
 
 /// Rounds of each mode (the best counts).
 const ROUNDS: usize = 5;
 
 pub fn run(mib: usize) -> Result<(), String> {
     let r = measure(mib);
-    // Whatever happened, jobs run on the engines again.
+    // Whatever happened, jobs run on the engines again, pipelined.
     use_jobs(true)?;
+    set_pipeline(true)?;
     r
 }
 
@@ -56,6 +62,7 @@ fn measure(mib: usize) -> Result<(), String> {
     let mut best = [[f64::MAX; 2]; 2];
     // The device's CHECKSUMs: ioctl time over the device's busy time.
     let mut overhead = Vec::with_capacity(ROUNDS);
+    let mut unpipelined = Vec::with_capacity(ROUNDS);
     for round in 0..ROUNDS {
         for (mode, on) in [(0, true), (1, false)] {
             use_jobs(on)?;
@@ -95,6 +102,26 @@ fn measure(mib: usize) -> Result<(), String> {
             best[mode][0] = best[mode][0].min(t_sum);
             best[mode][1] = best[mode][1].min(t_add);
         }
+        // The same CHECKSUM on the device, one window at a time.
+        use_jobs(true)?;
+        set_pipeline(false)?;
+        let before = jobs()?;
+        let t = Instant::now();
+        let sum = dev.exec(Exec::Checksum, addr, len, false);
+        let t_sum = t.elapsed().as_secs_f64();
+        set_pipeline(true)?;
+        let after = jobs()?;
+        let sum = sum
+            .map_err(|e| format!("CHECKSUM, unpipelined: {e}"))?
+            .result;
+        if sum != want || after.pipelined != before.pipelined || after.runs - before.runs < windows
+        {
+            return Err(format!(
+                "CHECKSUM, unpipelined (round {round}): {sum:#x}; {before:?} -> {after:?}"
+            ));
+        }
+        let busy = after.busy_us.saturating_sub(before.busy_us).max(1);
+        unpipelined.push(t_sum * 1e6 / busy as f64);
     }
     for (i, w) in p.iter().enumerate() {
         if *w != (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) {
@@ -113,6 +140,13 @@ fn measure(mib: usize) -> Result<(), String> {
     dev.migrate(addr, len, Location::Device)
         .map_err(|e| e.to_string())?;
     let before = on_gpu0()?;
+    // On the peer's job engine (the rounds above ended with the CPU's).
+    use_jobs(true)?;
+    let peer_index = peer.index().map_err(|e| e.to_string())?;
+    let peer_jobs = || -> Result<JobCounters, String> {
+        job_counters(peer_index)?.ok_or_else(|| format!("gpu{peer_index} has no job engine"))
+    };
+    let peer_before = peer_jobs()?;
     let mut p2p = f64::MAX;
     for _ in 0..ROUNDS.min(3) {
         let t = Instant::now();
@@ -125,6 +159,12 @@ fn measure(mib: usize) -> Result<(), String> {
             return Err(format!("CHECKSUM over P2P {sum:#x}, want {want:#x}"));
         }
     }
+    let peer_after = peer_jobs()?;
+    if peer_after.bytes_read - peer_before.bytes_read < 3 * len as u64 {
+        return Err(format!(
+            "the P2P CHECKSUMs did not run on gpu{peer_index}'s job engine: {peer_before:?} -> {peer_after:?}"
+        ));
+    }
     let after = on_gpu0()?;
     if before != len as u64 || after != len as u64 {
         return Err(format!(
@@ -133,9 +173,14 @@ fn measure(mib: usize) -> Result<(), String> {
     }
     latency(&dev, addr)?;
     overhead.sort_by(f64::total_cmp);
+    unpipelined.sort_by(f64::total_cmp);
     println!(
         "BENCH hw_warm_job_{mib}M.overhead {:.3} x",
         overhead[overhead.len() / 2]
+    );
+    println!(
+        "BENCH hw_warm_job_{mib}M.overhead_unpipelined {:.3} x",
+        unpipelined[unpipelined.len() / 2]
     );
     println!("BENCH hw_p2p_over_own_{mib}M {:.2} x", p2p / best[0][0]);
     for (k, op) in ["checksum", "atomic_add"].iter().enumerate() {

@@ -35,7 +35,7 @@ fn e(x: impl std::fmt::Display) -> String {
 /// The first GPU, with a VM of this process, and its index, if it runs
 /// jobs on a job engine (msvm-gpu); `None` otherwise (the test does not
 /// apply).
-fn first_gpu_with_jobs() -> Result<Option<(Device, u32)>, String> {
+pub(crate) fn first_gpu_with_jobs() -> Result<Option<(Device, u32)>, String> {
     let Some(gpu) = sysfs::msvm_gpus()?.into_iter().next() else {
         return Ok(None);
     };
@@ -46,7 +46,7 @@ fn first_gpu_with_jobs() -> Result<Option<(Device, u32)>, String> {
 }
 
 /// The counters of device `index`, which runs jobs on its job engine.
-fn counters(index: u32) -> Result<JobCounters, String> {
+pub(crate) fn counters(index: u32) -> Result<JobCounters, String> {
     job_counters(index)?.ok_or_else(|| format!("gpu{index}: no job engine line"))
 }
 

@@ -62,11 +62,15 @@ pub(crate) struct JobCounters {
     pub(crate) watchdog: u64,
     /// Microseconds the device says its job engine ran jobs.
     pub(crate) busy_us: u64,
+    /// Windows msvm queued behind a window running (a warm job's
+    /// pipeline), and pipelines it ended early for a waiter.
+    pub(crate) pipelined: u64,
+    pub(crate) yields: u64,
 }
 
 /// The job engine's counters of device `index`, `None` if it has none.
 pub(crate) fn job_counters(index: u32) -> Result<Option<JobCounters>, String> {
-    Ok(debugfs_row(JOB_ENGINE, index, 20)?.map(|f| JobCounters {
+    Ok(debugfs_row(JOB_ENGINE, index, 22)?.map(|f| JobCounters {
         usable: f[1],
         runs: f[2],
         bytes_written: f[3],
@@ -82,6 +86,8 @@ pub(crate) fn job_counters(index: u32) -> Result<Option<JobCounters>, String> {
         cancels: f[17],
         watchdog: f[18],
         busy_us: f[19],
+        pipelined: f[20],
+        yields: f[21],
     }))
 }
 

@@ -32,6 +32,7 @@ mod hw;
 mod hw_faults;
 mod hw_jobs;
 mod hw_loss;
+mod hw_pipeline;
 mod large;
 mod lifecycle;
 mod multi;
@@ -117,6 +118,7 @@ fn main_tests() -> Vec<harness::Test> {
         hw::tests(),
         hw_jobs::tests(),
         hw_faults::tests(),
+        hw_pipeline::tests(),
     ]
     .into_iter()
     .flatten()
