@@ -104,7 +104,8 @@ pub(crate) use keep::{Keep, Replicate};
 pub(crate) use pipeline::{pipelining, set_pipelining};
 use service::{later, LOOKAHEAD};
 use table::{
-    fnv1a, Decode, DevAddr, PageTable, PeerPage, TableView, Target, WindowPages, FNV_OFFSET,
+    fnv1a, window_len, Decode, DevAddr, PageTable, PeerPage, TableView, Target, WindowPages,
+    FNV_OFFSET,
 };
 
 /// Checks that the job's ranges are mapped (`EFAULT`) with the access it
@@ -196,6 +197,13 @@ pub(crate) struct Engine<'p> {
     /// The window runs on the CPU: the rest of one whose fault the device
     /// was not given.
     cpu_only: bool,
+    /// The window a pipeline does not start at (job offset): the one
+    /// after a pipeline that yielded (it runs alone, its lock held for it
+    /// only), or one whose entries a pipeline could not write.
+    unpipelined: Option<usize>,
+    /// The window whose entries a pipeline could not write (no table page
+    /// free, an ATOMIC_ADD over a peer's page): not for the device.
+    not_here: Option<usize>,
 }
 
 /// Times a window raises its faults before it is serviced in the job's
@@ -227,6 +235,8 @@ impl<'p> Engine<'p> {
             ahead: [None; LOOKAHEAD],
             unserved: [None; LOOKAHEAD],
             cpu_only: false,
+            unpipelined: None,
+            not_here: None,
         })
     }
 
@@ -294,6 +304,8 @@ impl<'p> Engine<'p> {
         }
         self.ahead = [None; LOOKAHEAD];
         self.unserved = [None; LOOKAHEAD];
+        self.unpipelined = None;
+        self.not_here = None;
         let mut off = 0;
         while off < job.len {
             // Between windows (a warm one checks nothing else).
@@ -307,7 +319,7 @@ impl<'p> Engine<'p> {
                 continue;
             }
             // A window ends at a 2 MiB block boundary of the destination.
-            let n = pipeline::window_len(job, off);
+            let n = window_len(job, off);
             self.window(mm, mirror, job, (off, n), write, &mut done, clock, cancel)?;
             off += n;
         }
@@ -372,7 +384,8 @@ impl<'p> Engine<'p> {
         // Where the device runs jobs, it runs the window, faulting as it
         // goes; what it leaves (a fault it was not given) the CPU runs, as
         // it runs a window whose faults a raise before gave back.
-        if !inline && !self.cpu_only && !self.unserved.contains(&Some(off)) {
+        let device = self.not_here != Some(off);
+        if device && !inline && !self.cpu_only && !self.unserved.contains(&Some(off)) {
             let on = self.on_device((mm, mirror, cancel), (job, w, off, n), write, done)?;
             clock.lap_job(JobPhase::Exec);
             match on {

@@ -4,22 +4,26 @@
 //! job's next windows has an entry in the VM's device page table (a warm
 //! job), each window still runs as one job on msvm-gpu's job engine
 //! (`super::device`), but the next is queued behind it while it runs, its
-//! entries written and its uses counted meanwhile, so that the engine goes
-//! from one window to the next without waiting for msvm: one running, one
-//! queued ([`DEPTH`]). A CHECKSUM's jobs continue one hash (the device's
-//! CHAIN flag: a job's seed is the hash in the record of the one before),
-//! and the jobs' completion records take turns in two slots, so that the
-//! device writes one while msvm reads the other.
+//! entries written meanwhile, and the one before counted once it has
+//! completed, so that the engine goes from one window to the next without
+//! waiting for msvm: one running, one queued ([`DEPTH`]). A CHECKSUM's
+//! jobs continue one hash (the device's CHAIN flag: a job's seed is the
+//! hash in the record of the one before), and the jobs' completion records
+//! take turns in two slots, so that the device writes one while msvm reads
+//! the other.
 //!
-//! The VM's mirror lock and the job engine are held from the first window
-//! to the last one's completion, as a single window's are: the entries,
-//! and the pages and mappings they name, stay while the device may use
-//! them. The pipeline ends early, after what it queued has completed, when
-//! someone else wants either ([`MirrorGuard::contended`]: an invalidation
-//! of the process; [`Session::contended`]: another job for the device),
-//! when the ioctl must stop, and before a window it cannot run this way
-//! (an entry missing: that window faults, as `super::device` runs it; one
-//! read through replicas; an ATOMIC_ADD over a peer's page).
+//! The VM's mirror lock, the job engine and, for an ATOMIC_ADD, the pool's
+//! `atomics` are held from the first window to the last one's completion,
+//! as a single window's are: the entries, and the pages and mappings they
+//! name, stay while the device may use them. The pipeline ends early,
+//! after what it queued has completed, when anyone else waits for one of
+//! them ([`MirrorGuard::contended`]: an invalidation of the process, the
+//! fault handler, a shrink pass; [`Session::contended`]: another job for
+//! the device; [`Atomics::contended`]: another engine's add), and the next
+//! window then runs alone; when the ioctl must stop; and before a window
+//! it cannot run this way (an entry missing: that window faults, as
+//! `super::device` runs it; one read through replicas; an ATOMIC_ADD over
+//! a peer's page; no table page free).
 //!
 //! A job of the pipeline never stalls: its entries are all there, and
 //! nothing takes them while the lock is held. If one did, the engine is
@@ -27,21 +31,22 @@
 //! does one the device fails.
 //!
 //! [`MirrorGuard::contended`]: crate::mm::hmm::MirrorGuard::contended
+//! [`Atomics::contended`]: crate::vram::Atomics::contended
 
 use kernel::{
     prelude::*,
     sync::atomic::{Atomic, Relaxed},
 };
 
+use crate::gpu::faults::FaultBuffer;
 use crate::gpu::job::{self, JobCommand, RECORDS, RESULT_WORD, TLB_WORD};
 use crate::gpu::regs::JobBlock;
 use crate::gpu::ring::{Session, Waited};
 use crate::mm::cancel::Cancel;
 use crate::mm::devpt::DevPt;
 use crate::mm::devtables::DevMirror;
-use crate::mm::page::BLOCK_SIZE;
 
-use super::{Done, Engine, Job, Op, WindowPages};
+use super::{window_len, Done, Engine, Job, Op, WindowPages};
 
 /// Windows on the device at once: one running, one queued behind it.
 const DEPTH: usize = 2;
@@ -60,14 +65,6 @@ pub(crate) fn pipelining() -> bool {
     PIPELINE.load(Relaxed)
 }
 
-/// The bytes of `job`'s window at job offset `off`: to the end of the
-/// destination's 2 MiB block, or of the job.
-pub(super) fn window_len(job: &Job, off: usize) -> usize {
-    let a = job.addr + off;
-    let end = (a / BLOCK_SIZE + 1) * BLOCK_SIZE;
-    (end - a).min(job.len - off)
-}
-
 /// A window's job, queued.
 #[derive(Clone, Copy)]
 struct Queued {
@@ -75,12 +72,22 @@ struct Queued {
     cmd: JobCommand,
     /// Its completion record: the first word's index in the scratch words.
     record: usize,
+    /// Its bytes of the job: `[at, at + n)`.
+    at: usize,
+    n: usize,
 }
 
-/// The windows queued, oldest first.
+/// The windows queued and not waited for, oldest first.
+///
+/// # Invariants
+///
+/// The pipeline that holds it waits for every job in it, or has the
+/// engine reset (which ends them all: [`Pipe::clear`]), before it lets go
+/// of the VM's mirror lock and of the engine.
 #[derive(Default)]
 struct Pipe {
     queued: [Option<Queued>; DEPTH],
+    len: usize,
     /// Jobs queued so far (the next one's record slot is its parity).
     jobs: usize,
     /// The record of the last job queued.
@@ -88,28 +95,38 @@ struct Pipe {
 }
 
 impl Pipe {
-    fn len(&self) -> usize {
-        self.queued.iter().flatten().count()
+    /// Whether another job fits.
+    fn room(&self) -> bool {
+        self.len < DEPTH
     }
 
-    fn push(&mut self, q: Queued) {
-        if let Some(free) = self.queued.iter_mut().find(|q| q.is_none()) {
-            *free = Some(q);
-        }
+    /// Adds `q`, queued: `false` if there was no [`Pipe::room`].
+    fn push(&mut self, q: Queued) -> bool {
+        let Some(slot) = self.queued.get_mut(self.len) else {
+            return false;
+        };
+        *slot = Some(q);
+        self.len += 1;
         self.jobs += 1;
         self.last = q.record;
+        true
     }
 
     /// The oldest job, taken off.
     fn pop(&mut self) -> Option<Queued> {
-        let oldest = self.queued.first_mut()?.take();
+        if self.len == 0 {
+            return None;
+        }
+        let oldest = self.queued[0].take();
         self.queued.rotate_left(1);
+        self.len -= 1;
         oldest
     }
 
     /// Forgets every job (the engine was reset: none runs any more).
     fn clear(&mut self) {
         self.queued = [None; DEPTH];
+        self.len = 0;
     }
 }
 
@@ -132,10 +149,10 @@ impl Engine<'_> {
             return Ok(0);
         };
         let replicas = self.replicate.dst || self.replicate.src;
-        if replicas || self.cpu_only || !pipelining() || !job::jobs_used() {
+        if replicas || self.cpu_only || self.unpipelined == Some(off) || !pipelining() {
             return Ok(0);
         }
-        if !hw.jobs.usable() || !hw.mmu.usable() {
+        if !job::jobs_used() || !hw.jobs.usable() || !hw.mmu.usable() {
             return Ok(0);
         }
         // The job's last window gains nothing.
@@ -148,58 +165,61 @@ impl Engine<'_> {
             return Ok(0);
         };
         let ctx = dt.id();
+        if self.covered(table, job, off, write).is_none() {
+            return Ok(0);
+        }
         // What the table dropped since the context's last job leaves the
         // device's TLB first; nothing more is dropped while the lock is
         // held.
-        if !self.ready(table, job, off, write) || dt.flush().is_err() {
+        if dt.flush().is_err() {
             return Ok(0);
         }
         let Ok(mut session) = hw.jobs.session() else {
             return Ok(0);
         };
+        if !self.write(table, job, off, write) {
+            return Ok(0);
+        }
         // Other devices' CPU engines add to this VRAM under its `atomics`.
-        let _atomics = matches!(job.op, Op::AtomicAdd(_)).then(|| pool.atomics.lock());
+        let atomics = matches!(job.op, Op::AtomicAdd(_)).then(|| pool.atomics.lock());
         let faults = &*hw.faults;
-        let stalls = || faults.stalled();
         let mut pipe = Pipe::default();
         let mut at = off;
-        let mut yielded = false;
         let r = loop {
             // The window at `at` is ready: its entries written.
             let n = window_len(job, at);
-            let pushed = self.push(
-                &mut session,
-                &mut pipe,
-                table,
-                (job, at, n),
-                (ctx, write),
-                done,
-            );
-            if let Err(e) = pushed.and_then(|()| {
-                if pipe.len() == DEPTH {
-                    self.complete(&mut session, &mut pipe, &stalls)
-                } else {
-                    Ok(())
-                }
-            }) {
+            let pushed = self.push(&mut session, &mut pipe, (job, at, n), ctx, done);
+            if let Err(e) = pushed {
                 break Err(e);
             }
             at += n;
+            if !pipe.room() {
+                if let Err(e) =
+                    self.complete(&mut session, &mut pipe, (table, faults), (job, write), done)
+                {
+                    break Err(e);
+                }
+            }
             if at >= job.len || cancel.check().is_err() {
                 break Ok(());
             }
-            if guard.contended() || session.contended() {
-                yielded = true;
+            let wanted = atomics.is_some() && pool.atomics.contended();
+            if wanted || guard.contended() || session.contended() {
+                // The next window runs alone: the waiter's turn.
+                self.unpipelined = Some(at);
+                hw.jobs.stats.yields.add(1, Relaxed);
                 break Ok(());
             }
-            if !self.ready(table, job, at, write) {
+            if self.covered(table, job, at, write).is_none() || !self.write(table, job, at, write) {
                 break Ok(());
             }
         };
-        // Nothing stays queued, however it ended.
+        // Nothing stays queued, however it ended (the invariant of `Pipe`).
         let mut drained = Ok(());
-        while pipe.len() > 0 {
-            drained = drained.and(self.complete(&mut session, &mut pipe, &stalls));
+        while pipe.len > 0 {
+            let waited =
+                self.complete(&mut session, &mut pipe, (table, faults), (job, write), done);
+            drained = drained.and(waited);
         }
         let r = r.and(drained);
         if r.is_err() {
@@ -211,57 +231,67 @@ impl Engine<'_> {
         if let Op::Checksum = job.op {
             done.result = session.parts().1.scratch(pipe.last)?;
         }
-        let s = &hw.jobs.stats;
-        s.pipelined.add((pipe.jobs - 1) as u64, Relaxed);
-        if yielded {
-            s.yields.add(1, Relaxed);
-        }
+        hw.jobs.stats.pipelined.add((pipe.jobs - 1) as u64, Relaxed);
         Ok(at - off)
     }
 
-    /// Whether the window at job offset `at` can join a pipeline: every
-    /// page it uses has an entry with the access it needs, none is read
-    /// through replicas, its faults were not left to the job's context,
-    /// and its entries are written into the device's tables (they are not
-    /// for an ATOMIC_ADD over a peer's page, or with no table page free).
-    fn ready(&mut self, table: &DevPt, job: &Job, at: usize, write: bool) -> bool {
+    /// The pages of the window at job offset `at`, if it can join a
+    /// pipeline: every page it uses has an entry with the access it needs,
+    /// none is read through replicas, its faults were not left to the
+    /// job's context, and an ATOMIC_ADD's words are whole.
+    fn covered(&self, table: &DevPt, job: &Job, at: usize, write: bool) -> Option<WindowPages> {
         let n = window_len(job, at);
         let w = WindowPages::new(job, (at, n));
         let atomic = matches!(job.op, Op::AtomicAdd(_));
         if atomic && (w.dst % 8 != 0 || n % 8 != 0) {
-            return false;
+            return None;
         }
         if self.unserved.contains(&Some(at))
             || self.keep.meets_replicated(w.dst_first, w.dst_pages)
             || self.keep.meets_replicated(w.src_first, w.src_pages)
         {
-            return false;
+            return None;
         }
-        if !table.covers(w.dst_first, w.dst_pages, write, true)
-            || !table.covers(w.src_first, w.src_pages, false, true)
-        {
-            return false;
-        }
-        let Some(dt) = table.device_table() else {
-            return false;
-        };
-        self.write_window(table, dt, w, atomic, write)
+        let covers = table.covers(w.dst_first, w.dst_pages, write, true)
+            && table.covers(w.src_first, w.src_pages, false, true);
+        covers.then_some(w)
     }
 
-    /// Queues the job of bytes `[at, at + n)` of `job` (its entries
-    /// written), and counts what it uses.
+    /// Writes the device's entries of the window at job offset `at` (see
+    /// [`Self::write_window`]); `false` if they cannot be (an ATOMIC_ADD
+    /// over a peer's page, no table page free): the window is for the CPU,
+    /// and no pipeline or device job tries it again.
+    fn write(&mut self, table: &DevPt, job: &Job, at: usize, write: bool) -> bool {
+        let w = WindowPages::new(job, (at, window_len(job, at)));
+        let atomic = matches!(job.op, Op::AtomicAdd(_));
+        let written = table
+            .device_table()
+            .is_some_and(|dt| self.write_window(table, dt, w, atomic, write));
+        if !written {
+            self.unpipelined = Some(at);
+            self.not_here = Some(at);
+        }
+        written
+    }
+
+    /// Queues the job of bytes `[at, at + n)` of `job`, its entries
+    /// written in context `ctx`.
     fn push(
         &mut self,
         session: &mut Session<'_, JobBlock>,
         pipe: &mut Pipe,
-        table: &DevPt,
         (job, at, n): (&Job, usize, usize),
-        (ctx, write): (u32, bool),
+        ctx: u32,
         done: &mut Done,
     ) -> Result {
+        if !pipe.room() {
+            return Err(EINVAL);
+        }
         let w = WindowPages::new(job, (at, n));
         let record = RECORDS[pipe.jobs % 2];
         let (_, mut runner) = session.parts();
+        // (A FILL's pattern words are written again, with the same bytes,
+        // while the job before may read them.)
         let mut cmd = self.command(&mut runner, ctx, (job, w, n), done)?;
         cmd.result = runner.scratch_addr(record).ok_or(EINVAL)?;
         if matches!(job.op, Op::Checksum) && pipe.jobs > 0 {
@@ -269,11 +299,16 @@ impl Engine<'_> {
             cmd.src = runner.scratch_addr(pipe.last).ok_or(EINVAL)?;
         }
         // SAFETY: the job reaches what the VM's device page table maps for
-        // its window, as written into the device's tables (`ready`): this
-        // device's VRAM pages, DMA and P2P mappings that the table holds
-        // for the device, which stay while the mirror's lock is held, until
-        // the pipeline has waited for every job it queued (`complete`), or
-        // the engine was reset; the pattern, the records and a CHAIN's seed
+        // its window, as written into the device's tables under the
+        // mirror's lock that `pipeline` holds (`write`), after the flush
+        // that started the pipeline and with nothing dropped since: this
+        // device's VRAM pages (their adds serialised by `atomics`, held),
+        // DMA and P2P mappings that the table holds for the device; the
+        // lock and the session are held until every job queued has been
+        // waited for, or the engine reset (`Pipe`'s invariant: `pipeline`
+        // drains it), and an engine lost (`RunError::Lost`) has its bus
+        // mastering turned off (`Self::failed`); nothing else runs on the
+        // session meanwhile. The pattern, the records and a CHAIN's seed
         // are the queue's own scratch words.
         let queued = unsafe { runner.queue(&cmd) };
         let seqno = match queued {
@@ -284,34 +319,55 @@ impl Engine<'_> {
                 return Err(self.failed(session, e));
             }
         };
-        pipe.push(Queued { seqno, cmd, record });
-        // Counted as the window runs.
-        let ahead = self.ahead.contains(&Some(at));
-        self.ran(table, (job, w, n), write, (false, ahead), done)
+        let pushed = pipe.push(Queued {
+            seqno,
+            cmd,
+            record,
+            at,
+            n,
+        });
+        if !pushed {
+            // (Not with the room checked above.) A job the pipeline would
+            // not wait for: every job queued ends with the reset.
+            let e = session.parts().1.abandon();
+            pipe.clear();
+            return Err(self.failed(session, e));
+        }
+        Ok(())
     }
 
-    /// Waits for the oldest job queued, and counts its TLB's hits and
-    /// misses.
+    /// Waits for the oldest job queued and counts it: its TLB's hits and
+    /// misses, and what its window's binds would count (as for a window
+    /// the device ran alone, `Self::ran`).
     fn complete(
         &mut self,
         session: &mut Session<'_, JobBlock>,
         pipe: &mut Pipe,
-        stalls: &dyn Fn() -> bool,
+        (table, faults): (&DevPt, &FaultBuffer),
+        (job, write): (&Job, bool),
+        done: &mut Done,
     ) -> Result {
         let Some(q) = pipe.pop() else {
             return Ok(());
         };
         let (_, mut runner) = session.parts();
-        let e = match runner.wait_queued((q.seqno, &q.cmd), stalls) {
+        let stalls = || faults.stalled();
+        let e = match runner.wait_queued((q.seqno, &q.cmd), &stalls) {
             Ok(Waited::Done) => {
                 let tlb = runner.scratch(q.record + (TLB_WORD - RESULT_WORD))?;
                 let s = &self.pool.stats;
                 s.tlb_hits.add(tlb & 0xffff_ffff, Relaxed);
                 s.tlb_misses.add(tlb >> 32, Relaxed);
-                return Ok(());
+                let w = WindowPages::new(job, (q.at, q.n));
+                let ahead = self.ahead.contains(&Some(q.at));
+                return self.ran(table, (job, w, q.n), write, (false, ahead), done);
             }
-            // Never with every entry there: given up, the engine reset.
-            Ok(Waited::Stalled) => runner.abandon(),
+            // Never with every entry there: its records taken, the job
+            // given up, the engine reset.
+            Ok(Waited::Stalled) => {
+                let _ = faults.take(&runner, q.seqno);
+                runner.abandon()
+            }
             Err(e) => e,
         };
         // The engine was reset: no job queued runs any more.

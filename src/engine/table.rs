@@ -10,6 +10,7 @@ use kernel::prelude::*;
 use crate::mm::{
     devpt::{DevPt, Mapping},
     dma::{DmaPage, PeerMap, SysPage},
+    page::BLOCK_SIZE,
     pagemap::PAGE_SIZE,
 };
 use crate::vram::VramPool;
@@ -61,6 +62,14 @@ impl WindowPages {
             src_pages: src.map_or(0, |s| (s + n - src_first).div_ceil(PAGE_SIZE)),
         }
     }
+}
+
+/// The bytes of `job`'s window at job offset `off`: to the end of the
+/// destination's 2 MiB block, or of the job.
+pub(super) fn window_len(job: &Job, off: usize) -> usize {
+    let a = job.addr + off;
+    let end = (a / BLOCK_SIZE + 1) * BLOCK_SIZE;
+    (end - a).min(job.len - off)
 }
 
 /// Where the decoder found a device address: what the engine accesses.

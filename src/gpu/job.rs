@@ -74,7 +74,8 @@ pub(crate) struct JobStats {
     /// Windows queued behind a window running (`crate::engine`'s
     /// pipeline).
     pub(crate) pipelined: Atomic<u64>,
-    /// Pipelines drained early to let a waiter have their VM's lock.
+    /// Pipelines ended early for a waiter of their VM's lock, of the
+    /// engine or of the pool's `atomics`.
     pub(crate) yields: Atomic<u64>,
 }
 
@@ -94,7 +95,7 @@ impl Engine for JobBlock {
     }
 
     fn encode(c: &JobCommand, seqno: u64, last: bool) -> [u64; COMMAND_WORDS] {
-        let flags = if last { INTERRUPT } else { 0 } | if c.chain { CHAIN } else { 0 };
+        let flags = (if last { INTERRUPT } else { 0 }) | (if c.chain { CHAIN } else { 0 });
         [
             u64::from(c.op) | (u64::from(flags) << 32),
             seqno,

@@ -117,7 +117,8 @@ struct Ring {
     /// A run stalls on a fault while its submitter services it, the lock
     /// free ([`session::Parked`]): no other session begins.
     parked: bool,
-    /// The command of a run that stalled, until it completes.
+    /// The command of a run that stalled, or the last one queued
+    /// ([`Runner::queue`]), until it completes.
     inflight: Option<u64>,
     /// The engine was given up while it might still run (it did not stop
     /// after a reset): what a parked run named must be kept for good.
@@ -303,6 +304,11 @@ impl<E: Engine> Queue<E> {
     /// Runs `cmds` in ring order and returns when the last one has
     /// completed; see [`Runner::run`].
     fn run(&self, ring: &mut Ring, cmds: &[E::Command]) -> Result<(), RunError> {
+        // A command in flight (stalled, or queued and not waited for):
+        // whatever is in flight ends with the reset.
+        if ring.inflight.is_some() {
+            return Err(self.fail(ring, &Failure::Abandoned));
+        }
         // At most `RING - 2` a submission: the last command of the one
         // before may still be outstanding (its fence is written before
         // `HEAD` moves past it).
@@ -321,8 +327,9 @@ impl<E: Engine> Queue<E> {
         Ok(())
     }
 
-    /// Writes `part` into the (empty) ring and rings the doorbell; the
-    /// last command interrupts. Returns its seqno.
+    /// Writes `part` into the ring after the commands outstanding (at
+    /// most `RING - 1` in all) and rings the doorbell; the last command
+    /// interrupts. Returns its seqno.
     fn submit(&self, ring: &mut Ring, part: &[E::Command]) -> Result<u64> {
         let buf = ring.buf.as_ref().ok_or(ENODEV)?;
         for (k, c) in part.iter().enumerate() {
@@ -360,12 +367,15 @@ impl<E: Engine> Queue<E> {
         stalls: &dyn Fn() -> bool,
     ) -> Result<Waited, RunError> {
         let seqno = match (cmd, ring.inflight) {
-            (Some(c), None) => self.submit_one(ring, c),
+            (Some(c), None) => self.submit_one(ring, c).map_err(|_| Failure::Gone),
             (None, Some(seqno)) => Ok(seqno),
-            _ => Err(EINVAL),
+            // A command in flight and another run, or nothing to resume:
+            // whatever is in flight ends with the reset.
+            _ => Err(Failure::Abandoned),
         };
-        let Ok(seqno) = seqno else {
-            return Err(self.fail(ring, &Failure::Gone));
+        let seqno = match seqno {
+            Ok(seqno) => seqno,
+            Err(failure) => return Err(self.fail(ring, &failure)),
         };
         ring.inflight = Some(seqno);
         let r = self.wait(ring, seqno, stalls);

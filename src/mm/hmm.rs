@@ -102,7 +102,7 @@ pub(crate) struct Mirror<T: MirrorTable> {
     /// (from inside the mm core, under its locks, possibly from reclaim):
     /// see the lock order above.
     #[pin]
-    pub(super) lock: Mutex<T>,
+    lock: Mutex<T>,
     start: usize,
     end: usize,
     /// The owner this mirror's device makes pages exclusive for, if any:
@@ -116,8 +116,8 @@ pub(crate) struct Mirror<T: MirrorTable> {
     /// Lockers waiting for `lock` ([`Mirror::lock`], and invalidations
     /// that may sleep).
     waiting: Atomic<u32>,
-    /// Invalidations that could not sleep and found `lock` held (bumped,
-    /// wrapping).
+    /// Lockers that could not wait and found `lock` held (bumped,
+    /// wrapping): invalidations that may not sleep, shrink passes.
     refused: Atomic<u32>,
     #[pin]
     _pin: PhantomPinned,

@@ -93,6 +93,7 @@ use crate::mm::{
 use crate::topology::MAX_DEVICES;
 
 mod alloc;
+mod atomics;
 mod blit;
 mod charge;
 mod chunk;
@@ -114,6 +115,7 @@ mod usage;
 mod window;
 
 pub(crate) use alloc::{large_folios, Batch, Large};
+pub(crate) use atomics::Atomics;
 pub(crate) use blit::{engine_used, fail_runs, use_engine, Blit, PageCopy};
 pub(crate) use charge::{Charges, Payer};
 use chunk::Chunk;
@@ -238,9 +240,9 @@ pub(crate) struct VramPool {
     /// Serialises [`VramPool::grow`].
     #[pin]
     grow_lock: Mutex<()>,
-    /// Serialises the engine's read-modify-write of VRAM words.
+    /// Serialises the engines' read-modify-writes of VRAM words.
     #[pin]
-    pub(crate) atomics: Mutex<()>,
+    pub(crate) atomics: Atomics,
     pub(crate) stats: Stats,
     /// Its VMs' device page tables (which may outlive the pool).
     pt: Arc<Tables>,
@@ -325,7 +327,7 @@ impl VramPool {
                 alloc_seq: Atomic::new(0),
                 shrink_lock <- new_mutex!(()),
                 grow_lock <- new_mutex!(()),
-                atomics <- new_mutex!(()),
+                atomics <- Atomics::new(),
                 stats: Stats::new(),
                 pt,
                 lru: Lru::new(nblocks)?,

@@ -289,6 +289,13 @@ fn a_chained_checksum_continues_the_hash_of_the_job_before() {
     odd.src = RESULT + 4;
     assert_eq!(r.run(odd), crate::ring::error::BAD_COMMAND);
     r.reset();
+    // A seed the device cannot read: DMA_FAULT, no record written.
+    let mut lost = second;
+    lost.src = 0x4000_0000;
+    lost.result = RESULT + 2 * RECORD_LEN as u64;
+    assert_eq!(r.run(lost), crate::ring::error::DMA_FAULT);
+    assert_eq!(r.sys(lost.result, RECORD_LEN), vec![0; RECORD_LEN]);
+    r.reset();
     assert_eq!(r.run(second), 0);
 }
 

@@ -42,9 +42,7 @@ impl<E: Engine> Session<'_, E> {
         };
         (dev, runner)
     }
-}
 
-impl<E: Engine> Session<'_, E> {
     /// Whether another submitter waits for the engine: a session kept
     /// across many commands (a pipeline) ends soon when it does.
     pub(crate) fn contended(&self) -> bool {
@@ -165,14 +163,16 @@ impl<E: Engine> Runner<'_, E> {
         r
     }
 
-    /// Gives up the command [`Runner::start`] left stalled: the engine is
-    /// reset and touches nothing the command named afterwards, unless it
-    /// is lost ([`RunError::Lost`]: as [`Runner::run`]'s).
+    /// Gives up the command [`Runner::start`] left stalled (or the ones
+    /// [`Runner::queue`] queued): the engine is reset and touches nothing
+    /// they named afterwards, unless it is lost ([`RunError::Lost`]: as
+    /// [`Runner::run`]'s).
     pub(crate) fn abandon(&mut self) -> RunError {
         self.q.fail(self.ring, &Failure::Abandoned)
     }
 
-    /// The seqno of the command [`Runner::start`] left stalled.
+    /// The seqno of the command [`Runner::start`] left stalled (or of the
+    /// last one [`Runner::queue`] queued, until it completes).
     pub(crate) fn inflight(&self) -> Option<u64> {
         self.ring.inflight
     }
@@ -199,8 +199,14 @@ impl<E: Engine> Runner<'_, E> {
     ///
     /// # Safety
     ///
-    /// As [`Runner::run`], until [`Runner::wait_queued`] says it completed
-    /// or the engine failed, or for good on [`RunError::Lost`].
+    /// As [`Runner::run`], until [`Runner::wait_queued`] says it (or a
+    /// command queued after it) completed, or any run of the session
+    /// failed ([`RunError::Failed`]: the engine was reset, which ends
+    /// every command queued), or for good on [`RunError::Lost`]. Until
+    /// then the session runs nothing else ([`Runner::run`],
+    /// [`Runner::start`]), is not parked, and is not dropped: the engine
+    /// may still read the ring. A stall ([`Waited::Stalled`]) is answered
+    /// or given up ([`Runner::abandon`]) as [`Runner::start`]'s is.
     pub(crate) unsafe fn queue(&mut self, cmd: &E::Command) -> Result<u64, RunError> {
         if !self.q.usable() {
             return Err(RunError::Failed { code: 0, addr: 0 });

@@ -33,8 +33,9 @@ const ROUNDS: usize = 5;
 pub fn run(mib: usize) -> Result<(), String> {
     let r = measure(mib);
     // Whatever happened, jobs run on the engines again, pipelined.
-    use_jobs(true)?;
+    let on = use_jobs(true);
     set_pipeline(true)?;
+    on?;
     r
 }
 
@@ -76,7 +77,13 @@ fn measure(mib: usize) -> Result<(), String> {
             if sum != want {
                 return Err(format!("CHECKSUM {sum:#x}, want {want:#x}"));
             }
-            let busy = jobs()?.busy_us.saturating_sub(before.busy_us);
+            let now = jobs()?;
+            let busy = now.busy_us.saturating_sub(before.busy_us);
+            if on && now.pipelined == before.pipelined {
+                return Err(format!(
+                    "the device's CHECKSUM was not pipelined: {before:?} -> {now:?}"
+                ));
+            }
             if on {
                 if busy == 0 {
                     return Err(format!("the device says it ran no job ({busy} us)"));

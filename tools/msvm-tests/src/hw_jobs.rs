@@ -105,7 +105,7 @@ pub(crate) fn use_jobs(on: bool) -> Result<(), String> {
 }
 
 /// Hangs not yet queued (debugfs `job_engine`'s first line: `use U hang
-/// N stall_delay MS`).
+/// N stall_delay MS pipeline P`).
 pub(crate) fn hangs_left() -> Result<u32, String> {
     let text = fs::read_to_string(JOB_ENGINE).map_err(|x| format!("{JOB_ENGINE}: {x}"))?;
     let first = text.lines().next().unwrap_or("");
