@@ -99,9 +99,20 @@ msvm_stage guest-small-ram python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDI
 # A device process killed under a job (msvm-tests device-lost): a guest of
 # its own, four msvm-gpus.
 lost_rc=0
-msvm_stage guest-device-lost python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
-	--initrd "$B/test-initramfs.cpio" --gpus sw,sw,rp,rp --cmd device-lost \
-	--log "$B/test-lost-console.log" --timeout "${MSVM_TEST_TIMEOUT:-900}" || lost_rc=$?
+lost_boot() {
+	python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
+		--initrd "$B/test-initramfs.cpio" --gpus sw,sw,rp,rp --cmd device-lost \
+		--log "$B/test-lost-console.log" --timeout "${MSVM_TEST_TIMEOUT:-900}"
+}
+msvm_stage guest-device-lost lost_boot || lost_rc=$?
+# QEMU 11.1's vfio-user client can abort itself when a device process dies
+# under it (an assertion in error_setv; testing.rst, "Known problems"): that
+# boot proves nothing of msvm's, and runs once more.
+if [ "$lost_rc" != 0 ] && grep -q "error_setv: Assertion" "$B/test-lost-console.log"; then
+	echo "QEMU aborted at the device process's death: the device-lost boot once more"
+	lost_rc=0
+	msvm_stage guest-device-lost-again lost_boot || lost_rc=$?
+fi
 
 # Bounce buffers: the data-integrity tests with swiotlb=force (every DMA
 # mapping bounces, as in SEV/TDX guests).

@@ -333,6 +333,8 @@ pub fn hog(mib: usize) -> Result<(), String> {
             .sum()
     };
     let mut held = Vec::new();
+    // Waits for the shrinker while it makes progress.
+    let mut patient = true;
     for i in 0..mib {
         let avail = mem_available()?;
         if avail < 48 << 20 {
@@ -342,6 +344,24 @@ pub fn hog(mib: usize) -> Result<(), String> {
             }
             // Memory is short: grow at a workload's pace.
             std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        if avail < 24 << 20 && patient {
+            // Nearly none left: the shrinker's work (queued by reclaim,
+            // which kswapd keeps running meanwhile) gets up to 10 s to
+            // free a chunk before the next MiB, however slow the machine
+            // (a run under TCG on a loaded host was OOM-killed at 187 MiB
+            // of 221, the chunks not freed yet).
+            // Once only without progress: a shrinker that frees nothing
+            // meets the OOM killer as before.
+            let before = cached();
+            patient = false;
+            for _ in 0..200 {
+                if cached() < before {
+                    patient = true;
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
         }
         let mut m = Map::new(1 << 20)?;
         m.bytes_mut().fill(i as u8 | 1);
