@@ -274,6 +274,41 @@ class Topology:
         return args
 
 
+_LIBC = None
+# pidfd_getfd(2): the same number on every architecture.
+_SYS_PIDFD_GETFD = 438
+
+
+def _connected_sockets(pid):
+    """Copies of process pid's connected sockets (pidfd_getfd(2): Linux 5.6,
+    ptrace access to it: vm.py is its parent)."""
+    global _LIBC
+    import ctypes
+    if _LIBC is None:
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+    pidfd = os.pidfd_open(pid)
+    out = []
+    try:
+        for n in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                if not os.readlink(f"/proc/{pid}/fd/{n}").startswith("socket:"):
+                    continue
+            except OSError:
+                continue
+            fd = _LIBC.syscall(_SYS_PIDFD_GETFD, pidfd, int(n), 0)
+            if fd < 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"pidfd_getfd: {os.strerror(err)}")
+            s = socket.socket(fileno=fd)
+            if s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                s.close()
+                continue
+            out.append(s)
+    finally:
+        os.close(pidfd)
+    return out
+
+
 class Model:
     """The msvm-gpu processes: one per GPU, each serving one vfio-user
     socket, started before QEMU connects and again for a re-plug (a device
@@ -342,13 +377,37 @@ class Model:
 
     def kill(self, gpu):
         """Kills gpu's current process (the device dies under the guest);
-        whether it was running."""
+        whether it was running.
+
+        The process is stopped first, and what QEMU sent it and it had not
+        read yet is drained from its vfio-user socket (shut for reading:
+        QEMU's sends then fail with EPIPE), so that its death reads as the
+        socket's end. A Unix socket closed with unread data makes its peer
+        read ECONNRESET, on which QEMU 11.1's vfio_user_recv_hdr() sets its
+        error twice and aborts (error_setv's assertion); QEMU's requests
+        drained go unanswered, as with a bare SIGKILL."""
         p = self.current.get(gpu)
         if p is None or p.poll() is not None:
             return False
         self.killed.add(p)
+        os.kill(p.pid, signal.SIGSTOP)
+        socks = []
+        try:
+            socks = _connected_sockets(p.pid)
+            for s in socks:
+                s.shutdown(socket.SHUT_RD)
+                s.setblocking(False)
+                try:
+                    while s.recv(1 << 16):
+                        pass
+                except BlockingIOError:
+                    pass
+        except OSError as e:
+            print(f"[vm] host: {gpu}: its socket not drained ({e}): a bare SIGKILL", flush=True)
         p.kill()
         p.wait()
+        for s in socks:
+            s.close()
         return True
 
     def stop(self):
