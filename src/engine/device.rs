@@ -289,13 +289,7 @@ impl Engine<'_> {
     /// used (uses for the eviction policy, accesses to memory not this
     /// device's, pages by path), if their entries are all still there (a
     /// stall may have let an invalidation take one it was done with).
-    pub(super) fn account_used(
-        &self,
-        table: &DevPt,
-        w: WindowPages,
-        write: bool,
-        done: &mut Done,
-    ) -> Result {
+    fn account_used(&self, table: &DevPt, w: WindowPages, write: bool, done: &mut Done) -> Result {
         let covered = table.covers(w.dst_first, w.dst_pages, write, true)
             && table.covers(w.src_first, w.src_pages, false, true);
         if covered {
@@ -372,7 +366,7 @@ impl Engine<'_> {
 
     /// Counts the bytes the job reached per kind of memory, as the CPU's
     /// execution counts them (`engine_*` in `DRM_IOCTL_MSVM_STATS`).
-    pub(super) fn count(&self, table: &DevPt, job: &Job, w: WindowPages, n: usize) {
+    fn count(&self, table: &DevPt, job: &Job, w: WindowPages, n: usize) {
         let (read, written) = match job.op {
             Op::Fill(_) => (false, true),
             Op::Copy { .. } => (false, true),
