@@ -31,10 +31,13 @@
 //! reads replicas, and one that keeps being zapped before its replay, is
 //! serviced in the job's own context: [`DevMirror::fault`] (`hmm_range_fault`
 //! with the device's owner, so that its own device pages come back as
-//! they are, faulting the others in) under the VM's mirror sequence, a
-//! table of the window's own of device-visible addresses (a VRAM offset
-//! for a page in this device's memory, a DMA address for a page in system
-//! RAM, a bus address for a peer's page), run, and the kept entries bound.
+//! they are, faulting the others in) under the VM's mirror sequence. Where
+//! msvm-gpu runs the job, every page is then bound into the VM's table
+//! and the device runs the window (`service.rs`'s `serve_window`);
+//! elsewhere, and for what that leaves, a table of the window's own of
+//! device-visible addresses (a VRAM offset for a page in this device's
+//! memory, a DMA address for a page in system RAM, a bus address for a
+//! peer's page) is run by the CPU, and the kept entries bound.
 //!
 //! The executor sees device addresses only; the address decoder turns a
 //! device address into a CPU access (the BAR mapping for VRAM; for a DMA
@@ -195,8 +198,12 @@ pub(crate) struct Engine<'p> {
     /// service: they are serviced in the job's context at their turn.
     unserved: [Option<usize>; LOOKAHEAD],
     /// The window runs on the CPU: the rest of one whose fault the device
-    /// was not given.
+    /// was not given, nor the job's context could service.
     cpu_only: bool,
+    /// The window's faults were serviced in the job's context: it runs on
+    /// the device (counted as that fault, not a replay), and what it is
+    /// cancelled on again is the CPU's.
+    resumed: bool,
     /// The window a pipeline does not start at (job offset): the one
     /// after a pipeline that yielded (it runs alone, its lock held for it
     /// only), or one whose entries a pipeline could not write.
@@ -208,7 +215,8 @@ pub(crate) struct Engine<'p> {
 
 /// Times a window raises its faults before it is serviced in the job's
 /// context instead (an invalidation kept zapping its entries before the
-/// replay).
+/// replay); and times that service walks and binds a window for the
+/// device before it leaves it to the CPU.
 const MAX_REPLAYS: usize = 4;
 
 impl<'p> Engine<'p> {
@@ -235,6 +243,7 @@ impl<'p> Engine<'p> {
             ahead: [None; LOOKAHEAD],
             unserved: [None; LOOKAHEAD],
             cpu_only: false,
+            resumed: false,
             unpipelined: None,
             not_here: None,
         })
@@ -382,33 +391,57 @@ impl<'p> Engine<'p> {
             || self.keep.meets_replicated(dst_first, dst_pages)
             || self.keep.meets_replicated(src_first, src_pages);
         // Where the device runs jobs, it runs the window, faulting as it
-        // goes; what it leaves (a fault it was not given) the CPU runs, as
-        // it runs a window whose faults a raise before gave back.
-        let device = self.not_here != Some(off);
-        if device && !inline && !self.cpu_only && !self.unserved.contains(&Some(off)) {
-            let on = self.on_device((mm, mirror, cancel), (job, w, off, n), write, done)?;
+        // goes. What the fault handler leaves to the job is serviced in the
+        // job's context, then the device runs the window (its rest, after a
+        // cancelled fault: see below); what still lacks entries the CPU
+        // runs. A window whose faults a raise before gave back is serviced
+        // so before the device starts it.
+        let mut device =
+            self.not_here != Some(off) && !inline && !self.cpu_only && self.may_run(job, (w, n));
+        if device && self.unserved.contains(&Some(off)) && !self.resumed {
+            device = self.serve_window((mm, mirror, cancel), job, (off, n), write)?;
+            clock.lap_job(JobPhase::Walk);
+            if device {
+                // Its fault (the CPU's path counts its own); the device's
+                // run counts nothing more.
+                self.pool.stats.pt_faults.add(1, Relaxed);
+            }
+            self.resumed = device;
+        }
+        if device {
+            let on = self.on_device((mm, mirror, cancel), (job, w, off, n), write, done);
             clock.lap_job(JobPhase::Exec);
-            match on {
+            let resumed = core::mem::replace(&mut self.resumed, false);
+            match on? {
                 device::OnDevice::Ran => return Ok(()),
-                device::OnDevice::Part(k) => {
+                // Serviced, and still not for the device (no context or
+                // table page free): the CPU's, its fault counted.
+                device::OnDevice::NotHere if resumed => {
                     self.cpu_only = true;
-                    let r = if k < n {
-                        self.window(
-                            mm,
-                            mirror,
-                            job,
-                            (off + k, n - k),
-                            write,
-                            done,
-                            clock,
-                            cancel,
-                        )
-                    } else {
-                        Ok(())
-                    };
+                    let r = self.window(mm, mirror, job, (off, n), write, done, clock, cancel);
                     self.cpu_only = false;
                     return r;
                 }
+                // Its rest: the faults the device was cancelled on (the
+                // handler left them to the job) serviced here, in the job's
+                // context, with the device free for others meanwhile (it
+                // may wait on the process: a first touch, a copy-on-write
+                // break, userfaultfd), then on the device again, from the
+                // `done` it reported; once only, and on the CPU if its
+                // pages did not all get entries.
+                device::OnDevice::Part(k) if k < n => {
+                    let rest = (off + k, n - k);
+                    let again =
+                        !resumed && self.serve_window((mm, mirror, cancel), job, rest, write)?;
+                    clock.lap_job(JobPhase::Walk);
+                    self.resumed = again;
+                    self.cpu_only = !again;
+                    let r = self.window(mm, mirror, job, rest, write, done, clock, cancel);
+                    self.resumed = false;
+                    self.cpu_only = false;
+                    return r;
+                }
+                device::OnDevice::Part(_) => return Ok(()),
                 device::OnDevice::NotHere => {}
             }
         }

@@ -20,8 +20,10 @@
 //! again, the window's entries written anew, the TLB invalidated for what
 //! changed meanwhile, and the access replayed. A fault the handler leaves
 //! to the job (a page not present, a copy-on-write break) is cancelled:
-//! the job ends where it stalled, and the window's rest runs in the job's
-//! context on the CPU (`super::Engine::window`).
+//! the job ends where it stalled, which frees the device while the job's
+//! thread services the window's rest in its own context, where it may
+//! wait on its process; that rest then runs on the device again, or on
+//! the CPU if its pages did not all get entries (`super::Engine::window`).
 //!
 //! Runs under the VM's mirror lock but while parked, as the CPU's
 //! execution of a covered window does: the entries, and the pages and
@@ -56,8 +58,9 @@ const MAX_STALLS: usize = 16;
 enum Cancelled {
     /// Not cancelled.
     No,
-    /// The CPU runs the rest, in the job's context.
-    ForTheCpu,
+    /// Left to the job: its context services the faults, then the rest
+    /// runs on the device again, or on the CPU.
+    ToTheJob,
     /// The job ends with this error (the fault's service failed).
     Failed(Error),
 }
@@ -67,7 +70,7 @@ pub(super) enum OnDevice {
     /// It ran whole.
     Ran,
     /// Its first bytes ran, these many; then a fault was cancelled: the
-    /// rest is the CPU's.
+    /// rest is the job's (`super::Engine::window`).
     Part(usize),
     /// Not on the device (no device side, no table page free, an
     /// ATOMIC_ADD the device cannot do atomically, the job engine off or
@@ -90,13 +93,10 @@ impl Engine<'_> {
         let Some(hw) = pool.hw() else {
             return Ok(OnDevice::NotHere);
         };
-        if !job::jobs_used() || !hw.jobs.usable() || !hw.mmu.usable() {
+        if !self.may_run(job, (w, n)) {
             return Ok(OnDevice::NotHere);
         }
         let atomic = matches!(job.op, Op::AtomicAdd(_));
-        if atomic && (w.dst % 8 != 0 || n % 8 != 0) {
-            return Ok(OnDevice::NotHere);
-        }
         let s = &pool.stats;
         let ahead = self.ahead.contains(&Some(off));
         let mut guard = mirror.lock();
@@ -157,7 +157,9 @@ impl Engine<'_> {
                 }
             }
             stalled += 1;
-            if stalled == 1 {
+            // (A window resumed after its service in the job's context:
+            // its fault is counted.)
+            if stalled == 1 && !self.resumed {
                 s.pt_faults.add(1, Relaxed);
             }
             let taken = {
@@ -173,7 +175,7 @@ impl Engine<'_> {
                     continue;
                 }
                 // Bounded: a window whose faults keep coming back (an
-                // invalidation that keeps zapping them) goes to the CPU.
+                // invalidation that keeps zapping them) goes to the job.
                 _ if stalled > MAX_STALLS => (Answer::Cancel, None),
                 // Consumed now: replayed, the fault is recorded.
                 Taken::Overflow => (Answer::Replay, None),
@@ -183,7 +185,8 @@ impl Engine<'_> {
                     let raised = self.faults_from(guard.table(), job, off);
                     if raised.n == 0 {
                         // Its entries are in the table but not the
-                        // device's: a window for the CPU.
+                        // device's: a window for the job (the CPU, once
+                        // the device stalls on it again).
                         (Answer::Cancel, None)
                     } else {
                         // Serviced with the device parked: its lock and
@@ -219,7 +222,7 @@ impl Engine<'_> {
                 }
             };
             if answer == Answer::Cancel {
-                cancelled = why.map_or(Cancelled::ForTheCpu, Cancelled::Failed);
+                cancelled = why.map_or(Cancelled::ToTheJob, Cancelled::Failed);
             }
             let (_, mut runner) = session.parts();
             // SAFETY: a replay's entries were written anew under the
@@ -259,10 +262,28 @@ impl Engine<'_> {
         Ok(OnDevice::Ran)
     }
 
+    /// Whether the device may run bytes `w.dst..w.dst + n` of `job`: it
+    /// runs jobs (msvm-gpu, its job engine and MMU usable and in use), and
+    /// an ATOMIC_ADD's words are whole. (It may still not: no context or
+    /// table page free, an ATOMIC_ADD over a peer's page.)
+    pub(super) fn may_run(&self, job: &Job, (w, n): (WindowPages, usize)) -> bool {
+        let Some(hw) = self.pool.hw() else {
+            return false;
+        };
+        if !job::jobs_used() || !hw.jobs.usable() || !hw.mmu.usable() {
+            return false;
+        }
+        let atomic = matches!(job.op, Op::AtomicAdd(_));
+        !(atomic && (w.dst % 8 != 0 || n % 8 != 0))
+    }
+
     /// Counts a window the device ran whole: a hit of the VM's table, or,
     /// if it `stalled` or a raise before serviced it `ahead`, a replay (and
-    /// the fault, for one serviced ahead); then what its pages' binds
-    /// would count ([`Self::account_used`], [`Self::count`]).
+    /// the fault, for one serviced ahead), or neither for one resumed after
+    /// its service in the job's context and not stalled again (its fault
+    /// was counted; a service in the job's context is not a replay, as on
+    /// the CPU); then what its pages' binds would count
+    /// ([`Self::account_used`], [`Self::count`]).
     pub(super) fn ran(
         &self,
         table: &DevPt,
@@ -272,12 +293,13 @@ impl Engine<'_> {
         done: &mut Done,
     ) -> Result {
         let s = &self.pool.stats;
-        if stalled || ahead {
+        // (Resumed and not stalled again: counted as its fault.)
+        if stalled || (ahead && !self.resumed) {
             if ahead && !stalled {
                 s.pt_faults.add(1, Relaxed);
             }
             s.pt_replays.add(1, Relaxed);
-        } else {
+        } else if !self.resumed {
             s.pt_hits.add(1, Relaxed);
         }
         self.account_used(table, w, write, done)?;

@@ -6,11 +6,13 @@
 //! (`super::device`), but the next is queued behind it while it runs, its
 //! entries written meanwhile, and the one before counted once it has
 //! completed, so that the engine goes from one window to the next without
-//! waiting for msvm: one running, one queued ([`DEPTH`]). A CHECKSUM's
-//! jobs continue one hash (the device's CHAIN flag: a job's seed is the
-//! hash in the record of the one before), and the jobs' completion records
-//! take turns in two slots, so that the device writes one while msvm reads
-//! the other.
+//! waiting for msvm: one running, two queued ([`DEPTH`]; two, so that
+//! one interrupt's latency late, about a window's time under TCG, leaves
+//! the engine still busy). A CHECKSUM's jobs continue one hash (the
+//! device's CHAIN flag: a job's seed is the hash in the record of the one
+//! before), and the jobs' completion records take turns in [`DEPTH`]
+//! slots, so that the device writes those of the jobs queued while msvm
+//! reads the one's before.
 //!
 //! The VM's mirror lock, the job engine and, for an ATOMIC_ADD, the pool's
 //! `atomics` are held from the first window to the last one's completion,
@@ -48,8 +50,14 @@ use crate::mm::devtables::DevMirror;
 
 use super::{window_len, Done, Engine, Job, Op, WindowPages};
 
-/// Windows on the device at once: one running, one queued behind it.
-const DEPTH: usize = 2;
+/// Windows on the device at once: one running, two queued behind it.
+const DEPTH: usize = 3;
+
+// A record slot per job queued: a job's is read before the one after the
+// last queued takes it.
+const _: () = assert!(RECORDS.len() >= DEPTH);
+// Every slot's four words lie in the queue's scratch words.
+const _: () = assert!(RECORDS[DEPTH - 1] + 4 <= <JobBlock as crate::gpu::ring::Engine>::SCRATCH);
 
 /// Whether warm windows are pipelined (debugfs `job_engine`'s `pipeline`:
 /// the benchmark's baseline turns it off).
@@ -88,7 +96,8 @@ struct Queued {
 struct Pipe {
     queued: [Option<Queued>; DEPTH],
     len: usize,
-    /// Jobs queued so far (the next one's record slot is its parity).
+    /// Jobs queued so far (the next one's record slot is their number
+    /// modulo [`DEPTH`]).
     jobs: usize,
     /// The record of the last job queued.
     last: usize,
@@ -288,7 +297,7 @@ impl Engine<'_> {
             return Err(EINVAL);
         }
         let w = WindowPages::new(job, (at, n));
-        let record = RECORDS[pipe.jobs % 2];
+        let record = RECORDS[pipe.jobs % DEPTH];
         let (_, mut runner) = session.parts();
         // (A FILL's pattern words are written again, with the same bytes,
         // while the job before may read them.)

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! A window's faults: those a miss raises ([`Raised`], this window's and
-//! the next ones'), and the job's context that services them on the
-//! device's fault handler ([`JobService`]).
+//! the next ones'), the job's context that services them on the device's
+//! fault handler ([`JobService`]), and what the handler leaves to the job,
+//! serviced in the job's own context for the device
+//! ([`Engine::serve_window`]).
 
 use kernel::{
     mm::MmWithUser,
@@ -13,15 +15,17 @@ use kernel::{
 };
 
 use crate::mm::{
+    cancel::Cancel,
     devpt::{Bind, DevPt, Spare},
     devtables::DevMirror,
     faultq::{Access, Fault, Served, Service, MAX_RAISE},
-    hmm::HmmPfn,
+    hmm::{HmmPfn, Pages},
     page::{PageRef, BLOCK_SIZE},
     pagemap::PAGE_SIZE,
+    trace,
 };
 
-use super::{Engine, Job, Op, WindowPages};
+use super::{Engine, Job, Op, WindowPages, MAX_REPLAYS};
 
 /// Windows of a job whose faults a miss raises together: this one and up
 /// to 7 after it (a GPU's threads fault at once), as [`MAX_RAISE`] allows
@@ -281,5 +285,109 @@ impl Engine<'_> {
             }
         }
         Ok(true)
+    }
+
+    /// Services the faults of bytes `[off, off + n)` of `job` in the job's
+    /// own context, for the device to run them (what the fault handler
+    /// leaves to the job: a page not present, or not with the access, a
+    /// copy-on-write break, another device's page, a busy mmap lock, an
+    /// invalidation in flight). As the CPU's execution of a window does
+    /// (`super::Engine::window`), it faults the pages in
+    /// ([`DevMirror::fault`]: killable, it may wait on the process, with
+    /// nothing of the device's held), moves a device's read-only pages
+    /// home to write them, then binds every page into the VM's table as
+    /// the handler would ([`Self::entry`]). `true` if the window's pages
+    /// all have entries with the access it needs; `false` if not (an
+    /// invalidation kept changing them, a page that gets no entry: the
+    /// window is the CPU's). `EACCES` for a mapping no longer writable,
+    /// and what the walk fails with (`EFAULT`, a fatal signal).
+    pub(super) fn serve_window(
+        &self,
+        (mm, mirror, cancel): (&MmWithUser, &DevMirror, &Cancel<'_>),
+        job: &Job,
+        (off, n): (usize, usize),
+        write: bool,
+    ) -> Result<bool> {
+        let w = WindowPages::new(job, (off, n));
+        let owner = self.pool.owner();
+        let mut dst_pfns = KVec::from_elem(HmmPfn::NONE, w.dst_pages, GFP_KERNEL)?;
+        let mut src_pfns = KVec::from_elem(HmmPfn::NONE, w.src_pages, GFP_KERNEL)?;
+        // Bounded: what keeps changing (an invalidation, a copy-on-write
+        // break again) is left to the CPU.
+        for _ in 0..MAX_REPLAYS {
+            cancel.check()?;
+            // The leaves the binds need, allocated before the lock.
+            let missing = {
+                let guard = mirror.lock();
+                let t = guard.table();
+                t.missing_leaves(w.dst_first, w.dst_pages)
+                    + t.missing_leaves(w.src_first, w.src_pages)
+            };
+            let mut spare = Spare::new(missing)?;
+            let dst = match mirror.fault(mm, w.dst_first, &mut dst_pfns, write, owner, cancel) {
+                Err(e) if e == EBUSY => continue,
+                // The mapping changed since the job's check: no access.
+                Err(e) if e == EPERM => return Err(EACCES),
+                r => r?,
+            };
+            let src = match w.src {
+                None => None,
+                Some(_) => match mirror.fault(mm, w.src_first, &mut src_pfns, false, owner, cancel)
+                {
+                    Err(e) if e == EBUSY => continue,
+                    r => Some(r?),
+                },
+            };
+            let mut guard = mirror.lock();
+            let cow = {
+                let dst_found = match guard.pages(&dst) {
+                    Err(e) if e == EAGAIN => continue,
+                    r => r?,
+                };
+                let src_found = match src.as_ref().map(|s| guard.pages(s)) {
+                    None => Pages::empty(),
+                    Some(Err(e)) if e == EAGAIN => continue,
+                    Some(r) => r?,
+                };
+                let cow = write && dst_found.any_device_read_only();
+                if !cow {
+                    // Met under a valid sequence: eviction follows them here.
+                    self.pool.renew(mm, &dst_found);
+                    self.pool.renew(mm, &src_found);
+                }
+                cow
+            };
+            // A device page mapped read-only (shared copy-on-write after a
+            // fork) comes back as it is even when writing: moved to system
+            // RAM, where the write fault copies it.
+            if cow {
+                drop(guard);
+                crate::migrate::to_system(mm, w.dst_first, w.dst_pages * PAGE_SIZE, cancel)?;
+                continue;
+            }
+            // A bind that fails otherwise (no leaf left, a mapping that
+            // failed) leaves the window to the CPU, which meets it again,
+            // or not.
+            let entry = |a: usize, p: PageRef<'_>| self.entry(a, p);
+            let mut bound = match guard.bind(&dst, self.dev, &mut spare, entry) {
+                Err(e) if e == EAGAIN => continue,
+                Err(_) => return Ok(false),
+                Ok(b) => b,
+            };
+            if let Some(src) = &src {
+                bound += match guard.bind(src, self.dev, &mut spare, entry) {
+                    Err(e) if e == EAGAIN => continue,
+                    Err(_) => return Ok(false),
+                    Ok(b) => b,
+                };
+            }
+            self.pool.stats.pt_bound.add(bound, Relaxed);
+            trace::pt_fault(self.pool.index(), w.dst_first, w.dst_pages, bound, &Ok(()));
+            let t = guard.table();
+            return Ok(t.covers(w.dst_first, w.dst_pages, write, true)
+                && t.covers(w.src_first, w.src_pages, false, true));
+        }
+        // An invalidation kept changing the pages.
+        Ok(false)
     }
 }

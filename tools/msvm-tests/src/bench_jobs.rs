@@ -24,11 +24,15 @@ use std::time::Instant;
 use msvm_rt::{checksum, Exec, Location};
 
 use crate::bench::{buffer, counters_off, gibps};
+use crate::hw::debugfs_row;
 use crate::hw_jobs::{job_counters, use_jobs, JobCounters};
 use crate::hw_pipeline::set_pipeline;
 
 /// Rounds of each mode (the best counts).
 const ROUNDS: usize = 5;
+
+/// msvm's phase split of steps and jobs per device.
+const PHASES: &str = "/sys/kernel/debug/msvm/phases";
 
 pub fn run(mib: usize) -> Result<(), String> {
     let r = measure(mib);
@@ -45,6 +49,10 @@ fn measure(mib: usize) -> Result<(), String> {
     let index = dev.index().map_err(|e| e.to_string())?;
     let jobs = || -> Result<JobCounters, String> {
         job_counters(index)?.ok_or_else(|| format!("gpu{index} has no job engine (not msvm-gpu?)"))
+    };
+    // gpu0's job phases: jobs, place_us, walk_us, bind_us, exec_us.
+    let phases = || -> Result<Vec<u64>, String> {
+        debugfs_row(PHASES, index, 6)?.ok_or_else(|| format!("{PHASES}: no jobs row of gpu{index}"))
     };
     let p = buffer(len)?;
     for (i, w) in p.iter_mut().enumerate() {
@@ -68,6 +76,7 @@ fn measure(mib: usize) -> Result<(), String> {
         for (mode, on) in [(0, true), (1, false)] {
             use_jobs(on)?;
             let before = jobs()?;
+            let phases_before = phases()?;
             let t = Instant::now();
             let sum = dev
                 .exec(Exec::Checksum, addr, len, false)
@@ -78,6 +87,7 @@ fn measure(mib: usize) -> Result<(), String> {
                 return Err(format!("CHECKSUM {sum:#x}, want {want:#x}"));
             }
             let now = jobs()?;
+            let phases_after = phases()?;
             let busy = now.busy_us.saturating_sub(before.busy_us);
             if on && now.pipelined == before.pipelined {
                 return Err(format!(
@@ -89,6 +99,22 @@ fn measure(mib: usize) -> Result<(), String> {
                     return Err(format!("the device says it ran no job ({busy} us)"));
                 }
                 overhead.push(t_sum * 1e6 / busy as f64);
+                // msvm's phases of the job (debugfs `phases`): from its
+                // placement pass's start (the VM's lock held) to its end.
+                let ph: Vec<u64> = (2..6)
+                    .map(|k| phases_after[k].saturating_sub(phases_before[k]))
+                    .collect();
+                println!(
+                    "# hw_warm_job_{mib}M round {round}: CHECKSUM ioctl {:.0} us, the device busy {busy} us, {} jobs, {} pipelined, {} yields; msvm's phases: place {} us, walk {}, bind {}, exec {}",
+                    t_sum * 1e6,
+                    now.runs - before.runs,
+                    now.pipelined - before.pipelined,
+                    now.yields - before.yields,
+                    ph[0],
+                    ph[1],
+                    ph[2],
+                    ph[3]
+                );
             }
             // An ATOMIC_ADD of 0: every word read and written, the data kept.
             let t = Instant::now();

@@ -1,7 +1,8 @@
 //! msvm-gpu's replayable faults (issue 45): a job access the device cannot
 //! translate stalls it and writes a record into the fault buffer; msvm
-//! services the fault and replays the access, or cancels the job and runs
-//! the window's rest on the CPU. debugfs `job_engine` counts both.
+//! services the fault and replays the access, or cancels the job,
+//! services the window's rest in the job's own context and runs it on the
+//! device again. debugfs `job_engine` counts both.
 
 use std::time::Instant;
 
@@ -27,6 +28,13 @@ pub fn tests() -> Vec<Test> {
 }
 
 const LEN: usize = 4 << 20;
+
+/// The windows of a job of [`LEN`] bytes at `addr`: the 2 MiB blocks it
+/// meets (a window ends at a block's end).
+fn windows(addr: usize) -> u64 {
+    const BLOCK: usize = 2 << 20;
+    ((addr + LEN).div_ceil(BLOCK) - addr / BLOCK) as u64
+}
 
 fn e(x: impl std::fmt::Display) -> String {
     x.to_string()
@@ -58,9 +66,10 @@ pub(crate) fn counters(index: u32) -> Result<JobCounters, String> {
 ///   runs a job per window, the checksum is right; and again;
 /// - a FILL in place over 4 MiB never touched (nothing present: a fault
 ///   only the job's own context can service): the device's fault is
-///   cancelled, the job ends there and the CPU runs the window's rest;
-///   every byte is filled, no job fails, and the next job runs on the
-///   device (a cancelled fault ends only its job).
+///   cancelled, the job ends there, the job's context faults the rest in
+///   and binds it, and the device runs it: every byte is filled by the
+///   device, no job fails, and the next job runs on the device (a
+///   cancelled fault ends only its job).
 fn faults_stall_the_job_until_replayed_or_cancelled() -> Outcome {
     let Some((dev, index)) = first_gpu_with_jobs()? else {
         return Ok(());
@@ -107,7 +116,8 @@ fn faults_stall_the_job_until_replayed_or_cancelled() -> Outcome {
         z.cancels == y.cancels && z.failed == y.failed && z.runs - y.runs == 2,
         "the second run left the device or failed: {y:?} -> {z:?}"
     );
-    // Nothing present: cancelled, the rest on the CPU.
+    // Nothing present: cancelled, serviced in the job's context, the rest
+    // on the device.
     let b = Map::new(LEN)?;
     let pattern = [0x5au8, 0xc3, 0x17];
     dev.fill(&pattern, b.addr(), LEN, true)
@@ -116,6 +126,14 @@ fn faults_stall_the_job_until_replayed_or_cancelled() -> Outcome {
     check!(
         w.cancels > z.cancels && w.failed == z.failed,
         "no fault cancelled, or a job failed: {z:?} -> {w:?}"
+    );
+    // A job per window, and one more for each cancelled window's rest:
+    // on the CPU, the device ran only the first window.
+    check!(
+        w.runs - z.runs > windows(b.addr()),
+        "the device ran {} jobs for the FILL's {} windows and their rest after a cancel (the rest not run on the device): {z:?} -> {w:?}",
+        w.runs - z.runs,
+        windows(b.addr())
     );
     let got = b.bytes();
     if let Some(k) = (0..LEN).find(|&k| got[k] != pattern[k % 3]) {
@@ -126,7 +144,8 @@ fn faults_stall_the_job_until_replayed_or_cancelled() -> Outcome {
     // 2 MiB present), then by a FILL in place (its entries bound writable;
     // 128 pages, below the access counters' threshold: the block stays),
     // the rest never touched. The device adds to the first, its fault at
-    // the second is cancelled, the CPU adds to the rest: every word once.
+    // the second is cancelled, the job's context faults the rest in, the
+    // device adds to it: every word once.
     const HEAD: usize = 512 << 10;
     let mut c = Map::new(LEN)?;
     // SAFETY: advice on a mapping of this function's own.
@@ -150,6 +169,12 @@ fn faults_stall_the_job_until_replayed_or_cancelled() -> Outcome {
     check!(
         t.cancels > u.cancels && t.failed == u.failed,
         "ATOMIC_ADD: no fault cancelled, or a job failed: {u:?} -> {t:?}"
+    );
+    check!(
+        t.runs - u.runs > windows(c.addr()),
+        "ATOMIC_ADD: the device ran {} jobs for {} windows and their rest after a cancel: {u:?} -> {t:?}",
+        t.runs - u.runs,
+        windows(c.addr())
     );
     let word = |b: &[u8], k: usize| u64::from_ne_bytes(b[k..k + 8].try_into().unwrap_or([0; 8]));
     let got = c.bytes();
