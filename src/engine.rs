@@ -32,9 +32,10 @@
 //! serviced in the job's own context: [`DevMirror::fault`] (`hmm_range_fault`
 //! with the device's owner, so that its own device pages come back as
 //! they are, faulting the others in) under the VM's mirror sequence. Where
-//! msvm-gpu runs the job, every page is then bound into the VM's table
-//! and the device runs the window (`service.rs`'s `serve_window`);
-//! elsewhere, and for what that leaves, a table of the window's own of
+//! msvm-gpu runs the job, what the handler left is then bound into the
+//! VM's table, page by page, and the device runs the window
+//! (`service.rs`'s `serve_window`); elsewhere, for windows that read
+//! replicas, and for what that leaves, a table of the window's own of
 //! device-visible addresses (a VRAM offset for a page in this device's
 //! memory, a DMA address for a page in system RAM, a bus address for a
 //! peer's page) is run by the CPU, and the kept entries bound.
@@ -197,8 +198,10 @@ pub(crate) struct Engine<'p> {
     /// The job offsets of the windows whose faults the last raise did not
     /// service: they are serviced in the job's context at their turn.
     unserved: [Option<usize>; LOOKAHEAD],
-    /// The window runs on the CPU: the rest of one whose fault the device
-    /// was not given, nor the job's context could service.
+    /// The window runs on the CPU, its fault counted: the rest of one
+    /// whose fault the device was cancelled on and the job's context could
+    /// not service for the device, or one so serviced that the device did
+    /// not run after all.
     cpu_only: bool,
     /// The window's faults were serviced in the job's context: it runs on
     /// the device (counted as that fault, not a replay), and what it is
@@ -429,10 +432,12 @@ impl<'p> Engine<'p> {
                 // break, userfaultfd), then on the device again, from the
                 // `done` it reported; once only, and on the CPU if its
                 // pages did not all get entries.
-                device::OnDevice::Part(k) if k < n => {
+                device::OnDevice::Part(k, cpu) if k < n => {
                     let rest = (off + k, n - k);
-                    let again =
-                        !resumed && self.serve_window((mm, mirror, cancel), job, rest, write)?;
+                    let again = !cpu
+                        && !resumed
+                        && self.may_run(job, (WindowPages::new(job, rest), n - k))
+                        && self.serve_window((mm, mirror, cancel), job, rest, write)?;
                     clock.lap_job(JobPhase::Walk);
                     self.resumed = again;
                     self.cpu_only = !again;
@@ -441,10 +446,14 @@ impl<'p> Engine<'p> {
                     self.cpu_only = false;
                     return r;
                 }
-                device::OnDevice::Part(_) => return Ok(()),
+                device::OnDevice::Part(..) => return Ok(()),
                 device::OnDevice::NotHere => {}
             }
         }
+        // Its fault is counted already, and serviced in the job's context:
+        // the rest of a window the device faulted on, or a window serviced
+        // for the device that it did not run after all.
+        let counted = self.cpu_only || self.resumed;
         let mut rounds = 0;
         let missing = loop {
             let faults = {
@@ -453,29 +462,29 @@ impl<'p> Engine<'p> {
                 if let Some(r) = self.warm(table, (job, w, n), write, done) {
                     drop(guard);
                     let s = &self.pool.stats;
-                    // (The rest of a window the device faulted on: its
-                    // fault is counted, this is its replay.)
-                    let ahead = rounds == 0 && self.ahead.contains(&Some(off));
-                    if ahead && !self.cpu_only {
-                        s.pt_faults.add(1, Relaxed);
-                    }
-                    if rounds == 0 && !ahead && !self.cpu_only {
-                        s.pt_hits.add(1, Relaxed);
-                    } else {
-                        s.pt_replays.add(1, Relaxed);
+                    // (The rest of a window the device faulted on, or one
+                    // serviced in the job's context for the device: its
+                    // fault is counted, and it was serviced in context.)
+                    if !counted {
+                        let ahead = rounds == 0 && self.ahead.contains(&Some(off));
+                        if ahead {
+                            s.pt_faults.add(1, Relaxed);
+                        }
+                        if rounds == 0 && !ahead {
+                            s.pt_hits.add(1, Relaxed);
+                        } else {
+                            s.pt_replays.add(1, Relaxed);
+                        }
                     }
                     clock.lap_job(JobPhase::Exec);
                     return r;
                 }
                 // (The rest of a window the device faulted on: counted.)
-                if rounds == 0 && !self.cpu_only {
+                if rounds == 0 && !counted {
                     self.pool.stats.pt_faults.add(1, Relaxed);
                 }
                 // The device's cancelled fault was the handler's already.
-                if inline
-                    || self.cpu_only
-                    || rounds >= MAX_REPLAYS
-                    || self.unserved.contains(&Some(off))
+                if inline || counted || rounds >= MAX_REPLAYS || self.unserved.contains(&Some(off))
                 {
                     break table.missing_leaves(dst_first, dst_pages)
                         + table.missing_leaves(src_first, src_pages);

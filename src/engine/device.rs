@@ -61,6 +61,10 @@ enum Cancelled {
     /// Left to the job: its context services the faults, then the rest
     /// runs on the device again, or on the CPU.
     ToTheJob,
+    /// The rest is the CPU's: the VM's table covers it, but its entries
+    /// could not be written into the device's (no table page free, an
+    /// ATOMIC_ADD over a peer's page).
+    ForTheCpu,
     /// The job ends with this error (the fault's service failed).
     Failed(Error),
 }
@@ -70,8 +74,8 @@ pub(super) enum OnDevice {
     /// It ran whole.
     Ran,
     /// Its first bytes ran, these many; then a fault was cancelled: the
-    /// rest is the job's (`super::Engine::window`).
-    Part(usize),
+    /// rest is the job's (`super::Engine::window`), for the CPU if `true`.
+    Part(usize, bool),
     /// Not on the device (no device side, no table page free, an
     /// ATOMIC_ADD the device cannot do atomically, the job engine off or
     /// unusable): the CPU runs it.
@@ -142,6 +146,8 @@ impl Engine<'_> {
         let mut r = unsafe { session.parts().1.start(&cmd, &stalls) };
         let mut stalled = 0;
         let mut cancelled = Cancelled::No;
+        // A cancel whose rest is the CPU's (see `Cancelled::ForTheCpu`).
+        let mut cpu = false;
         loop {
             match r {
                 Ok(Waited::Done) => break,
@@ -185,8 +191,8 @@ impl Engine<'_> {
                     let raised = self.faults_from(guard.table(), job, off);
                     if raised.n == 0 {
                         // Its entries are in the table but not the
-                        // device's: a window for the job (the CPU, once
-                        // the device stalls on it again).
+                        // device's: a window for the CPU.
+                        cpu = true;
                         (Answer::Cancel, None)
                     } else {
                         // Serviced with the device parked: its lock and
@@ -214,7 +220,13 @@ impl Engine<'_> {
                         // anew first).
                         let table = guard.table();
                         match replay {
-                            Ok(true) => (self.rewrite(table, w, atomic, write), None),
+                            Ok(true) => {
+                                let answer = self.rewrite(table, w, atomic, write);
+                                // Serviced, its entries not writable into
+                                // the device's tables: for the CPU.
+                                cpu = answer == Answer::Cancel;
+                                (answer, None)
+                            }
                             Ok(false) => (Self::flush(table), None),
                             Err(e) => (Self::flush(table), Some(e)),
                         }
@@ -222,7 +234,12 @@ impl Engine<'_> {
                 }
             };
             if answer == Answer::Cancel {
-                cancelled = why.map_or(Cancelled::ToTheJob, Cancelled::Failed);
+                let left = if cpu {
+                    Cancelled::ForTheCpu
+                } else {
+                    Cancelled::ToTheJob
+                };
+                cancelled = why.map_or(left, Cancelled::Failed);
             }
             let (_, mut runner) = session.parts();
             // SAFETY: a replay's entries were written anew under the
@@ -256,7 +273,7 @@ impl Engine<'_> {
                 self.account_used(table, part, write, done)?;
                 self.count(table, job, part, ran);
             }
-            return Ok(OnDevice::Part(ran));
+            return Ok(OnDevice::Part(ran, cancelled == Cancelled::ForTheCpu));
         }
         self.ran(table, (job, w, n), write, (stalled > 0, ahead), done)?;
         Ok(OnDevice::Ran)

@@ -369,20 +369,24 @@ impl Engine<'_> {
             // failed) leaves the window to the CPU, which meets it again,
             // or not.
             let entry = |a: usize, p: PageRef<'_>| self.entry(a, p);
-            let mut bound = match guard.bind(&dst, self.dev, &mut spare, entry) {
+            // Every entry written counts, whatever comes of the window.
+            let bound = &self.pool.stats.pt_bound;
+            let mut n = match guard.bind(&dst, self.dev, &mut spare, entry) {
                 Err(e) if e == EAGAIN => continue,
                 Err(_) => return Ok(false),
                 Ok(b) => b,
             };
+            bound.add(n, Relaxed);
             if let Some(src) = &src {
-                bound += match guard.bind(src, self.dev, &mut spare, entry) {
+                let m = match guard.bind(src, self.dev, &mut spare, entry) {
                     Err(e) if e == EAGAIN => continue,
                     Err(_) => return Ok(false),
                     Ok(b) => b,
                 };
+                bound.add(m, Relaxed);
+                n += m;
             }
-            self.pool.stats.pt_bound.add(bound, Relaxed);
-            trace::pt_fault(self.pool.index(), w.dst_first, w.dst_pages, bound, &Ok(()));
+            trace::pt_fault(self.pool.index(), w.dst_first, w.dst_pages, n, &Ok(()));
             let t = guard.table();
             return Ok(t.covers(w.dst_first, w.dst_pages, write, true)
                 && t.covers(w.src_first, w.src_pages, false, true));

@@ -67,9 +67,10 @@ pub(crate) fn counters(index: u32) -> Result<JobCounters, String> {
 /// - a FILL in place over 4 MiB never touched (nothing present: a fault
 ///   only the job's own context can service): the device's fault is
 ///   cancelled, the job ends there, the job's context faults the rest in
-///   and binds it, and the device runs it: every byte is filled by the
-///   device, no job fails, and the next job runs on the device (a
-///   cancelled fault ends only its job).
+///   and binds it, and the device runs it (more jobs than windows: the
+///   cancelled window's rest is a job of its own, and the next windows'),
+///   every byte is filled, no job fails, and the next job runs on the
+///   device (a cancelled fault ends only its job).
 fn faults_stall_the_job_until_replayed_or_cancelled() -> Outcome {
     let Some((dev, index)) = first_gpu_with_jobs()? else {
         return Ok(());

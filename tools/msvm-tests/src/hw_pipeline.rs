@@ -214,7 +214,7 @@ fn warm_windows_are_pipelined_and_right() -> Outcome {
 /// every CHECKSUM is right, and
 /// the other thread gets through: the median wait of its calls made
 /// while a job ran is under a third of a CHECKSUM's time alone (a
-/// window or two of 16, not the rest of the job).
+/// window to three of 16: those queued, not the rest of the job).
 fn a_pipeline_yields_to_an_invalidation() -> Outcome {
     let Some((dev, index)) = first_gpu_with_jobs()? else {
         return Ok(());
@@ -296,7 +296,7 @@ fn a_pipeline_yields_to_an_invalidation() -> Outcome {
         longest * 1e3
     );
     check!(y.failed == start.failed, "jobs failed: {start:?} -> {y:?}");
-    // A call made while a job ran waits for a window or two of its 16,
+    // A call made while a job ran waits for up to three windows of its 16,
     // not for the rest of the job.
     let short = p50 < alone / 3.0;
     check!(
