@@ -131,8 +131,9 @@ impl DmaSpace {
     }
 
     /// Removes the ranges inside `[iova, iova + size)` (all with
-    /// [`UNMAP_ALL`]); a range that reaches across either end is refused
-    /// with nothing removed, as VFIO's type1 IOMMU refuses it. Accesses
+    /// [`UNMAP_ALL`]), which may end at 2^64; a range that reaches across
+    /// either end is refused with nothing removed, as VFIO's type1 IOMMU
+    /// refuses it. Accesses
     /// under way finish first: they hold the lock this takes for writing
     /// (those through QEMU are QEMU's to order).
     pub fn unmap(&self, iova: u64, size: u64, flags: u32) -> Result<usize, Error> {
@@ -142,19 +143,24 @@ impl DmaSpace {
             ranges.clear();
             return Ok(n);
         }
-        let end = iova
-            .checked_add(size)
+        // Its last byte: it may be the address space's (QEMU unmaps up to
+        // 2^64 when a virtual IOMMU stops translating), not past it.
+        let last = size
+            .checked_sub(1)
+            .and_then(|n| iova.checked_add(n))
             .ok_or(Error::Malformed("DMA range"))?;
+        // Whether a range begins before `at` and covers it (ranges end
+        // below 2^64: `map` refuses any other).
         let straddles = |at: u64| {
             ranges
                 .range(..at)
                 .next_back()
-                .is_some_and(|(&s, r)| s < at && s + r.size > at)
+                .is_some_and(|(&s, r)| s + r.size > at)
         };
-        if straddles(iova) || straddles(end) {
+        if straddles(iova) || last.checked_add(1).is_some_and(straddles) {
             return Err(Error::Malformed("unmap across a mapped range"));
         }
-        let gone: Vec<u64> = ranges.range(iova..end).map(|(&s, _)| s).collect();
+        let gone: Vec<u64> = ranges.range(iova..=last).map(|(&s, _)| s).collect();
         for s in &gone {
             ranges.remove(s);
         }
@@ -398,5 +404,28 @@ mod tests {
         // refused at map.
         let short = memfd("short", 1 << 12).unwrap();
         assert!(d.map(0, 2 << 12, prot::READ, Some((short, 0))).is_err());
+    }
+
+    #[test]
+    fn an_unmap_may_reach_the_end_of_the_address_space() {
+        // QEMU unmaps everything above the interrupt window when a virtual
+        // IOMMU turns translation off: [0xfef00000, 2^64), a size whose end
+        // does not fit in 64 bits (as VFIO's type1 IOMMU allows it).
+        let d = DmaSpace::new();
+        d.map(0xfef0_0000, 0x1000, prot::READ, None).unwrap();
+        d.map(0x1_0000_0000, 0x1000, prot::READ, None).unwrap();
+        d.map(0x8000_0000_0000_0000, 0x1000, prot::READ, None)
+            .unwrap();
+        d.map(0x1000, 0x1000, prot::READ, None).unwrap();
+        assert_eq!(
+            d.unmap(0xfef0_0000, 0u64.wrapping_sub(0xfef0_0000), 0)
+                .unwrap(),
+            3
+        );
+        assert_eq!(d.len(), 1, "the range below the unmap stays");
+        // Still refused: no size, and an end past 2^64.
+        assert!(d.unmap(0x1000, 0, 0).is_err());
+        assert!(d.unmap(0x1000, u64::MAX, 0).is_err());
+        assert_eq!(d.len(), 1);
     }
 }
