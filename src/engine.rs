@@ -87,13 +87,14 @@ use crate::mm::{
     devpt::{Bind, Life, Spare},
     devtables::DevMirror,
     hmm::{HmmPfn, Pages},
-    page::{PageRef, BLOCK_PAGES, BLOCK_SIZE},
+    page::{PageRef, BLOCK_SIZE},
     pagemap::PAGE_SIZE,
     trace,
 };
 use crate::process::Process;
 use crate::vram::{Clock, Epoch, JobPhase, VramPool};
 
+mod ahead;
 mod device;
 mod exec;
 mod job;
@@ -103,6 +104,7 @@ mod service;
 mod table;
 mod warm;
 
+pub(crate) use ahead::bind_ahead;
 pub(crate) use job::{Done, Job, Op, Pattern};
 pub(crate) use keep::{Keep, Replicate};
 pub(crate) use pipeline::{pipelining, set_pipelining};
@@ -123,53 +125,6 @@ pub(crate) fn check(mm: &MmWithUser, job: &Job) -> Result {
         check_job_vmas(&guard, src, src + job.len, false)?;
     }
     Ok(())
-}
-
-/// Binds the pages of `[start, start + len)` that are in `pool`'s memory
-/// into the VM's device page table ("bind ahead", after a PREFETCH to the
-/// device: Xe's prefetch `VM_BIND`, UVM's `cudaMemPrefetchAsync`), so that
-/// the jobs then take no fault. Walks without faulting anything in; a block
-/// an invalidation keeps changing is left to fault. Returns the entries
-/// written.
-pub(crate) fn bind_ahead(
-    pool: &VramPool,
-    dev: &kernel::device::Device<kernel::device::Bound>,
-    mm: &MmWithUser,
-    mirror: &DevMirror,
-    (start, len): (usize, usize),
-    cancel: &Cancel<'_>,
-) -> Result<u64> {
-    let mut pfns = KVec::from_elem(HmmPfn::NONE, BLOCK_PAGES, GFP_KERNEL)?;
-    let own = |_: usize, page: PageRef<'_>| pool.offset_of(page).map(|_| (Bind::Own, Life::Kept));
-    let mut bound = 0;
-    let mut walk_all = || -> Result {
-        let end = start + len;
-        let mut at = start;
-        while at < end {
-            let next = ((at / BLOCK_SIZE + 1) * BLOCK_SIZE).min(end);
-            let n = (next - at) / PAGE_SIZE;
-            for _ in 0..8 {
-                cancel.check()?;
-                let missing = mirror.lock().table().missing_leaves(at, n);
-                let mut spare = Spare::new(missing)?;
-                let walk = match mirror.snapshot(mm, at, &mut pfns[..n], pool.owner(), cancel) {
-                    Err(e) if e == EBUSY => continue,
-                    r => r?,
-                };
-                match mirror.lock().bind(&walk, dev, &mut spare, own) {
-                    Err(e) if e == EAGAIN => continue,
-                    r => bound += r?,
-                }
-                break;
-            }
-            at = next;
-        }
-        Ok(())
-    };
-    let r = walk_all();
-    // Counted whatever ended it: what it bound stays bound.
-    pool.stats.pt_bound.add(bound, Relaxed);
-    r.map(|()| bound)
 }
 
 /// The executor of one device.
@@ -199,10 +154,14 @@ pub(crate) struct Engine<'p> {
     /// service: they are serviced in the job's context at their turn.
     unserved: [Option<usize>; LOOKAHEAD],
     /// The window runs on the CPU, its fault counted: the rest of one
-    /// whose fault the device was cancelled on and the job's context could
-    /// not service for the device, or one so serviced that the device did
-    /// not run after all.
+    /// whose fault the device was cancelled on and that the device cannot
+    /// take (its entries not writable into its tables) or the job's
+    /// context could not service for it, or one so serviced that the
+    /// device did not run after all.
     cpu_only: bool,
+    /// The rest of a window the device faulted on, for the CPU after the
+    /// handler serviced its fault: its run from the table is the replay.
+    replayed: bool,
     /// The window's faults were serviced in the job's context: it runs on
     /// the device (counted as that fault, not a replay), and what it is
     /// cancelled on again is the CPU's.
@@ -246,6 +205,7 @@ impl<'p> Engine<'p> {
             ahead: [None; LOOKAHEAD],
             unserved: [None; LOOKAHEAD],
             cpu_only: false,
+            replayed: false,
             resumed: false,
             unpipelined: None,
             not_here: None,
@@ -432,9 +392,12 @@ impl<'p> Engine<'p> {
                 // break, userfaultfd), then on the device again, from the
                 // `done` it reported; once only, and on the CPU if its
                 // pages did not all get entries.
-                device::OnDevice::Part(k, cpu) if k < n => {
+                device::OnDevice::Part(k, to) if k < n => {
                     let rest = (off + k, n - k);
-                    let again = !cpu
+                    // The handler's service, for the CPU: its run is the
+                    // replay.
+                    self.replayed = to == device::Rest::Cpu { replay: true };
+                    let again = to == device::Rest::Device
                         && !resumed
                         && self.may_run(job, (WindowPages::new(job, rest), n - k))
                         && self.serve_window((mm, mirror, cancel), job, rest, write)?;
@@ -444,15 +407,19 @@ impl<'p> Engine<'p> {
                     let r = self.window(mm, mirror, job, rest, write, done, clock, cancel);
                     self.resumed = false;
                     self.cpu_only = false;
+                    self.replayed = false;
                     return r;
                 }
                 device::OnDevice::Part(..) => return Ok(()),
                 device::OnDevice::NotHere => {}
             }
         }
-        // Its fault is counted already, and serviced in the job's context:
-        // the rest of a window the device faulted on, or a window serviced
-        // for the device that it did not run after all.
+        // Its fault is counted already: the rest of a window the device
+        // faulted on (serviced by the handler but not writable into the
+        // device's tables: its replay counted if it runs from the table,
+        // `replayed`; or left to the job's context, which could not
+        // service it for the device), or a window serviced for the device
+        // that it did not run after all.
         let counted = self.cpu_only || self.resumed;
         let mut rounds = 0;
         let missing = loop {
@@ -475,6 +442,8 @@ impl<'p> Engine<'p> {
                         } else {
                             s.pt_replays.add(1, Relaxed);
                         }
+                    } else if self.replayed {
+                        s.pt_replays.add(1, Relaxed);
                     }
                     clock.lap_job(JobPhase::Exec);
                     return r;

@@ -63,10 +63,23 @@ enum Cancelled {
     ToTheJob,
     /// The rest is the CPU's: the VM's table covers it, but its entries
     /// could not be written into the device's (no table page free, an
-    /// ATOMIC_ADD over a peer's page).
-    ForTheCpu,
+    /// ATOMIC_ADD over a peer's page, an MMU that does not answer, no
+    /// context), after the handler serviced its fault (`true`: the CPU's
+    /// run is its replay) or with nothing to service.
+    ForTheCpu(bool),
     /// The job ends with this error (the fault's service failed).
     Failed(Error),
+}
+
+/// Where the rest of a window whose fault was cancelled runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Rest {
+    /// On the device again, once the job's context has serviced it.
+    Device,
+    /// On the CPU: its entries cannot be written into the device's
+    /// tables; `replay` if the handler serviced its fault (the CPU's run
+    /// counts as the replay).
+    Cpu { replay: bool },
 }
 
 /// How a window went on the device.
@@ -74,8 +87,8 @@ pub(super) enum OnDevice {
     /// It ran whole.
     Ran,
     /// Its first bytes ran, these many; then a fault was cancelled: the
-    /// rest is the job's (`super::Engine::window`), for the CPU if `true`.
-    Part(usize, bool),
+    /// rest is the job's (`super::Engine::window`), as [`Rest`] says.
+    Part(usize, Rest),
     /// Not on the device (no device side, no table page free, an
     /// ATOMIC_ADD the device cannot do atomically, the job engine off or
     /// unusable): the CPU runs it.
@@ -146,8 +159,9 @@ impl Engine<'_> {
         let mut r = unsafe { session.parts().1.start(&cmd, &stalls) };
         let mut stalled = 0;
         let mut cancelled = Cancelled::No;
-        // A cancel whose rest is the CPU's (see `Cancelled::ForTheCpu`).
-        let mut cpu = false;
+        // A cancel whose rest is the CPU's (see `Cancelled::ForTheCpu`),
+        // its fault serviced by the handler or not.
+        let mut cpu = None;
         loop {
             match r {
                 Ok(Waited::Done) => break,
@@ -192,7 +206,7 @@ impl Engine<'_> {
                     if raised.n == 0 {
                         // Its entries are in the table but not the
                         // device's: a window for the CPU.
-                        cpu = true;
+                        cpu = Some(false);
                         (Answer::Cancel, None)
                     } else {
                         // Serviced with the device parked: its lock and
@@ -224,7 +238,7 @@ impl Engine<'_> {
                                 let answer = self.rewrite(table, w, atomic, write);
                                 // Serviced, its entries not writable into
                                 // the device's tables: for the CPU.
-                                cpu = answer == Answer::Cancel;
+                                cpu = (answer == Answer::Cancel).then_some(true);
                                 (answer, None)
                             }
                             Ok(false) => (Self::flush(table), None),
@@ -234,11 +248,7 @@ impl Engine<'_> {
                 }
             };
             if answer == Answer::Cancel {
-                let left = if cpu {
-                    Cancelled::ForTheCpu
-                } else {
-                    Cancelled::ToTheJob
-                };
+                let left = cpu.map_or(Cancelled::ToTheJob, Cancelled::ForTheCpu);
                 cancelled = why.map_or(left, Cancelled::Failed);
             }
             let (_, mut runner) = session.parts();
@@ -273,7 +283,11 @@ impl Engine<'_> {
                 self.account_used(table, part, write, done)?;
                 self.count(table, job, part, ran);
             }
-            return Ok(OnDevice::Part(ran, cancelled == Cancelled::ForTheCpu));
+            let rest = match cancelled {
+                Cancelled::ForTheCpu(replay) => Rest::Cpu { replay },
+                _ => Rest::Device,
+            };
+            return Ok(OnDevice::Part(ran, rest));
         }
         self.ran(table, (job, w, n), write, (stalled > 0, ahead), done)?;
         Ok(OnDevice::Ran)

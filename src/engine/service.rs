@@ -371,12 +371,12 @@ impl Engine<'_> {
             let entry = |a: usize, p: PageRef<'_>| self.entry(a, p);
             // Every entry written counts, whatever comes of the window.
             let bound = &self.pool.stats.pt_bound;
-            let mut n = match guard.bind(&dst, self.dev, &mut spare, entry) {
+            let mut written = match guard.bind(&dst, self.dev, &mut spare, entry) {
                 Err(e) if e == EAGAIN => continue,
                 Err(_) => return Ok(false),
                 Ok(b) => b,
             };
-            bound.add(n, Relaxed);
+            bound.add(written, Relaxed);
             if let Some(src) = &src {
                 let m = match guard.bind(src, self.dev, &mut spare, entry) {
                     Err(e) if e == EAGAIN => continue,
@@ -384,9 +384,15 @@ impl Engine<'_> {
                     Ok(b) => b,
                 };
                 bound.add(m, Relaxed);
-                n += m;
+                written += m;
             }
-            trace::pt_fault(self.pool.index(), w.dst_first, w.dst_pages, n, &Ok(()));
+            trace::pt_fault(
+                self.pool.index(),
+                w.dst_first,
+                w.dst_pages,
+                written,
+                &Ok(()),
+            );
             let t = guard.table();
             return Ok(t.covers(w.dst_first, w.dst_pages, write, true)
                 && t.covers(w.src_first, w.src_pages, false, true));
