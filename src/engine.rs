@@ -396,7 +396,7 @@ impl<'p> Engine<'p> {
                     let rest = (off + k, n - k);
                     // The handler's service, for the CPU: its run is the
                     // replay.
-                    self.replayed = to == device::Rest::Cpu { replay: true };
+                    self.replayed = matches!(to, device::Rest::Cpu { replay: true });
                     let again = to == device::Rest::Device
                         && !resumed
                         && self.may_run(job, (WindowPages::new(job, rest), n - k))
@@ -415,11 +415,12 @@ impl<'p> Engine<'p> {
             }
         }
         // Its fault is counted already: the rest of a window the device
-        // faulted on (serviced by the handler but not writable into the
-        // device's tables: its replay counted if it runs from the table,
-        // `replayed`; or left to the job's context, which could not
-        // service it for the device), or a window serviced for the device
-        // that it did not run after all.
+        // faulted on and was cancelled on (not writable into the device's
+        // tables, after the handler serviced its fault, `replayed`, or with
+        // nothing to service; or left to the job's context, which could
+        // not service it for the device, or whose resumed run was
+        // cancelled again), or a window serviced for the device that it
+        // did not run after all.
         let counted = self.cpu_only || self.resumed;
         let mut rounds = 0;
         let missing = loop {
@@ -429,9 +430,8 @@ impl<'p> Engine<'p> {
                 if let Some(r) = self.warm(table, (job, w, n), write, done) {
                     drop(guard);
                     let s = &self.pool.stats;
-                    // (The rest of a window the device faulted on, or one
-                    // serviced in the job's context for the device: its
-                    // fault is counted, and it was serviced in context.)
+                    // (Its fault counted: see `counted`; a replay if the
+                    // handler serviced it, `replayed`.)
                     if !counted {
                         let ahead = rounds == 0 && self.ahead.contains(&Some(off));
                         if ahead {

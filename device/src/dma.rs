@@ -427,13 +427,13 @@ mod tests {
         assert!(d.unmap(0x1000, 0, 0).is_err());
         assert!(d.unmap(0x1000, u64::MAX, 0).is_err());
         assert_eq!(d.len(), 1);
-        // An unmap to 2^64 that starts inside a range, and one that ends
-        // inside one: refused, nothing removed.
+        // An unmap to 2^64 that starts inside a range, and one (below
+        // 2^64) whose end falls inside a range: refused, nothing removed.
         d.map(u64::MAX - 0x1fff, 0x1000, prot::READ, None).unwrap();
         assert!(d.unmap(0x1800, 0u64.wrapping_sub(0x1800), 0).is_err());
         assert!(d.unmap(0x2000, u64::MAX - 0x17ff - 0x2000, 0).is_err());
         assert_eq!(d.len(), 2);
-        // The highest range, then everything from 0x2000 up.
+        // One unmap from 0x2000 to 2^64: it removes the one range there.
         assert_eq!(d.unmap(0x2000, 0u64.wrapping_sub(0x2000), 0).unwrap(), 1);
         assert_eq!(d.len(), 1);
     }

@@ -238,7 +238,11 @@ impl Engine<'_> {
                                 let answer = self.rewrite(table, w, atomic, write);
                                 // Serviced, its entries not writable into
                                 // the device's tables: for the CPU.
-                                cpu = (answer == Answer::Cancel).then_some(true);
+                                // (A replay for the CPU only if this
+                                // window's own faults were among those
+                                // serviced.)
+                                let own = raised.current > 0;
+                                cpu = (answer == Answer::Cancel).then_some(own);
                                 (answer, None)
                             }
                             Ok(false) => (Self::flush(table), None),
