@@ -58,15 +58,8 @@ const MAX_STALLS: usize = 16;
 enum Cancelled {
     /// Not cancelled.
     No,
-    /// Left to the job: its context services the faults, then the rest
-    /// runs on the device again, or on the CPU.
-    ToTheJob,
-    /// The rest is the CPU's: the VM's table covers it, but its entries
-    /// could not be written into the device's (no table page free, an
-    /// ATOMIC_ADD over a peer's page, an MMU that does not answer, no
-    /// context), after the handler serviced its fault (`true`: the CPU's
-    /// run is its replay) or with nothing to service.
-    ForTheCpu(bool),
+    /// Left to the job, its rest to run where [`Rest`] says.
+    Left(Rest),
     /// The job ends with this error (the fault's service failed).
     Failed(Error),
 }
@@ -76,9 +69,12 @@ enum Cancelled {
 pub(super) enum Rest {
     /// On the device again, once the job's context has serviced it.
     Device,
-    /// On the CPU: its entries cannot be written into the device's
-    /// tables; `replay` if the handler serviced its fault (the CPU's run
-    /// counts as the replay).
+    /// On the CPU: the VM's table covers it, but its entries could not
+    /// be written into the device's (no table page free, an ATOMIC_ADD
+    /// over a peer's page, an MMU that does not answer, no context);
+    /// `replay` if the handler serviced this window's faults (the CPU's
+    /// run from the table counts as the replay), not if there was nothing
+    /// to service.
     Cpu { replay: bool },
 }
 
@@ -159,9 +155,8 @@ impl Engine<'_> {
         let mut r = unsafe { session.parts().1.start(&cmd, &stalls) };
         let mut stalled = 0;
         let mut cancelled = Cancelled::No;
-        // A cancel whose rest is the CPU's (see `Cancelled::ForTheCpu`),
-        // its fault serviced by the handler or not.
-        let mut cpu = None;
+        // Where a cancel's rest runs (set by the iteration that cancels).
+        let mut left = Rest::Device;
         loop {
             match r {
                 Ok(Waited::Done) => break,
@@ -206,7 +201,7 @@ impl Engine<'_> {
                     if raised.n == 0 {
                         // Its entries are in the table but not the
                         // device's: a window for the CPU.
-                        cpu = Some(false);
+                        left = Rest::Cpu { replay: false };
                         (Answer::Cancel, None)
                     } else {
                         // Serviced with the device parked: its lock and
@@ -241,8 +236,10 @@ impl Engine<'_> {
                                 // (A replay for the CPU only if this
                                 // window's own faults were among those
                                 // serviced.)
-                                let own = raised.current > 0;
-                                cpu = (answer == Answer::Cancel).then_some(own);
+                                let serviced = raised.current > 0;
+                                if answer == Answer::Cancel {
+                                    left = Rest::Cpu { replay: serviced };
+                                }
                                 (answer, None)
                             }
                             Ok(false) => (Self::flush(table), None),
@@ -252,8 +249,7 @@ impl Engine<'_> {
                 }
             };
             if answer == Answer::Cancel {
-                let left = cpu.map_or(Cancelled::ToTheJob, Cancelled::ForTheCpu);
-                cancelled = why.map_or(left, Cancelled::Failed);
+                cancelled = why.map_or(Cancelled::Left(left), Cancelled::Failed);
             }
             let (_, mut runner) = session.parts();
             // SAFETY: a replay's entries were written anew under the
@@ -288,7 +284,7 @@ impl Engine<'_> {
                 self.count(table, job, part, ran);
             }
             let rest = match cancelled {
-                Cancelled::ForTheCpu(replay) => Rest::Cpu { replay },
+                Cancelled::Left(rest) => rest,
                 _ => Rest::Device,
             };
             return Ok(OnDevice::Part(ran, rest));
