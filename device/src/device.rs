@@ -253,10 +253,30 @@ impl Device {
 
     /// Raises interrupt causes (`regs::cause`).
     pub fn raise(&self, causes: u32) -> Result<(), Error> {
-        if self.state()?.regs.raise(causes) != 0 {
+        let mut s = self.state()?;
+        let fx = s.regs.raise(causes);
+        self.interrupt(&mut s, fx);
+        Ok(())
+    }
+
+    /// Does what raising causes asked (`fx`), under the state's lock (so
+    /// that the counters reach memory in the order they were counted):
+    /// writes the counters, or, if they cannot be written, raises their
+    /// causes into `IRQ_STATUS`; then signals the interrupt if there is
+    /// anything to signal.
+    fn interrupt(&self, s: &mut State, mut fx: regs::Effects) {
+        if let Some(c) = fx.counted.take() {
+            let written =
+                s.config.bus_master() && self.dma.write(c.addr, &c.bytes, &NoRemote).is_ok();
+            if written {
+                fx.signal |= c.causes;
+            } else {
+                fx.signal |= s.regs.uncount(c.causes);
+            }
+        }
+        if fx.signal != 0 {
             self.signal();
         }
-        Ok(())
     }
 
     /// A read of `buf.len()` bytes at `off` in region `index`.
@@ -290,7 +310,7 @@ impl Device {
                 .ok_or(Error::OutOfRange),
             region::BAR0 => {
                 check_access(off, data.len(), BAR0_SIZE)?;
-                let fx = {
+                {
                     let mut s = self.state()?;
                     let block = Block::of(off);
                     if block != Block::Main {
@@ -336,11 +356,9 @@ impl Device {
                         return Ok(());
                     }
                     let bm = s.config.bus_master();
-                    s.regs.write(off, data, bm)
+                    let fx = s.regs.write(off, data, bm);
+                    self.interrupt(&mut s, fx);
                 };
-                if fx.signal != 0 {
-                    self.signal();
-                }
                 Ok(())
             }
             region::BAR2 => self.vram.write(off, data),

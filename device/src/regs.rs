@@ -15,10 +15,11 @@ pub const ID: u64 = 0x000;
 pub const ID_VALUE: u32 = u32::from_le_bytes(*b"MSVG");
 /// `VERSION`: major in bits 31:16, minor in 15:0.
 pub const VERSION: u64 = 0x004;
-/// The register interface's version, 1.4 (1.1: the job engine and the
+/// The register interface's version, 1.5 (1.1: the job engine and the
 /// MMU; 1.2: the fault buffer, 32-byte completion records; 1.3: the job
-/// engine's watchdog and WAIT; 1.4: CHECKSUM's CHAIN flag).
-pub const VERSION_VALUE: u32 = (1 << 16) | 4;
+/// engine's watchdog and WAIT; 1.4: CHECKSUM's CHAIN flag; 1.5: cause
+/// counters in memory, `IRQ_MEM`).
+pub const VERSION_VALUE: u32 = (1 << 16) | 5;
 /// `VRAM_SIZE` (64 bits): bytes of VRAM behind BAR2.
 pub const VRAM_SIZE: u64 = 0x008;
 /// `SCRATCH`: any value, for the driver's own use; 0 at reset.
@@ -44,9 +45,22 @@ pub const JOB_WATCHDOG: u64 = 0x02c;
 /// running jobs (from a job's start to its end, stalls included) since
 /// the device's reset; read `HI`, `LO`, `HI` again for a stable value.
 pub const JOB_BUSY: u64 = 0x030;
+/// `IRQ_MEM` (64 bits): where the device counts the causes it raises, in
+/// memory. Bit 0 [`IRQ_MEM_ENABLE`]; bits 63:4 the DMA address of the
+/// counters ([`IRQ_MEM_LEN`] bytes, 16-byte aligned; bits 3:1 read as 0).
+/// Writing the low word makes it take effect (write the high word first):
+/// the counters start again from 0. 0 at reset: causes go to `IRQ_STATUS`.
+pub const IRQ_MEM: u64 = 0x038;
+/// `IRQ_MEM`'s enable bit.
+pub const IRQ_MEM_ENABLE: u64 = 1;
+/// Bytes of the counters: one little-endian 32-bit count per cause, in
+/// the order of the causes' bits.
+pub const IRQ_MEM_LEN: usize = 4 * CAUSES;
+/// The causes.
+pub const CAUSES: usize = 4;
 
-/// Interrupt causes, in `IRQ_STATUS`; each signals the device's one MSI
-/// vector.
+/// Interrupt causes, in `IRQ_STATUS` or counted at `IRQ_MEM`; each
+/// signals the device's one MSI vector.
 pub mod cause {
     /// A command completed (its seqno was written).
     pub const COMPLETION: u32 = 1 << 0;
@@ -69,13 +83,33 @@ pub struct Regs {
     irq_enable: u32,
     job_watchdog: u32,
     job_busy: std::time::Duration,
+    irq_mem: u64,
+    /// The causes counted since `IRQ_MEM` last took effect.
+    irq_counts: [u32; CAUSES],
 }
 
-/// What a register write asks of the device besides the register file.
+/// What raising causes (or a register write) asks of the device besides
+/// the register file.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Effects {
-    /// Causes newly raised: the interrupt is signalled if any.
+    /// Causes newly raised into `IRQ_STATUS`: the interrupt is signalled
+    /// if any.
     pub signal: u32,
+    /// Causes counted: the counters to write to memory, and then the
+    /// interrupt to signal.
+    pub counted: Option<Counted>,
+}
+
+/// Counters to write at `IRQ_MEM`'s address ([`Regs::raise`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Counted {
+    /// Their DMA address.
+    pub addr: u64,
+    /// Their bytes.
+    pub bytes: [u8; IRQ_MEM_LEN],
+    /// The causes just counted (back to `IRQ_STATUS` if the write fails:
+    /// [`Regs::uncount`]).
+    pub causes: u32,
 }
 
 impl Regs {
@@ -105,6 +139,8 @@ impl Regs {
             JOB_WATCHDOG => self.job_watchdog,
             JOB_BUSY => self.job_busy.as_micros() as u32,
             o if o == JOB_BUSY + 4 => (self.job_busy.as_micros() >> 32) as u32,
+            IRQ_MEM => self.irq_mem as u32,
+            o if o == IRQ_MEM + 4 => (self.irq_mem >> 32) as u32,
             _ => 0,
         }
     }
@@ -118,11 +154,76 @@ impl Regs {
                 let newly = v & !self.irq_enable & self.irq_status;
                 self.irq_enable = v & cause::ALL;
                 fx.signal |= newly & cause::ALL;
+                self.count_pending(fx);
             }
-            IRQ_RAISE => fx.signal |= self.raise(v),
+            IRQ_RAISE => {
+                let r = self.raise(v);
+                fx.signal |= r.signal;
+                fx.counted = r.counted;
+            }
             JOB_WATCHDOG => self.job_watchdog = v,
+            IRQ_MEM => {
+                self.irq_mem = ((self.irq_mem & !0xffff_ffff) | u64::from(v)) & !0xe;
+                self.irq_counts = [0; CAUSES];
+                self.count_pending(fx);
+            }
+            o if o == IRQ_MEM + 4 => {
+                self.irq_mem = (self.irq_mem & 0xffff_ffff) | (u64::from(v) << 32);
+            }
             _ => {}
         }
+    }
+
+    /// The counters' DMA address, while causes are counted in memory.
+    fn counters(&self) -> Option<u64> {
+        (self.irq_mem & IRQ_MEM_ENABLE != 0).then_some(self.irq_mem & !0xf)
+    }
+
+    /// In memory mode, the enabled causes pending in `IRQ_STATUS` (raised
+    /// while disabled) move to the counters: an enabled cause is never
+    /// left in `IRQ_STATUS` while the counters are on.
+    fn count_pending(&mut self, fx: &mut Effects) {
+        if self.counters().is_none() {
+            return;
+        }
+        let moved = self.irq_status & self.irq_enable;
+        self.irq_status &= !moved;
+        fx.signal &= !moved;
+        if moved != 0 {
+            fx.counted = self.count(moved);
+        }
+    }
+
+    /// Counts `causes` (enabled ones) in memory mode: the counters to
+    /// write.
+    fn count(&mut self, causes: u32) -> Option<Counted> {
+        let addr = self.counters()?;
+        let mut bytes = [0; IRQ_MEM_LEN];
+        for (i, (n, b)) in self
+            .irq_counts
+            .iter_mut()
+            .zip(bytes.chunks_exact_mut(4))
+            .enumerate()
+        {
+            if causes & (1 << i) != 0 {
+                *n = n.wrapping_add(1);
+            }
+            b.copy_from_slice(&n.to_le_bytes());
+        }
+        Some(Counted {
+            addr,
+            bytes,
+            causes,
+        })
+    }
+
+    /// The counters could not be written (their address is not in the
+    /// DMA map, or bus mastering is off): memory mode ends, and `causes`
+    /// go to `IRQ_STATUS`. Returns the causes to signal.
+    pub fn uncount(&mut self, causes: u32) -> u32 {
+        self.irq_mem = 0;
+        self.irq_counts = [0; CAUSES];
+        self.raise_status(causes)
     }
 
     /// How long a job starting now may run (`JOB_WATCHDOG`), if limited.
@@ -136,11 +237,28 @@ impl Regs {
         self.job_busy += d;
     }
 
-    /// Raises `causes`; returns the enabled causes that were not raised
-    /// already: the interrupt is signalled if there are any (MSI is
-    /// edge-triggered).
-    pub fn raise(&mut self, causes: u32) -> u32 {
+    /// Raises `causes`. In memory mode the enabled ones are counted
+    /// ([`Effects::counted`]: write the counters, then signal); the others
+    /// go to `IRQ_STATUS`, and [`Effects::signal`] has the enabled causes
+    /// that were not raised there already: the interrupt is signalled if
+    /// there are any (MSI is edge-triggered).
+    pub fn raise(&mut self, causes: u32) -> Effects {
         let causes = causes & cause::ALL;
+        let counted = causes & self.irq_enable;
+        if self.counters().is_some() && counted != 0 {
+            return Effects {
+                signal: self.raise_status(causes & !counted),
+                counted: self.count(counted),
+            };
+        }
+        Effects {
+            signal: self.raise_status(causes),
+            counted: None,
+        }
+    }
+
+    /// Raises `causes` into `IRQ_STATUS`: the enabled ones newly raised.
+    fn raise_status(&mut self, causes: u32) -> u32 {
         let new = causes & !self.irq_status;
         self.irq_status |= causes;
         new & self.irq_enable
@@ -242,13 +360,76 @@ mod tests {
         let fx = r.write(IRQ_ENABLE, &cause::ALL.to_le_bytes(), true);
         assert_eq!(fx.signal, cause::FAULT);
         // Raised again before being cleared: no second edge.
-        assert_eq!(r.raise(cause::FAULT), 0);
-        assert_eq!(r.raise(cause::COMPLETION), cause::COMPLETION);
+        assert_eq!(r.raise(cause::FAULT).signal, 0);
+        assert_eq!(r.raise(cause::COMPLETION).signal, cause::COMPLETION);
         // Cleared (write 1 to clear), then raised: a new edge.
         r.write(IRQ_STATUS, &cause::FAULT.to_le_bytes(), true);
         assert_eq!(rd(&r, IRQ_STATUS, 4) as u32, cause::COMPLETION);
-        assert_eq!(r.raise(cause::FAULT), cause::FAULT);
+        assert_eq!(r.raise(cause::FAULT).signal, cause::FAULT);
         // Bits of no cause are ignored.
-        assert_eq!(r.raise(1 << 31), 0);
+        assert_eq!(r.raise(1 << 31), Effects::default());
+    }
+
+    fn counts(c: &Counted) -> [u32; CAUSES] {
+        let mut n = [0; CAUSES];
+        for (v, b) in n.iter_mut().zip(c.bytes.chunks_exact(4)) {
+            *v = u32::from_le_bytes(b.try_into().unwrap());
+        }
+        n
+    }
+
+    #[test]
+    fn counters_in_memory_count_every_enabled_cause() {
+        let mut r = Regs::new(0);
+        // Raised while disabled, before the counters: pending.
+        r.write(IRQ_RAISE, &cause::FAULT.to_le_bytes(), true);
+        r.write(IRQ_MEM + 4, &0x1_u32.to_le_bytes(), true);
+        // The low word (bits 3:1 ignored) takes effect; nothing enabled yet.
+        let fx = r.write(IRQ_MEM, &0x2000_000f_u32.to_le_bytes(), true);
+        assert_eq!(fx, Effects::default());
+        assert_eq!(rd(&r, IRQ_MEM, 8), 0x1_2000_0001);
+        // Enabling moves the pending cause to the counters.
+        let fx = r.write(IRQ_ENABLE, &cause::ALL.to_le_bytes(), true);
+        assert_eq!(fx.signal, 0);
+        let c = fx.counted.expect("counted");
+        assert_eq!(c.addr, 0x1_2000_0000);
+        assert_eq!(counts(&c), [0, 1, 0, 0]);
+        assert_eq!(rd(&r, IRQ_STATUS, 4), 0);
+        // Every raise counts, raised before or not: no edge to wait for.
+        for k in 1..=3 {
+            let fx = r.raise(cause::COMPLETION);
+            assert_eq!(fx.signal, 0);
+            assert_eq!(counts(&fx.counted.unwrap()), [k, 1, 0, 0]);
+        }
+        let fx = r.raise(cause::ERROR | cause::WATCHDOG);
+        assert_eq!(counts(&fx.counted.unwrap()), [3, 1, 1, 1]);
+        assert_eq!(rd(&r, IRQ_STATUS, 4), 0);
+        // A disabled cause still goes to IRQ_STATUS, without a signal.
+        r.write(IRQ_ENABLE, &cause::COMPLETION.to_le_bytes(), true);
+        let fx = r.raise(cause::FAULT);
+        assert_eq!(fx, Effects::default());
+        assert_eq!(rd(&r, IRQ_STATUS, 4) as u32, cause::FAULT);
+        // A write that fails ends memory mode: the causes to IRQ_STATUS.
+        let fx = r.raise(cause::COMPLETION);
+        assert_eq!(counts(fx.counted.as_ref().unwrap()), [4, 1, 1, 1]);
+        assert_eq!(r.uncount(cause::COMPLETION), cause::COMPLETION);
+        assert_eq!(rd(&r, IRQ_MEM, 8), 0);
+        assert_eq!(r.raise(cause::COMPLETION), Effects::default());
+        assert_eq!(
+            rd(&r, IRQ_STATUS, 4) as u32,
+            cause::FAULT | cause::COMPLETION
+        );
+        // Taking effect again starts the counts from 0.
+        r.write(IRQ_STATUS, &cause::ALL.to_le_bytes(), true);
+        r.write(IRQ_MEM, &0x2000_0001_u32.to_le_bytes(), true);
+        assert_eq!(
+            counts(&r.raise(cause::COMPLETION).counted.unwrap()),
+            [1, 0, 0, 0]
+        );
+        // Off: back to IRQ_STATUS and its edges.
+        r.write(IRQ_MEM, &0_u32.to_le_bytes(), true);
+        assert_eq!(r.raise(cause::COMPLETION).signal, cause::COMPLETION);
+        r.reset();
+        assert_eq!(rd(&r, IRQ_MEM, 8), 0);
     }
 }

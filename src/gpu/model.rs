@@ -124,16 +124,23 @@ impl Hal for MsvmGpu {
             },
             irq,
         };
-        engines.irq.selftest(pdev)?;
+        let in_memory = engines.irq.selftest(pdev)?;
+        if !in_memory {
+            dev_warn!(
+                pdev.as_ref(),
+                "msvm-gpu: the device did not count its interrupt causes in memory: read from IRQ_STATUS (two register accesses an interrupt)\n"
+            );
+        }
         // The self-test's FAULT was no job's.
         engines.hw.faults.forget_raised();
         engines.irq.enable(pdev)?;
         engines.hw.copy.selftest(pdev)?;
         dev_info!(
             pdev.as_ref(),
-            "msvm-gpu: interface {major}.{minor}, {} MiB of VRAM, its interrupt answers {} causes, its copy engine round-trips a page; jobs run on its job engine, faulting through its fault buffer; job watchdog {watchdog_ms} ms (0: none)\n",
+            "msvm-gpu: interface {major}.{minor}, {} MiB of VRAM, its interrupt answers {} causes, counted {}, its copy engine round-trips a page; jobs run on its job engine, faulting through its fault buffer; job watchdog {watchdog_ms} ms (0: none)\n",
             vram_len >> 20,
-            regs::CAUSES
+            regs::CAUSES,
+            if in_memory { "in memory" } else { "in IRQ_STATUS" }
         );
         Ok(Some(engines))
     }

@@ -63,6 +63,19 @@ register! {
     pub(crate) JOB_BUSY_HI(u32) @ 0x034 {
         31:0 value;
     }
+
+    /// Where the device counts the causes it raises, in memory (1.5): the
+    /// counters' DMA address, bits 31:4 (bits 3:1 ignored), and bit 0
+    /// [`IRQ_MEM_ENABLE`]. Written last: it takes effect, the counters
+    /// from 0.
+    pub(crate) IRQ_MEM_LO(u32) @ 0x038 {
+        31:0 value;
+    }
+
+    /// The counters' DMA address, bits 63:32.
+    pub(crate) IRQ_MEM_HI(u32) @ 0x03c {
+        31:0 addr;
+    }
 }
 
 /// The base of a ring's registers: an engine's block in BAR0
@@ -321,6 +334,9 @@ pub(crate) mod ce {
     pub(crate) const DST_VRAM: u32 = 1 << 2;
 }
 
+/// `IRQ_MEM_LO`'s enable bit.
+pub(crate) const IRQ_MEM_ENABLE: u32 = 1;
+
 /// Interrupt causes, bits 0 to 3 of the `IRQ_*` registers; each signals
 /// the device's one MSI vector.
 pub(crate) const CAUSES: usize = 4;
@@ -348,7 +364,7 @@ pub(crate) const END: usize = 0x380;
 pub(crate) const ID_VALUE: u32 = u32::from_le_bytes(*b"MSVG");
 /// The interface major version this driver speaks.
 pub(crate) const VERSION_MAJOR: u32 = 1;
-/// The least minor version this driver needs: 4 (the job engine, the MMU,
+/// The least minor version this driver needs: 5 (the job engine, the MMU,
 /// the fault buffer, the job engine's watchdog and WAIT, CHECKSUM's
-/// CHAIN).
-pub(crate) const VERSION_MINOR: u32 = 4;
+/// CHAIN, the causes counted in memory).
+pub(crate) const VERSION_MINOR: u32 = 5;

@@ -34,7 +34,7 @@ use kernel::{
     prelude::*,
     sync::{
         aref::ARef,
-        atomic::{Acquire, Atomic, Relaxed},
+        atomic::{Acquire, Atomic, Relaxed, Release},
         barrier::{dma_mb, Read},
         Arc, CondVar, CondVarTimeoutResult, Mutex, SpinLockIrq,
     },
@@ -168,6 +168,12 @@ pub(crate) struct Queue<E: Engine> {
     /// Bumped by every wake: a waiter that saw it change since it looked
     /// at the engine looks again rather than sleeping.
     woken: Atomic<u64>,
+    /// ERROR interrupts handled, and their number when a waiter last read
+    /// the engine's status: a waiter reads it (a register, a round trip to
+    /// the device) only when an ERROR came since, or when it has slept
+    /// without a wake (a device gone raises nothing).
+    errors: Atomic<u64>,
+    checked: Atomic<u64>,
     /// Submitters waiting for `ring` ([`Session::contended`]).
     waiting: Atomic<u32>,
     #[pin]
@@ -245,6 +251,8 @@ impl<E: Engine> Queue<E> {
                 wake <- new_spinlock_irq!((), "Queue::wake"),
                 done <- new_condvar!("Queue::done"),
                 woken: Atomic::new(0),
+                errors: Atomic::new(0),
+                checked: Atomic::new(0),
                 waiting: Atomic::new(0),
                 lost: Atomic::new(false),
                 queue: QueueStats {
@@ -277,6 +285,12 @@ impl<E: Engine> Queue<E> {
         let _guard = self.wake.lock();
         self.woken.add(1, Relaxed);
         self.done.notify_all();
+    }
+
+    /// An ERROR interrupt came (the handler): the next wait reads the
+    /// engine's status.
+    pub(super) fn note_error(&self) {
+        self.errors.fetch_add(1, Release);
     }
 
     /// Whether submissions run (the engine answered its last reset).
@@ -472,17 +486,22 @@ impl<E: Engine> Queue<E> {
             }
             udelay(Delta::from_micros(1));
         }
+        // Whether the status is read: after an ERROR not looked at yet, or
+        // a sleep that no interrupt ended.
+        let mut look = false;
         loop {
             // Read before the engine is looked at: a wake after it (an
             // interrupt) makes the wait below look again.
             let seen = self.woken.load(Acquire);
+            let errors = self.errors.load(Acquire);
             if self.fence(ring) >= seqno {
                 // The bytes the commands wrote are read after the fence
                 // that says they are there.
                 dma_mb(Read);
                 return Ok(Waited::Done);
             }
-            {
+            if look || errors != self.checked.load(Relaxed) {
+                self.checked.store(errors, Relaxed);
                 let io = self.bar.try_access().ok_or(Failure::Gone)?;
                 let status = io.read(RING_STATUS::of::<E>());
                 if status.into_raw() == u32::MAX {
@@ -526,12 +545,14 @@ impl<E: Engine> Queue<E> {
             {
                 CondVarTimeoutResult::Woken { .. } => {
                     self.queue.woken.add(1, Relaxed);
+                    look = false;
                 }
                 CondVarTimeoutResult::Signal { .. } => {
                     drop(guard);
                     fsleep(Delta::from_micros(50));
+                    look = true;
                 }
-                CondVarTimeoutResult::Timeout => {}
+                CondVarTimeoutResult::Timeout => look = true,
             }
         }
     }

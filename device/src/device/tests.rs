@@ -112,3 +112,73 @@ fn a_raised_cause_signals_the_eventfd_once_until_cleared() {
         .set_irqs(set::ACTION_TRIGGER, 2, 0, 0, vec![], &[])
         .is_ok());
 }
+
+#[test]
+fn counters_reach_memory_before_the_signal_and_fall_back_to_irq_status() {
+    use crate::dma::prot;
+    use crate::mem::Mmap;
+    use crate::regs::{IRQ_MEM, IRQ_MEM_LEN, IRQ_STATUS};
+    use nix::sys::eventfd::{EfdFlags, EventFd};
+    use std::os::fd::AsFd;
+    const RAM: u64 = 0x20_0000;
+    let d = Device::new(2 << 20).unwrap();
+    let fd = memfd("ram", 4096).unwrap();
+    let ram = Mmap::new(&fd, 0, 4096).unwrap();
+    d.dma()
+        .map(RAM, 4096, prot::READ | prot::WRITE, Some((fd, 0)))
+        .unwrap();
+    let ev = EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK).unwrap();
+    let efd: OwnedFd = ev.as_fd().try_clone_to_owned().unwrap();
+    d.set_irqs(
+        set::ACTION_TRIGGER | set::DATA_EVENTFD,
+        irq::MSI,
+        0,
+        1,
+        vec![efd],
+        &[],
+    )
+    .unwrap();
+    let counts = || {
+        let mut b = [0u8; IRQ_MEM_LEN];
+        ram.read(0x100, &mut b).unwrap();
+        let w = |i: usize| u32::from_le_bytes(b[4 * i..4 * i + 4].try_into().unwrap());
+        [w(0), w(1), w(2), w(3)]
+    };
+    let write = |off: u64, v: u32| d.region_write(region::BAR0, off, &v.to_le_bytes()).unwrap();
+    write(IRQ_MEM + 4, 0);
+    write(IRQ_MEM, (RAM + 0x100) as u32 | 1);
+    write(IRQ_ENABLE, cause::ALL);
+    // Bus mastering off: no DMA, so the cause goes to IRQ_STATUS, and
+    // memory mode ends.
+    d.raise(cause::COMPLETION).unwrap();
+    assert_eq!(counts(), [0; 4]);
+    assert_eq!(ev.read().unwrap(), 1);
+    let mut st = [0u8; 4];
+    d.region_read(region::BAR0, IRQ_STATUS, &mut st).unwrap();
+    assert_eq!(u32::from_le_bytes(st), cause::COMPLETION);
+    d.region_read(region::BAR0, IRQ_MEM, &mut st).unwrap();
+    assert_eq!(u32::from_le_bytes(st), 0, "memory mode ended");
+    // Bus master on, memory mode again: every raise is counted in memory
+    // and signalled, the same cause again too.
+    d.region_write(region::CONFIG, 4, &[0x06, 0]).unwrap();
+    write(IRQ_STATUS, cause::ALL);
+    write(IRQ_MEM, (RAM + 0x100) as u32 | 1);
+    for k in 1..=2 {
+        d.raise(cause::COMPLETION).unwrap();
+        assert_eq!(counts(), [k, 0, 0, 0]);
+        assert_eq!(ev.read().unwrap(), 1);
+    }
+    write(IRQ_RAISE, cause::FAULT);
+    assert_eq!(counts(), [2, 1, 0, 0]);
+    assert_eq!(ev.read().unwrap(), 1);
+    d.region_read(region::BAR0, IRQ_STATUS, &mut st).unwrap();
+    assert_eq!(u32::from_le_bytes(st), 0, "nothing left in IRQ_STATUS");
+    // Counters at an address outside the DMA map: nothing written there,
+    // the cause in IRQ_STATUS, signalled.
+    write(IRQ_MEM, (RAM + 0x10_0000) as u32 | 1);
+    d.raise(cause::ERROR).unwrap();
+    assert_eq!(ev.read().unwrap(), 1);
+    d.region_read(region::BAR0, IRQ_STATUS, &mut st).unwrap();
+    assert_eq!(u32::from_le_bytes(st), cause::ERROR);
+    assert_eq!(counts(), [2, 1, 0, 0]);
+}
