@@ -6,13 +6,14 @@
 //! (`super::device`), but the next is queued behind it while it runs, its
 //! entries written meanwhile, and the one before counted once it has
 //! completed, so that the engine goes from one window to the next without
-//! waiting for msvm: one running, two queued ([`DEPTH`]; two, so that
-//! one interrupt's latency late, about a window's time under TCG, leaves
-//! the engine still busy). A CHECKSUM's jobs continue one hash (the
-//! device's CHAIN flag: a job's seed is the hash in the record of the one
-//! before), and the jobs' completion records take turns in [`DEPTH`]
-//! slots, so that the device writes those of the jobs queued while msvm
-//! reads the one's before.
+//! waiting for msvm: one running, four queued ([`DEPTH`]; four, so that
+//! a driver thread the host does not run for up to four windows' time,
+//! about 10 ms under TCG on a 2-core host, leaves the engine still busy:
+//! with two, such stalls left it idle in one round of five). A
+//! CHECKSUM's jobs continue one hash (the device's CHAIN flag: a job's
+//! seed is the hash in the record of the one before), and the jobs'
+//! completion records take turns in [`DEPTH`] slots, so that the device
+//! writes those of the jobs queued while msvm reads the one's before.
 //!
 //! The VM's mirror lock, the job engine and, for an ATOMIC_ADD, the pool's
 //! `atomics` are held from the first window to the last one's completion,
@@ -50,8 +51,8 @@ use crate::mm::devtables::DevMirror;
 
 use super::{window_len, Done, Engine, Job, Op, WindowPages};
 
-/// Windows on the device at once: one running, two queued behind it.
-const DEPTH: usize = 3;
+/// Windows on the device at once: one running, four queued behind it.
+const DEPTH: usize = 5;
 
 // A record slot per job queued: a job's is read before the one after the
 // last queued takes it.

@@ -31,8 +31,8 @@ const INTERRUPT: u32 = 1 << 0;
 const CHAIN: u32 = 1 << 1;
 /// Scratch words: a FILL's pattern (128 bytes), then the job's completion
 /// record (a CHECKSUM's result; the job's TLB hits and misses; the bytes
-/// it did; its status), a word nothing writes, and two more records (a
-/// pipeline's jobs take turns in three: the device writes the running and
+/// it did; its status), a word nothing writes, and four more records (a
+/// pipeline's jobs take turns in five: the device writes the running and
 /// the queued jobs' while msvm reads the one's before).
 pub(crate) const PATTERN_WORDS: usize = 16;
 /// The completion record's first word: a CHECKSUM's result.
@@ -47,7 +47,13 @@ pub(crate) const STATUS_WORD: usize = PATTERN_WORDS + 3;
 const NEVER_WORD: usize = PATTERN_WORDS + 4;
 /// The completion records' first words: a job's (the first record), and
 /// those of a pipeline's jobs, which take turns.
-pub(crate) const RECORDS: [usize; 3] = [RESULT_WORD, PATTERN_WORDS + 5, PATTERN_WORDS + 9];
+pub(crate) const RECORDS: [usize; 5] = [
+    RESULT_WORD,
+    PATTERN_WORDS + 5,
+    PATTERN_WORDS + 9,
+    PATTERN_WORDS + 13,
+    PATTERN_WORDS + 17,
+];
 
 /// One job (hardware.rst, "Job engine"): `op` one of [`op`], over
 /// context `ctx`'s addresses.
@@ -82,7 +88,7 @@ pub(crate) struct JobStats {
 
 impl Engine for JobBlock {
     const NAME: &'static str = "job engine";
-    const SCRATCH: usize = PATTERN_WORDS + 13;
+    const SCRATCH: usize = PATTERN_WORDS + 21;
     type Command = JobCommand;
     type Stats = JobStats;
 
