@@ -6,9 +6,9 @@
 //! `DMA_READ`/`DMA_WRITE`). An address in no range is an error the device
 //! reports: it touches nothing it was not given.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::os::fd::OwnedFd;
-use std::sync::RwLock;
+use std::sync::{Arc, Mutex, RwLock};
 
 use crate::mem::Mmap;
 use crate::Error;
@@ -26,11 +26,15 @@ pub const UNMAP_ALL: u32 = 1 << 1;
 
 /// How the device reaches a range.
 enum Backing {
-    /// Mapped from the fd QEMU sent.
-    Direct(Mmap),
+    /// Through the mapping of the file behind the fd QEMU sent, from
+    /// `offset` in it.
+    Direct { file: Arc<Mmap>, offset: u64 },
     /// Through QEMU: `DMA_READ`/`DMA_WRITE` messages.
     Remote,
 }
+
+/// A file's identity: device and inode.
+type FileId = (u64, u64);
 
 struct Range {
     size: u64,
@@ -72,9 +76,17 @@ pub struct DmaCounts {
 }
 
 /// The DMA space.
+///
+/// Each file QEMU sends fds of (guest RAM's memfd) is mapped once, whole,
+/// and shared by the ranges that reach it: behind a virtual IOMMU, QEMU
+/// maps every page the guest maps as a range of its own (`DMA_MAP` per
+/// 4 KiB IOVA), and a mapping per range would soon reach the host's limit
+/// on a process's mappings (`vm.max_map_count`, 65530).
 #[derive(Default)]
 pub struct DmaSpace {
     ranges: RwLock<BTreeMap<u64, Range>>,
+    /// The files' mappings, while a range reaches them.
+    files: Mutex<HashMap<FileId, Arc<Mmap>>>,
     counts: std::sync::Mutex<DmaCounts>,
 }
 
@@ -99,15 +111,15 @@ impl DmaSpace {
             .ok_or(Error::Malformed("DMA range"))?;
         let backing = match fd {
             Some((fd, offset)) => {
-                let len = usize::try_from(size).map_err(|_| Error::Malformed("DMA range"))?;
                 // A range past the end of the file would fault (SIGBUS)
                 // when reached.
                 let st = nix::sys::stat::fstat(&fd).map_err(Error::Sys)?;
-                let file = u64::try_from(st.st_size).unwrap_or(0);
-                if offset.checked_add(size).is_none_or(|e| e > file) {
+                let len = u64::try_from(st.st_size).unwrap_or(0);
+                if offset.checked_add(size).is_none_or(|e| e > len) {
                     return Err(Error::Malformed("DMA range past the end of its fd"));
                 }
-                Backing::Direct(Mmap::new(&fd, offset, len)?)
+                let file = self.file(&fd, (st.st_dev, st.st_ino), len)?;
+                Backing::Direct { file, offset }
             }
             None => Backing::Remote,
         };
@@ -141,6 +153,8 @@ impl DmaSpace {
         if flags & UNMAP_ALL != 0 {
             let n = ranges.len();
             ranges.clear();
+            drop(ranges);
+            self.forget_files();
             return Ok(n);
         }
         // Its last byte: it may be the address space's (QEMU unmaps up to
@@ -164,7 +178,34 @@ impl DmaSpace {
         for s in &gone {
             ranges.remove(s);
         }
+        drop(ranges);
+        self.forget_files();
         Ok(gone.len())
+    }
+
+    /// The mapping of the file `fd` (`id`, `len` bytes): the one already
+    /// made if a range still reaches it, else a new one.
+    fn file(&self, fd: &OwnedFd, id: FileId, len: u64) -> Result<Arc<Mmap>, Error> {
+        let mut files = self.files.lock().map_err(|_| Error::Poisoned)?;
+        if let Some(m) = files.get(&id).filter(|m| m.len() as u64 >= len) {
+            return Ok(m.clone());
+        }
+        let n = usize::try_from(len).map_err(|_| Error::Malformed("DMA range"))?;
+        let m = Arc::new(Mmap::new(fd, 0, n)?);
+        files.insert(id, m.clone());
+        Ok(m)
+    }
+
+    /// Unmaps the files no range reaches any more.
+    fn forget_files(&self) {
+        if let Ok(mut files) = self.files.lock() {
+            files.retain(|_, m| Arc::strong_count(m) > 1);
+        }
+    }
+
+    /// Files mapped (ranges with an fd share their file's mapping).
+    pub fn files(&self) -> usize {
+        self.files.lock().map(|f| f.len()).unwrap_or(0)
     }
 
     /// Number of ranges mapped.
@@ -230,9 +271,9 @@ impl DmaSpace {
         let mut through_qemu = Vec::new();
         for (done, r, off, n) in pieces {
             match &r.backing {
-                Backing::Direct(m) => {
+                Backing::Direct { file, offset } => {
                     self.count(|c| c.direct_bytes += n as u64);
-                    direct(done, m, off, n)?;
+                    direct(done, file, offset + off, n)?;
                 }
                 Backing::Remote => through_qemu.push((done, n)),
             }
@@ -436,5 +477,40 @@ mod tests {
         // One unmap from 0x2000 to 2^64: it removes the one range there.
         assert_eq!(d.unmap(0x2000, 0u64.wrapping_sub(0x2000), 0).unwrap(), 1);
         assert_eq!(d.len(), 1);
+    }
+
+    #[test]
+    fn pages_of_one_file_share_its_mapping() {
+        // As behind a virtual IOMMU: a DMA_MAP per page, IOVAs in reverse
+        // order of the file's pages, more of them than a process may have
+        // mappings if each were mapped on its own.
+        const PAGES: u64 = 70_000;
+        let fd = memfd("ram", PAGES << 12).unwrap();
+        let view = Mmap::new(&fd, 0, (PAGES << 12) as usize).unwrap();
+        let d = DmaSpace::new();
+        for p in 0..PAGES {
+            let iova = (PAGES - 1 - p) << 12;
+            let fd = fd.try_clone().unwrap();
+            d.map(iova, 0x1000, prot::READ | prot::WRITE, Some((fd, p << 12)))
+                .unwrap();
+        }
+        assert_eq!((d.len(), d.files()), (PAGES as usize, 1));
+        // IOVA 0 is the file's last page; an access across two IOVA pages
+        // reaches two pages far apart in the file.
+        d.write(0xffe, &[1, 2, 3, 4], &NoRemote).unwrap();
+        let mut b = [0u8; 2];
+        view.read(((PAGES - 1) << 12) + 0xffe, &mut b).unwrap();
+        assert_eq!(b, [1, 2]);
+        view.read((PAGES - 2) << 12, &mut b).unwrap();
+        assert_eq!(b, [3, 4]);
+        // The mapping goes with the last range that reaches it.
+        assert_eq!(
+            d.unmap(0, (PAGES - 1) << 12, 0).unwrap(),
+            PAGES as usize - 1
+        );
+        assert_eq!(d.files(), 1);
+        assert_eq!(d.unmap(0, u64::MAX, 0).unwrap(), 1);
+        assert_eq!((d.len(), d.files()), (0, 0));
+        assert!(d.read(0, &mut b, &NoRemote).is_err());
     }
 }
