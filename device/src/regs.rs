@@ -83,9 +83,15 @@ pub struct Regs {
     irq_enable: u32,
     job_watchdog: u32,
     job_busy: std::time::Duration,
+    /// `IRQ_MEM` in effect, and its high word as last written (it takes
+    /// effect with the low word).
     irq_mem: u64,
+    irq_mem_hi: u32,
     /// The causes counted since `IRQ_MEM` last took effect.
     irq_counts: [u32; CAUSES],
+    /// The counts could not be written, and `IRQ_MEM` went off: until it
+    /// takes effect again, every raise of an enabled cause signals.
+    fell_back: bool,
 }
 
 /// What raising causes (or a register write) asks of the device besides
@@ -98,6 +104,20 @@ pub struct Effects {
     /// Causes counted: the counters to write to memory, and then the
     /// interrupt to signal.
     pub counted: Option<Counted>,
+}
+
+impl Effects {
+    /// Adds what `other` asks: its signal, and its counts (the later ones,
+    /// with both's causes).
+    fn merge(&mut self, other: Effects) {
+        self.signal |= other.signal;
+        if let Some(mut c) = other.counted {
+            if let Some(old) = self.counted.take() {
+                c.causes |= old.causes;
+            }
+            self.counted = Some(c);
+        }
+    }
 }
 
 /// Counters to write at `IRQ_MEM`'s address ([`Regs::raise`]).
@@ -140,7 +160,7 @@ impl Regs {
             JOB_BUSY => self.job_busy.as_micros() as u32,
             o if o == JOB_BUSY + 4 => (self.job_busy.as_micros() >> 32) as u32,
             IRQ_MEM => self.irq_mem as u32,
-            o if o == IRQ_MEM + 4 => (self.irq_mem >> 32) as u32,
+            o if o == IRQ_MEM + 4 => self.irq_mem_hi,
             _ => 0,
         }
     }
@@ -158,18 +178,16 @@ impl Regs {
             }
             IRQ_RAISE => {
                 let r = self.raise(v);
-                fx.signal |= r.signal;
-                fx.counted = r.counted;
+                fx.merge(r);
             }
             JOB_WATCHDOG => self.job_watchdog = v,
             IRQ_MEM => {
-                self.irq_mem = ((self.irq_mem & !0xffff_ffff) | u64::from(v)) & !0xe;
+                self.irq_mem = ((u64::from(self.irq_mem_hi) << 32) | u64::from(v)) & !0xe;
                 self.irq_counts = [0; CAUSES];
+                self.fell_back = false;
                 self.count_pending(fx);
             }
-            o if o == IRQ_MEM + 4 => {
-                self.irq_mem = (self.irq_mem & 0xffff_ffff) | (u64::from(v) << 32);
-            }
+            o if o == IRQ_MEM + 4 => self.irq_mem_hi = v,
             _ => {}
         }
     }
@@ -190,7 +208,8 @@ impl Regs {
         self.irq_status &= !moved;
         fx.signal &= !moved;
         if moved != 0 {
-            fx.counted = self.count(moved);
+            let counted = self.count(moved);
+            fx.merge(Effects { signal: 0, counted });
         }
     }
 
@@ -223,6 +242,7 @@ impl Regs {
     pub fn uncount(&mut self, causes: u32) -> u32 {
         self.irq_mem = 0;
         self.irq_counts = [0; CAUSES];
+        self.fell_back = true;
         self.raise_status(causes)
     }
 
@@ -257,9 +277,16 @@ impl Regs {
         }
     }
 
-    /// Raises `causes` into `IRQ_STATUS`: the enabled ones newly raised.
+    /// Raises `causes` into `IRQ_STATUS`: the enabled ones newly raised,
+    /// or, after a fall back from the counters, every enabled one (a
+    /// handler that took counts from an interrupt that also carried a
+    /// cause raised here did not look here: the next raise signals again).
     fn raise_status(&mut self, causes: u32) -> u32 {
-        let new = causes & !self.irq_status;
+        let new = if self.fell_back {
+            causes
+        } else {
+            causes & !self.irq_status
+        };
         self.irq_status |= causes;
         new & self.irq_enable
     }
@@ -281,7 +308,10 @@ impl Regs {
                 self.read32(reg, bus_master)
             }
         };
-        let words = write_bytes(off, data, old);
+        let mut words = write_bytes(off, data, old);
+        // An 8-byte write of `IRQ_MEM`: the high word first, so that the
+        // low word takes effect with it.
+        words.sort_by_key(|&(reg, _)| reg == IRQ_MEM);
         for (reg, v) in words {
             self.write32(reg, v, &mut fx);
         }
@@ -413,8 +443,10 @@ mod tests {
         let fx = r.raise(cause::COMPLETION);
         assert_eq!(counts(fx.counted.as_ref().unwrap()), [4, 1, 1, 1]);
         assert_eq!(r.uncount(cause::COMPLETION), cause::COMPLETION);
-        assert_eq!(rd(&r, IRQ_MEM, 8), 0);
-        assert_eq!(r.raise(cause::COMPLETION), Effects::default());
+        assert_eq!(rd(&r, IRQ_MEM, 4), 0);
+        // After the fall back, a cause already raised signals again (a
+        // handler that took counts may not have looked at IRQ_STATUS).
+        assert_eq!(r.raise(cause::COMPLETION).signal, cause::COMPLETION);
         assert_eq!(
             rd(&r, IRQ_STATUS, 4) as u32,
             cause::FAULT | cause::COMPLETION
@@ -426,6 +458,26 @@ mod tests {
             counts(&r.raise(cause::COMPLETION).counted.unwrap()),
             [1, 0, 0, 0]
         );
+        // The high word waits for the low one; an 8-byte write takes both
+        // at once.
+        r.write(IRQ_MEM + 4, &0x7_u32.to_le_bytes(), true);
+        let c = r.raise(cause::COMPLETION).counted.unwrap();
+        assert_eq!(c.addr, 0x1_2000_0000);
+        assert_eq!(rd(&r, IRQ_MEM + 4, 4), 7);
+        r.write(IRQ_MEM, &0x3000_0000_0000_4001_u64.to_le_bytes(), true);
+        let c = r.raise(cause::COMPLETION).counted.unwrap();
+        assert_eq!(c.addr, 0x3000_0000_0000_4000);
+        // A write of IRQ_ENABLE and IRQ_RAISE at once keeps the causes
+        // both count.
+        r.write(IRQ_ENABLE, &0_u32.to_le_bytes(), true);
+        r.raise(cause::FAULT);
+        let both = (u64::from(cause::COMPLETION) << 32) | u64::from(cause::ALL);
+        let c = r
+            .write(IRQ_ENABLE, &both.to_le_bytes(), true)
+            .counted
+            .unwrap();
+        assert_eq!(c.causes, cause::FAULT | cause::COMPLETION);
+        assert_eq!(counts(&c), [2, 1, 0, 0]);
         // Off: back to IRQ_STATUS and its edges.
         r.write(IRQ_MEM, &0_u32.to_le_bytes(), true);
         assert_eq!(r.raise(cause::COMPLETION).signal, cause::COMPLETION);

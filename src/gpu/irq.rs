@@ -7,8 +7,9 @@
 //! it.
 //!
 //! Why counters in memory: a register access is a round trip to the
-//! device (under QEMU, a message to the device's process and its reply,
-//! with QEMU's global lock held meanwhile), and a handler that read and
+//! device (under QEMU 11.1, which posts no write to a device with a mapped
+//! region, a message to the device's process and its reply, with QEMU's
+//! global lock held meanwhile), and a handler that read and
 //! cleared `IRQ_STATUS` made two per interrupt, one interrupt per window
 //! of a job. The counters cost none: the device only ever writes them and
 //! the handler only reads them, so nothing is cleared and no cause is
@@ -87,7 +88,9 @@ impl Counters {
         let mut raised = 0;
         for (i, seen) in self.seen.iter().enumerate() {
             let read = || -> Result<u32> { Ok(io_read!(buf, [try: i])) };
-            let Ok(now) = read() else { continue };
+            let Ok(now) = read().map(u32::from_le) else {
+                continue;
+            };
             if seen.xchg(now, Relaxed) != now {
                 raised |= 1 << i;
             }
@@ -98,12 +101,17 @@ impl Counters {
 
 impl Drop for Counters {
     fn drop(&mut self) {
-        // Off (a register write the device has acted on when it returns:
-        // no count is written after it), then freed; if the registers are
-        // gone already, the device may still write: leaked.
-        match self.bar.try_access() {
-            Some(io) => io.write_reg(IRQ_MEM_LO::zeroed()),
-            None => core::mem::forget(self.buf.take()),
+        // Off, and read back (a read is answered after every write before
+        // it, and the device writes counts only while `IRQ_MEM` is on, under
+        // the lock that turns it off: none comes after), then freed; if the
+        // registers are gone already, or do not read 0, the device may
+        // still write: leaked.
+        let off = self.bar.try_access().is_some_and(|io| {
+            io.write_reg(IRQ_MEM_LO::zeroed());
+            io.read(IRQ_MEM_LO).into_raw() & regs::IRQ_MEM_ENABLE == 0
+        });
+        if !off {
+            core::mem::forget(self.buf.take());
         }
     }
 }
@@ -117,10 +125,11 @@ pub(crate) struct Handler {
     jobs: Arc<JobEngine>,
     faults: Arc<FaultBuffer>,
     counters: Counters,
-    /// Interrupts handled, those whose causes were counted in memory, and
-    /// each cause seen.
+    /// Interrupts handled.
     pub(crate) interrupts: Atomic<u64>,
+    /// Those whose causes were counted in memory.
     from_memory: Atomic<u64>,
+    /// How many carried each cause.
     causes: [Atomic<u64>; regs::CAUSES],
 }
 

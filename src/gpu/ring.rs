@@ -72,6 +72,9 @@ const STOP_MS: i64 = 12_000;
 /// doorbell, a page, the fence), less than the interrupt's (its handler
 /// reads and writes `IRQ_STATUS`, then wakes the waiter).
 const SPIN_US: i64 = 100;
+/// How long a waiter goes without reading its engine's status (see
+/// [`Queue::wait`]); its sleeps last this long at most too.
+const LOOK_MS: u32 = 100;
 
 /// One kind of engine: where its registers are, what its commands are,
 /// what it counts.
@@ -486,9 +489,10 @@ impl<E: Engine> Queue<E> {
             }
             udelay(Delta::from_micros(1));
         }
-        // Whether the status is read: after an ERROR not looked at yet, or
-        // a sleep that no interrupt ended.
-        let mut look = false;
+        // The status is read after an ERROR not looked at yet, and at
+        // least every `LOOK_MS` (a device gone raises nothing; an ERROR
+        // left in `IRQ_STATUS` is not seen until the next interrupt).
+        let mut looked = Instant::<Monotonic>::now();
         loop {
             // Read before the engine is looked at: a wake after it (an
             // interrupt) makes the wait below look again.
@@ -500,8 +504,10 @@ impl<E: Engine> Queue<E> {
                 dma_mb(Read);
                 return Ok(Waited::Done);
             }
-            if look || errors != self.checked.load(Relaxed) {
+            let due = looked.elapsed() > Delta::from_millis(LOOK_MS.into());
+            if due || errors != self.checked.load(Relaxed) {
                 self.checked.store(errors, Relaxed);
+                looked = Instant::<Monotonic>::now();
                 let io = self.bar.try_access().ok_or(Failure::Gone)?;
                 let status = io.read(RING_STATUS::of::<E>());
                 if status.into_raw() == u32::MAX {
@@ -536,23 +542,22 @@ impl<E: Engine> Queue<E> {
                 });
             }
             let mut guard = self.wake.lock();
-            if self.woken.load(Relaxed) != seen || self.fence(ring) >= seqno {
+            let woken = self.woken.load(Relaxed) != seen;
+            if woken || self.errors.load(Relaxed) != errors || self.fence(ring) >= seqno {
                 continue;
             }
             match self
                 .done
-                .wait_interruptible_timeout(&mut guard, msecs_to_jiffies(100))
+                .wait_interruptible_timeout(&mut guard, msecs_to_jiffies(LOOK_MS))
             {
                 CondVarTimeoutResult::Woken { .. } => {
                     self.queue.woken.add(1, Relaxed);
-                    look = false;
                 }
                 CondVarTimeoutResult::Signal { .. } => {
                     drop(guard);
                     fsleep(Delta::from_micros(50));
-                    look = true;
                 }
-                CondVarTimeoutResult::Timeout => look = true,
+                CondVarTimeoutResult::Timeout => {}
             }
         }
     }
