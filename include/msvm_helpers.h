@@ -121,6 +121,8 @@ struct vm_area_struct *msvm_vma_lookup(struct mm_struct *mm, unsigned long addr)
 unsigned long msvm_kunit_mmap(unsigned long len);
 struct mm_struct *msvm_mm_of_pid(int nr);
 struct mm_struct *msvm_kunit_mm_alloc(void);
+struct device *msvm_kunit_device(void);
+void msvm_kunit_device_unregister(struct device *dev);
 bool msvm_mm_has_users(struct mm_struct *mm);
 
 

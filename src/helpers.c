@@ -85,6 +85,8 @@
 #include <linux/mutex.h>
 #include <linux/mman.h>
 #include <linux/module.h>
+#include <kunit/device.h>
+#include <kunit/test-bug.h>
 #include <kunit/test.h>
 #include <uapi/linux/magic.h>
 #include <drm/drm_drv.h>
@@ -356,6 +358,43 @@ struct mm_struct *msvm_kunit_mm_alloc(void)
 	return mm_alloc();
 #else
 	return NULL;
+#endif
+}
+
+/*
+ * For KUnit cases (src/mm/kunit_mm.rs): a device of the running case on
+ * KUnit's bus, bound to a driver of its own (kunit_device_register()),
+ * with a 64-bit DMA mask, as a PCI device of msvm's has. No IOMMU stands
+ * behind KUnit's bus: its mappings are dma-direct's. KUnit unregisters it
+ * after the case, if msvm_kunit_device_unregister() has not. NULL outside
+ * a KUnit case, without KUnit, or on error.
+ */
+struct device *msvm_kunit_device(void)
+{
+#if IS_BUILTIN(CONFIG_KUNIT)
+	struct kunit *test = kunit_get_current_test();
+	struct device *dev;
+
+	if (!test)
+		return NULL;
+	dev = kunit_device_register(test, "msvm_kunit_dev");
+	if (IS_ERR(dev))
+		return NULL;
+	if (dma_set_mask_and_coherent(dev, DMA_BIT_MASK(64))) {
+		kunit_device_unregister(test, dev);
+		return NULL;
+	}
+	return dev;
+#else
+	return NULL;
+#endif
+}
+
+/* Unregisters @dev, a device msvm_kunit_device() made in the running case. */
+void msvm_kunit_device_unregister(struct device *dev)
+{
+#if IS_BUILTIN(CONFIG_KUNIT)
+	kunit_device_unregister(kunit_get_current_test(), dev);
 #endif
 }
 

@@ -6,7 +6,27 @@ use kernel::prelude::*;
 
 #[kunit_tests(msvm_devpt)]
 mod tests {
+    use super::super::super::fault::{Fault, FaultError};
+    use super::super::super::kunit_mm::with_device;
+    use super::super::super::numa::Home;
+    use super::super::super::pagemap::{OwnerKey, Pagemap, PagemapOps};
     use super::super::*;
+
+    /// A pagemap's owner that does nothing: its pages stand for a peer's
+    /// memory in the cases below.
+    struct Peer;
+
+    impl PagemapOps for Peer {
+        fn folio_freeing(&self, _first: usize, _nr: usize) {}
+
+        fn folio_freed(&self, _freed: usize, _left: usize) {}
+
+        fn migrate_to_ram(&self, _fault: Fault<'_>) -> Result<(), FaultError> {
+            Err(FaultError::Sigbus)
+        }
+    }
+
+    static PEER: OwnerKey<Peer> = OwnerKey::new();
 
     /// Own entries (which map nothing) put straight into a table, as `set`
     /// does once it has its leaf.
@@ -29,6 +49,62 @@ mod tests {
             addr: 0,
         };
         leaf.live += 1;
+    }
+
+    /// A peer entry's bus address is its own page's: `set` makes no entry
+    /// of a page with the address of another.
+    #[test]
+    fn a_peer_entry_maps_its_own_page() -> Result {
+        let map = Pagemap::new(
+            BLOCK_SIZE,
+            &PEER,
+            c"msvm_kunit_devpt",
+            Home::LOCAL,
+            |_| try_init!(Peer {}? Error),
+        )?;
+        let mut scratch = KVec::with_capacity(2, GFP_KERNEL)?;
+        let mut pages = KVec::with_capacity(2, GFP_KERNEL)?;
+        map.alloc_pages(2, &mut scratch, |_, p| {
+            // Room for as many as the scratch holds.
+            let _ = pages.push(p, GFP_KERNEL);
+        });
+        if pages.len() != 2 {
+            return Err(ENOMEM);
+        }
+        let (a, b) = (pages[0].page(), pages[1].page());
+        let addr = 7 * BLOCK_SIZE + 5 * PAGE_SIZE;
+        // What `set` says, and whether the table then has an entry.
+        let (made, entry) = with_device(|dev| -> Result<_> {
+            let d: &Device = dev;
+            // SAFETY: `dev` is bound while this runs, and the table is
+            // detached below, before it returns.
+            let mut t = unsafe { DevPt::new(Some(d.into())) };
+            let c = Counters::new(0);
+            let mut spare = Spare::new(1)?;
+            // CAST: a physical address fits in `u64`.
+            let phys = (b.pfn() * PAGE_SIZE) as u64;
+            // SAFETY: the table is the case's own, of no mirror: nothing
+            // but this case changes it, and page `a` is held (`pages`)
+            // for longer than the table lives.
+            let made = unsafe {
+                t.set(
+                    dev,
+                    &c,
+                    addr,
+                    a,
+                    Bind::Peer { phys },
+                    (true, Life::Job),
+                    &mut spare,
+                )
+            };
+            let entry = t.mapping(addr).is_some();
+            t.detach(&c);
+            Ok((made, entry))
+        })??;
+        drop(pages);
+        assert_eq!(made, Ok(false));
+        assert!(!entry);
+        Ok(())
     }
 
     #[test]
