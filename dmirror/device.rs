@@ -254,11 +254,18 @@ impl DeviceData {
     fn new_chunk(&self) -> Result<Arc<Pagemap<Chunk>>> {
         let npages = CHUNK_SIZE / PAGE_SIZE;
         let slots = Memory::new(npages)?;
-        let map = Pagemap::new(CHUNK_SIZE, self.key(), c"hmm_dmirror", Home::LOCAL, |_| {
-            try_pin_init!(Chunk {
+        let map = Pagemap::new(
+            CHUNK_SIZE,
+            self.key(),
+            c"hmm_dmirror",
+            Home::LOCAL,
+            None,
+            |_| {
+                try_pin_init!(Chunk {
                 backing <- new_spinlock!(slots),
             }? Error)
-        })?;
+            },
+        )?;
         pr_info!(
             "hmm_dmirror{}: added a {} MB chunk\n",
             self.id,

@@ -214,16 +214,13 @@ impl<'p> Engine<'p> {
 
     /// How a fault binds the page at `addr` into the VM's table, if it
     /// does (see the module's documentation).
-    fn binding(&self, addr: usize, page: PageRef<'_>) -> Option<Bind> {
+    fn binding<'g>(&self, addr: usize, page: PageRef<'g>) -> Option<Bind<'g>> {
         let kept = || Keep::has(&self.keep.remote, addr);
         match self.pool.locate(page) {
             Some((pool, _)) if self.pool.is(pool) => {
                 Keep::has(&self.keep.own, addr).then_some(Bind::Own)
             }
-            Some((pool, off)) if kept() => {
-                let phys = pool.bar().ok()?.phys(off);
-                Some(Bind::Peer { phys })
-            }
+            Some(_) if kept() => self.pool.peer_addr(page).ok().map(Bind::Peer),
             Some(_) => None,
             None if kept() && !page.is_device_private() => Some(Bind::Dma),
             None => None,
@@ -232,14 +229,14 @@ impl<'p> Engine<'p> {
 
     /// The kept entry of the page at `addr`, if [`Self::binding`] keeps
     /// it.
-    fn kept(&self, addr: usize, page: PageRef<'_>) -> Option<(Bind, Life)> {
+    fn kept<'g>(&self, addr: usize, page: PageRef<'g>) -> Option<(Bind<'g>, Life)> {
         self.binding(addr, page).map(|b| (b, Life::Kept))
     }
 
     /// The entry a fault the handler services writes for the page at
     /// `addr`: kept where [`Self::binding`] keeps it, a [`Life::Job`] one
     /// otherwise (a job's placement pass looks at its page first).
-    fn entry(&self, addr: usize, page: PageRef<'_>) -> Option<(Bind, Life)> {
+    fn entry<'g>(&self, addr: usize, page: PageRef<'g>) -> Option<(Bind<'g>, Life)> {
         if let Some(b) = self.binding(addr, page) {
             return Some((b, Life::Kept));
         }
@@ -248,9 +245,7 @@ impl<'p> Engine<'p> {
         }
         let how = match self.pool.locate(page) {
             Some((pool, _)) if self.pool.is(pool) => Bind::Own,
-            Some((pool, off)) => Bind::Peer {
-                phys: pool.bar().ok()?.phys(off),
-            },
+            Some(_) => Bind::Peer(self.pool.peer_addr(page).ok()?),
             None if page.is_device_private() || page.is_secretmem() => return None,
             None => Bind::Dma,
         };

@@ -16,7 +16,7 @@ use crate::mm::{
     devpt::{Bind, Life, Spare},
     devtables::DevMirror,
     hmm::HmmPfn,
-    page::{PageRef, BLOCK_PAGES, BLOCK_SIZE},
+    page::{BLOCK_PAGES, BLOCK_SIZE},
     pagemap::PAGE_SIZE,
 };
 use crate::vram::VramPool;
@@ -36,7 +36,6 @@ pub(crate) fn bind_ahead(
     cancel: &Cancel<'_>,
 ) -> Result<u64> {
     let mut pfns = KVec::from_elem(HmmPfn::NONE, BLOCK_PAGES, GFP_KERNEL)?;
-    let own = |_: usize, page: PageRef<'_>| pool.offset_of(page).map(|_| (Bind::Own, Life::Kept));
     let mut bound = 0;
     let mut walk_all = || -> Result {
         let end = start + len;
@@ -52,7 +51,11 @@ pub(crate) fn bind_ahead(
                     Err(e) if e == EBUSY => continue,
                     r => r?,
                 };
-                match mirror.lock().bind(&walk, dev, &mut spare, own) {
+                // This device's own pages, kept.
+                let bound_now = mirror.lock().bind(&walk, dev, &mut spare, |_, page| {
+                    pool.offset_of(page).map(|_| (Bind::Own, Life::Kept))
+                });
+                match bound_now {
                     Err(e) if e == EAGAIN => continue,
                     r => bound += r?,
                 }

@@ -64,7 +64,8 @@ impl<'p> Engine<'p> {
                 // because the peer shares our owner group, i.e. we reach it
                 // over P2P.
                 Some((pool, off)) => {
-                    let map = PeerMap::map(self.dev, pool.bar()?.phys(off)).ok_or(ENOMEM)?;
+                    let peer = self.pool.peer_addr(page)?;
+                    let map = PeerMap::map(self.dev, peer).ok_or(ENOMEM)?;
                     let a = map.addr();
                     pt.p2p
                         .push_within_capacity(PeerPage {

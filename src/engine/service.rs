@@ -20,7 +20,7 @@ use crate::mm::{
     devtables::DevMirror,
     faultq::{Access, Fault, Served, Service, MAX_RAISE},
     hmm::{HmmPfn, Pages},
-    page::{PageRef, BLOCK_SIZE},
+    page::BLOCK_SIZE,
     pagemap::PAGE_SIZE,
     trace,
 };
@@ -125,18 +125,18 @@ impl Service for JobService<'_, '_> {
             }
             // Entries asked for, and their kinds: own, DMA, P2P.
             let mut asked = [0u64; 3];
-            let how = |a: usize, p: PageRef<'_>| {
+            let bound = guard.bind(&walk, e.dev, &mut spare, |a, p| {
                 let b = e.entry(a, p);
                 if let Some((how, _)) = b {
                     asked[match how {
                         Bind::Own => 0,
                         Bind::Dma => 1,
-                        Bind::Peer { .. } => 2,
+                        Bind::Peer(_) => 2,
                     }] += 1;
                 }
                 b
-            };
-            let bound = match guard.bind(&walk, e.dev, &mut spare, how) {
+            });
+            let bound = match bound {
                 Err(err) if err == EAGAIN => continue,
                 r => r?,
             };
@@ -365,20 +365,20 @@ impl Engine<'_> {
                 crate::migrate::to_system(mm, w.dst_first, w.dst_pages * PAGE_SIZE, cancel)?;
                 continue;
             }
+            // Every entry written counts, whatever comes of the window.
+            let bound = &self.pool.stats.pt_bound;
             // A bind that fails otherwise (no leaf left, a mapping that
             // failed) leaves the window to the CPU, which meets it again,
             // or not.
-            let entry = |a: usize, p: PageRef<'_>| self.entry(a, p);
-            // Every entry written counts, whatever comes of the window.
-            let bound = &self.pool.stats.pt_bound;
-            let mut written = match guard.bind(&dst, self.dev, &mut spare, entry) {
+            let dst_bound = guard.bind(&dst, self.dev, &mut spare, |a, p| self.entry(a, p));
+            let mut written = match dst_bound {
                 Err(e) if e == EAGAIN => continue,
                 Err(_) => return Ok(false),
                 Ok(b) => b,
             };
             bound.add(written, Relaxed);
             if let Some(src) = &src {
-                let m = match guard.bind(src, self.dev, &mut spare, entry) {
+                let m = match guard.bind(src, self.dev, &mut spare, |a, p| self.entry(a, p)) {
                     Err(e) if e == EAGAIN => continue,
                     Err(_) => return Ok(false),
                     Ok(b) => b,

@@ -42,18 +42,20 @@ use kernel::{
 
 use super::dma::{self, SysPage};
 use super::page::{PageRef, BLOCK_PAGES, BLOCK_SIZE, PAGE_SIZE};
+use super::pagemap::PeerAddr;
 use super::tlb::Tlb;
 
 /// What the device reaches an entry's page through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Bind {
+pub(crate) enum Bind<'a> {
     /// A page of the table's device's own memory.
     Own,
     /// A system page, by a DMA mapping made for the device.
     Dma,
-    /// A page of a peer's memory, by a P2P mapping of its CPU physical
-    /// address `phys` (the peer's BAR) made for the device.
-    Peer { phys: u64 },
+    /// A page of a peer's memory, by a P2P mapping made for the device of
+    /// the peer's BAR page behind it: the page's own (the table refuses
+    /// one of another page).
+    Peer(PeerAddr<'a>),
 }
 
 /// Whether an entry spares a job its placement pass. Either stays until
@@ -211,8 +213,9 @@ impl Spare {
 ///   invalidation of that address has ended since it was made (the mirror
 ///   zaps first): the page is valid while the mirror's lock is held.
 /// - A DMA entry's address is a live mapping of its page for `dev`
-///   ([`dma::map_page`]), a peer entry's a live mapping of a peer page for
-///   `dev` ([`dma::map_peer`]); such entries exist only while `dev` is set,
+///   ([`dma::map_page`]), a peer entry's a live mapping for `dev` of the
+///   BAR page its page stands for ([`dma::map_peer`] of the page's
+///   [`PeerAddr`]); such entries exist only while `dev` is set,
 ///   and `dev` is set only while the device is bound (it is detached, and
 ///   the table emptied, before the device's DMA is torn down: see
 ///   `Tables::gone` in `hmm.rs`).
@@ -414,10 +417,11 @@ impl DevPt {
     /// writable if `writable`, for `life`; a leaf it needs comes from
     /// `spare`. An entry kept for the same page stays kept. Returns whether
     /// it made the entry: not for another device than the table's (or a
-    /// detached table), nor without a leaf, nor a DMA entry when the
-    /// device's mappings bounce (they would hold the bounce pool all
-    /// devices share), nor if the mapping failed: the table is a cache, a
-    /// missing entry only faults again.
+    /// detached table), nor a peer entry whose address is another page's,
+    /// nor without a leaf, nor a DMA entry when the device's mappings
+    /// bounce (they would hold the bounce pool all devices share), nor if
+    /// the mapping failed: the table is a cache, a missing entry only
+    /// faults again.
     ///
     /// # Safety
     ///
@@ -431,13 +435,20 @@ impl DevPt {
         counters: &Counters,
         addr: usize,
         page: PageRef<'_>,
-        how: Bind,
+        how: Bind<'_>,
         (writable, life): (bool, Life),
         spare: &mut Spare,
     ) -> Result<bool> {
         let own: &Device = dev;
         if !self.dev.as_deref().is_some_and(|d| core::ptr::eq(d, own)) {
             return Ok(false);
+        }
+        // The device reaches what the address maps, the CPU engine the
+        // entry's page (`Mapping::Peer`): only the page's own address.
+        if let Bind::Peer(peer) = how {
+            if peer.pfn() != page.pfn() {
+                return Ok(false);
+            }
         }
         if how == Bind::Dma && dma::force_bounce(dev) {
             return Ok(false);
@@ -478,7 +489,7 @@ impl DevPt {
                 Some(a) => (KIND_DMA, a),
                 None => return Ok(self.unneeded(block, counters)),
             },
-            Bind::Peer { phys } => match dma::map_peer(dev, phys) {
+            Bind::Peer(peer) => match dma::map_peer(dev, peer) {
                 Some(a) => (KIND_PEER, a),
                 None => return Ok(self.unneeded(block, counters)),
             },
@@ -489,7 +500,8 @@ impl DevPt {
             | if life == Life::Job { JOB } else { 0 }
             | page.pfn() as u64;
         // INVARIANT: the caller's promise for the page; the mapping was
-        // just made for `dev`, the table's (bound) device; the leaf counts
+        // just made for `dev`, the table's (bound) device, of the page's
+        // own BAR page if it is a peer's (checked above); the leaf counts
         // it.
         leaf.ptes[i] = Pte { word, addr: a };
         leaf.live += 1;

@@ -277,7 +277,7 @@ impl MirrorGuard<'_, DevTable> {
         walk: &Walk<'_, '_>,
         dev: &Device<Bound>,
         spare: &mut Spare,
-        mut how: impl FnMut(usize, PageRef<'_>) -> Option<(Bind, Life)>,
+        mut how: impl FnMut(usize, PageRef<'_>) -> Option<(Bind<'_>, Life)>,
     ) -> Result<u64> {
         self.check(walk)?;
         let mut bound = 0;

@@ -12,6 +12,7 @@ use kernel::{
 
 use super::bindings as b;
 use super::page::{PageRef, PAGE_SIZE};
+use super::pagemap::PeerAddr;
 use super::rawdev::raw;
 
 /// A page mapped for DMA by one device (bidirectional, one page, no CPU
@@ -200,22 +201,22 @@ impl Drop for DeviceDma<'_> {
 /// This is the one place that decides how a device reaches a peer's
 /// memory: today `dma_map_resource` of the peer's BAR (what upstream's
 /// drm_pagemap does); P2P pages of a published `pci_p2pdma` region would fit
-/// behind the same type.
+/// behind the same type. What it maps comes from the peer's page itself
+/// ([`PeerAddr`]): the BAR page that page stands for, no other address.
 ///
 /// # Invariants
 ///
-/// `addr` is a live mapping of one page at `phys` for `dev`.
+/// `addr` is a live mapping of one page for `dev`, made by [`map_peer`].
 pub(crate) struct PeerMap<'a> {
     dev: &'a device::Device<Bound>,
     addr: u64,
 }
 
 impl<'a> PeerMap<'a> {
-    /// Maps the page of peer memory at CPU physical address `phys` for `dev`.
-    pub(crate) fn map(dev: &'a device::Device<Bound>, phys: u64) -> Option<Self> {
-        let addr = map_peer(dev, phys)?;
-        // INVARIANT: `addr` is the mapping of the page at `phys` for `dev`
-        // just made.
+    /// Maps the peer memory behind device page `peer` for `dev`.
+    pub(crate) fn map(dev: &'a device::Device<Bound>, peer: PeerAddr<'_>) -> Option<Self> {
+        let addr = map_peer(dev, peer)?;
+        // INVARIANT: `addr` is the mapping for `dev` just made.
         Some(Self { dev, addr })
     }
 
@@ -232,17 +233,17 @@ impl Drop for PeerMap<'_> {
     }
 }
 
-/// Maps the page of peer memory at CPU physical address `phys` for `dev`
-/// (as [`PeerMap::map`] says): its bus address, which [`unmap_peer`] must
-/// unmap.
-pub(super) fn map_peer(dev: &device::Device<Bound>, phys: u64) -> Option<u64> {
+/// Maps the peer memory behind device page `peer` (the BAR page it stands
+/// for) for `dev` (as [`PeerMap::map`] says): its bus address, which
+/// [`unmap_peer`] must unmap.
+pub(super) fn map_peer(dev: &device::Device<Bound>, peer: PeerAddr<'_>) -> Option<u64> {
     // SAFETY: `dev` is live (the borrow). Mapping an address is no access:
     // what the mapping reaches is the user's business (`PeerMap`, the
     // device page table keep the peer's page in place while they use it).
     let addr = unsafe {
         bindings::dma_map_resource(
             raw(dev),
-            phys,
+            peer.phys(),
             PAGE_SIZE,
             bindings::dma_data_direction::DMA_BIDIRECTIONAL,
             0,

@@ -22,6 +22,7 @@ use kernel::{
 use super::bindings as b;
 use super::dma::DmaPage;
 use super::page::{NewPage, PageRef, PAGE_SIZE};
+use super::pagemap::BusRange;
 use super::pci::raw_pci_dev;
 
 /// A BAR of a bound PCI device, requested for exclusive use and mapped
@@ -101,10 +102,20 @@ impl WcBar {
         unsafe { dev.as_bound() }
     }
 
-    /// CPU physical address of byte `offset` of the BAR: what a peer maps
-    /// for P2P access (see `super::dma::PeerMap`).
-    pub(crate) fn phys(&self, offset: usize) -> u64 {
-        self.phys + u64::from_safe_cast(offset)
+    /// The CPU physical addresses of the `len` bytes at `offset` of the
+    /// BAR (both page aligned): what a pagemap of the device memory there
+    /// learns at creation (`super::pagemap::Pagemap::new`), and a peer
+    /// then maps for P2P access to its pages (`super::dma::PeerMap`).
+    /// `ERANGE` unless the range lies in the BAR, `EINVAL` unless aligned.
+    pub(crate) fn bus_range(&self, offset: usize, len: usize) -> Result<BusRange> {
+        self.check(offset, len)?;
+        if offset % PAGE_SIZE != 0 || len % PAGE_SIZE != 0 {
+            return Err(EINVAL);
+        }
+        // SAFETY: the range lies in the BAR (checked above), whose CPU
+        // physical address is `phys`; page aligned (checked above, and
+        // a BAR is).
+        Ok(unsafe { BusRange::new(self.phys + u64::from_safe_cast(offset), len) })
     }
 
     /// Copies the page at `src_off` of `src` (another device's BAR) to

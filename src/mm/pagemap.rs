@@ -8,6 +8,11 @@
 //! `struct page`s with `memremap_pages` and removes them on drop with
 //! `memunmap_pages`, which waits until every page of the map is free again.
 //!
+//! A map of a device's memory behind a BAR learns at creation the BAR's
+//! range its pages stand for (a [`BusRange`]): a page's bus-side address,
+//! what a peer maps for P2P access to it ([`PeerAddr`]), comes only from
+//! the page, through its map ([`Pagemap::peer_addr`]).
+//!
 //! The map keeps its own free pages ([`FreeMap`]): a page is handed out
 //! ([`Pagemap::alloc_pages`], [`Pagemap::alloc_block`]) only off the free map
 //! and goes back on it only when the mm core frees it (`folio_free`), so a
@@ -18,7 +23,7 @@
 //! `Pagemap::free` is a leaf spinlock, also taken by `folio_free` in any
 //! context that puts a page: nothing sleeps or allocates under it.
 
-use core::marker::PhantomPinned;
+use core::marker::{PhantomData, PhantomPinned};
 use core::ptr::NonNull;
 
 use kernel::{
@@ -81,6 +86,8 @@ pub(crate) trait PagemapOps: Send + Sync + Sized + 'static {
 /// - `pgmap`'s owner is an `OwnerKey<T>`'s (the key it was made with, or
 ///   one [`Pagemap::rekey`] gave it), and every pagemap with that owner is
 ///   a `Pagemap<T>` (see [`OwnerKey`]);
+/// - if `bus`, page `i` of the map stands for page `i` of that range,
+///   which is `npages` pages long;
 /// - page `i` is on `free` only if no one uses it (no mapping, migration
 ///   or [`NewPage`] holds it): pages leave `free` only to become a
 ///   [`NewPage`] ([`Pagemap::init_folio`]) and come back only through
@@ -93,6 +100,8 @@ pub(crate) struct Pagemap<T: PagemapOps> {
     res: NonNull<bindings::resource>,
     pfn_first: usize,
     npages: usize,
+    /// The BAR's range the pages stand for, if any.
+    bus: Option<BusRange>,
     /// The pages nobody uses.
     #[pin]
     free: SpinLock<FreeMap>,
@@ -138,16 +147,19 @@ impl<T: PagemapOps> Pagemap<T> {
     /// owner (the `dev_private_owner` of HMM and migration) is `key`'s; `data`
     /// is built from the first page frame number of the map. All its pages
     /// are free; their struct pages are taken on `home`'s NUMA node (the
-    /// device's).
+    /// device's). Its pages stand for the device memory at `bus`, if given
+    /// (of `len` bytes too: `EINVAL` otherwise), which peers reach over
+    /// P2P ([`Self::peer_addr`]).
     pub(crate) fn new<I: PinInit<T, Error>>(
         len: usize,
         key: &'static OwnerKey<T>,
         name: &'static CStr,
         home: Home,
+        bus: Option<BusRange>,
         data: impl FnOnce(usize) -> I,
     ) -> Result<Arc<Self>> {
         let owner = key.owner();
-        if len == 0 || len % PAGE_SIZE != 0 {
+        if len == 0 || len % PAGE_SIZE != 0 || bus.is_some_and(|b| b.len != len) {
             return Err(EINVAL);
         }
         let free = FreeMap::new(len / PAGE_SIZE)?;
@@ -199,6 +211,8 @@ impl<T: PagemapOps> Pagemap<T> {
                 res,
                 pfn_first: first_pfn,
                 npages: len / PAGE_SIZE,
+                // INVARIANT: `len` bytes (checked above).
+                bus,
                 // INVARIANT: no page of a new map is in use.
                 free <- SpinLock::new(free, FREE_LOCK, kernel::static_lock_class!()),
                 data <- data(first_pfn),
@@ -368,6 +382,86 @@ impl<T: PagemapOps> Pagemap<T> {
     pub(crate) fn index_of(&self, page: PageRef<'_>) -> Option<usize> {
         let pfn = page.pfn();
         (pfn >= self.pfn_first && pfn < self.pfn_first + self.npages).then(|| pfn - self.pfn_first)
+    }
+
+    /// The bus-side address of `page`, one of this map's pages, that a
+    /// peer maps for P2P access to it; `None` for a page of another map, or
+    /// if the map stands for no BAR.
+    pub(crate) fn peer_addr<'a>(&self, page: PageRef<'a>) -> Option<PeerAddr<'a>> {
+        let phys = self.bus?.page(self.index_of(page)?)?;
+        // INVARIANT: page `i` of the map stands for page `i` of `bus`
+        // (type invariant); the map lives while `page` is valid, for `'a`.
+        Some(PeerAddr {
+            pfn: page.pfn(),
+            phys,
+            _page: PhantomData,
+        })
+    }
+}
+
+/// CPU physical addresses of a page-aligned range of a device's memory
+/// BAR (`super::iomem::WcBar::bus_range`): the bus-side addresses a
+/// pagemap's pages stand for, page `i` of the map for page `i` of the
+/// range.
+///
+/// # Invariants
+///
+/// `[phys, phys + len)` lies in a memory BAR of a PCI device, or is never
+/// reached through a mapping of it (a KUnit case's); `phys` and `len` are
+/// multiples of [`PAGE_SIZE`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BusRange {
+    phys: u64,
+    len: usize,
+}
+
+impl BusRange {
+    /// The `len` bytes from `phys`.
+    ///
+    /// # Safety
+    ///
+    /// `phys` and `len` are multiples of [`PAGE_SIZE`], and the range lies
+    /// in a memory BAR of a PCI device; or (for KUnit cases) nothing ever
+    /// reaches the memory at those addresses through a mapping of them.
+    pub(super) unsafe fn new(phys: u64, len: usize) -> Self {
+        // INVARIANT: the caller's promise.
+        Self { phys, len }
+    }
+
+    /// The CPU physical address of page `i` of the range, if it has one.
+    fn page(&self, i: usize) -> Option<u64> {
+        let off = i.checked_mul(PAGE_SIZE).filter(|&o| o < self.len)?;
+        Some(self.phys + u64::from_safe_cast(off))
+    }
+}
+
+/// The bus-side address of a device page, as its map knows it
+/// ([`Pagemap::peer_addr`]): the CPU physical address of the BAR page the
+/// page stands for, which a peer maps for P2P access (`super::dma::PeerMap`,
+/// a device page table's peer entries). Made only from the page, so a
+/// device that reaches the address reaches the page's memory, which the
+/// CPU side finds from the page too.
+///
+/// # Invariants
+///
+/// For `'a`, page frame `pfn` is a page of a live [`Pagemap`] that stands
+/// for the BAR page at `phys`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PeerAddr<'a> {
+    pfn: usize,
+    phys: u64,
+    _page: PhantomData<PageRef<'a>>,
+}
+
+impl PeerAddr<'_> {
+    /// The page's frame number.
+    pub(super) fn pfn(&self) -> usize {
+        self.pfn
+    }
+
+    /// The CPU physical address of the BAR page the page stands for.
+    pub(super) fn phys(&self) -> u64 {
+        self.phys
     }
 }
 

@@ -316,12 +316,16 @@ impl VramPool {
         let pool = self.me.lock().clone().ok_or(ENODEV)?;
         let charged = self.region.is_registered();
         let base = c * self.chunk_size;
+        // The BAR's range the chunk's pages stand for, from the same `base`
+        // as their VRAM offsets (`locate`): what peers map.
+        let bus = self.bar()?.bus_range(base, self.chunk_size)?;
         let serial = self.stats.chunks_created.load(Relaxed);
         Pagemap::new(
             self.chunk_size,
             self.key,
             c"msvm-vram",
             self.home,
+            Some(bus),
             |pfn_first| {
                 // Large folios need the kernel's support, and frames (and BAR
                 // offsets) aligned to them (the pagemap checks its frames again

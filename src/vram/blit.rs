@@ -278,12 +278,12 @@ impl<'p, T> Blit<'p, T> {
                     }
                     PageCopy::Peer { src, off, nr } => {
                         for k in 0..*nr {
-                            let (p, poff) =
-                                self.pool.locate(src.nth(k).ok_or(EINVAL)?).ok_or(EINVAL)?;
+                            let page = src.nth(k).ok_or(EINVAL)?;
+                            let (p, _) = self.pool.locate(page).ok_or(EINVAL)?;
                             // The peer's seal waits for this run to end.
                             readers.push(p.p2p_reader()?, GFP_NOWAIT)?;
-                            let phys = p.bar()?.phys(poff);
-                            let map = PeerMap::map(dev, phys).ok_or(ENOMEM)?;
+                            let peer = self.pool.peer_addr(page)?;
+                            let map = PeerMap::map(dev, peer).ok_or(ENOMEM)?;
                             add(Command::to_vram(map.addr(), off + k * PAGE_SIZE, PAGE_SIZE))?;
                             peers.push(map, GFP_NOWAIT)?;
                             p2p += PAGE_SIZE as u64;

@@ -8,7 +8,9 @@
 //! eviction of every page on teardown.
 //!
 //! A device page's VRAM offset follows from its page frame number: page `i`
-//! of chunk `c` lives at `c * chunk_size + i * PAGE_SIZE` of the BAR.
+//! of chunk `c` lives at `c * chunk_size + i * PAGE_SIZE` of the BAR. The
+//! chunk's pagemap learns that range of the BAR when it is created: a peer
+//! maps a page at the address its pagemap gives ([`VramPool::peer_addr`]).
 //!
 //! Chunk states ([`Slot`]): `Absent` (no pagemap) -> `Creating` (its
 //! pagemap being created, outside the lock, by [`VramPool::grow`]: never
@@ -86,7 +88,7 @@ use crate::mm::{
     numa::Home,
     owner::{Owner, OwnerKey},
     page::{NewPage, PageRef, BLOCK_SIZE},
-    pagemap::{self, Pagemap, PAGE_SIZE},
+    pagemap::{self, Pagemap, PeerAddr, PAGE_SIZE},
     reclaim::ReclaimQueue,
     trace,
 };
@@ -449,6 +451,17 @@ impl VramPool {
     /// its chunks, evicting their pages first, before it goes.
     pub(crate) fn locate<'p>(&self, page: PageRef<'p>) -> Option<(&'p VramPool, usize)> {
         locate(page, self.key)
+    }
+
+    /// What a device maps for P2P access to device page `page`, a page of
+    /// a pool of this one's owner group (as [`Self::locate`] finds it): the
+    /// BAR page it stands for, as its pagemap knows it. `ENODEV` once that
+    /// pool's BAR is gone or sealed ([`VramPool::bar`]), `EINVAL` for a page
+    /// of no such pool.
+    pub(crate) fn peer_addr<'p>(&self, page: PageRef<'p>) -> Result<PeerAddr<'p>> {
+        let map = pagemap::map_of(page, self.key).ok_or(EINVAL)?;
+        drop(map.data().pool().bar()?);
+        map.peer_addr(page).ok_or(EINVAL)
     }
 
     /// The BAR offset of device page `page`, if it is one of this pool's.

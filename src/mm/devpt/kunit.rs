@@ -9,7 +9,7 @@ mod tests {
     use super::super::super::fault::{Fault, FaultError};
     use super::super::super::kunit_mm::with_device;
     use super::super::super::numa::Home;
-    use super::super::super::pagemap::{OwnerKey, Pagemap, PagemapOps};
+    use super::super::super::pagemap::{BusRange, OwnerKey, Pagemap, PagemapOps};
     use super::super::*;
 
     /// A pagemap's owner that does nothing: its pages stand for a peer's
@@ -51,59 +51,80 @@ mod tests {
         leaf.live += 1;
     }
 
+    /// The bus-side address the pages of the case's pagemap stand for: no
+    /// BAR's, never reached (KUnit's device maps it, and nothing accesses
+    /// what it maps).
+    const BUS: u64 = 1 << 40;
+
     /// A peer entry's bus address is its own page's: `set` makes no entry
-    /// of a page with the address of another.
+    /// of a page with the address of another, and maps the page's own.
     #[test]
     fn a_peer_entry_maps_its_own_page() -> Result {
+        // SAFETY: page aligned; the only mappings of the range are made
+        // for KUnit's device below, which reaches nothing.
+        let bus = unsafe { BusRange::new(BUS, BLOCK_SIZE) };
         let map = Pagemap::new(
             BLOCK_SIZE,
             &PEER,
             c"msvm_kunit_devpt",
             Home::LOCAL,
+            Some(bus),
             |_| try_init!(Peer {}? Error),
         )?;
         let mut scratch = KVec::with_capacity(2, GFP_KERNEL)?;
         let mut pages = KVec::with_capacity(2, GFP_KERNEL)?;
-        map.alloc_pages(2, &mut scratch, |_, p| {
+        map.alloc_pages(2, &mut scratch, |i, p| {
             // Room for as many as the scratch holds.
-            let _ = pages.push(p, GFP_KERNEL);
+            let _ = pages.push((i, p), GFP_KERNEL);
         });
         if pages.len() != 2 {
             return Err(ENOMEM);
         }
-        let (a, b) = (pages[0].page(), pages[1].page());
+        let (ia, a, b) = (pages[0].0, pages[0].1.page(), pages[1].1.page());
+        let a_pfn = a.pfn();
+        let (own, other) = (
+            map.peer_addr(a).ok_or(EINVAL)?,
+            map.peer_addr(b).ok_or(EINVAL)?,
+        );
         let addr = 7 * BLOCK_SIZE + 5 * PAGE_SIZE;
-        // What `set` says, and whether the table then has an entry.
-        let (made, entry) = with_device(|dev| -> Result<_> {
+        // What `set` says with `b`'s address and with `a`'s, whether the
+        // first made an entry, the second's bus address, and whether the
+        // device's mappings bounce (no P2P mapping then).
+        let (refused, left_none, made, entry, bounce) = with_device(|dev| -> Result<_> {
             let d: &Device = dev;
             // SAFETY: `dev` is bound while this runs, and the table is
             // detached below, before it returns.
             let mut t = unsafe { DevPt::new(Some(d.into())) };
             let c = Counters::new(0);
             let mut spare = Spare::new(1)?;
-            // CAST: a physical address fits in `u64`.
-            let phys = (b.pfn() * PAGE_SIZE) as u64;
+            let how = (true, Life::Job);
             // SAFETY: the table is the case's own, of no mirror: nothing
             // but this case changes it, and page `a` is held (`pages`)
             // for longer than the table lives.
-            let made = unsafe {
-                t.set(
-                    dev,
-                    &c,
-                    addr,
-                    a,
-                    Bind::Peer { phys },
-                    (true, Life::Job),
-                    &mut spare,
-                )
-            };
-            let entry = t.mapping(addr).is_some();
+            let refused = unsafe { t.set(dev, &c, addr, a, Bind::Peer(other), how, &mut spare) };
+            let left_none = t.mapping(addr).is_none();
+            // SAFETY: as above.
+            let made = unsafe { t.set(dev, &c, addr, a, Bind::Peer(own), how, &mut spare) };
+            let mut entry = None;
+            let i = addr % BLOCK_SIZE / PAGE_SIZE;
+            t.for_each_entry(addr / BLOCK_SIZE, i..i + 1, |_, m, bus_addr, _| {
+                if let Mapping::Peer(p) = m {
+                    entry = Some((p.pfn(), bus_addr));
+                }
+            });
             t.detach(&c);
-            Ok((made, entry))
+            Ok((refused, left_none, made, entry, dma::force_bounce(dev)))
         })??;
         drop(pages);
-        assert_eq!(made, Ok(false));
-        assert!(!entry);
+        assert_eq!(refused, Ok(false));
+        assert!(left_none);
+        if !bounce {
+            // dma-direct: the bus address is the physical address.
+            // CAST: a page index fits in `u64`.
+            let want = BUS + (ia * PAGE_SIZE) as u64;
+            assert_eq!(made, Ok(true));
+            assert_eq!(entry, Some((a_pfn, want)));
+        }
         Ok(())
     }
 

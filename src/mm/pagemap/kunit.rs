@@ -47,6 +47,7 @@ mod tests {
             &KEY,
             c"msvm_kunit",
             Home::LOCAL,
+            None,
             |_| {
                 try_init!(Counting {
                     freeing: AtomicUsize::new(0),
@@ -78,6 +79,8 @@ mod tests {
             assert!(page.is_device_private());
             assert_eq!(map_of(page, &KEY).and_then(|m| m.index_of(page)), Some(*i));
             assert!(map_of(page, &OTHER).is_none());
+            // A map that stands for no BAR gives no bus-side address.
+            assert!(m.peer_addr(page).is_none());
         }
         drop(pages);
         assert_eq!(m.used(), 0);
@@ -213,6 +216,7 @@ mod tests {
             &TRIP,
             c"msvm_kunit_trip",
             Home::LOCAL,
+            None,
             |_| {
                 try_pin_init!(Trip {
                     store <- new_mutex!(KVec::new()),
