@@ -47,6 +47,8 @@ pub(crate) struct Chunk {
 }
 
 impl PagemapOps for Chunk {
+    type Bus = ();
+
     fn folio_freeing(&self, first: usize, nr: usize) {
         let mut i = first;
         while i < first + nr {
@@ -259,11 +261,11 @@ impl DeviceData {
             self.key(),
             c"hmm_dmirror",
             Home::LOCAL,
-            None,
+            (),
             |_| {
                 try_pin_init!(Chunk {
-                backing <- new_spinlock!(slots),
-            }? Error)
+                    backing <- new_spinlock!(slots),
+                }? Error)
             },
         )?;
         pr_info!(

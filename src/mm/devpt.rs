@@ -53,8 +53,8 @@ pub(crate) enum Bind<'a> {
     /// A system page, by a DMA mapping made for the device.
     Dma,
     /// A page of a peer's memory, by a P2P mapping made for the device of
-    /// the peer's BAR page behind it: the page's own (the table refuses
-    /// one of another page).
+    /// the bus-side address the page stands for: the page's own (the
+    /// table refuses one of another page).
     Peer(PeerAddr<'a>),
 }
 
@@ -214,8 +214,8 @@ impl Spare {
 ///   zaps first): the page is valid while the mirror's lock is held.
 /// - A DMA entry's address is a live mapping of its page for `dev`
 ///   ([`dma::map_page`]), a peer entry's a live mapping for `dev` of the
-///   BAR page its page stands for ([`dma::map_peer`] of the page's
-///   [`PeerAddr`]); such entries exist only while `dev` is set,
+///   bus-side address its page stands for ([`dma::map_peer`] of the
+///   page's own [`PeerAddr`]); such entries exist only while `dev` is set,
 ///   and `dev` is set only while the device is bound (it is detached, and
 ///   the table emptied, before the device's DMA is torn down: see
 ///   `Tables::gone` in `hmm.rs`).
@@ -501,7 +501,7 @@ impl DevPt {
             | page.pfn() as u64;
         // INVARIANT: the caller's promise for the page; the mapping was
         // just made for `dev`, the table's (bound) device, of the page's
-        // own BAR page if it is a peer's (checked above); the leaf counts
+        // own `PeerAddr` if it is a peer's (checked above); the leaf counts
         // it.
         leaf.ptes[i] = Pte { word, addr: a };
         leaf.live += 1;

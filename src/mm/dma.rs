@@ -202,7 +202,8 @@ impl Drop for DeviceDma<'_> {
 /// memory: today `dma_map_resource` of the peer's BAR (what upstream's
 /// drm_pagemap does); P2P pages of a published `pci_p2pdma` region would fit
 /// behind the same type. What it maps comes from the peer's page itself
-/// ([`PeerAddr`]): the BAR page that page stands for, no other address.
+/// ([`PeerAddr`]): the bus-side address that page stands for (its page of
+/// the peer's BAR), no other address.
 ///
 /// # Invariants
 ///
@@ -233,8 +234,8 @@ impl Drop for PeerMap<'_> {
     }
 }
 
-/// Maps the peer memory behind device page `peer` (the BAR page it stands
-/// for) for `dev` (as [`PeerMap::map`] says): its bus address, which
+/// Maps the peer memory behind device page `peer` (the bus-side address it
+/// stands for) for `dev` (as [`PeerMap::map`] says): its bus address, which
 /// [`unmap_peer`] must unmap.
 pub(super) fn map_peer(dev: &device::Device<Bound>, peer: PeerAddr<'_>) -> Option<u64> {
     // SAFETY: `dev` is live (the borrow). Mapping an address is no access:

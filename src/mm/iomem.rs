@@ -22,8 +22,12 @@ use kernel::{
 use super::bindings as b;
 use super::dma::DmaPage;
 use super::page::{NewPage, PageRef, PAGE_SIZE};
-use super::pagemap::BusRange;
+use super::pagemap::{Pagemap, PagemapOps, PeerAddr};
 use super::pci::raw_pci_dev;
+
+pub(super) mod bus;
+pub(crate) use bus::BusRange;
+use bus::BusSide;
 
 /// A BAR of a bound PCI device, requested for exclusive use and mapped
 /// write-combined. It only ever exists inside a [`Devres`] ([`WcBar::new`]):
@@ -102,20 +106,39 @@ impl WcBar {
         unsafe { dev.as_bound() }
     }
 
-    /// The CPU physical addresses of the `len` bytes at `offset` of the
-    /// BAR (both page aligned): what a pagemap of the device memory there
-    /// learns at creation (`super::pagemap::Pagemap::new`), and a peer
-    /// then maps for P2P access to its pages (`super::dma::PeerMap`).
-    /// `ERANGE` unless the range lies in the BAR, `EINVAL` unless aligned.
+    /// The `len` bytes at `offset` of the BAR (both page aligned), by
+    /// their offset and their CPU physical addresses at once: what a
+    /// pagemap of the device memory there is made with
+    /// (`super::pagemap::Pagemap::new`), which its owner's CPU side finds
+    /// its pages' offsets from, and a peer its pages' bus-side addresses
+    /// ([`Self::peer_addr`]). `ERANGE` unless the range lies in the BAR,
+    /// `EINVAL` unless it is page aligned (the BAR too).
     pub(crate) fn bus_range(&self, offset: usize, len: usize) -> Result<BusRange> {
         self.check(offset, len)?;
-        if offset % PAGE_SIZE != 0 || len % PAGE_SIZE != 0 {
+        let aligned = self.phys % u64::from_safe_cast(PAGE_SIZE) == 0;
+        if !aligned || offset % PAGE_SIZE != 0 || len % PAGE_SIZE != 0 {
             return Err(EINVAL);
         }
-        // SAFETY: the range lies in the BAR (checked above), whose CPU
-        // physical address is `phys`; page aligned (checked above, and
-        // a BAR is).
-        Ok(unsafe { BusRange::new(self.phys + u64::from_safe_cast(offset), len) })
+        // SAFETY: `phys`, `offset` and `len` are page aligned (checked
+        // above), so is their sum; the range lies in the BAR (checked
+        // above), whose CPU physical address is `phys` for as long as this
+        // `WcBar` lives (its region is ours until it is dropped).
+        Ok(unsafe { BusRange::new(self.phys + u64::from_safe_cast(offset), offset, len) })
+    }
+
+    /// The bus-side address of `page`, a page of `map`, whose pages stand
+    /// for a range of this BAR: what a peer maps for P2P access to it.
+    /// `None` for a page of another map, or if `map` stands for no range
+    /// of this BAR (none, or another BAR's). The BAR is live while the
+    /// caller holds it (a `WcBar` is reached only while its device is
+    /// bound): so is the address when it is made.
+    pub(crate) fn peer_addr<'a, T: PagemapOps>(
+        &self,
+        map: &Pagemap<T>,
+        page: PageRef<'a>,
+    ) -> Option<PeerAddr<'a>> {
+        map.bus().range().filter(|r| r.is_in(self.phys, self.len))?;
+        map.peer_addr(page)
     }
 
     /// Copies the page at `src_off` of `src` (another device's BAR) to

@@ -8,10 +8,15 @@
 //! `struct page`s with `memremap_pages` and removes them on drop with
 //! `memunmap_pages`, which waits until every page of the map is free again.
 //!
-//! A map of a device's memory behind a BAR learns at creation the BAR's
-//! range its pages stand for (a [`BusRange`]): a page's bus-side address,
-//! what a peer maps for P2P access to it ([`PeerAddr`]), comes only from
-//! the page, through its map ([`Pagemap::peer_addr`]).
+//! A map of a device's memory behind a BAR is made with the BAR's range
+//! its pages stand for (a [`BusRange`], its owner's
+//! [`PagemapOps::Bus`]), the one place both sides of a page are found
+//! from: its offset in the BAR (its owner's CPU side, [`Pagemap::bus`])
+//! and its bus-side address, what a peer maps for P2P access to it
+//! ([`PeerAddr`], which comes only from the page, through its map:
+//! [`Pagemap::peer_addr`], for the BAR's `WcBar::peer_addr`).
+//!
+//! [`BusRange`]: super::iomem::BusRange
 //!
 //! The map keeps its own free pages ([`FreeMap`]): a page is handed out
 //! ([`Pagemap::alloc_pages`], [`Pagemap::alloc_block`]) only off the free map
@@ -38,6 +43,7 @@ use kernel::{
 use super::bindings as b;
 use super::fault::{Fault, FaultError};
 use super::freemap::FreeMap;
+use super::iomem::bus::BusSide;
 use super::numa::Home;
 use super::page::{large_order, NewPage, PageRef, BLOCK_PAGES};
 
@@ -56,6 +62,13 @@ static FREE_LOCK: &CStr = c"Pagemap::free";
 
 /// What a device-private pagemap's owner does when the mm core calls.
 pub(crate) trait PagemapOps: Send + Sync + Sized + 'static {
+    /// What the map's pages stand for on the bus: a range of a BAR
+    /// ([`BusRange`]: device memory a peer reaches, and its owner's CPU
+    /// side finds at the range's offset), or nothing (`()`).
+    ///
+    /// [`BusRange`]: super::iomem::BusRange
+    type Bus: BusSide;
+
     /// The last reference to the folio of pages `first..first + nr` of
     /// this map is gone; they go back on the free map right after this
     /// returns (nothing can hand them out again before). May run in any
@@ -86,7 +99,7 @@ pub(crate) trait PagemapOps: Send + Sync + Sized + 'static {
 /// - `pgmap`'s owner is an `OwnerKey<T>`'s (the key it was made with, or
 ///   one [`Pagemap::rekey`] gave it), and every pagemap with that owner is
 ///   a `Pagemap<T>` (see [`OwnerKey`]);
-/// - if `bus`, page `i` of the map stands for page `i` of that range,
+/// - if `bus` is a range, page `i` of the map stands for page `i` of it,
 ///   which is `npages` pages long;
 /// - page `i` is on `free` only if no one uses it (no mapping, migration
 ///   or [`NewPage`] holds it): pages leave `free` only to become a
@@ -100,8 +113,8 @@ pub(crate) struct Pagemap<T: PagemapOps> {
     res: NonNull<bindings::resource>,
     pfn_first: usize,
     npages: usize,
-    /// The BAR's range the pages stand for, if any.
-    bus: Option<BusRange>,
+    /// What the pages stand for on the bus (a BAR's range, or nothing).
+    bus: T::Bus,
     /// The pages nobody uses.
     #[pin]
     free: SpinLock<FreeMap>,
@@ -147,19 +160,20 @@ impl<T: PagemapOps> Pagemap<T> {
     /// owner (the `dev_private_owner` of HMM and migration) is `key`'s; `data`
     /// is built from the first page frame number of the map. All its pages
     /// are free; their struct pages are taken on `home`'s NUMA node (the
-    /// device's). Its pages stand for the device memory at `bus`, if given
-    /// (of `len` bytes too: `EINVAL` otherwise), which peers reach over
-    /// P2P ([`Self::peer_addr`]).
+    /// device's). Page `i` of the map stands for page `i` of `bus`, if it
+    /// is a range (of `len` bytes too: `EINVAL` otherwise): its owner finds
+    /// the page there ([`Self::bus`]), and peers reach it over P2P
+    /// (`WcBar::peer_addr`).
     pub(crate) fn new<I: PinInit<T, Error>>(
         len: usize,
         key: &'static OwnerKey<T>,
         name: &'static CStr,
         home: Home,
-        bus: Option<BusRange>,
+        bus: T::Bus,
         data: impl FnOnce(usize) -> I,
     ) -> Result<Arc<Self>> {
         let owner = key.owner();
-        if len == 0 || len % PAGE_SIZE != 0 || bus.is_some_and(|b| b.len != len) {
+        if len == 0 || len % PAGE_SIZE != 0 || bus.range().is_some_and(|b| b.len() != len) {
             return Err(EINVAL);
         }
         let free = FreeMap::new(len / PAGE_SIZE)?;
@@ -238,6 +252,14 @@ impl<T: PagemapOps> Pagemap<T> {
     /// The owner's data.
     pub(crate) fn data(&self) -> &T {
         &self.data
+    }
+
+    /// What the map's pages stand for on the bus, as it was made: for a
+    /// range of a BAR, page `i` of the map is at BAR offset
+    /// `bus().offset() + i * PAGE_SIZE`, and a peer reaches it at page `i`
+    /// of the range (`WcBar::peer_addr`).
+    pub(crate) fn bus(&self) -> &T::Bus {
+        &self.bus
     }
 
     /// Number of pages in the map.
@@ -385,12 +407,16 @@ impl<T: PagemapOps> Pagemap<T> {
     }
 
     /// The bus-side address of `page`, one of this map's pages, that a
-    /// peer maps for P2P access to it; `None` for a page of another map, or
-    /// if the map stands for no BAR.
-    pub(crate) fn peer_addr<'a>(&self, page: PageRef<'a>) -> Option<PeerAddr<'a>> {
-        let phys = self.bus?.page(self.index_of(page)?)?;
-        // INVARIANT: page `i` of the map stands for page `i` of `bus`
-        // (type invariant); the map lives while `page` is valid, for `'a`.
+    /// peer maps for P2P access to it: page `i` of the map's range for page
+    /// `i` of the map. `None` for a page of another map, or if the map
+    /// stands for no range. Only for `WcBar::peer_addr`, which checks the
+    /// range against the live BAR it is a range of (and KUnit cases):
+    /// nothing here knows whether the BAR is still there.
+    pub(super) fn peer_addr<'a>(&self, page: PageRef<'a>) -> Option<PeerAddr<'a>> {
+        let phys = self.bus.range()?.page_phys(self.index_of(page)?)?;
+        // INVARIANT: page `i` of the map stands for page `i` of its range
+        // (type invariant), at `phys`; the map lives while `page` is valid,
+        // for `'a`.
         Some(PeerAddr {
             pfn: page.pfn(),
             phys,
@@ -399,53 +425,19 @@ impl<T: PagemapOps> Pagemap<T> {
     }
 }
 
-/// CPU physical addresses of a page-aligned range of a device's memory
-/// BAR (`super::iomem::WcBar::bus_range`): the bus-side addresses a
-/// pagemap's pages stand for, page `i` of the map for page `i` of the
-/// range.
+/// The bus-side address of a device page, as its map knows it: the CPU
+/// physical address of page `i` of its map's range (`BusRange`) for page
+/// `i` of the map, which a peer maps for P2P access (`super::dma::PeerMap`,
+/// a device page table's peer entries). Made only from the page
+/// ([`Pagemap::peer_addr`]), by `WcBar::peer_addr` while the BAR of the
+/// map's range is live: a device that reaches the address reaches the
+/// memory the page's owner finds at the same page of the range (its BAR
+/// offset). A KUnit case's range stands for no BAR.
 ///
 /// # Invariants
 ///
-/// `[phys, phys + len)` lies in a memory BAR of a PCI device, or is never
-/// reached through a mapping of it (a KUnit case's); `phys` and `len` are
-/// multiples of [`PAGE_SIZE`].
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct BusRange {
-    phys: u64,
-    len: usize,
-}
-
-impl BusRange {
-    /// The `len` bytes from `phys`.
-    ///
-    /// # Safety
-    ///
-    /// `phys` and `len` are multiples of [`PAGE_SIZE`], and the range lies
-    /// in a memory BAR of a PCI device; or (for KUnit cases) nothing ever
-    /// reaches the memory at those addresses through a mapping of them.
-    pub(super) unsafe fn new(phys: u64, len: usize) -> Self {
-        // INVARIANT: the caller's promise.
-        Self { phys, len }
-    }
-
-    /// The CPU physical address of page `i` of the range, if it has one.
-    fn page(&self, i: usize) -> Option<u64> {
-        let off = i.checked_mul(PAGE_SIZE).filter(|&o| o < self.len)?;
-        Some(self.phys + u64::from_safe_cast(off))
-    }
-}
-
-/// The bus-side address of a device page, as its map knows it
-/// ([`Pagemap::peer_addr`]): the CPU physical address of the BAR page the
-/// page stands for, which a peer maps for P2P access (`super::dma::PeerMap`,
-/// a device page table's peer entries). Made only from the page, so a
-/// device that reaches the address reaches the page's memory, which the
-/// CPU side finds from the page too.
-///
-/// # Invariants
-///
-/// For `'a`, page frame `pfn` is a page of a live [`Pagemap`] that stands
-/// for the BAR page at `phys`.
+/// For `'a`, page frame `pfn` is page `i` of a live [`Pagemap`] whose
+/// range's page `i` is at `phys`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct PeerAddr<'a> {
     pfn: usize,
@@ -459,7 +451,7 @@ impl PeerAddr<'_> {
         self.pfn
     }
 
-    /// The CPU physical address of the BAR page the page stands for.
+    /// The CPU physical address the page stands for on the bus.
     pub(super) fn phys(&self) -> u64 {
         self.phys
     }

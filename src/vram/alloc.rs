@@ -268,6 +268,7 @@ impl VramPool {
                 continue;
             };
             let chunk = map.data();
+            let base = Chunk::base(map);
             if large {
                 while chunk.large && batch.pages.len() < n {
                     let Some((i, page)) = map.alloc_block() else {
@@ -283,7 +284,7 @@ impl VramPool {
                     // The batch has room for `n` entries.
                     let _ = batch
                         .pages
-                        .push_within_capacity(Some((page, chunk.base + i * PAGE_SIZE)));
+                        .push_within_capacity(Some((page, base + i * PAGE_SIZE)));
                     self.stats
                         .allocated
                         .add(u64::from_safe_cast(BLOCK_PAGES), Relaxed);
@@ -300,7 +301,7 @@ impl VramPool {
                 // left of them: this never fails.
                 let _ = batch
                     .pages
-                    .push_within_capacity(Some((page, chunk.base + i * PAGE_SIZE)));
+                    .push_within_capacity(Some((page, base + i * PAGE_SIZE)));
             });
             self.stats.allocated.add(u64::from_safe_cast(got), Relaxed);
         }
@@ -315,26 +316,27 @@ impl VramPool {
         // None after `shutdown`: no chunk then.
         let pool = self.me.lock().clone().ok_or(ENODEV)?;
         let charged = self.region.is_registered();
-        let base = c * self.chunk_size;
-        // The BAR's range the chunk's pages stand for, from the same `base`
-        // as their VRAM offsets (`locate`): what peers map.
-        let bus = self.bar()?.bus_range(base, self.chunk_size)?;
+        // The BAR's range the chunk's pages stand for: where they are, for
+        // this device's CPU side (`Chunk::base`) as for peers.
+        let bus = self
+            .bar()?
+            .bus_range(c * self.chunk_size, self.chunk_size)?;
         let serial = self.stats.chunks_created.load(Relaxed);
         Pagemap::new(
             self.chunk_size,
             self.key,
             c"msvm-vram",
             self.home,
-            Some(bus),
+            bus,
             |pfn_first| {
                 // Large folios need the kernel's support, and frames (and BAR
                 // offsets) aligned to them (the pagemap checks its frames again
                 // when it hands one out).
-                let large =
-                    large_folios() && pfn_first % BLOCK_PAGES == 0 && base % BLOCK_SIZE == 0;
+                let large = large_folios()
+                    && pfn_first % BLOCK_PAGES == 0
+                    && bus.offset() % BLOCK_SIZE == 0;
                 try_pin_init!(Chunk {
                 pool,
-                base,
                 serial,
                 large,
                 last_alloc: Atomic::new(0),

@@ -10,6 +10,7 @@ use kernel::sync::Arc;
 
 use crate::mm::dmem::PageCharges;
 use crate::mm::fault::{Fault, FaultError};
+use crate::mm::iomem::BusRange;
 use crate::mm::pagemap::{Pagemap, PagemapOps};
 
 use super::orphans::Orphan;
@@ -22,8 +23,6 @@ pub(crate) struct Chunk {
     /// The pool this chunk belongs to (a cycle that the pool's
     /// [`VramPool::shutdown`] breaks: it removes every chunk).
     pub(super) pool: Arc<VramPool>,
-    /// Offset of the chunk in the BAR.
-    pub(super) base: usize,
     /// The chunk hands out whole 2 MiB blocks as large folios: its pagemap
     /// does (`Pagemap::holds_large`) and its BAR offsets are aligned to them.
     pub(super) large: bool,
@@ -56,6 +55,15 @@ impl Chunk {
         &self.pool
     }
 
+    /// The BAR offset of the first page of the chunk whose pagemap is
+    /// `map`: page `i` is `i` pages after it. Its pagemap's range of the
+    /// BAR says it ([`Pagemap::bus`]), the one place the chunk's place in
+    /// the BAR is kept: a peer reaches page `i` at page `i` of the same
+    /// range (`VramPool::peer_addr`).
+    pub(super) fn base(map: &Pagemap<Chunk>) -> usize {
+        map.bus().offset()
+    }
+
     /// What the shrinker needs to know of the chunk whose pagemap is `map`.
     pub(super) fn info(map: &Pagemap<Chunk>) -> ChunkInfo {
         let counts = map.counts();
@@ -77,6 +85,10 @@ impl Chunk {
 }
 
 impl PagemapOps for Chunk {
+    /// The chunk's range of the BAR: its pages' offsets there (see
+    /// [`Chunk::base`]), and what peers map.
+    type Bus = BusRange;
+
     fn folio_freeing(&self, first: usize, nr: usize) {
         // Before the pages can be handed out again (and charged anew).
         self.records.forget(first, nr);

@@ -264,7 +264,7 @@ impl VramPool {
             Err(e) if e == EINVAL => return Ok(()),
             Err(e) => return Err(e),
         };
-        let bar_base = map.data().base;
+        let bar_base = Chunk::base(map);
         let n = mig.npages();
         // Whether each entry got a destination in another chunk (true) or
         // in system RAM (false).

@@ -11,7 +11,7 @@ use crate::mm::cancel::Cancel;
 use crate::mm::mmap::Wait;
 use crate::mm::page::{BLOCK_PAGES, BLOCK_SIZE};
 
-use super::{Slot, VramPool};
+use super::{Chunk, Slot, VramPool};
 
 impl VramPool {
     /// Moves this pool's 2 MiB folios to system RAM before eviction,
@@ -44,7 +44,7 @@ impl VramPool {
                 return;
             }
             for m in maps().filter(|m| m.data().large) {
-                let base = m.data().base;
+                let base = Chunk::base(m);
                 for b in 0..m.npages() / BLOCK_PAGES {
                     // Only a block out whole now is worth the mm's write
                     // lock (its pages split go through their own records).

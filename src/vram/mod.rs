@@ -9,8 +9,10 @@
 //!
 //! A device page's VRAM offset follows from its page frame number: page `i`
 //! of chunk `c` lives at `c * chunk_size + i * PAGE_SIZE` of the BAR. The
-//! chunk's pagemap learns that range of the BAR when it is created: a peer
-//! maps a page at the address its pagemap gives ([`VramPool::peer_addr`]).
+//! chunk's pagemap is made with that range of the BAR, which it alone
+//! keeps: the pool finds a page's offset from it ([`Chunk::base`],
+//! [`locate`]), and a peer maps the page at the bus-side address the same
+//! range gives ([`VramPool::peer_addr`]).
 //!
 //! Chunk states ([`Slot`]): `Absent` (no pagemap) -> `Creating` (its
 //! pagemap being created, outside the lock, by [`VramPool::grow`]: never
@@ -455,13 +457,16 @@ impl VramPool {
 
     /// What a device maps for P2P access to device page `page`, a page of
     /// a pool of this one's owner group (as [`Self::locate`] finds it): the
-    /// BAR page it stands for, as its pagemap knows it. `ENODEV` once that
+    /// bus-side address of the BAR page at its offset (its pagemap's range
+    /// gives both), checked against that pool's BAR. `ENODEV` once that
     /// pool's BAR is gone or sealed ([`VramPool::bar`]), `EINVAL` for a page
     /// of no such pool.
     pub(crate) fn peer_addr<'p>(&self, page: PageRef<'p>) -> Result<PeerAddr<'p>> {
         let map = pagemap::map_of(page, self.key).ok_or(EINVAL)?;
-        drop(map.data().pool().bar()?);
-        map.peer_addr(page).ok_or(EINVAL)
+        // The BAR this pool's CPU side reaches the page through, at
+        // `Chunk::base`: the one the map's range must be of.
+        let bar = map.data().pool().bar()?;
+        bar.peer_addr(map, page).ok_or(EINVAL)
     }
 
     /// The BAR offset of device page `page`, if it is one of this pool's.
@@ -524,8 +529,10 @@ pub(crate) fn locate<'p>(
     key: &'static GroupKey,
 ) -> Option<(&'p VramPool, usize)> {
     let map = pagemap::map_of(page, key)?;
-    let chunk = map.data();
-    Some((chunk.pool(), chunk.base + map.index_of(page)? * PAGE_SIZE))
+    Some((
+        map.data().pool(),
+        Chunk::base(map) + map.index_of(page)? * PAGE_SIZE,
+    ))
 }
 
 /// The chunk of device page `page` and its index there, if its pagemap

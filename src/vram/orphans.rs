@@ -190,7 +190,7 @@ impl VramPool {
                 }
             };
             if self
-                .copy_raw(chunk.base + i * PAGE_SIZE, &copy, &mut patience)
+                .copy_raw(Chunk::base(&map) + i * PAGE_SIZE, &copy, &mut patience)
                 .is_err()
             {
                 // Lost: a fault on the page gets `SIGBUS`.
@@ -204,7 +204,7 @@ impl VramPool {
             pr_err!(
                 "gpu{}: {lost} page(s) of the chunk at {:#x} not copied: their data is lost\n",
                 self.index(),
-                chunk.base
+                Chunk::base(&map)
             );
         }
         *chunk.orphan.copies.lock() = copies;
@@ -312,7 +312,7 @@ impl Drop for Adopted {
         let chunk = self.map.data();
         let pool = chunk.pool();
         let size = pool.chunk_size();
-        let c = chunk.base.checked_div(size).unwrap_or(0);
+        let c = Chunk::base(&self.map).checked_div(size).unwrap_or(0);
         trace::pagemap(pool.index(), false, c, size);
     }
 }

@@ -206,7 +206,7 @@ impl VramPool {
             // users; with neither the pagemap nor `shrink_lock` held.
             let mapping = map.data().records.large_at(b * BLOCK_PAGES);
             let serial = map.data().serial;
-            let block = map.data().base + b * BLOCK_SIZE;
+            let block = Chunk::base(&map) + b * BLOCK_SIZE;
             // Still pages `evictor` may take? The folio may have been freed
             // and the block given to another cgroup's since `pick`.
             let (ok, _) = block_evictable(&map, b, evictor.ignoring_low());
@@ -432,6 +432,6 @@ impl VramPool {
 
     /// The index in the use table of block `b` of chunk `map`.
     pub(super) fn block_of(&self, map: &Pagemap<Chunk>, b: usize) -> usize {
-        self.block_index(map.data().base + b * BLOCK_SIZE)
+        self.block_index(Chunk::base(map) + b * BLOCK_SIZE)
     }
 }

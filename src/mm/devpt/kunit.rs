@@ -7,9 +7,10 @@ use kernel::prelude::*;
 #[kunit_tests(msvm_devpt)]
 mod tests {
     use super::super::super::fault::{Fault, FaultError};
+    use super::super::super::iomem::BusRange;
     use super::super::super::kunit_mm::with_device;
     use super::super::super::numa::Home;
-    use super::super::super::pagemap::{BusRange, OwnerKey, Pagemap, PagemapOps};
+    use super::super::super::pagemap::{OwnerKey, Pagemap, PagemapOps};
     use super::super::*;
 
     /// A pagemap's owner that does nothing: its pages stand for a peer's
@@ -17,6 +18,8 @@ mod tests {
     struct Peer;
 
     impl PagemapOps for Peer {
+        type Bus = BusRange;
+
         fn folio_freeing(&self, _first: usize, _nr: usize) {}
 
         fn folio_freed(&self, _freed: usize, _left: usize) {}
@@ -62,13 +65,13 @@ mod tests {
     fn a_peer_entry_maps_its_own_page() -> Result {
         // SAFETY: page aligned; the only mappings of the range are made
         // for KUnit's device below, which reaches nothing.
-        let bus = unsafe { BusRange::new(BUS, BLOCK_SIZE) };
+        let bus = unsafe { BusRange::kunit(BUS, BLOCK_SIZE) };
         let map = Pagemap::new(
             BLOCK_SIZE,
             &PEER,
             c"msvm_kunit_devpt",
             Home::LOCAL,
-            Some(bus),
+            bus,
             |_| try_init!(Peer {}? Error),
         )?;
         let mut scratch = KVec::with_capacity(2, GFP_KERNEL)?;

@@ -24,6 +24,8 @@ mod tests {
     }
 
     impl PagemapOps for Counting {
+        type Bus = ();
+
         fn folio_freeing(&self, _first: usize, nr: usize) {
             self.freeing.fetch_add(nr, Relaxed);
         }
@@ -47,7 +49,7 @@ mod tests {
             &KEY,
             c"msvm_kunit",
             Home::LOCAL,
-            None,
+            (),
             |_| {
                 try_init!(Counting {
                     freeing: AtomicUsize::new(0),
@@ -155,6 +157,8 @@ mod tests {
     }
 
     impl PagemapOps for Trip {
+        type Bus = ();
+
         fn folio_freeing(&self, _first: usize, _nr: usize) {}
 
         fn folio_freed(&self, _freed: usize, _left: usize) {}
@@ -216,7 +220,7 @@ mod tests {
             &TRIP,
             c"msvm_kunit_trip",
             Home::LOCAL,
-            None,
+            (),
             |_| {
                 try_pin_init!(Trip {
                     store <- new_mutex!(KVec::new()),
