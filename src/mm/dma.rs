@@ -3,6 +3,8 @@
 //! Streaming DMA mappings of system pages for a device: what a device uses
 //! to reach system RAM.
 
+use core::marker::PhantomData;
+
 use kernel::{
     bindings, device,
     device::Bound,
@@ -207,18 +209,28 @@ impl Drop for DeviceDma<'_> {
 ///
 /// # Invariants
 ///
-/// `addr` is a live mapping of one page for `dev`, made by [`map_peer`].
+/// `addr` is a live mapping for `dev` of the bus-side address of a device
+/// page valid for `'a` (a [`PeerAddr`]), made by [`map_peer`].
 pub(crate) struct PeerMap<'a> {
     dev: &'a device::Device<Bound>,
     addr: u64,
+    /// The peer's page, which the mapping stands for: no `PeerMap`
+    /// outlives it (as a [`DmaPage`] does not outlive its page).
+    _page: PhantomData<PeerAddr<'a>>,
 }
 
 impl<'a> PeerMap<'a> {
-    /// Maps the peer memory behind device page `peer` for `dev`.
-    pub(crate) fn map(dev: &'a device::Device<Bound>, peer: PeerAddr<'_>) -> Option<Self> {
+    /// Maps the peer memory behind device page `peer` for `dev`, for as
+    /// long as both the device's borrow and the page's last.
+    pub(crate) fn map(dev: &'a device::Device<Bound>, peer: PeerAddr<'a>) -> Option<Self> {
         let addr = map_peer(dev, peer)?;
-        // INVARIANT: `addr` is the mapping for `dev` just made.
-        Some(Self { dev, addr })
+        // INVARIANT: `addr` is the mapping of `peer`, valid for `'a`, for
+        // `dev` just made.
+        Some(Self {
+            dev,
+            addr,
+            _page: PhantomData,
+        })
     }
 
     /// The device-visible (bus) address of the peer page.
