@@ -2,9 +2,10 @@
 /*
  * C helpers of msvm: src/helpers.c (forwards of static-inline kernel
  * functions and macros that bindgen cannot turn into callable symbols, and
- * the few pieces that need C, each listed there with why) and
- * src/zap_huge_pmd.c (the workaround for Linux 7.3's zap_huge_pmd() bug,
- * at the end). Only src/mm/ calls them.
+ * the few pieces that need C, each listed there with why),
+ * src/helpers_alloc.c (page allocations), src/helpers_kunit.c (for KUnit
+ * cases) and src/zap_huge_pmd.c (the workaround for Linux 7.3's
+ * zap_huge_pmd() bug, at the end). Only src/mm/ calls them.
  */
 #ifndef _MSVM_HELPERS_H_
 #define _MSVM_HELPERS_H_
@@ -118,12 +119,14 @@ void msvm_mmap_read_lock(struct mm_struct *mm);
 bool msvm_mmap_read_trylock(struct mm_struct *mm);
 void msvm_mmap_read_unlock(struct mm_struct *mm);
 struct vm_area_struct *msvm_vma_lookup(struct mm_struct *mm, unsigned long addr);
-unsigned long msvm_kunit_mmap(unsigned long len);
 struct mm_struct *msvm_mm_of_pid(int nr);
+bool msvm_mm_has_users(struct mm_struct *mm);
+
+/* For KUnit cases (src/helpers_kunit.c). */
+unsigned long msvm_kunit_mmap(unsigned long len);
 struct mm_struct *msvm_kunit_mm_alloc(void);
 struct device *msvm_kunit_device(void);
 void msvm_kunit_device_unregister(struct device *dev);
-bool msvm_mm_has_users(struct mm_struct *mm);
 
 
 /* DMA mappings of system pages for a device. */

@@ -97,7 +97,8 @@ PORT_FILES = ("device", "file", "memory", "uapi")
 RUST_CFG = '#[cfg(all(CONFIG_DEVICE_PRIVATE, CONFIG_HMM_MIRROR, CONFIG_DRM = "y"))]'
 C_CFG = ("#if IS_ENABLED(CONFIG_DEVICE_PRIVATE) && IS_ENABLED(CONFIG_HMM_MIRROR) && "
          "IS_BUILTIN(CONFIG_DRM)")
-HELPER_SOURCES = [os.path.join(TOP, "src", "helpers.c"), os.path.join(TOP, "src", "zap_huge_pmd.c")]
+HELPER_SOURCES = [os.path.join(TOP, "src", f)
+                  for f in ("helpers.c", "helpers_alloc.c", "helpers_kunit.c", "zap_huge_pmd.c")]
 
 
 def run(*args, cwd=None):

@@ -24,6 +24,7 @@
 use kernel::{
     bindings,
     device::{Bound, Device},
+    error::from_err_ptr,
     mm::MmWithUser,
     page::PAGE_SIZE,
     prelude::*,
@@ -173,15 +174,18 @@ pub(crate) fn fresh_mm() -> Result<ARef<MmWithUser>> {
 /// of its own on KUnit's bus) for as long as `f` runs, and unregistered
 /// after it: what DMA mappings are made for ([`super::dma`]). Its DMA mask
 /// is 64 bits, and no IOMMU stands behind it (a bus address is the
-/// physical address). `EINVAL` outside a KUnit case, `ENOMEM` if the device
-/// cannot be made. A case that fails an assertion in `f` leaves the device
-/// to KUnit, which unregisters it after the case.
+/// physical address). `EINVAL` outside a KUnit case, the kernel's error if
+/// the device cannot be made (registered, or given its mask). A case that
+/// fails an assertion in `f` leaves the device to KUnit, which unregisters
+/// it after the case.
 pub(crate) fn with_device<R>(f: impl FnOnce(&Device<Bound>) -> R) -> Result<R> {
     if !kernel::kunit::in_kunit_test() {
         return Err(EINVAL);
     }
     // SAFETY: a plain call, from a KUnit case's kthread (checked above).
-    let raw = core::ptr::NonNull::new(unsafe { b::msvm_kunit_device() }).ok_or(ENOMEM)?;
+    let raw = from_err_ptr(unsafe { b::msvm_kunit_device() })?;
+    // Never NULL (an error is an `ERR_PTR`), but said rather than assumed.
+    let raw = core::ptr::NonNull::new(raw).ok_or(ENOMEM)?;
     // SAFETY: a registered device, whose registration holds a reference
     // and which is bound to its driver until it is unregistered below (or,
     // if the case ends inside `f`, by KUnit after the case): so for every

@@ -6,7 +6,7 @@
 //! A NUMA policy decides first: the VMA's own (`mbind`), else the task's
 //! (`set_mempolicy`) if the task moving the pages is a thread of the
 //! process they belong to (a CPU fault, a MIGRATE, room made among its own
-//! pages), not another task's (see `msvm_home_by_policy` in `helpers.c`
+//! pages), not another task's (see `msvm_home_by_policy` in `helpers_alloc.c`
 //! for the one exception: a private mapping of a shmem file). Without a
 //! policy, the processor that wants the data decides: a CPU fault or a
 //! MIGRATE takes pages on the node of the CPU doing it ([`Home::LOCAL`]),
