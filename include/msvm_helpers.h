@@ -127,6 +127,7 @@ unsigned long msvm_kunit_mmap(unsigned long len);
 struct mm_struct *msvm_kunit_mm_alloc(void);
 struct device *msvm_kunit_device(void);
 void msvm_kunit_device_unregister(struct device *dev);
+bool msvm_pfn_valid(unsigned long pfn);
 
 
 /* DMA mappings of system pages for a device. */

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * C helpers of msvm's KUnit cases (src/mm/kunit_mm.rs): memory of a
- * process for a case's kthread, mms of no task, and a device of KUnit's
- * bus that maps for DMA. Built into msvm.ko (Kbuild) and msvm_dmirror.ko
- * (dmirror/helpers.c), declared in include/msvm_helpers.h; without KUnit
- * built in, each fails as it says.
+ * process for a case's kthread, mms of no task, a device of KUnit's bus
+ * that maps for DMA, and whether a frame is RAM. Built into msvm.ko
+ * (Kbuild) and msvm_dmirror.ko (dmirror/helpers.c), declared in
+ * include/msvm_helpers.h; without KUnit built in, each fails as it says.
  */
 #include <linux/dma-mapping.h>
 #include <linux/err.h>
@@ -110,4 +110,15 @@ void msvm_kunit_device_unregister(struct device *dev)
 #if IS_BUILTIN(CONFIG_KUNIT)
 	kunit_device_unregister(kunit_get_current_test(), dev);
 #endif
+}
+
+/*
+ * Whether page frame @pfn has a struct page (pfn_valid() is an inline):
+ * RAM, or device memory the kernel made pages for. For KUnit cases that
+ * map a made-up bus address for DMA (dma_map_resource() is for MMIO: the
+ * DMA API's debugging reports RAM).
+ */
+bool msvm_pfn_valid(unsigned long pfn)
+{
+	return pfn_valid(pfn);
 }

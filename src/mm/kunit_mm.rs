@@ -197,6 +197,14 @@ pub(crate) fn with_device<R>(f: impl FnOnce(&Device<Bound>) -> R) -> Result<R> {
     Ok(r)
 }
 
+/// Whether page frame `pfn` has a `struct page` (`pfn_valid()`): RAM, or
+/// device memory the kernel made pages for. A case that maps a made-up
+/// bus address for DMA maps none such (`dma_map_resource` is for MMIO).
+pub(crate) fn pfn_valid(pfn: usize) -> bool {
+    // SAFETY: a plain lookup of a frame number, any.
+    unsafe { b::msvm_pfn_valid(pfn) }
+}
+
 /// Fails a KUnit case through its `Result` (`EINVAL`, logged with the
 /// caller's line) unless `ok`: for checks under locks, where an assertion
 /// would end the case's kthread with the locks held (see the module's
