@@ -17,6 +17,11 @@ prints ``MSVM-EXIT: <status>`` and powers off. This harness:
   with it; or, with ``--device ivshmem``, an ``ivshmem-plain`` device whose
   BAR2 is its VRAM, backed by its own shared memfd; each on a hot-pluggable
   port;
+- with ``--iommu intel``, puts a virtual IOMMU (``intel-iommu`` with
+  caching mode, which QEMU's vfio-user client needs to hear of the guest's
+  mappings) in front of every device: DMA addresses are then IOVAs, which
+  QEMU sends each msvm-gpu as ``DMA_MAP``s; the guest's command line picks
+  the mode (``intel_iommu=on`` and ``iommu.strict=1`` or ``iommu=pt``);
 - streams the console to stdout and to a log file;
 - keeps a QMP socket, and serves the guest's requests for host actions: a
   console line ``MSVM-HOST: device_del gpuN`` (or ``device_add gpuN``) makes
@@ -522,6 +527,8 @@ def main():
                     help="what a GPU is: model, the msvm-gpu device (device/, attached over vfio-user; "
                          "needs a QEMU with vfio-user-pci, MSVM_QEMU), or ivshmem, an ivshmem-plain "
                          "BAR of memory (default model)")
+    ap.add_argument("--iommu", choices=["none", "intel"], default="none",
+                    help="a virtual IOMMU in front of the devices (default none)")
     ap.add_argument("--mem", default="1G", help="guest RAM (default 1G)")
     ap.add_argument("--smp", default="2")
     ap.add_argument("--timeout", default=600, type=float, help="seconds (default 600)")
@@ -570,8 +577,16 @@ def main():
         pre = ",prealloc=on" if args.prealloc else ""
         size = parse_size(args.mem if args.mem[-1:].isalpha() else args.mem + "M")
         shared_ram = ["-object", f"memory-backend-memfd,id=msvm_ram,size={size},share=on{pre}"]
+    # Before the devices: one realized earlier keeps an untranslated
+    # address space. Caching mode: the guest flushes after it maps, so that
+    # QEMU hears of each mapping and sends it to the device; no interrupt
+    # remapping (the guest kernel has none).
+    iommu = []
+    if args.iommu == "intel":
+        iommu = ["-device", "intel-iommu,caching-mode=on,intremap=off,aw-bits=48"]
     qemu = [
         qemu_bin, "-machine", machine, *accel, "-smp", topo.smp_arg(args.smp), "-m", args.mem,
+        *iommu,
         *shared_ram,
         "-global", "ICH9-LPC.acpi-pci-hotplug-with-bridge-support=off",
         "-display", "none", "-monitor", "none", "-serial", "stdio", "-no-reboot",
@@ -593,7 +608,7 @@ def main():
     bits = ""
     if topo.phys_bits() and accel_name != "kvm":
         bits = f" ({topo.phys_bits()}-bit guest physical addresses)"
-    say(f"accelerator: {accel_name}{bits}; GPUs: {args.gpus} ({args.vram >> 20} MiB VRAM each); "
+    say(f"accelerator: {accel_name}{bits}; IOMMU: {args.iommu}; GPUs: {args.gpus} ({args.vram >> 20} MiB VRAM each); "
         f"guest: {args.smp} vCPUs, {args.mem} RAM; command: {args.cmd}; timeout {args.timeout:.0f} s")
     t0 = time.monotonic()
     if model is not None:

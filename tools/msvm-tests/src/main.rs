@@ -144,6 +144,17 @@ const INTEGRITY: &[&str] = &[
     "hw_jobs_run_on_the_job_engine",
 ];
 
+/// The tests `msvm-tests iommu` runs, in a boot behind a virtual IOMMU
+/// (DMA and P2P addresses are IOVAs): the data-integrity tests, P2P jobs
+/// and copies, and the fault buffer's records.
+const IOMMU: &[&str] = &[
+    "p2p_exec_in_place_on_peer_memory",
+    "hw_peer_pages_move_over_p2p_by_the_copy_engine",
+    "devpt_peer_in_place_warm",
+    "unreachable_peer_memory_goes_through_ram_for_exec",
+    "hw_faults_stall_the_job_until_replayed_or_cancelled",
+];
+
 /// The core tests `msvm-tests generic` runs after its own, with a generic
 /// device (bound through `new_id`) in the roles of gpu0 and of the P2P
 /// pair's second device (`tests/guest/generic.sh`).
@@ -280,6 +291,10 @@ fn main() -> ExitCode {
         Some("integrity") => main_tests()
             .into_iter()
             .filter(|t| INTEGRITY.contains(&t.name))
+            .collect(),
+        Some("iommu") => main_tests()
+            .into_iter()
+            .filter(|t| INTEGRITY.contains(&t.name) || IOMMU.contains(&t.name))
             .collect(),
         Some("hotplug") => unplug::hotplug_tests()
             .into_iter()
