@@ -22,12 +22,8 @@ use kernel::{
 use super::bindings as b;
 use super::dma::DmaPage;
 use super::page::{NewPage, PageRef, PAGE_SIZE};
-use super::pagemap::{Pagemap, PagemapOps, PeerAddr};
+use super::pagemap::{BusRange, BusSide, Pagemap, PagemapOps, PeerAddr};
 use super::pci::raw_pci_dev;
-
-pub(super) mod bus;
-pub(crate) use bus::BusRange;
-use bus::BusSide;
 
 /// A BAR of a bound PCI device, requested for exclusive use and mapped
 /// write-combined. It only ever exists inside a [`Devres`] ([`WcBar::new`]):

@@ -16,8 +16,6 @@
 //! ([`PeerAddr`], which comes only from the page, through its map:
 //! [`Pagemap::peer_addr`], for the BAR's `WcBar::peer_addr`).
 //!
-//! [`BusRange`]: super::iomem::BusRange
-//!
 //! The map keeps its own free pages ([`FreeMap`]): a page is handed out
 //! ([`Pagemap::alloc_pages`], [`Pagemap::alloc_block`]) only off the free map
 //! and goes back on it only when the mm core frees it (`folio_free`), so a
@@ -43,11 +41,12 @@ use kernel::{
 use super::bindings as b;
 use super::fault::{Fault, FaultError};
 use super::freemap::FreeMap;
-use super::iomem::bus::BusSide;
 use super::numa::Home;
 use super::page::{large_order, NewPage, PageRef, BLOCK_PAGES};
 
+mod bus;
 mod callbacks;
+pub(crate) use bus::{BusRange, BusSide};
 use callbacks::OpsTable;
 
 pub(crate) use super::owner::OwnerKey;
@@ -65,8 +64,6 @@ pub(crate) trait PagemapOps: Send + Sync + Sized + 'static {
     /// What the map's pages stand for on the bus: a range of a BAR
     /// ([`BusRange`]: device memory a peer reaches, and its owner's CPU
     /// side finds at the range's offset), or nothing (`()`).
-    ///
-    /// [`BusRange`]: super::iomem::BusRange
     type Bus: BusSide;
 
     /// The last reference to the folio of pages `first..first + nr` of

@@ -10,8 +10,7 @@ use kernel::sync::Arc;
 
 use crate::mm::dmem::PageCharges;
 use crate::mm::fault::{Fault, FaultError};
-use crate::mm::iomem::BusRange;
-use crate::mm::pagemap::{Pagemap, PagemapOps};
+use crate::mm::pagemap::{BusRange, Pagemap, PagemapOps};
 
 use super::orphans::Orphan;
 use super::records::Records;

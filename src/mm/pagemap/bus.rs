@@ -4,8 +4,8 @@
 //! ([`BusRange`]): where page `i` of the map is, both in the BAR (the
 //! offset its owner's CPU side reads and writes through its `WcBar`) and
 //! on the bus (the CPU physical address a peer maps). Made only by
-//! `WcBar::bus_range` (its constructor is visible to `iomem.rs` alone), or
-//! for a KUnit case.
+//! `WcBar::bus_range` (its constructor, unsafe, is visible to the glue
+//! alone, and `iomem.rs` is its one caller), or for a KUnit case.
 
 use kernel::num::casts::FromSafeCast;
 
@@ -38,7 +38,7 @@ impl BusRange {
     /// `phys`, `offset` and `len` are multiples of [`PAGE_SIZE`], and, while
     /// the `WcBar` the caller holds lives, `[phys, phys + len)` are the CPU
     /// physical addresses of bytes `[offset, offset + len)` of its BAR.
-    pub(super) unsafe fn new(phys: u64, offset: usize, len: usize) -> Self {
+    pub(in crate::mm) unsafe fn new(phys: u64, offset: usize, len: usize) -> Self {
         // INVARIANT: the caller's promise.
         Self { phys, offset, len }
     }
@@ -79,7 +79,7 @@ impl BusRange {
 
     /// Whether the range is bytes `[offset, offset + len)` of the BAR at
     /// CPU physical address `bar_phys`, `bar_len` bytes long.
-    pub(super) fn is_in(&self, bar_phys: u64, bar_len: usize) -> bool {
+    pub(in crate::mm) fn is_in(&self, bar_phys: u64, bar_len: usize) -> bool {
         self.offset
             .checked_add(self.len)
             .is_some_and(|end| end <= bar_len)
