@@ -8,8 +8,9 @@ use kernel::{num::casts::FromSafeCast, prelude::*, sync::atomic::Relaxed};
 
 use crate::access;
 use crate::mm::{
-    dma::{DmaPage, PeerMap},
+    dma::DmaPage,
     hmm::Pages,
+    p2p::PeerMap,
     page::{BLOCK_PAGES, BLOCK_SIZE},
     pagemap::PAGE_SIZE,
 };

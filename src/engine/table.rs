@@ -9,7 +9,8 @@ use kernel::prelude::*;
 
 use crate::mm::{
     devpt::{DevPt, Mapping},
-    dma::{DmaPage, PeerMap, SysPage},
+    dma::{DmaPage, SysPage},
+    p2p::PeerMap,
     page::BLOCK_SIZE,
     pagemap::PAGE_SIZE,
 };

@@ -41,6 +41,7 @@ use kernel::{
 };
 
 use super::dma::{self, SysPage};
+use super::p2p;
 use super::page::{PageRef, BLOCK_PAGES, BLOCK_SIZE, PAGE_SIZE};
 use super::pagemap::PeerAddr;
 use super::tlb::Tlb;
@@ -214,7 +215,7 @@ impl Spare {
 ///   zaps first): the page is valid while the mirror's lock is held.
 /// - A DMA entry's address is a live mapping of its page for `dev`
 ///   ([`dma::map_page`]), a peer entry's a live mapping for `dev` of the
-///   bus-side address its page stands for ([`dma::map_peer`] of the
+///   bus-side address its page stands for ([`p2p::map_peer`] of the
 ///   page's own [`PeerAddr`]); such entries exist only while `dev` is set,
 ///   and `dev` is set only while the device is bound (it is detached, and
 ///   the table emptied, before the device's DMA is torn down: see
@@ -489,7 +490,7 @@ impl DevPt {
                 Some(a) => (KIND_DMA, a),
                 None => return Ok(self.unneeded(block, counters)),
             },
-            Bind::Peer(peer) => match dma::map_peer(dev, peer) {
+            Bind::Peer(peer) => match p2p::map_peer(dev, peer) {
                 Some(a) => (KIND_PEER, a),
                 None => return Ok(self.unneeded(block, counters)),
             },
@@ -632,7 +633,7 @@ fn unmap(dev: Option<&Device>, pte: Pte) {
         // unmapped once.
         KIND_DMA => unsafe { dma::unmap_page(dev, pte.addr) },
         // SAFETY: as above, for a peer entry.
-        KIND_PEER => unsafe { dma::unmap_peer(dev, pte.addr) },
+        KIND_PEER => unsafe { p2p::unmap_peer(dev, pte.addr) },
         _ => {}
     }
 }

@@ -3,8 +3,6 @@
 //! Streaming DMA mappings of system pages for a device: what a device uses
 //! to reach system RAM.
 
-use core::marker::PhantomData;
-
 use kernel::{
     bindings, device,
     device::Bound,
@@ -14,7 +12,6 @@ use kernel::{
 
 use super::bindings as b;
 use super::page::{PageRef, PAGE_SIZE};
-use super::pagemap::PeerAddr;
 use super::rawdev::raw;
 
 /// A page mapped for DMA by one device (bidirectional, one page, no CPU
@@ -197,92 +194,6 @@ impl Drop for DeviceDma<'_> {
     }
 }
 
-/// A page of a peer device's memory (a piece of its BAR) mapped for P2P
-/// access by one device, unmapped on drop.
-///
-/// This is the one place that decides how a device reaches a peer's
-/// memory: today `dma_map_resource` of the peer's BAR (what upstream's
-/// drm_pagemap does); P2P pages of a published `pci_p2pdma` region would fit
-/// behind the same type. What it maps comes from the peer's page itself
-/// ([`PeerAddr`]): the bus-side address that page stands for (its page of
-/// the peer's BAR), no other address.
-///
-/// # Invariants
-///
-/// `addr` is a live mapping for `dev` of the bus-side address of a device
-/// page valid for `'a` (a [`PeerAddr`]), made by [`map_peer`].
-pub(crate) struct PeerMap<'a> {
-    dev: &'a device::Device<Bound>,
-    addr: u64,
-    /// The peer's page, which the mapping stands for: no `PeerMap`
-    /// outlives it (as a [`DmaPage`] does not outlive its page).
-    _page: PhantomData<PeerAddr<'a>>,
-}
-
-impl<'a> PeerMap<'a> {
-    /// Maps the peer memory behind device page `peer` for `dev`, for as
-    /// long as both the device's borrow and the page's last.
-    pub(crate) fn map(dev: &'a device::Device<Bound>, peer: PeerAddr<'a>) -> Option<Self> {
-        let addr = map_peer(dev, peer)?;
-        // INVARIANT: `addr` is the mapping of `peer`, valid for `'a`, for
-        // `dev` just made.
-        Some(Self {
-            dev,
-            addr,
-            _page: PhantomData,
-        })
-    }
-
-    /// The device-visible (bus) address of the peer page.
-    pub(crate) fn addr(&self) -> u64 {
-        self.addr
-    }
-}
-
-impl Drop for PeerMap<'_> {
-    fn drop(&mut self) {
-        // SAFETY: a live mapping for `dev` (invariant), dropped once.
-        unsafe { unmap_peer(self.dev, self.addr) };
-    }
-}
-
-/// Maps the peer memory behind device page `peer` (the bus-side address it
-/// stands for) for `dev` (as [`PeerMap::map`] says): its bus address, which
-/// [`unmap_peer`] must unmap.
-pub(super) fn map_peer(dev: &device::Device<Bound>, peer: PeerAddr<'_>) -> Option<u64> {
-    // SAFETY: `dev` is live (the borrow). Mapping an address is no access:
-    // what the mapping reaches is the user's business (`PeerMap`, the
-    // device page table keep the peer's page in place while they use it).
-    let addr = unsafe {
-        bindings::dma_map_resource(
-            raw(dev),
-            peer.phys(),
-            PAGE_SIZE,
-            bindings::dma_data_direction::DMA_BIDIRECTIONAL,
-            0,
-        )
-    };
-    mapped(dev, addr).then_some(addr)
-}
-
-/// Unmaps a mapping [`map_peer`] made.
-///
-/// # Safety
-///
-/// `addr` is a live mapping [`map_peer`] made for `dev`, not unmapped yet.
-pub(super) unsafe fn unmap_peer(dev: &device::Device, addr: u64) {
-    // SAFETY: a live mapping for `dev` (the caller's promise).
-    unsafe {
-        bindings::dma_unmap_resource(
-            raw(dev),
-            addr,
-            PAGE_SIZE,
-            bindings::dma_data_direction::DMA_BIDIRECTIONAL,
-            0,
-        )
-    };
-}
-
 /// Whether every streaming mapping for `dev` goes through a bounce buffer
 /// (`swiotlb=force`, SEV/TDX guests): a pool shared by all devices, which
 /// long-lived mappings must not hold.
@@ -294,7 +205,7 @@ pub(super) fn force_bounce(dev: &device::Device) -> bool {
 /// Whether `addr`, just returned by a `dma_map_*` call for `dev`, is a
 /// mapping rather than the error value (`dma_mapping_error`, which also
 /// tells `CONFIG_DMA_API_DEBUG` that the result was checked).
-fn mapped(dev: &device::Device, addr: u64) -> bool {
+pub(super) fn mapped(dev: &device::Device, addr: u64) -> bool {
     // SAFETY: `dev` is a live device (the borrow); the call only compares
     // `addr` (and records the check for DMA API debugging).
     unsafe { b::msvm_dma_mapping_error(raw(dev), addr) == 0 }

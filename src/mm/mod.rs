@@ -43,6 +43,7 @@ pub(crate) mod mmap;
 pub(crate) mod module;
 pub(crate) mod numa;
 pub(crate) mod owner;
+pub(crate) mod p2p;
 pub(crate) mod page;
 // Used by msvm_dmirror.ko only (the glue is built into both modules).
 pub(crate) mod pagemap;

@@ -424,7 +424,7 @@ impl<T: PagemapOps> Pagemap<T> {
 
 /// The bus-side address of a device page, as its map knows it: the CPU
 /// physical address of page `i` of its map's range (`BusRange`) for page
-/// `i` of the map, which a peer maps for P2P access (`super::dma::PeerMap`,
+/// `i` of the map, which a peer maps for P2P access (`super::p2p::PeerMap`,
 /// a device page table's peer entries). Made only from the page
 /// ([`Pagemap::peer_addr`]), by `WcBar::peer_addr` while the BAR of the
 /// map's range is live: a device that reaches the address reaches the

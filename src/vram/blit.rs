@@ -14,7 +14,8 @@ use kernel::prelude::*;
 use kernel::sync::atomic::{Atomic, Relaxed};
 
 use crate::gpu::copy::{Command, RunError};
-use crate::mm::dma::{DeviceDma, Direction, PeerMap};
+use crate::mm::dma::{DeviceDma, Direction};
+use crate::mm::p2p::PeerMap;
 use crate::mm::page::{NewPage, PageRef, PAGE_SIZE};
 
 use super::{P2pReader, VramPool};
