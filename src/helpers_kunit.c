@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * C helpers of msvm's KUnit cases (src/mm/kunit_mm.rs): memory of a
- * process for a case's kthread, mms of no task, a device of KUnit's bus
- * that maps for DMA, and whether a frame is RAM. Built into msvm.ko
- * (Kbuild) and msvm_dmirror.ko (dmirror/helpers.c), declared in
- * include/msvm_helpers.h; without KUnit built in, each fails as it says.
+ * C helpers of msvm's KUnit cases: memory of a process for a case's
+ * kthread, mms of no task (src/mm/kunit_mm.rs), a device of KUnit's bus
+ * that maps for DMA, and whether a frame is RAM (src/mm/kunit_dev.rs).
+ * Built into msvm.ko (Kbuild) and msvm_dmirror.ko (dmirror/helpers.c),
+ * declared in include/msvm_helpers.h; without KUnit built in, each fails
+ * as it says.
  */
 #include <linux/dma-mapping.h>
 #include <linux/err.h>
@@ -72,7 +73,7 @@ struct mm_struct *msvm_kunit_mm_alloc(void)
 }
 
 /*
- * For KUnit cases (src/mm/kunit_mm.rs): a device of the running case on
+ * For KUnit cases (src/mm/kunit_dev.rs): a device of the running case on
  * KUnit's bus, bound to a driver of its own (kunit_device_register(),
  * under the module's name: msvm.ko and msvm_dmirror.ko both have cases),
  * with a 64-bit DMA mask, as a PCI device of msvm's has. No IOMMU stands

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Memory of a process, and a device that maps it for DMA, for KUnit
-//! cases ([`with_device`]): a case's kthread is given an mm
+//! Memory of a process, for KUnit cases: a case's kthread is given an mm
 //! of its own (`kunit_attach_mm`, as C's `kunit_vm_mmap` does), maps
 //! anonymous memory in it and touches that memory through user copies,
 //! page faults and all, as a process touches its own. So the abstractions
@@ -23,8 +22,6 @@
 
 use kernel::{
     bindings,
-    device::{Bound, Device},
-    error::from_err_ptr,
     mm::MmWithUser,
     page::PAGE_SIZE,
     prelude::*,
@@ -168,41 +165,6 @@ pub(crate) fn fresh_mm() -> Result<ARef<MmWithUser>> {
     // one user `mm_alloc()` gave is handed to the `ARef` (its drop is
     // `mmput()`).
     Ok(unsafe { ARef::from_raw(mm.cast::<MmWithUser>()) })
-}
-
-/// Calls `f` with a device of the running KUnit case, bound (to a driver
-/// of its own on KUnit's bus) for as long as `f` runs, and unregistered
-/// after it: what DMA mappings are made for ([`super::dma`]). Its DMA mask
-/// is 64 bits, and no IOMMU stands behind it (a bus address is the
-/// physical address). `EINVAL` outside a KUnit case, the kernel's error if
-/// the device cannot be made (registered, or given its mask). A case that
-/// fails an assertion in `f` leaves the device to KUnit, which unregisters
-/// it after the case.
-pub(crate) fn with_device<R>(f: impl FnOnce(&Device<Bound>) -> R) -> Result<R> {
-    if !kernel::kunit::in_kunit_test() {
-        return Err(EINVAL);
-    }
-    // SAFETY: a plain call, from a KUnit case's kthread (checked above).
-    let raw = from_err_ptr(unsafe { b::msvm_kunit_device() })?;
-    // Never NULL (an error is an `ERR_PTR`), but said rather than assumed.
-    let raw = core::ptr::NonNull::new(raw).ok_or(ENOMEM)?;
-    // SAFETY: a registered device, whose registration holds a reference
-    // and which is bound to its driver until it is unregistered below (or,
-    // if the case ends inside `f`, by KUnit after the case): so for every
-    // borrow `f` gets, which cannot outlive the call.
-    let r = f(unsafe { Device::<Bound>::from_raw(raw.as_ptr()) });
-    // SAFETY: made above by `msvm_kunit_device()` in this case, not
-    // unregistered yet; no borrow of it is left (`f` returned).
-    unsafe { b::msvm_kunit_device_unregister(raw.as_ptr()) };
-    Ok(r)
-}
-
-/// Whether page frame `pfn` has a `struct page` (`pfn_valid()`): RAM, or
-/// device memory the kernel made pages for. A case that maps a made-up
-/// bus address for DMA maps none such (`dma_map_resource` is for MMIO).
-pub(crate) fn pfn_valid(pfn: usize) -> bool {
-    // SAFETY: a plain lookup of a frame number, any.
-    unsafe { b::msvm_pfn_valid(pfn) }
 }
 
 /// Fails a KUnit case through its `Result` (`EINVAL`, logged with the

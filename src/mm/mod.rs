@@ -32,6 +32,7 @@ pub(crate) mod freemap;
 pub(crate) mod hmm;
 pub(crate) mod inflight;
 pub(crate) mod iomem;
+pub(crate) mod kunit_dev;
 pub(crate) mod kunit_mm;
 pub(crate) mod migrate;
 // Used by msvm_dmirror.ko only (the glue is built into both modules).

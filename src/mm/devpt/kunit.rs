@@ -7,7 +7,7 @@ use kernel::prelude::*;
 #[kunit_tests(msvm_devpt)]
 mod tests {
     use super::super::super::fault::{Fault, FaultError};
-    use super::super::super::kunit_mm::{pfn_valid, with_device};
+    use super::super::super::kunit_dev::{pfn_valid, with_device};
     use super::super::super::numa::Home;
     use super::super::super::pagemap::{BusRange, OwnerKey, Pagemap, PagemapOps};
     use super::super::*;
