@@ -447,7 +447,7 @@ impl DevPt {
         // The device reaches what the address maps, the CPU engine the
         // entry's page (`Mapping::Peer`): only the page's own address.
         if let Bind::Peer(peer) = how {
-            if peer.pfn() != page.pfn() {
+            if !peer.is_of(page) {
                 return Ok(false);
             }
         }

@@ -443,9 +443,9 @@ pub(crate) struct PeerAddr<'a> {
 }
 
 impl PeerAddr<'_> {
-    /// The page's frame number.
-    pub(super) fn pfn(&self) -> usize {
-        self.pfn
+    /// Whether this is `page`'s address (the one its map gives it).
+    pub(super) fn is_of(&self, page: PageRef<'_>) -> bool {
+        self.pfn == page.pfn()
     }
 
     /// The CPU physical address the page stands for on the bus.

@@ -21,7 +21,7 @@ use super::super::page::PAGE_SIZE;
 /// `phys`, `offset` and `len` are multiples of [`PAGE_SIZE`]. Made by
 /// `WcBar::bus_range`: while the `WcBar` that made it lives, `[phys, phys +
 /// len)` are the CPU physical addresses of bytes `[offset, offset + len)`
-/// of its BAR. Made by [`BusRange::kunit`] (a KUnit case's): it stands for
+/// of its BAR. Made by `BusRange::kunit` (a KUnit case's): it stands for
 /// no BAR, and nothing ever reaches what a mapping of its addresses maps.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct BusRange {
@@ -66,8 +66,9 @@ impl BusRange {
         self.offset
     }
 
-    /// The range's length in bytes.
-    pub(crate) fn len(&self) -> usize {
+    /// The range's length in bytes (for the glue alone: no `is_empty`
+    /// goes with it, which the kernel crate's public API would ask for).
+    pub(in crate::mm) fn len(&self) -> usize {
         self.len
     }
 
