@@ -130,13 +130,18 @@ def rust_glue(text, depth=0):
 
 
 def drop_unused(text, others):
-    """`text` without its `pub(super)` functions (top-level, or methods)
-    that neither it nor `others` calls: msvm's other modules may, or a
-    module of a later patch, which adds them then (so that each patch
-    builds without dead code)."""
+    """`text` without its functions of restricted visibility (`pub(super)`,
+    `pub(in crate::mm)`; top-level, or methods) that neither it nor
+    `others` calls: msvm's other modules may, or a module of a later
+    patch, which adds them then (so that each patch builds without dead
+    code)."""
+    # Calls only, not mentions in comments.
+    code = lambda s: re.sub(r"//[^\n]*", "", s)
+    others = code(others)
+
     def keep(m, text, method):
         name = m.group(2)
-        rest = text.replace(m.group(0), "")
+        rest = code(text.replace(m.group(0), ""))
         if method:
             # A method: called as `Type::name` or `.name(` elsewhere, or as
             # `Self::name` in its own file.
@@ -150,9 +155,12 @@ def drop_unused(text, others):
         return m.group(0) if used else ""
     for ind in ("", "    "):
         pat = (r"((?:^" + ind + r"(?:///|#\[)[^\n]*\n)*)^" + ind
-               + r"pub\(super\) (?:unsafe )?fn (\w+)[^{]*\{\n.*?^" + ind + r"\}\n\n?")
+               + r"pub\((?:super|in [\w:]+)\) (?:unsafe )?fn (\w+)[^{]*\{\n.*?^" + ind + r"\}\n\n?")
         text = re.sub(pat, lambda m, t=text, i=ind: keep(m, t, i != ""), text, flags=re.M | re.S)
-    return text
+    # No blank line left before a closing brace (a block's last item gone),
+    # and no impl block left empty.
+    text = re.sub(r"\n\n+( *\}\n)", r"\n\1", text)
+    return re.sub(r"^impl\b[^\n{]*\{\n\}\n\n?", "", text, flags=re.M)
 
 
 def rust_sample(text, root):
@@ -169,8 +177,10 @@ def rust_sample(text, root):
 
 
 class CItem:
-    def __init__(self, text):
+    def __init__(self, text, includes):
         self.text = text
+        # The includes above it in its file, which it compiles with.
+        self.includes = includes
         code = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
         code = re.sub(r"//.*", "", code)
         head = code.split("{", 1)[0]
@@ -182,28 +192,33 @@ class CItem:
 
 
 def c_items(path):
-    """The top-level items (with their leading comments) and includes of a
-    C file."""
+    """The top-level items (with their leading comments) of a C file, each
+    with the includes above it (a file may include what only its last
+    items need just before them). What comes before the first include is
+    the file's own comment, of no item."""
     items, includes, cur, depth = [], [], [], 0
-    for line in open(path):
+    lines = open(path).readlines()
+    first = next((k for k, x in enumerate(lines) if x.startswith("#include")), 0)
+    for line in lines[first:]:
         if depth == 0 and line.startswith("#include"):
             if '"' not in line:
                 includes.append(line)
             continue
         if depth == 0 and not line.strip():
             if cur and any("{" in x or ";" in x for x in cur):
-                items.append(CItem("".join(cur)))
+                items.append(CItem("".join(cur), list(includes)))
                 cur = []
             continue
         cur.append(line)
         depth += line.count("{") - line.count("}")
     if cur:
-        items.append(CItem("".join(cur)))
-    return [i for i in items if i.name], includes
+        items.append(CItem("".join(cur), list(includes)))
+    return [i for i in items if i.name]
 
 
-def helper_file(items, names, includes, exported, consts):
-    """The C of the helpers `names` (callees first), renamed rust_helper_."""
+def helper_file(items, names, exported, consts):
+    """The C of the helpers `names` (callees first), renamed rust_helper_,
+    with the includes each has above it in its file."""
     order, seen = [], set()
 
     def visit(n):
@@ -216,8 +231,9 @@ def helper_file(items, names, includes, exported, consts):
 
     for n in sorted(names):
         visit(n)
-    body = []
+    body, includes = [], set()
     for n in order:
+        includes |= set(items[n].includes)
         t = items[n].text
         t = re.sub(r"\b(" + "|".join(map(re.escape, sorted(exported))) + r")\b",
                    r"rust_helper_\1", t)
@@ -225,7 +241,7 @@ def helper_file(items, names, includes, exported, consts):
     text = "\n".join(body)
     shared = "".join(consts) + "\n" if re.search(r"MSVM_HOME_|msvm_migrate_select", text) else ""
     return ("// SPDX-License-Identifier: GPL-2.0\n\n" + C_CFG + "\n\n"
-            + "".join(sorted(set(includes))) + "\n" + shared + text + "\n#endif\n")
+            + "".join(sorted(includes)) + "\n" + shared + text + "\n#endif\n")
 
 
 def closure(items, names):
@@ -241,11 +257,9 @@ def closure(items, names):
 
 def main():
     ksrc, outdir = sys.argv[1], os.path.abspath(sys.argv[2])
-    items, includes = {}, []
+    items = {}
     for src in HELPER_SOURCES:
-        its, inc = c_items(src)
-        includes += inc
-        for i in its:
+        for i in c_items(src):
             items[i.name] = i
     exported = {n for n, i in items.items() if not i.static and not n[0].isupper()
                 and not re.search(r"^struct " + n + r" \{", i.text, re.M)}
@@ -324,7 +338,7 @@ def main():
                 given |= need
                 fname = "mm_" + name + ".c"
                 open(os.path.join(tree, "rust/helpers", fname), "w").write(
-                    helper_file(items, need, includes, exported, consts))
+                    helper_file(items, need, exported, consts))
                 # After the helpers of the patches before (which these may
                 # call).
                 t = open(helpers_c).read()

@@ -7,14 +7,10 @@
  * declared in include/msvm_helpers.h; without KUnit built in, each fails
  * as it says.
  */
-#include <linux/dma-mapping.h>
-#include <linux/err.h>
 #include <linux/mm.h>
 #include <linux/mman.h>
 #include <linux/module.h>
 #include <linux/sched/mm.h>
-#include <kunit/device.h>
-#include <kunit/test-bug.h>
 #include <kunit/test.h>
 
 #include "msvm_helpers.h"
@@ -71,6 +67,16 @@ struct mm_struct *msvm_kunit_mm_alloc(void)
 	return NULL;
 #endif
 }
+
+/*
+ * What the device's helpers below need, and the mm helpers above do not
+ * (scripts/rust-mm-series.py gives each helper the includes above it:
+ * make rust-mm's series carries the mm helpers, not these).
+ */
+#include <linux/dma-mapping.h>
+#include <linux/err.h>
+#include <kunit/device.h>
+#include <kunit/test-bug.h>
 
 /*
  * For KUnit cases (src/mm/kunit_dev.rs): a device of the running case on
