@@ -127,7 +127,8 @@ impl WcBar {
     /// `None` for a page of another map, or if `map` stands for no range
     /// of this BAR (none, or another BAR's). The BAR is live while the
     /// caller holds it (a `WcBar` is reached only while its device is
-    /// bound): so is the address when it is made.
+    /// bound): so is the address when it is made, and no longer (what
+    /// keeps the BAR in place after: [`PeerAddr`]).
     pub(crate) fn peer_addr<'a, T: PagemapOps>(
         &self,
         map: &Pagemap<T>,

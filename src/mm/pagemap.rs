@@ -431,6 +431,17 @@ impl<T: PagemapOps> Pagemap<T> {
 /// memory the page's owner finds at the same page of the range (its BAR
 /// offset). A KUnit case's range stands for no BAR.
 ///
+/// The BAR is live when the token is made; the token borrows the page,
+/// not the BAR, which the BAR's device may release (its unbind) while the
+/// token lives. What keeps the BAR in place afterwards, for as long as a
+/// device uses a mapping of the address, is its owner's seal, before the
+/// BAR goes: msvm's VRAM pool seals itself (`VramPool::seal_if_used`),
+/// which waits for the peers' copy runs that read its VRAM (each counts
+/// itself, `VramPool::p2p_reader`, before it takes the address:
+/// `src/vram/blit.rs`) and has every device page table let go of its
+/// pages (`PoolOps::sealed`); an eviction before then zaps a page's table
+/// entries as the page leaves.
+///
 /// # Invariants
 ///
 /// For `'a`, page frame `pfn` is page `i` of a live [`Pagemap`] whose
