@@ -184,11 +184,15 @@ impl VramPool {
                     }
                 }
                 // No pagemap now (no memory, no free physical range): as if
-                // the device memory were full.
+                // the device memory were full. `ENODEV` is the device going
+                // (its pool shut down, its BAR sealed or revoked): no
+                // warning, which would use up the one for a real failure.
                 Err(e) => {
                     chunks[c] = Slot::Absent;
                     drop(chunks);
-                    kernel::pr_warn_once!("msvm: chunk {c}: no pagemap: {e:?}\n");
+                    if e != ENODEV {
+                        kernel::pr_warn_once!("msvm: chunk {c}: no pagemap: {e:?}\n");
+                    }
                     return false;
                 }
             }
