@@ -35,6 +35,9 @@ use super::pci::raw_pci_dev;
 /// - `base` is the `pci_iomap_wc()` mapping of the first `len` bytes of BAR
 ///   `bar` of `pdev`, and the region is requested by us (`pci_request_region`);
 ///   both are released on drop;
+/// - `phys` is the CPU physical address of BAR `bar` (its resource's
+///   start) for as long as the region is ours (`WcBar::bus_range` gives
+///   it to pagemaps' ranges);
 /// - `pdev` is bound to its driver whenever a `WcBar` can be reached: it
 ///   lives in a `Devres` of `pdev`, revoked (and the `WcBar` dropped) before
 ///   `pdev` is unbound.
@@ -82,7 +85,10 @@ impl WcBar {
             unsafe { b::pci_release_region(raw, bar_i) };
             return Err(ENOMEM);
         };
-        // INVARIANT: mapped and requested above, for `len` bytes; from here
+        // INVARIANT: mapped and requested above, for `len` bytes; `phys`
+        // is the BAR's start, read above from the bound device's resource,
+        // which the region requested keeps where it is (no BAR of a device
+        // with a driver is moved) until it is released on drop; from here
         // on the `Devres` holds it (and drops it if it cannot be made).
         let this = Self {
             pdev: ARef::from(&**pdev),
@@ -118,7 +124,8 @@ impl WcBar {
         // SAFETY: `phys`, `offset` and `len` are page aligned (checked
         // above), so is their sum; the range lies in the BAR (checked
         // above), whose CPU physical address is `phys` for as long as this
-        // `WcBar` lives (its region is ours until it is dropped).
+        // `WcBar` lives (type invariant: its region is ours until it is
+        // dropped).
         Ok(unsafe { BusRange::new(self.phys + u64::from_safe_cast(offset), offset, len) })
     }
 
