@@ -324,7 +324,7 @@ impl VramPool {
         // this device's CPU side (`Chunk::base`) as for peers.
         let bus = self
             .bar()?
-            .bus_range(c * self.chunk_size, self.chunk_size)?;
+            .bus_range(self.chunk_offset(c), self.chunk_size)?;
         let serial = self.stats.chunks_created.load(Relaxed);
         Pagemap::new(
             self.chunk_size,

@@ -400,7 +400,7 @@ impl VramPool {
         }
         let moved = used.saturating_sub(u64::from_safe_cast(map.used()));
         if moved > 0 {
-            let offset = c * self.chunk_size;
+            let offset = self.chunk_offset(c);
             trace::evict(self.index(), EvictReason::Teardown, offset, moved);
         }
     }

@@ -419,6 +419,13 @@ impl VramPool {
         self.chunk_size
     }
 
+    /// The BAR offset of chunk `c`: where the range of the BAR its
+    /// pagemap stands for begins (`VramPool::new_chunk`), page `i` of the
+    /// chunk `i` pages further.
+    pub(super) fn chunk_offset(&self, c: usize) -> usize {
+        c * self.chunk_size
+    }
+
     /// Chunks with a pagemap and chunks among them that are idle (no page
     /// in use: cached).
     pub(crate) fn chunk_counts(&self) -> (usize, usize) {

@@ -425,7 +425,7 @@ impl VramPool {
         let mut store = self.replicas.store.lock();
         for k in 0..self.chunk_size / BLOCK_SIZE {
             let b = Block {
-                offset: c * self.chunk_size + k * BLOCK_SIZE,
+                offset: self.chunk_offset(c) + k * BLOCK_SIZE,
                 chunk: c,
                 state: State::Free,
                 charge: None,

@@ -306,7 +306,7 @@ impl VramPool {
         drop(pass);
         if freed > 0 {
             self.leave_shadows(&owners);
-            let offset = c * self.chunk_size + b * BLOCK_SIZE;
+            let offset = self.chunk_offset(c) + b * BLOCK_SIZE;
             trace::evict(
                 self.index(),
                 EvictReason::Room,
