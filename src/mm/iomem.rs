@@ -142,7 +142,9 @@ impl WcBar {
         page: PageRef<'a>,
     ) -> Option<PeerAddr<'a>> {
         map.bus().range().filter(|r| r.is_in(self.phys, self.len))?;
-        map.peer_addr(page)
+        // SAFETY: the range lies in this BAR (checked just above), live
+        // while `self` is borrowed (type invariant).
+        unsafe { map.peer_addr(page) }
     }
 
     /// Copies the page at `src_off` of `src` (another device's BAR) to

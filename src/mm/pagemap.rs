@@ -409,7 +409,13 @@ impl<T: PagemapOps> Pagemap<T> {
     /// stands for no range. Only for `WcBar::peer_addr`, which checks the
     /// range against the live BAR it is a range of (and KUnit cases):
     /// nothing here knows whether the BAR is still there.
-    pub(super) fn peer_addr<'a>(&self, page: PageRef<'a>) -> Option<PeerAddr<'a>> {
+    ///
+    /// # Safety
+    ///
+    /// The map's range, if it has one, lies in a BAR that is live for the
+    /// call (a `WcBar` for which `BusRange::is_in` holds is borrowed), or
+    /// stands for no device memory at all (a KUnit case's made-up range).
+    pub(super) unsafe fn peer_addr<'a>(&self, page: PageRef<'a>) -> Option<PeerAddr<'a>> {
         let phys = self.bus.range()?.page_phys(self.index_of(page)?)?;
         // INVARIANT: page `i` of the map stands for page `i` of its range
         // (type invariant), at `phys`; the map lives while `page` is valid,

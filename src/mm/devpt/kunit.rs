@@ -88,10 +88,14 @@ mod tests {
         }
         let (ia, a, b) = (pages[0].0, pages[0].1.page(), pages[1].1.page());
         let a_pfn = a.pfn();
-        let (own, other) = (
-            map.peer_addr(a).ok_or(EINVAL)?,
-            map.peer_addr(b).ok_or(EINVAL)?,
-        );
+        // SAFETY: the map's range is `BusRange::kunit`'s, which stands for
+        // no device memory.
+        let (own, other) = unsafe {
+            (
+                map.peer_addr(a).ok_or(EINVAL)?,
+                map.peer_addr(b).ok_or(EINVAL)?,
+            )
+        };
         // CAST: a page index fits in `u64`.
         let want = BUS + (ia * PAGE_SIZE) as u64;
         // RAM at `a`'s bus-side address: no mapping of it is made.
