@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Shared memory the device reaches directly: its VRAM (a memfd it creates
-//! and QEMU maps into the guest as BAR2) and the guest RAM QEMU gives it by
-//! fd (`DMA_MAP`). Every raw access of the crate is here.
+//! Shared memory the device reaches directly: its VRAM (a memfd it creates,
+//! or behind a switch a file of the switch's directory, which QEMU maps into
+//! the guest as BAR2), the guest RAM QEMU gives it by fd (`DMA_MAP`), and
+//! behind a switch the switch's table and its peers' VRAM. Every raw access
+//! of the crate is here.
 //!
 //! The guest and QEMU use the same memory at the same time, as a device and
 //! a CPU share RAM: accesses are copies through raw pointers, never Rust
@@ -13,6 +15,7 @@
 use std::num::NonZeroUsize;
 use std::os::fd::{AsFd, OwnedFd};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
 
@@ -96,30 +99,37 @@ impl Mmap {
         Ok(())
     }
 
-    /// Adds `v` to the little-endian 64-bit word at `off` (8-byte
-    /// aligned) atomically: a locked add on the shared memory, atomic
-    /// against every other such add of any process that maps it.
-    pub fn fetch_add_u64(&self, off: u64, v: u64) -> Result<(), Error> {
+    /// The little-endian 64-bit word at `off` (8-byte aligned), as an
+    /// atomic: what the device adds to, and what the switch's table
+    /// (`crate::switch`) is made of, shared with other processes that map
+    /// the same file.
+    pub fn atomic_u64(&self, off: u64) -> Result<&AtomicU64, Error> {
         let off = self.check(off, 8)?;
         if off % 8 != 0 {
             return Err(Error::Malformed("unaligned atomic"));
         }
         // SAFETY: `off + 8 <= len` (checked) and the mapping is page
         // aligned, so the word lies in the mapping, 8-byte aligned, and
-        // stays mapped while `self` is borrowed. No Rust reference to the
-        // mapping's bytes lives anywhere (every access is a raw copy or
-        // this atomic). The memory is shared with other processes (QEMU,
-        // the guest, other devices), which access it concurrently as
-        // hardware would, outside Rust's memory model: as for any such
-        // memory, a plain copy of this process that races this add reads
-        // the word before or after it (x86-64: aligned 8-byte accesses do
-        // not tear), and an atomic add is what makes concurrent adds of
-        // different agents all count.
-        let word = unsafe {
-            std::sync::atomic::AtomicU64::from_ptr(self.ptr.as_ptr().add(off).cast::<u64>())
-        };
+        // stays mapped while `self` is borrowed, which the reference's
+        // lifetime is. An `AtomicU64` is an `UnsafeCell`: a shared reference
+        // to it allows the changes of other agents, and this process makes
+        // none but through it or raw copies, never through a plain Rust
+        // reference to the bytes. The memory is shared with other
+        // processes (QEMU, the guest, other devices), which access it
+        // concurrently as hardware would, outside Rust's memory model: as
+        // for any such memory, a plain copy of this process that races an
+        // atomic access reads the word before or after it (x86-64: aligned
+        // 8-byte accesses do not tear), and atomics are what make
+        // concurrent updates of different agents all count.
+        Ok(unsafe { AtomicU64::from_ptr(self.ptr.as_ptr().add(off).cast::<u64>()) })
+    }
+
+    /// Adds `v` to the little-endian 64-bit word at `off` (8-byte
+    /// aligned) atomically: a locked add on the shared memory, atomic
+    /// against every other such add of any process that maps it.
+    pub fn fetch_add_u64(&self, off: u64, v: u64) -> Result<(), Error> {
         // Little-endian memory on a little-endian host (x86_64 only).
-        word.fetch_add(v, std::sync::atomic::Ordering::SeqCst);
+        self.atomic_u64(off)?.fetch_add(v, Ordering::SeqCst);
         Ok(())
     }
 }

@@ -137,6 +137,20 @@ impl Config {
     pub fn bus_master(&self) -> bool {
         self.get16(0x04) & 0x4 != 0
     }
+
+    /// Whether the device decodes memory accesses (command register bit
+    /// 1): a switch routes a peer's request to its BAR only then.
+    pub fn memory(&self) -> bool {
+        self.get16(0x04) & 0x2 != 0
+    }
+
+    /// BAR2's bus address, as last written (BAR2 and BAR3, 64 bits; the
+    /// type bits are not part of it). QEMU places the BARs and forwards
+    /// its writes of them here.
+    pub fn bar2(&self) -> u64 {
+        let w = |off: usize| u64::from(self.get16(off)) | (u64::from(self.get16(off + 2)) << 16);
+        (w(0x18) | (w(0x1c) << 32)) & !0xf
+    }
 }
 
 impl Default for Config {
@@ -185,6 +199,13 @@ mod tests {
         let mut b = [0; 4];
         c.read(0x10, &mut b).unwrap();
         assert_eq!(u32::from_le_bytes(b), 0xffff_0004);
+        // BAR2's address, and memory decoding.
+        c.write(0x18, &0x8000_0000_u32.to_le_bytes()).unwrap();
+        c.write(0x1c, &0x12_u32.to_le_bytes()).unwrap();
+        assert_eq!(c.bar2(), 0x12_8000_0000);
+        assert!(c.memory());
+        c.write(4, &[0x04, 0x00]).unwrap();
+        assert!(!c.memory() && c.bus_master());
         assert!(c.write(4095, &[0, 0]).is_none());
     }
 }
