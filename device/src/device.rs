@@ -2,11 +2,13 @@
 
 //! The device as QEMU sees it: VFIO regions (configuration space, BAR0,
 //! BAR2), an MSI interrupt signalled through an eventfd, a DMA space, and
-//! VRAM that the device and the guest's CPU share.
+//! VRAM that the device and the guest's CPU share; behind a switch, its
+//! port of the switch.
 
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::Path;
 use std::sync::{Condvar, Mutex};
 
 use crate::copy;
@@ -19,6 +21,7 @@ use crate::pci::Config;
 use crate::proto::Writer;
 use crate::regs::{self, Regs, BAR0_SIZE};
 use crate::ring;
+use crate::switch;
 use crate::Error;
 
 /// VFIO region indices (`VFIO_PCI_*_REGION_INDEX`).
@@ -88,19 +91,38 @@ pub struct Device {
     /// The error interrupt's eventfd.
     err: Mutex<Option<File>>,
     dma: DmaSpace,
+    /// Its downstream port, behind a switch.
+    switch: Option<switch::Port>,
     vram_fd: OwnedFd,
     vram: Mmap,
 }
 
 impl Device {
-    /// A device with `vram` bytes of VRAM (a new memfd).
+    /// A device with `vram` bytes of VRAM (a new memfd), on a root port.
     pub fn new(vram: u64) -> Result<Self, Error> {
+        Self::build(vram, None)
+    }
+
+    /// A device with `vram` bytes of VRAM on port `port` of the switch
+    /// whose directory is `dir` (`crate::switch`): its VRAM is the file
+    /// `dir/portN.vram`, made anew.
+    pub fn behind_switch(vram: u64, dir: &Path, port: usize) -> Result<Self, Error> {
+        Self::build(vram, Some((dir, port)))
+    }
+
+    fn build(vram: u64, switch: Option<(&Path, usize)>) -> Result<Self, Error> {
         if vram == 0 || vram % (2 << 20) != 0 || !vram.is_power_of_two() {
             return Err(Error::Malformed(
                 "VRAM size: a power of two, 2 MiB at least",
             ));
         }
-        let vram_fd = memfd("msvm-gpu-vram", vram)?;
+        let (switch, vram_fd) = match switch {
+            Some((dir, port)) => {
+                let (p, fd) = switch::Port::new(dir, port, vram)?;
+                (Some(p), fd)
+            }
+            None => (None, memfd("msvm-gpu-vram", vram)?),
+        };
         let len = usize::try_from(vram).map_err(|_| Error::Malformed("VRAM size"))?;
         let map = Mmap::new(&vram_fd, 0, len)?;
         Ok(Self {
@@ -117,6 +139,7 @@ impl Device {
             msi: Mutex::new(None),
             err: Mutex::new(None),
             dma: DmaSpace::new(),
+            switch,
             vram_fd,
             vram: map,
         })
@@ -303,11 +326,15 @@ impl Device {
     /// A write of `data` at `off` in region `index`.
     pub fn region_write(&self, index: u32, off: u64, data: &[u8]) -> Result<(), Error> {
         match index {
-            region::CONFIG => self
-                .state()?
-                .config
-                .write(off, data)
-                .ok_or(Error::OutOfRange),
+            region::CONFIG => {
+                let mut s = self.state()?;
+                s.config.write(off, data).ok_or(Error::OutOfRange)?;
+                // BAR2 and memory decoding, for the switch's peers.
+                if let Some(port) = &self.switch {
+                    port.publish(s.config.bar2(), s.config.memory());
+                }
+                Ok(())
+            }
             region::BAR0 => {
                 check_access(off, data.len(), BAR0_SIZE)?;
                 {
@@ -500,23 +527,6 @@ impl Device {
         }
         self.work.notify_all();
     }
-
-    /// A DMA read by the device at `addr`: refused without bus mastering
-    /// or outside the DMA space.
-    pub fn dma_read(&self, addr: u64, buf: &mut [u8], remote: &dyn Remote) -> Result<(), Error> {
-        if !self.state()?.config.bus_master() {
-            return Err(Error::NoBusMaster);
-        }
-        self.dma.read(addr, buf, remote)
-    }
-
-    /// A DMA write by the device at `addr`.
-    pub fn dma_write(&self, addr: u64, data: &[u8], remote: &dyn Remote) -> Result<(), Error> {
-        if !self.state()?.config.bus_master() {
-            return Err(Error::NoBusMaster);
-        }
-        self.dma.write(addr, data, remote)
-    }
 }
 
 impl copy::Memory for Device {
@@ -576,6 +586,7 @@ fn check_access(off: u64, len: usize, size: u64) -> Result<(), Error> {
     }
 }
 
+mod bus;
 mod jobs;
 
 use jobs::Jobs;

@@ -73,6 +73,10 @@ pub struct DmaCounts {
     pub remote_bytes: u64,
     /// Accesses refused: no range, or no permission.
     pub refused: u64,
+    /// Bytes routed to a peer inside the switch (`crate::switch`), which
+    /// never reach the DMA space: [`DmaSpace::counts`] leaves them 0, the
+    /// device's counts (`Device::dma_counts`) have them.
+    pub switch_bytes: u64,
 }
 
 /// The DMA space.

@@ -11,7 +11,8 @@
 //! - [`ring`]: a command ring, as each engine has;
 //! - [`copy`]: the copy engine;
 //! - [`job`], [`mmu`]: the job engine, and the MMU it translates with;
-//! - [`dma`], [`mem`]: the DMA space and shared memory.
+//! - [`dma`], [`mem`]: the DMA space and shared memory;
+//! - [`switch`]: peer-to-peer routing inside a PCIe switch.
 
 pub mod copy;
 pub mod device;
@@ -26,6 +27,7 @@ pub mod regs;
 pub mod ring;
 pub mod server;
 pub mod sock;
+pub mod switch;
 
 /// What can go wrong, with the errno each is reported as.
 #[derive(Debug, thiserror::Error)]

@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! `msvm-gpu --socket PATH [--vram SIZE]`: serves one msvm-gpu device to
-//! one QEMU (`-device vfio-user-pci,socket=PATH`) and exits when QEMU
-//! closes the connection (the device unplugged, or QEMU gone). The socket
-//! appears at PATH only once it accepts connections.
+//! `msvm-gpu --socket PATH [--vram SIZE] [--switch DIR --port N]`: serves
+//! one msvm-gpu device to one QEMU (`-device vfio-user-pci,socket=PATH`)
+//! and exits when QEMU closes the connection (the device unplugged, or
+//! QEMU gone). The socket appears at PATH only once it accepts
+//! connections. With `--switch`, the device sits on downstream port N (0
+//! to 15) of the switch that every device started with the same DIR is
+//! behind (`msvm_gpu::switch`): its VRAM is `DIR/portN.vram`, and its DMA
+//! to a sibling's BAR stays inside the switch.
 
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
@@ -14,10 +18,15 @@ use msvm_gpu::device::Device;
 use msvm_gpu::server::Connection;
 use msvm_gpu::{sock, Error};
 
+/// The command line.
 struct Args {
     socket: PathBuf,
     vram: u64,
+    /// The switch's directory and the device's port on it.
+    switch: Option<(PathBuf, usize)>,
 }
+
+const USAGE: &str = "usage: msvm-gpu --socket PATH [--vram SIZE] [--switch DIR --port N]";
 
 fn parse_size(s: &str) -> Option<u64> {
     let (n, mult) = match s.as_bytes().last()? {
@@ -32,6 +41,7 @@ fn parse_size(s: &str) -> Option<u64> {
 fn args() -> Result<Args, String> {
     let mut socket = None;
     let mut vram = 256 << 20;
+    let (mut switch, mut port) = (None, None);
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -42,25 +52,47 @@ fn args() -> Result<Args, String> {
                     .and_then(|s| parse_size(&s))
                     .ok_or("--vram: a size, e.g. 256M")?
             }
+            "--switch" => switch = Some(it.next().map(PathBuf::from).ok_or(USAGE)?),
+            "--port" => {
+                port = Some(
+                    it.next()
+                        .and_then(|s| s.parse::<usize>().ok())
+                        .filter(|&n| n < msvm_gpu::switch::PORTS)
+                        .ok_or("--port: a switch port, 0 to 15")?,
+                )
+            }
             _ => return Err(format!("unknown argument {a:?}")),
         }
     }
+    let switch = match (switch, port) {
+        (Some(dir), Some(port)) => Some((dir, port)),
+        (None, None) => None,
+        _ => return Err("--switch and --port go together".into()),
+    };
     Ok(Args {
-        socket: socket.ok_or("usage: msvm-gpu --socket PATH [--vram SIZE]")?,
+        socket: socket.ok_or(USAGE)?,
         vram,
+        switch,
     })
 }
 
 fn run(a: Args) -> Result<(), Error> {
-    let device = Arc::new(Device::new(a.vram)?);
+    let device = Arc::new(match &a.switch {
+        Some((dir, port)) => Device::behind_switch(a.vram, dir, *port)?,
+        None => Device::new(a.vram)?,
+    });
     // Bound and listening under a temporary name, then renamed: whoever
     // sees PATH can connect.
     let tmp = a.socket.with_extension("listening");
     let _ = std::fs::remove_file(&tmp);
     let listener = UnixListener::bind(&tmp).map_err(Error::Io)?;
     std::fs::rename(&tmp, &a.socket).map_err(Error::Io)?;
+    let place = match &a.switch {
+        Some((dir, port)) => format!(", port {port} of the switch {}", dir.display()),
+        None => String::new(),
+    };
     eprintln!(
-        "msvm-gpu: {} MiB of VRAM, listening on {}",
+        "msvm-gpu: {} MiB of VRAM{place}, listening on {}",
         a.vram >> 20,
         a.socket.display()
     );
@@ -83,11 +115,11 @@ fn run(a: Args) -> Result<(), Error> {
         (Ok(a), Ok(b)) => a.and(b),
         _ => Err(Error::Malformed("an engine panicked")),
     };
-    let c = conn.device().dma().counts();
+    let c = conn.device().dma_counts();
     let f = conn.device().fault_counts();
     eprintln!(
-        "msvm-gpu: connection closed; DMA direct {} B, through QEMU {} B, refused {}; faults {} (overflows {}, replays {}, cancels {})",
-        c.direct_bytes, c.remote_bytes, c.refused, f.faults, f.overflows, f.replays, f.cancels
+        "msvm-gpu: connection closed; DMA direct {} B, through QEMU {} B, through the switch {} B, refused {}; faults {} (overflows {}, replays {}, cancels {})",
+        c.direct_bytes, c.remote_bytes, c.switch_bytes, c.refused, f.faults, f.overflows, f.replays, f.cancels
     );
     r.and(engine)
 }

@@ -40,10 +40,7 @@ impl job::Memory for Jobs<'_> {
     }
 
     fn dma_add(&self, addr: u64, v: u64, _remote: &dyn Remote) -> Result<(), Error> {
-        if !self.0.state()?.config.bus_master() {
-            return Err(Error::NoBusMaster);
-        }
-        self.0.dma.fetch_add(addr, v)
+        self.0.dma_add(addr, v)
     }
 
     fn table_word(&self, system: bool, at: u64) -> Option<u64> {
