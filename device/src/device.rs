@@ -314,7 +314,10 @@ impl Device {
                     Block::Job => regs::read_bytes(off, buf, |r| s.job.read32(r - job::BASE)),
                     Block::Mmu => regs::read_bytes(off, buf, |r| s.mmu.read32(r)),
                     Block::Fault => regs::read_bytes(off, buf, |r| s.fault.read32(r)),
-                    Block::Main => s.regs.read(off, buf, s.config.bus_master()),
+                    Block::Main => {
+                        let dma = self.dma_counts();
+                        s.regs.read(off, buf, s.config.bus_master(), &dma)
+                    }
                 }
                 Ok(())
             }
@@ -397,7 +400,7 @@ impl Device {
     /// too (a command under way completes first, unfenced).
     pub fn reset(&self) -> Result<(), Error> {
         let mut s = self.state()?;
-        s.regs.reset();
+        s.regs.reset(self.dma_counts());
         s.ce.reset();
         s.job.reset();
         s.mmu.reset();

@@ -6,6 +6,8 @@
 //! reaches the bytes it covers; bytes of no register read as zero and
 //! ignore writes.
 
+use crate::dma::DmaCounts;
+
 /// Size of BAR0.
 pub const BAR0_SIZE: u64 = 64 << 10;
 
@@ -15,11 +17,12 @@ pub const ID: u64 = 0x000;
 pub const ID_VALUE: u32 = u32::from_le_bytes(*b"MSVG");
 /// `VERSION`: major in bits 31:16, minor in 15:0.
 pub const VERSION: u64 = 0x004;
-/// The register interface's version, 1.5 (1.1: the job engine and the
+/// The register interface's version, 1.6 (1.1: the job engine and the
 /// MMU; 1.2: the fault buffer, 32-byte completion records; 1.3: the job
 /// engine's watchdog and WAIT; 1.4: CHECKSUM's CHAIN flag; 1.5: cause
-/// counters in memory, `IRQ_MEM`).
-pub const VERSION_VALUE: u32 = (1 << 16) | 5;
+/// counters in memory, `IRQ_MEM`; 1.6: the DMA path counters,
+/// `DMA_DIRECT`, `DMA_REMOTE`, `DMA_SWITCH`).
+pub const VERSION_VALUE: u32 = (1 << 16) | 6;
 /// `VRAM_SIZE` (64 bits): bytes of VRAM behind BAR2.
 pub const VRAM_SIZE: u64 = 0x008;
 /// `SCRATCH`: any value, for the driver's own use; 0 at reset.
@@ -53,6 +56,19 @@ pub const JOB_BUSY: u64 = 0x030;
 pub const IRQ_MEM: u64 = 0x038;
 /// `IRQ_MEM`'s enable bit.
 pub const IRQ_MEM_ENABLE: u64 = 1;
+/// `DMA_DIRECT` (64 bits, read-only): bytes the device's DMA read or wrote
+/// in memory it reaches directly (guest RAM, through the fd QEMU gave)
+/// since its reset. Each of the three DMA counters is one value at an
+/// access: an 8-byte read is consistent; with 4-byte reads, read `HI`,
+/// `LO`, `HI` again (as `JOB_BUSY`). Writes are ignored.
+pub const DMA_DIRECT: u64 = 0x040;
+/// `DMA_REMOTE` (64 bits, read-only): bytes through QEMU (`DMA_READ`,
+/// `DMA_WRITE`: the root complex, and the IOMMU if the machine has one)
+/// since the reset.
+pub const DMA_REMOTE: u64 = 0x048;
+/// `DMA_SWITCH` (64 bits, read-only): bytes routed to a peer's VRAM inside
+/// the switch (`crate::switch`) since the reset.
+pub const DMA_SWITCH: u64 = 0x050;
 /// Bytes of the counters: one little-endian 32-bit count per cause, in
 /// the order of the causes' bits.
 pub const IRQ_MEM_LEN: usize = 4 * CAUSES;
@@ -92,6 +108,9 @@ pub struct Regs {
     /// The counts could not be written, and `IRQ_MEM` went off: until it
     /// takes effect again, every raise of an enabled cause signals.
     fell_back: bool,
+    /// The device's DMA counts at its reset: the DMA counters count from
+    /// them.
+    dma_base: DmaCounts,
 }
 
 /// What raising causes (or a register write) asks of the device besides
@@ -141,12 +160,27 @@ impl Regs {
         }
     }
 
-    /// Back to reset values.
-    pub fn reset(&mut self) {
-        *self = Self::new(self.vram_size);
+    /// Back to reset values; the DMA counters start from `dma`, the
+    /// device's counts now.
+    pub fn reset(&mut self, dma: DmaCounts) {
+        *self = Self {
+            dma_base: dma,
+            ..Self::new(self.vram_size)
+        };
     }
 
-    fn read32(&self, off: u64, bus_master: bool) -> u32 {
+    /// The DMA counter at `off` (its low word's offset), from the device's
+    /// counts `dma`.
+    fn dma_counter(&self, off: u64, dma: &DmaCounts) -> u64 {
+        let (now, base) = match off {
+            DMA_DIRECT => (dma.direct_bytes, self.dma_base.direct_bytes),
+            DMA_REMOTE => (dma.remote_bytes, self.dma_base.remote_bytes),
+            _ => (dma.switch_bytes, self.dma_base.switch_bytes),
+        };
+        now.wrapping_sub(base)
+    }
+
+    fn read32(&self, off: u64, bus_master: bool, dma: &DmaCounts) -> u32 {
         match off {
             ID => ID_VALUE,
             VERSION => VERSION_VALUE,
@@ -161,6 +195,10 @@ impl Regs {
             o if o == JOB_BUSY + 4 => (self.job_busy.as_micros() >> 32) as u32,
             IRQ_MEM => self.irq_mem as u32,
             o if o == IRQ_MEM + 4 => self.irq_mem_hi,
+            DMA_DIRECT | DMA_REMOTE | DMA_SWITCH => self.dma_counter(off, dma) as u32,
+            o if matches!(o.wrapping_sub(4), DMA_DIRECT | DMA_REMOTE | DMA_SWITCH) => {
+                (self.dma_counter(o - 4, dma) >> 32) as u32
+            }
             _ => 0,
         }
     }
@@ -291,9 +329,10 @@ impl Regs {
         new & self.irq_enable
     }
 
-    /// Reads `buf.len()` (1 to 8) bytes at `off`.
-    pub fn read(&self, off: u64, buf: &mut [u8], bus_master: bool) {
-        read_bytes(off, buf, |reg| self.read32(reg, bus_master));
+    /// Reads `buf.len()` (1 to 8) bytes at `off`, the device's DMA counts
+    /// being `dma` (one value for the whole access).
+    pub fn read(&self, off: u64, buf: &mut [u8], bus_master: bool, dma: &DmaCounts) {
+        read_bytes(off, buf, |reg| self.read32(reg, bus_master, dma));
     }
 
     /// Writes `data` (1 to 8 bytes) at `off` (see [`write_bytes`]).
@@ -302,10 +341,12 @@ impl Regs {
         let old = |reg| {
             // Write-only and write-1-to-clear registers take only the
             // bytes written: the rest of the word is zero.
+            // (The DMA counters, read-only, ignore what they are merged
+            // into.)
             if matches!(reg, IRQ_STATUS | IRQ_RAISE) {
                 0
             } else {
-                self.read32(reg, bus_master)
+                self.read32(reg, bus_master, &DmaCounts::default())
             }
         };
         let mut words = write_bytes(off, data, old);
@@ -355,7 +396,7 @@ mod tests {
 
     fn rd(r: &Regs, off: u64, n: usize) -> u64 {
         let mut b = [0; 8];
-        r.read(off, &mut b[..n], true);
+        r.read(off, &mut b[..n], true, &DmaCounts::default());
         u64::from_le_bytes(b)
     }
 
@@ -375,7 +416,7 @@ mod tests {
         r.write(SCRATCH, &0xdead_beef_u32.to_le_bytes(), true);
         r.write(SCRATCH + 1, &[0x11], true);
         assert_eq!(rd(&r, SCRATCH, 4), 0xdead_11ef);
-        r.reset();
+        r.reset(DmaCounts::default());
         assert_eq!(rd(&r, SCRATCH, 4), 0);
     }
 
@@ -481,7 +522,42 @@ mod tests {
         // Off: back to IRQ_STATUS and its edges.
         r.write(IRQ_MEM, &0_u32.to_le_bytes(), true);
         assert_eq!(r.raise(cause::COMPLETION).signal, cause::COMPLETION);
-        r.reset();
+        r.reset(DmaCounts::default());
         assert_eq!(rd(&r, IRQ_MEM, 8), 0);
+    }
+
+    #[test]
+    fn dma_counters_count_from_the_reset_and_ignore_writes() {
+        let mut r = Regs::new(0);
+        let counts = |direct: u64, remote: u64, switch: u64| DmaCounts {
+            direct_bytes: direct,
+            remote_bytes: remote,
+            switch_bytes: switch,
+            refused: 9,
+        };
+        let rd = |r: &Regs, off: u64, n: usize, dma: &DmaCounts| {
+            let mut b = [0; 8];
+            r.read(off, &mut b[..n], true, dma);
+            u64::from_le_bytes(b)
+        };
+        let now = counts(0x1_0000_0010, 0x20, 0x3_0000_0030);
+        assert_eq!(rd(&r, DMA_DIRECT, 8, &now), 0x1_0000_0010);
+        assert_eq!(rd(&r, DMA_DIRECT + 4, 4, &now), 1);
+        assert_eq!(rd(&r, DMA_REMOTE, 4, &now), 0x20);
+        assert_eq!(rd(&r, DMA_REMOTE + 4, 4, &now), 0);
+        assert_eq!(rd(&r, DMA_SWITCH, 8, &now), 0x3_0000_0030);
+        assert_eq!(rd(&r, DMA_SWITCH + 4, 4, &now), 3);
+        assert_eq!(rd(&r, DMA_SWITCH + 8, 4, &now), 0, "no register there");
+        // Read-only.
+        r.write(DMA_SWITCH, &u64::MAX.to_le_bytes(), true);
+        assert_eq!(rd(&r, DMA_SWITCH, 8, &now), 0x3_0000_0030);
+        // A reset: from 0 again.
+        r.reset(now);
+        assert_eq!(rd(&r, DMA_DIRECT, 8, &now), 0);
+        assert_eq!(rd(&r, DMA_SWITCH, 8, &now), 0);
+        let later = counts(0x1_0000_0010 + 5, 0x20 + 6, 0x3_0000_0030 + 7);
+        assert_eq!(rd(&r, DMA_DIRECT, 8, &later), 5);
+        assert_eq!(rd(&r, DMA_REMOTE, 8, &later), 6);
+        assert_eq!(rd(&r, DMA_SWITCH, 8, &later), 7);
     }
 }

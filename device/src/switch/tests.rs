@@ -7,6 +7,7 @@
 use super::*;
 use crate::device::{region, Device};
 use crate::dma::{prot, NoRemote, Remote};
+use crate::regs::{DMA_DIRECT, DMA_REMOTE, DMA_SWITCH};
 
 /// A switch directory, removed at the end of the test.
 struct Dir(PathBuf);
@@ -212,4 +213,61 @@ fn the_table_gives_generations_and_refuses_what_is_not_one() {
     assert!(table::Table::open(&other.0).is_err());
     std::fs::write(other.0.join("ports"), vec![1; table::SIZE as usize]).unwrap();
     assert!(table::Table::open(&other.0).is_err());
+}
+
+#[test]
+fn the_dma_counters_show_each_path_and_start_again_at_reset() {
+    let dir = Dir::new("counters");
+    let a = device(&dir, 0);
+    let b = device(&dir, 1);
+    place(&b, BASE, true);
+    let ram = crate::mem::memfd("ram", 4096).unwrap();
+    a.dma()
+        .map(0x1000, 4096, prot::READ | prot::WRITE, Some((ram, 0)))
+        .unwrap();
+    a.dma().map(0x10_0000, 4096, prot::WRITE, None).unwrap();
+    /// QEMU's side: accepts every write.
+    struct Sink;
+    impl Remote for Sink {
+        fn dma_read(&self, _: u64, _: &mut [u8]) -> Result<(), Error> {
+            Ok(())
+        }
+        fn dma_write(&self, _: u64, _: &[u8]) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+    a.dma_write(0x1000, &[1; 16], &Sink).unwrap();
+    a.dma_write(0x10_0000, &[2; 32], &Sink).unwrap();
+    a.dma_write(BASE, &[3; 64], &Sink).unwrap();
+    let reg = |off: u64| {
+        let mut b = [0; 8];
+        a.region_read(region::BAR0, off, &mut b).unwrap();
+        u64::from_le_bytes(b)
+    };
+    assert_eq!(
+        (reg(DMA_DIRECT), reg(DMA_REMOTE), reg(DMA_SWITCH)),
+        (16, 32, 64)
+    );
+    let mut hi = [0; 4];
+    a.region_read(region::BAR0, DMA_SWITCH + 4, &mut hi)
+        .unwrap();
+    assert_eq!(hi, [0; 4]);
+    // Read-only.
+    a.region_write(region::BAR0, DMA_SWITCH, &[0xff; 8])
+        .unwrap();
+    assert_eq!(reg(DMA_SWITCH), 64);
+    // A reset starts them from 0; the connection's totals go on.
+    a.reset().unwrap();
+    assert_eq!(
+        (reg(DMA_DIRECT), reg(DMA_REMOTE), reg(DMA_SWITCH)),
+        (0, 0, 0)
+    );
+    a.dma_write(BASE, &[3; 8], &Sink).unwrap();
+    assert_eq!(reg(DMA_SWITCH), 8);
+    assert_eq!(a.dma_counts().switch_bytes, 72);
+    // A device on a root port counts nothing through a switch.
+    let alone = Device::new(VRAM).unwrap();
+    alone.region_write(region::CONFIG, 4, &[0x04, 0]).unwrap();
+    assert!(alone.dma_write(BASE, &[1], &Sink).is_err());
+    assert_eq!(alone.dma_counts().switch_bytes, 0);
 }
