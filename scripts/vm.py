@@ -16,7 +16,9 @@ prints ``MSVM-EXIT: <status>`` and powers off. This harness:
   attaches over vfio-user, whose BAR2 is its VRAM, with guest RAM shared
   with it; or, with ``--device ivshmem``, an ``ivshmem-plain`` device whose
   BAR2 is its VRAM, backed by its own shared memfd; each on a hot-pluggable
-  port;
+  port; the msvm-gpu devices behind one switch share a switch directory
+  (``--switch DIR --port N``), through which the device model routes their
+  peer-to-peer requests inside the switch, as a switch without ACS does;
 - with ``--iommu intel``, puts a virtual IOMMU (``intel-iommu`` with
   caching mode, which QEMU's vfio-user client needs to hear of the guest's
   mappings) in front of every device: DMA addresses are then IOVAs, which
@@ -42,6 +44,7 @@ import os
 import queue
 import re
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -211,6 +214,8 @@ class Topology:
                 self.args += ["-device", f"nvme,serial=msvm{i},bus={port},id=nvme{i}{cmb}"]
                 continue
             if self.model is not None:
+                if kind == "sw":
+                    self.model.behind_switch(f"gpu{i}", f"switch{tag}")
                 dev = {"driver": "vfio-user-pci", "socket": {"type": "unix", "path": self.model.socket(f"gpu{i}")},
                        "bus": port, "id": f"gpu{i}"}
                 self.gpus[f"gpu{i}"] = dev
@@ -321,7 +326,14 @@ class Model:
     DIR/gpuN.K.log, appended to the console log at the end. A process that
     exits with an error, or has to be killed, fails the run (but one the
     guest asked the harness to kill); any still running when the harness
-    exits, however it exits, is killed."""
+    exits, however it exits, is killed.
+
+    The GPUs behind one switch share a switch directory (msvm-gpu's
+    ``--switch DIR --port N``: its table of ports and each port's VRAM
+    file), each on a port of its own, which a re-plugged GPU takes again.
+    The directories are on tmpfs (/dev/shm, if there is one: the VRAM files
+    are shared memory, as a root port's device's memfd is, not files a disk
+    writes back), and go when the harness exits."""
 
     def __init__(self, binary, tmp, vram):
         if not os.access(binary, os.X_OK):
@@ -333,6 +345,8 @@ class Model:
         self.current = {}  # gpu -> its current Popen
         self.failed = []  # (gpu, why)
         self.killed = set()  # the Popens killed on the guest's request
+        self.ports = {}  # gpu -> (its switch directory, its port), behind a switch
+        self.switch_root = None  # where the switch directories are
         atexit.register(self.kill_all)
         # atexit runs on SIGTERM and SIGHUP too, by way of SystemExit.
         for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -340,6 +354,18 @@ class Model:
 
     def socket(self, gpu):
         return os.path.join(self.tmp, f"{gpu}.sock")
+
+    def behind_switch(self, gpu, switch):
+        """Puts gpu on the next free port of the switch named switch."""
+        if self.switch_root is None:
+            shm = "/dev/shm"
+            self.switch_root = tempfile.mkdtemp(prefix="msvm-switch-",
+                                                dir=shm if os.path.isdir(shm) else self.tmp)
+        path = os.path.join(self.switch_root, switch)
+        port = sum(1 for d, _ in self.ports.values() if d == path)
+        if port >= 16:
+            raise SystemExit("vm.py: at most 16 GPUs behind a switch (msvm-gpu's --port)")
+        self.ports[gpu] = (path, port)
 
     def _end(self, gpu, p, timeout):
         """Waits for p to end by itself; kills it after timeout s."""
@@ -365,7 +391,10 @@ class Model:
         path = self.socket(gpu)
         log = os.path.join(self.tmp, f"{gpu}.{len(self.procs)}.log")
         with open(log, "w") as f:
-            p = subprocess.Popen([self.binary, "--socket", path, "--vram", str(self.vram)],
+            switch = []
+            if gpu in self.ports:
+                switch = ["--switch", self.ports[gpu][0], "--port", str(self.ports[gpu][1])]
+            p = subprocess.Popen([self.binary, "--socket", path, "--vram", str(self.vram), *switch],
                                  stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
                                  start_new_session=True)
         self.procs.append((gpu, log, p))
@@ -427,6 +456,8 @@ class Model:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+        if self.switch_root is not None:
+            shutil.rmtree(self.switch_root, ignore_errors=True)
 
     def report(self):
         """The processes' output, and their failures, as lines."""
