@@ -23,6 +23,17 @@ unsigned long msvm_pci_bar_flags(struct pci_dev *pdev, int bar);
 int msvm_pci_add_dynid(const char *name, unsigned int vendor, unsigned int device);
 int msvm_pci_enable_mem_managed(struct pci_dev *pdev);
 
+/* msvm_pci_p2p_why(): why pci_p2pdma routes a pair's P2P as it does. */
+/* The two devices meet at an upstream bridge below the host bridge. */
+#define MSVM_P2P_WHY_COMMON_BRIDGE (1u << 0)
+/* A port on the path between them has ACS redirect on. */
+#define MSVM_P2P_WHY_ACS_REDIRECT (1u << 1)
+/* @client is no PCI device. */
+#define MSVM_P2P_WHY_NOT_PCI (1u << 2)
+unsigned int msvm_pci_p2p_why(struct pci_dev *provider, struct device *client);
+unsigned int msvm_pci_dev_key(struct device *dev);
+u64 msvm_pci_bar_bus_offset(struct pci_dev *pdev, int bar);
+
 /* The dmem cgroup controller (static inlines without CONFIG_CGROUP_DMEM). */
 struct dmem_cgroup_region;
 struct dmem_cgroup_pool_state;

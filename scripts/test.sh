@@ -126,9 +126,11 @@ msvm_stage guest-swiotlb python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/
 	--append "swiotlb=force,track_hiwater" \
 	--log "$B/test-swiotlb-console.log" --timeout "${MSVM_TEST_TIMEOUT:-900}" || swiotlb_rc=$?
 
-# Behind a virtual IOMMU (QEMU's intel-iommu): DMA and P2P addresses are
-# IOVAs, which QEMU sends each msvm-gpu as DMA_MAPs; the integrity tests,
-# P2P jobs and copies, the fault buffer; strict invalidation, then
+# Behind a virtual IOMMU (QEMU's intel-iommu): DMA addresses are IOVAs,
+# which QEMU sends each msvm-gpu as DMA_MAPs (a peer inside the switch is
+# reached at its bus address, which the switch routes); the integrity
+# tests, the P2P paths, P2P jobs and copies, the fault buffer; strict
+# invalidation, then
 # passthrough. (Lazy invalidation: Linux forces strict with intel-iommu's
 # caching mode, which the vfio-user client needs: testing.rst.)
 strict_rc=0
@@ -141,6 +143,17 @@ iommu_boot() {
 }
 msvm_stage guest-iommu-strict iommu_boot iommu.strict=1 strict || strict_rc=$?
 msvm_stage guest-iommu-pt iommu_boot iommu=pt pt || pt_rc=$?
+
+# The P2P paths pci_p2pdma decides, each taken, data checked: a CPU Linux
+# takes for an AMD Zen one (its host bridges pass P2P) and a strict
+# virtual IOMMU: inside the switch by bus address (which the switch
+# routes, no IOMMU), and through the host bridge to the GPU on its own
+# root port (its BAR mapped through the IOMMU).
+paths_rc=0
+msvm_stage guest-paths python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
+	--initrd "$B/test-initramfs.cpio" --gpus sw,sw,rp --iommu intel --cpu zen --cmd paths \
+	--append "intel_iommu=on iommu.strict=1" \
+	--log "$B/test-paths-console.log" --timeout "${MSVM_TEST_TIMEOUT:-900}" || paths_rc=$?
 
 # Generic devices: QEMU NVMe controllers (no nvme driver in the guest)
 # bound at run time (generic_id=, driver_override), one with a 64 MiB
@@ -186,7 +199,7 @@ kunit_fail=${kunit_fail:-0}
 
 read -r it_pass it_fail < <(grep -hoE 'msvm-tests: [0-9]+ passed, [0-9]+ failed' \
 	"$B/test-console.log" "$B/test-small-console.log" "$B/test-lost-console.log" "$B/test-swiotlb-console.log" \
-	"$B/test-iommu-strict-console.log" "$B/test-iommu-pt-console.log" \
+	"$B/test-iommu-strict-console.log" "$B/test-iommu-pt-console.log" "$B/test-paths-console.log" \
 	"$B/test-generic-console.log" "$B/test-8gpu-console.log" |
 	awk '{p += $2; f += $4} END {print p + 0, f + 0}')
 host_pass=$(grep -hoE 'test result: [a-zA-Z]+\. [0-9]+ passed' "$B/cargo-test.log" | awk '{s += $4} END {print s + 0}')
@@ -199,7 +212,7 @@ echo "== summary (kernel: $MSVM_VARIANT, $(( $(date +%s) - t0 )) s)"
 echo "host cargo tests:     $host_pass passed, $host_fail failed"
 echo "build checks:         $build_pass passed, $build_fail failed (exit $build_rc)"
 echo "KUnit cases:          $kunit_pass passed, $kunit_fail failed (kunit.py exit $kunit_rc)"
-echo "guest integration:    $it_pass passed, $it_fail failed (guest exit $guest_rc, small-RAM guest exit $small_rc, device-lost guest exit $lost_rc, swiotlb guest exit $swiotlb_rc, IOMMU strict guest exit $strict_rc, IOMMU passthrough guest exit $pt_rc, generic-device guest exit $generic_rc, 8-GPU guest exit $eight_rc)"
+echo "guest integration:    $it_pass passed, $it_fail failed (guest exit $guest_rc, small-RAM guest exit $small_rc, device-lost guest exit $lost_rc, swiotlb guest exit $swiotlb_rc, IOMMU strict guest exit $strict_rc, IOMMU passthrough guest exit $pt_rc, P2P paths guest exit $paths_rc, generic-device guest exit $generic_rc, 8-GPU guest exit $eight_rc)"
 # A guest that failed: where it was (its last section) and its last line,
 # so that the summary says it.
 guest_where() {
@@ -213,11 +226,12 @@ guest_where device-lost "$lost_rc" "$B/test-lost-console.log"
 guest_where swiotlb "$swiotlb_rc" "$B/test-swiotlb-console.log"
 guest_where "IOMMU strict" "$strict_rc" "$B/test-iommu-strict-console.log"
 guest_where "IOMMU passthrough" "$pt_rc" "$B/test-iommu-pt-console.log"
+guest_where "P2P paths" "$paths_rc" "$B/test-paths-console.log"
 guest_where generic-device "$generic_rc" "$B/test-generic-console.log"
 guest_where 8-GPU "$eight_rc" "$B/test-8gpu-console.log"
 fail=$(( host_fail + build_fail + kunit_fail + it_fail ))
 if [ "$guest_rc" != 0 ] || [ "$small_rc" != 0 ] || [ "$lost_rc" != 0 ] || [ "$swiotlb_rc" != 0 ] || [ "$generic_rc" != 0 ] ||
-	[ "$strict_rc" != 0 ] || [ "$pt_rc" != 0 ] ||
+	[ "$strict_rc" != 0 ] || [ "$pt_rc" != 0 ] || [ "$paths_rc" != 0 ] ||
 	[ "$eight_rc" != 0 ] || [ "$kunit_rc" != 0 ]; then
 	fail=$(( fail + 1 ))
 fi

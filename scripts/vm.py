@@ -24,6 +24,11 @@ prints ``MSVM-EXIT: <status>`` and powers off. This harness:
   mappings) in front of every device: DMA addresses are then IOVAs, which
   QEMU sends each msvm-gpu as ``DMA_MAP``s; the guest's command line picks
   the mode (``intel_iommu=on`` and ``iommu.strict=1`` or ``iommu=pt``);
+- with ``--cpu zen``, gives the guest TCG's CPU as an AMD family 0x17
+  (Zen) one, whose host bridges Linux's ``pci_p2pdma`` takes as passing
+  P2P: GPUs on different root ports then reach each other through the host
+  bridge (DMA-mapped), where QEMU's q35 host bridge, on no whitelist,
+  passes nothing;
 - streams the console to stdout and to a log file;
 - keeps a QMP socket, and serves the guest's requests for host actions: a
   console line ``MSVM-HOST: device_del gpuN`` (or ``device_add gpuN``) makes
@@ -530,15 +535,17 @@ class Qmp:
                 self.cond.wait(left)
 
 
-def accel_args(want_kvm, icount=False, phys_bits=None):
+def accel_args(want_kvm, icount=False, phys_bits=None, zen=False):
     """QEMU's accelerator and CPU arguments; phys_bits, if given, is the
     guest's physical address width under TCG (under KVM, -cpu host has the
-    host's)."""
+    host's). zen: under TCG, the CPU says it is an AMD family 0x17 (Zen)
+    one (TCG's max CPU is AuthenticAMD, family 6): what Linux's pci_p2pdma
+    takes as a CPU whose host bridges pass P2P (cpu_supports_p2pdma())."""
     if want_kvm:
         if not os.access("/dev/kvm", os.R_OK | os.W_OK):
             raise SystemExit("vm.py: MSVM_KVM=1 but /dev/kvm is not usable")
         return ["-accel", "kvm", "-cpu", "host"], "kvm"
-    cpu = "max" + (f",phys-bits={phys_bits}" if phys_bits else "")
+    cpu = "max" + (f",phys-bits={phys_bits}" if phys_bits else "") + (",family=23" if zen else "")
     if icount:
         # Deterministic: one host thread runs every vCPU, and guest time
         # follows the instructions executed (8 ns each), not the host's
@@ -560,6 +567,9 @@ def main():
                          "BAR of memory (default model)")
     ap.add_argument("--iommu", choices=["none", "intel"], default="none",
                     help="a virtual IOMMU in front of the devices (default none)")
+    ap.add_argument("--cpu", choices=["tcg", "zen"], default="tcg",
+                    help="the guest CPU under TCG: QEMU's max (tcg), or the same as an AMD Zen one (zen: "
+                         "pci_p2pdma then passes P2P through the host bridge)")
     ap.add_argument("--mem", default="1G", help="guest RAM (default 1G)")
     ap.add_argument("--smp", default="2")
     ap.add_argument("--timeout", default=600, type=float, help="seconds (default 600)")
@@ -592,7 +602,7 @@ def main():
         raise SystemExit(f"vm.py: {qemu_bin} has no vfio-user-pci (QEMU 10.1 or newer): set MSVM_QEMU "
                          "(scripts/setup.sh puts one in ~/.cache/msvm/qemu), or use --device ivshmem")
     topo = Topology(entries, args.vram, args.prealloc, model)
-    accel, accel_name = accel_args(want_kvm and not args.icount, args.icount, topo.phys_bits())
+    accel, accel_name = accel_args(want_kvm and not args.icount, args.icount, topo.phys_bits(), args.cpu == "zen")
     qmp_path = os.path.join(tmp, "qmp.sock")
     cmdline = f"console=ttyS0 panic=-1 loglevel=7 msvm_cmd={args.cmd} {args.append}".strip()
     if topo.nodes:

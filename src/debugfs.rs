@@ -3,7 +3,8 @@
 //! msvm's debugfs directory, `/sys/kernel/debug/msvm/`:
 //!
 //! - `topology`: every device, the P2P distance matrix (as QUERY reports
-//!   it) and the owner groups.
+//!   it), each pair's P2P path as `pci_p2pdma` decides it and why, and the
+//!   owner groups.
 //! - `shrink`: writing `idle` drops every device's read-only replicas and
 //!   removes the pagemaps of its idle chunks, `all` also empties lightly used chunks into fuller ones and
 //!   removes theirs, synchronously (what the shrinker's work does under
@@ -86,6 +87,11 @@
 //!   fault is pending), `pipeline 0` runs a warm job's windows one at a
 //!   time (the benchmark's baseline) and `pipeline 1` pipelines them
 //!   again.
+//! - `dma_paths`: per device with the counters (msvm-gpu), the bytes its
+//!   DMA moved since its reset as the device counts them: to memory it
+//!   reaches directly (guest RAM), through the root complex (and the
+//!   IOMMU), and to a peer inside its switch by bus address (`DMA_DIRECT`,
+//!   `DMA_REMOTE`, `DMA_SWITCH`): which way P2P went.
 //! - `locks`: msvm's global locks, a line each: name, acquisitions that
 //!   could wait, and those that found the lock held (`topology`: the
 //!   device registry's mutex; `processes`: the registry of processes'
@@ -106,7 +112,7 @@ use crate::mm::cancel::Cancel;
 use crate::mm::numa::{BULK_PAGES, SINGLE_PAGES};
 use crate::mm::pagemap::PAGE_SIZE;
 use crate::registry::{self, PoolRef};
-use crate::topology::MAX_DEVICES;
+use crate::topology::{LinkText, MAX_DEVICES};
 use crate::vram::{
     FloorPath, VramPool, EVICT_DELAYS, EVICT_DELAY_MAX_MS, EVICT_DELAY_MS, FLOOR_MAX_PAGES,
 };
@@ -146,6 +152,8 @@ pub(crate) struct Debugfs {
     copy_engine: debugfs::File<()>,
     #[pin]
     job_engine: debugfs::File<()>,
+    #[pin]
+    dma_paths: debugfs::File<()>,
 }
 
 /// The last `copy_floor` run: bytes per path, and nanoseconds per path and
@@ -249,6 +257,7 @@ impl Debugfs {
                 &engines::show_job_engine,
                 &engines::write_job_engine,
             ),
+            dma_paths <- dir.read_callback_file(c"dma_paths", (), &engines::show_dma_paths),
         })
     }
 }
@@ -380,6 +389,12 @@ fn show_topology(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
             }
         }
         writeln!(f)?;
+    }
+    writeln!(f, "p2p paths (pci_p2pdma's, row reads column's memory):")?;
+    for i in (0..MAX_DEVICES).filter(|&i| present(i)) {
+        for p in topo.peers(i) {
+            writeln!(f, "gpu{i} -> gpu{}: {}", p.index, LinkText(&p.link))?;
+        }
     }
     for l in topo.group_leaders() {
         let g = topo.group(l).unwrap_or(l);

@@ -158,7 +158,7 @@ impl<'a> Gpu<'a> {
         let pci = PciAddr::of(pdev);
         let node = GpuNode::new(ARef::from(&**pdev), pci, u64::from_safe_cast(len));
         let member = registry::join(node, |provider, client| {
-            mmpci::p2pdma_distance(&provider.pdev, &client.pdev)
+            mmpci::p2p_link(&provider.pdev, &client.pdev)
         })
         .inspect_err(|_| {
             dev_err!(
@@ -173,18 +173,13 @@ impl<'a> Gpu<'a> {
             let topo = registry::devices();
             for peer in topo.peers(index) {
                 let other = topo.get(peer.index).map(|n| n.pci);
-                match (other, peer.distance) {
-                    (Some(o), Some(d)) => dev_info!(
+                if let Some(o) = other {
+                    dev_info!(
                         pdev.as_ref(),
-                        "gpu{index} -> gpu{} ({o}): P2P, distance {d}\n",
-                        peer.index
-                    ),
-                    (Some(o), None) => dev_info!(
-                        pdev.as_ref(),
-                        "gpu{index} -> gpu{} ({o}): no P2P path\n",
-                        peer.index
-                    ),
-                    (None, _) => {}
+                        "gpu{index} -> gpu{} ({o}): {}\n",
+                        peer.index,
+                        crate::topology::LinkText(&peer.link)
+                    );
                 }
             }
         }

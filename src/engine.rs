@@ -220,7 +220,7 @@ impl<'p> Engine<'p> {
             Some((pool, _)) if self.pool.is(pool) => {
                 Keep::has(&self.keep.own, addr).then_some(Bind::Own)
             }
-            Some(_) if kept() => self.pool.peer_addr(page).ok().map(Bind::Peer),
+            Some(_) if kept() => self.pool.peer_route(page, self.dev).ok().map(Bind::Peer),
             Some(_) => None,
             None if kept() && !page.is_device_private() => Some(Bind::Dma),
             None => None,
@@ -245,7 +245,7 @@ impl<'p> Engine<'p> {
         }
         let how = match self.pool.locate(page) {
             Some((pool, _)) if self.pool.is(pool) => Bind::Own,
-            Some(_) => Bind::Peer(self.pool.peer_addr(page).ok()?),
+            Some(_) => Bind::Peer(self.pool.peer_route(page, self.dev).ok()?),
             None if page.is_device_private() || page.is_secretmem() => return None,
             None => Bind::Dma,
         };

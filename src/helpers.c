@@ -87,65 +87,6 @@
 
 #include "msvm_helpers.h"
 
-int msvm_pci_domain_nr(struct pci_dev *pdev)
-{
-	return pci_domain_nr(pdev->bus);
-}
-
-unsigned long msvm_pci_bar_flags(struct pci_dev *pdev, int bar)
-{
-	return pci_resource_flags(pdev, bar);
-}
-
-static void msvm_pci_disable(void *pdev)
-{
-	pci_disable_device(pdev);
-}
-
-int msvm_pci_enable_mem_managed(struct pci_dev *pdev)
-{
-	int ret = pci_enable_device_mem(pdev);
-
-	if (ret)
-		return ret;
-	return devm_add_action_or_reset(&pdev->dev, msvm_pci_disable, pdev);
-}
-
-struct msvm_dynid {
-	const char *name;
-	unsigned int vendor, device;
-	int ret;
-};
-
-static int msvm_add_dynid_one(struct device_driver *drv, void *data)
-{
-	struct msvm_dynid *d = data;
-	struct pci_driver *pdrv = to_pci_driver(drv);
-	const struct pci_device_id *ids;
-
-	if (drv->owner != THIS_MODULE || strcmp(drv->name, d->name))
-		return 0;
-	for (ids = pdrv->id_table; ids && (ids->vendor || ids->subvendor || ids->class_mask);
-	     ids++) {
-		if ((ids->vendor == PCI_ANY_ID || ids->vendor == d->vendor) &&
-		    (ids->device == PCI_ANY_ID || ids->device == d->device)) {
-			d->ret = -EEXIST;
-			return 1;
-		}
-	}
-	d->ret = pci_add_dynid(pdrv, d->vendor, d->device, PCI_ANY_ID, PCI_ANY_ID,
-			       0, 0, 0);
-	return 1;
-}
-
-int msvm_pci_add_dynid(const char *name, unsigned int vendor, unsigned int device)
-{
-	struct msvm_dynid d = { .name = name, .vendor = vendor, .device = device, .ret = -ENODEV };
-
-	bus_for_each_drv(&pci_bus_type, NULL, &d, msvm_add_dynid_one);
-	return d.ret;
-}
-
 struct dev_pagemap *msvm_page_pgmap(struct page *page)
 {
 	return page_pgmap(page);

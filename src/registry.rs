@@ -27,7 +27,7 @@ use kernel::{
     },
 };
 
-use crate::mm::pci as mmpci;
+use crate::mm::pci::{self as mmpci, P2pLink};
 use crate::topology::{Topology, MAX_DEVICES};
 use crate::vram::VramPool;
 use kernel::sync::lock::GlobalGuard;
@@ -283,14 +283,14 @@ impl Membership {
     }
 }
 
-/// Adds `node` to the registry, its P2P distance to every other device
-/// measured by `distance(provider, client)`: `ENOSPC` if the registry is
-/// full.
+/// Adds `node` to the registry, its P2P link to and from every other
+/// device as `link(provider, client)` gives it: `ENOSPC` if the registry
+/// is full.
 pub(crate) fn join(
     node: GpuNode,
-    distance: impl Fn(&GpuNode, &GpuNode) -> Option<u32>,
+    link: impl Fn(&GpuNode, &GpuNode) -> P2pLink,
 ) -> Result<Membership> {
-    let index = lock().insert(node, distance)?;
+    let index = lock().insert(node, link)?;
     Ok(Membership(index))
 }
 

@@ -9,6 +9,10 @@
 use kernel::num::casts::u32_as_usize;
 use kernel::prelude::*;
 
+use core::fmt;
+
+use crate::mm::pci::{P2pLink, P2pPath};
+
 /// At most this many devices are bound at once (`MSVM_MAX_DEVICES`).
 pub(crate) const MAX_DEVICES: usize = u32_as_usize(crate::mm::abi::MSVM_MAX_DEVICES);
 
@@ -20,54 +24,89 @@ pub(crate) struct Peer {
     /// P2P distance for this device accessing the peer's memory, `None` when
     /// there is no P2P path.
     pub(crate) distance: Option<u32>,
+    /// This device's P2P link to the peer's memory: its path, and why.
+    pub(crate) link: P2pLink,
 }
 
-/// The devices and their pairwise P2P distances.
+/// A P2P link as the probe log and debugfs say it: its path, distance
+/// and why.
+pub(crate) struct LinkText<'a>(pub(crate) &'a P2pLink);
+
+impl fmt::Display for LinkText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let l = self.0;
+        let why = match (l.why.common_bridge, l.why.acs_redirect) {
+            (true, false) => "one switch, no ACS redirect",
+            (true, true) => "one switch, ACS redirect on the path",
+            (false, _) => "no common switch",
+        };
+        let d = l.distance.unwrap_or(0);
+        match l.path {
+            P2pPath::Bus => write!(f, "P2P inside the switch (bus address), distance {d}: {why}"),
+            P2pPath::HostBridge => write!(
+                f,
+                "P2P through the host bridge (DMA-mapped), distance {d}: {why}, host bridge passes P2P"
+            ),
+            P2pPath::None => write!(
+                f,
+                "no P2P path: {why}, host bridge not whitelisted for P2P"
+            ),
+        }
+    }
+}
+
+// The probe log's `dev_info!` formats with the kernel's `Display`.
+impl kernel::fmt::Display for LinkText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// The devices and their pairwise P2P links.
 ///
 /// Generic over the per-device node so that the logic is tested with plain
 /// values (KUnit, below) and used with real PCI devices (`crate::registry::GpuNode`).
 ///
 /// # Invariants
 ///
-/// - `dist[a][b]` is `None` unless both `nodes[a]` and `nodes[b]` are `Some`
-///   and `a != b`.
+/// - `links[a][b]` is [`P2pLink::NONE`] unless both `nodes[a]` and
+///   `nodes[b]` are `Some` and `a != b`.
 pub(crate) struct Topology<N> {
     nodes: [Option<N>; MAX_DEVICES],
     /// Owner group of each present device (see [`Topology::group`]).
     groups: [usize; MAX_DEVICES],
-    /// `dist[provider][client]`: distance for `client` accessing `provider`'s
-    /// memory.
-    dist: [[Option<u32>; MAX_DEVICES]; MAX_DEVICES],
+    /// `links[provider][client]`: `client`'s link to `provider`'s memory.
+    links: [[P2pLink; MAX_DEVICES]; MAX_DEVICES],
 }
 
 impl<N> Topology<N> {
     /// An empty topology.
     pub(crate) const fn new() -> Self {
-        // INVARIANT: no distances.
+        // INVARIANT: no links.
         Self {
             nodes: [const { None }; MAX_DEVICES],
             groups: [0; MAX_DEVICES],
-            dist: [[None; MAX_DEVICES]; MAX_DEVICES],
+            links: [[P2pLink::NONE; MAX_DEVICES]; MAX_DEVICES],
         }
     }
 
-    /// Adds `node` at the lowest free index and records its distances to
-    /// every present device, as `distance(provider, client)` gives them.
+    /// Adds `node` at the lowest free index and records its links to and
+    /// from every present device, as `link(provider, client)` gives them.
     ///
     /// Fails with `ENOSPC` when [`MAX_DEVICES`] devices are present.
     pub(crate) fn insert(
         &mut self,
         node: N,
-        mut distance: impl FnMut(&N, &N) -> Option<u32>,
+        mut link: impl FnMut(&N, &N) -> P2pLink,
     ) -> Result<usize> {
         let index = self.nodes.iter().position(Option::is_none).ok_or(ENOSPC)?;
-        // INVARIANT: row and column `index` are `None` (`new`, `remove`) but
+        // INVARIANT: row and column `index` are none (`new`, `remove`) but
         // for the present devices `j`, never `index` itself (it is free),
         // and `nodes[index]` is filled just below.
         for (j, other) in self.nodes.iter().enumerate() {
             if let Some(other) = other {
-                self.dist[index][j] = distance(&node, other);
-                self.dist[j][index] = distance(other, &node);
+                self.links[index][j] = link(&node, other);
+                self.links[j][index] = link(other, &node);
             }
         }
         self.nodes[index] = Some(node);
@@ -80,7 +119,7 @@ impl<N> Topology<N> {
     /// else a new group with the lowest id no present device uses.
     fn pick_group(&self, index: usize) -> usize {
         let present = |j: usize| j != index && self.nodes[j].is_some();
-        let reach = |j: usize| self.dist[j][index].is_some() && self.dist[index][j].is_some();
+        let reach = |j: usize| self.links[j][index].reaches() && self.links[index][j].reaches();
         for first in (0..MAX_DEVICES).filter(|&j| present(j)) {
             let g = self.groups[first];
             // Only try each group once, from its lowest member.
@@ -106,13 +145,13 @@ impl<N> Topology<N> {
         self.get(index).map(|_| self.groups[index])
     }
 
-    /// Removes the device at `index`, with its distances, and returns it.
+    /// Removes the device at `index`, with its links, and returns it.
     pub(crate) fn remove(&mut self, index: usize) -> Option<N> {
         let node = self.nodes.get_mut(index)?.take()?;
         // INVARIANT: `index` is gone: so are its row and column.
         for j in 0..MAX_DEVICES {
-            self.dist[index][j] = None;
-            self.dist[j][index] = None;
+            self.links[index][j] = P2pLink::NONE;
+            self.links[j][index] = P2pLink::NONE;
         }
         Some(node)
     }
@@ -154,9 +193,13 @@ impl<N> Topology<N> {
             .iter()
             .enumerate()
             .filter(move |(j, n)| present && *j != index && n.is_some())
-            .map(move |(j, _)| Peer {
-                index: j,
-                distance: self.dist[j][index],
+            .map(move |(j, _)| {
+                let link = self.links[j][index];
+                Peer {
+                    index: j,
+                    distance: link.distance,
+                    link,
+                }
             })
     }
 }
@@ -164,14 +207,37 @@ impl<N> Topology<N> {
 #[kunit_tests(msvm_topology)]
 mod tests {
     use super::*;
+    use crate::mm::pci::P2pWhy;
 
     /// A fake device: its id and the switch it sits behind (0: own port).
     #[derive(Clone, Copy)]
     struct Fake(u32, u32);
 
-    /// Same switch: distance 4 (as `pci_p2pdma` reports behind one switch).
-    fn dist(a: &Fake, b: &Fake) -> Option<u32> {
-        (a.1 != 0 && a.1 == b.1).then_some(4)
+    /// A link at `d` hops inside a switch.
+    fn bus(d: u32) -> P2pLink {
+        P2pLink {
+            path: P2pPath::Bus,
+            distance: Some(d),
+            why: P2pWhy {
+                common_bridge: true,
+                acs_redirect: false,
+            },
+        }
+    }
+
+    /// Same switch: distance 4 (as `pci_p2pdma` reports behind one switch),
+    /// inside it; else none (a host bridge not whitelisted).
+    fn dist(a: &Fake, b: &Fake) -> P2pLink {
+        if a.1 != 0 && a.1 == b.1 {
+            bus(4)
+        } else {
+            P2pLink::NONE
+        }
+    }
+
+    /// A peer's index and distance.
+    fn seen(p: Peer) -> (usize, Option<u32>) {
+        (p.index, p.distance)
     }
 
     #[test]
@@ -194,29 +260,15 @@ mod tests {
             p.push(peer, GFP_KERNEL)?;
         }
         assert_eq!(p.len(), 2);
-        assert_eq!(
-            p[0],
-            Peer {
-                index: 1,
-                distance: Some(4)
-            }
-        );
-        assert_eq!(
-            p[1],
-            Peer {
-                index: 2,
-                distance: None
-            }
-        );
+        assert_eq!(seen(p[0]), (1, Some(4)));
+        assert_eq!(p[0].link, bus(4));
+        assert_eq!(seen(p[1]), (2, None));
+        assert_eq!(p[1].link, P2pLink::NONE);
         // Symmetric, and the isolated device reaches nobody.
-        assert_eq!(
-            t.peers(1).next(),
-            Some(Peer {
-                index: 0,
-                distance: Some(4)
-            })
-        );
-        assert!(t.peers(2).all(|p| p.distance.is_none()));
+        assert_eq!(t.peers(1).next().map(seen), Some((0, Some(4))));
+        assert!(t
+            .peers(2)
+            .all(|p| p.distance.is_none() && !p.link.reaches()));
         Ok(())
     }
 
@@ -311,7 +363,16 @@ mod tests {
         let mut t = Topology::new();
         t.insert(Fake(1, 1), dist)?;
         // Device 1 may read device 0's memory, not the other way round.
-        t.insert(Fake(2, 1), |p: &Fake, _c: &Fake| (p.0 == 1).then_some(2))?;
+        t.insert(
+            Fake(2, 1),
+            |p: &Fake, _c: &Fake| {
+                if p.0 == 1 {
+                    bus(2)
+                } else {
+                    P2pLink::NONE
+                }
+            },
+        )?;
         assert_eq!(t.peers(1).next().map(|p| p.distance), Some(Some(2)));
         assert_eq!(t.peers(0).next().map(|p| p.distance), Some(None));
         Ok(())

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The engines' files: `copy_engine` and `job_engine` (see the parent's
-//! documentation).
+//! The engines' files: `copy_engine`, `job_engine` and `dma_paths` (see
+//! the parent's documentation).
 
 use kernel::{fmt, prelude::*, sync::atomic::Relaxed, uaccess::UserSliceReader};
 
@@ -144,4 +144,15 @@ pub(super) fn show_job_engine(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result
             )
         },
     )
+}
+
+/// `dma_paths`: per device with the counters, the bytes its DMA moved
+/// directly, through the root complex, and inside its switch.
+pub(super) fn show_dma_paths(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    per_device(f, "gpu direct remote switch", |f, i, p| {
+        let Some(d) = p.hw().and_then(|h| h.dma_paths()) else {
+            return Ok(());
+        };
+        writeln!(f, "{i} {} {} {}", d.direct, d.remote, d.switch)
+    })
 }

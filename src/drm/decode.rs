@@ -13,10 +13,12 @@ use crate::mm::abi::{
     MSVM_ACCESS_DEFAULT, MSVM_ACCESS_IN_PLACE, MSVM_ACCESS_MIGRATE, MSVM_ATTR_ACCESS_OFF,
     MSVM_ATTR_READ_MOSTLY, MSVM_ATTR_THRASH_OFF, MSVM_EXEC_ATOMIC_ADD, MSVM_EXEC_CHECKSUM,
     MSVM_EXEC_COPY, MSVM_EXEC_FILL, MSVM_EXEC_IN_PLACE, MSVM_LOC_DEFAULT, MSVM_LOC_DEVICE,
-    MSVM_LOC_SYSTEM, MSVM_MIGRATE_TO_DEVICE, MSVM_MIGRATE_TO_SYSTEM, MSVM_PEER_P2P,
+    MSVM_LOC_SYSTEM, MSVM_MIGRATE_TO_DEVICE, MSVM_MIGRATE_TO_SYSTEM, MSVM_PEER_ACS_REDIRECT,
+    MSVM_PEER_BUS_ADDR, MSVM_PEER_COMMON_SWITCH, MSVM_PEER_HOST_BRIDGE, MSVM_PEER_P2P,
     MSVM_QUERY_SELF,
 };
 use crate::mm::pagemap::PAGE_SIZE;
+use crate::mm::pci::P2pPath;
 use crate::placement::{Access, Location, Placement};
 use crate::svm::USER_END;
 use crate::topology::{Peer, MAX_DEVICES};
@@ -65,10 +67,25 @@ impl QueryRequest {
 
 /// The user-space record of one peer.
 pub(super) fn encode_peer(p: &Peer) -> [u8; PEER_SIZE] {
-    let (distance, flags) = match p.distance {
+    let (distance, p2p) = match p.distance {
         Some(d) => (i32::try_from(d).unwrap_or(i32::MAX), MSVM_PEER_P2P),
         None => (-1, 0),
     };
+    let path = match p.link.path {
+        P2pPath::Bus => MSVM_PEER_BUS_ADDR,
+        P2pPath::HostBridge => MSVM_PEER_HOST_BRIDGE,
+        P2pPath::None => 0,
+    };
+    let why = if p.link.why.common_bridge {
+        MSVM_PEER_COMMON_SWITCH
+    } else {
+        0
+    } | if p.link.why.acs_redirect {
+        MSVM_PEER_ACS_REDIRECT
+    } else {
+        0
+    };
+    let flags = p2p | path | why;
     // CAST: a topology index, below `MAX_DEVICES` (a `u32`).
     let index = p.index as u32;
     let mut out = [0u8; PEER_SIZE];

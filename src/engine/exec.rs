@@ -65,8 +65,8 @@ impl<'p> Engine<'p> {
                 // because the peer shares our owner group, i.e. we reach it
                 // over P2P.
                 Some((pool, off)) => {
-                    let peer = self.pool.peer_addr(page)?;
-                    let map = PeerMap::map(self.dev, peer).ok_or(ENOMEM)?;
+                    let route = self.pool.peer_route(page, self.dev)?;
+                    let map = PeerMap::map(self.dev, route).ok_or(ENOMEM)?;
                     let a = map.addr();
                     pt.p2p
                         .push_within_capacity(PeerPage {

@@ -13,7 +13,7 @@ use kernel::{
 
 use crate::mm::cancel::{nap, Cancel};
 
-use super::regs::{JobBlock, JOB_BUSY_HI, JOB_BUSY_LO};
+use super::regs::{counter64, JobBlock, JOB_BUSY_HI, JOB_BUSY_LO};
 use super::ring::{Engine, Queue, COMMAND_WORDS};
 
 /// Opcodes.
@@ -161,19 +161,10 @@ impl JobEngine {
     /// while the device is bound and answers.
     pub(crate) fn busy_us(&self) -> Option<u64> {
         let io = self.bar().try_access()?;
-        // The high word again: the low one may have wrapped in between
-        // (once in 71 minutes: a second try reads it stable).
-        for _ in 0..3 {
-            let hi = io.read(JOB_BUSY_HI).value();
-            let lo = io.read(JOB_BUSY_LO).value();
-            if hi == u32::MAX && lo == u32::MAX {
-                return None;
-            }
-            if io.read(JOB_BUSY_HI).value() == hi {
-                return Some((u64::from(hi) << 32) | u64::from(lo));
-            }
-        }
-        None
+        counter64(
+            || u32::from(io.read(JOB_BUSY_HI).value()),
+            || u32::from(io.read(JOB_BUSY_LO).value()),
+        )
     }
 }
 

@@ -15,7 +15,8 @@
 //!   `crate::vram::Blit`);
 //! - [`job`], [`mmu`], [`faults`]: msvm-gpu's job engine, the MMU whose
 //!   contexts and page tables its jobs run in (`crate::engine`), and the
-//!   fault buffer its jobs stall on.
+//!   fault buffer its jobs stall on;
+//! - [`paths`]: which way msvm-gpu's DMA went (its counters).
 
 use kernel::{prelude::*, sync::Arc};
 
@@ -26,6 +27,7 @@ pub(crate) mod irq;
 pub(crate) mod job;
 pub(crate) mod mmu;
 pub(crate) mod model;
+pub(crate) mod paths;
 pub(crate) mod regs;
 pub(crate) mod ring;
 

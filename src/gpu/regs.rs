@@ -76,6 +76,39 @@ register! {
     pub(crate) IRQ_MEM_HI(u32) @ 0x03c {
         31:0 addr;
     }
+
+    /// Bytes the device's DMA read or wrote in memory it reaches directly
+    /// (guest RAM) since its reset (1.6), low word.
+    pub(crate) DMA_DIRECT_LO(u32) @ 0x040 {
+        31:0 value;
+    }
+
+    /// High word.
+    pub(crate) DMA_DIRECT_HI(u32) @ 0x044 {
+        31:0 value;
+    }
+
+    /// Bytes its DMA moved through the root complex (and the IOMMU, if
+    /// any), low word.
+    pub(crate) DMA_REMOTE_LO(u32) @ 0x048 {
+        31:0 value;
+    }
+
+    /// High word.
+    pub(crate) DMA_REMOTE_HI(u32) @ 0x04c {
+        31:0 value;
+    }
+
+    /// Bytes its DMA moved to or from a peer inside its switch (routed by
+    /// bus address, no IOMMU), low word.
+    pub(crate) DMA_SWITCH_LO(u32) @ 0x050 {
+        31:0 value;
+    }
+
+    /// High word.
+    pub(crate) DMA_SWITCH_HI(u32) @ 0x054 {
+        31:0 value;
+    }
 }
 
 /// The base of a ring's registers: an engine's block in BAR0
@@ -364,7 +397,23 @@ pub(crate) const END: usize = 0x380;
 pub(crate) const ID_VALUE: u32 = u32::from_le_bytes(*b"MSVG");
 /// The interface major version this driver speaks.
 pub(crate) const VERSION_MAJOR: u32 = 1;
-/// The least minor version this driver needs: 5 (the job engine, the MMU,
+/// The least minor version this driver needs: 6 (the job engine, the MMU,
 /// the fault buffer, the job engine's watchdog and WAIT, CHECKSUM's
-/// CHAIN, the causes counted in memory).
-pub(crate) const VERSION_MINOR: u32 = 5;
+/// CHAIN, the causes counted in memory, the DMA path counters).
+pub(crate) const VERSION_MINOR: u32 = 6;
+
+/// A 64-bit counter of two registers: the high word, the low word, and
+/// the high word again (the low one may wrap in between: a second try
+/// reads it stable). `None` if the device reads all ones (gone).
+pub(crate) fn counter64(hi: impl Fn() -> u32, lo: impl Fn() -> u32) -> Option<u64> {
+    for _ in 0..3 {
+        let (h, l) = (hi(), lo());
+        if h == u32::MAX && l == u32::MAX {
+            return None;
+        }
+        if hi() == h {
+            return Some((u64::from(h) << 32) | u64::from(l));
+        }
+    }
+    None
+}

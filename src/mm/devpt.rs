@@ -42,8 +42,8 @@ use kernel::{
 
 use super::dma::{self, SysPage};
 use super::p2p;
+use super::p2p::PeerRoute;
 use super::page::{PageRef, BLOCK_PAGES, BLOCK_SIZE, PAGE_SIZE};
-use super::pagemap::PeerAddr;
 use super::tlb::Tlb;
 
 /// What the device reaches an entry's page through.
@@ -53,10 +53,10 @@ pub(crate) enum Bind<'a> {
     Own,
     /// A system page, by a DMA mapping made for the device.
     Dma,
-    /// A page of a peer's memory, by a P2P mapping made for the device of
-    /// the bus-side address the page stands for: the page's own (the
-    /// table refuses one of another page).
-    Peer(PeerAddr<'a>),
+    /// A page of a peer's memory, by the P2P route `pci_p2pdma` gives the
+    /// device to it, made of the bus-side address the page stands for:
+    /// the page's own (the table refuses one of another page).
+    Peer(PeerRoute<'a>),
 }
 
 /// Whether an entry spares a job its placement pass. Either stays until
@@ -113,6 +113,9 @@ const KIND_SHIFT: u32 = 61;
 const KIND_OWN: u64 = 1;
 const KIND_DMA: u64 = 2;
 const KIND_PEER: u64 = 3;
+/// A peer's page the device reaches inside a switch, at its bus address
+/// (nothing mapped).
+const KIND_PEER_BUS: u64 = 4;
 const WRITABLE: u64 = 1 << 60;
 const JOB: u64 = 1 << 59;
 const PFN_MASK: u64 = JOB - 1;
@@ -214,9 +217,10 @@ impl Spare {
 ///   invalidation of that address has ended since it was made (the mirror
 ///   zaps first): the page is valid while the mirror's lock is held.
 /// - A DMA entry's address is a live mapping of its page for `dev`
-///   ([`dma::map_page`]), a peer entry's a live mapping for `dev` of the
-///   bus-side address its page stands for ([`p2p::map_peer`] of the
-///   page's own [`PeerAddr`]); such entries exist only while `dev` is set,
+///   ([`dma::map_page`]), a peer entry's what [`p2p::map_peer`] made for
+///   `dev` of the page's own route ([`PeerRoute`]): a live mapping of the
+///   bus-side address the page stands for (kind peer), or the page's bus
+///   address inside a switch (kind peer-bus, nothing mapped); such entries exist only while `dev` is set,
 ///   and `dev` is set only while the device is bound (it is detached, and
 ///   the table emptied, before the device's DMA is torn down: see
 ///   `Tables::gone` in `hmm.rs`).
@@ -273,7 +277,7 @@ impl DevPt {
         Some(match pte.kind() {
             KIND_OWN => Mapping::Own(page),
             KIND_DMA => Mapping::Dma(SysPage::new(page)?),
-            KIND_PEER => Mapping::Peer(page),
+            KIND_PEER | KIND_PEER_BUS => Mapping::Peer(page),
             _ => return None,
         })
     }
@@ -303,7 +307,7 @@ impl DevPt {
                     Some(p) => Mapping::Dma(p),
                     None => continue,
                 },
-                KIND_PEER => Mapping::Peer(page()),
+                KIND_PEER | KIND_PEER_BUS => Mapping::Peer(page()),
                 _ => continue,
             };
             f(i, m, pte.addr, pte.word & WRITABLE != 0);
@@ -342,7 +346,7 @@ impl DevPt {
                 Mapping::Dma(SysPage::new(page)?)
             }
             // SAFETY: as above.
-            KIND_PEER => Mapping::Peer(unsafe { PageRef::from_pfn(pte.pfn()) }),
+            KIND_PEER | KIND_PEER_BUS => Mapping::Peer(unsafe { PageRef::from_pfn(pte.pfn()) }),
             _ => return None,
         })
     }
@@ -446,8 +450,8 @@ impl DevPt {
         }
         // The device reaches what the address maps, the CPU engine the
         // entry's page (`Mapping::Peer`): only the page's own address.
-        if let Bind::Peer(peer) = how {
-            if !peer.is_of(page) {
+        if let Bind::Peer(route) = how {
+            if !route.is_of(page) {
                 return Ok(false);
             }
         }
@@ -490,8 +494,9 @@ impl DevPt {
                 Some(a) => (KIND_DMA, a),
                 None => return Ok(self.unneeded(block, counters)),
             },
-            Bind::Peer(peer) => match p2p::map_peer(dev, peer) {
-                Some(a) => (KIND_PEER, a),
+            Bind::Peer(route) => match p2p::map_peer(dev, route) {
+                Some(m) if m.mapped => (KIND_PEER, m.addr),
+                Some(m) => (KIND_PEER_BUS, m.addr),
                 None => return Ok(self.unneeded(block, counters)),
             },
         };
@@ -502,7 +507,7 @@ impl DevPt {
             | page.pfn() as u64;
         // INVARIANT: the caller's promise for the page; the mapping was
         // just made for `dev`, the table's (bound) device, of the page's
-        // own `PeerAddr` if it is a peer's (checked above); the leaf counts
+        // own `PeerRoute` if it is a peer's (checked above); the leaf counts
         // it.
         leaf.ptes[i] = Pte { word, addr: a };
         leaf.live += 1;
@@ -632,8 +637,17 @@ fn unmap(dev: Option<&Device>, pte: Pte) {
         // is bound (`DevPt` invariant); removed from the table, it is
         // unmapped once.
         KIND_DMA => unsafe { dma::unmap_page(dev, pte.addr) },
-        // SAFETY: as above, for a peer entry.
-        KIND_PEER => unsafe { p2p::unmap_peer(dev, pte.addr) },
+        // SAFETY: as above, for a peer entry mapped through the host
+        // bridge (a bus-address entry, `KIND_PEER_BUS`, maps nothing).
+        KIND_PEER => unsafe {
+            p2p::unmap_peer(
+                dev,
+                p2p::PeerMapping {
+                    addr: pte.addr,
+                    mapped: true,
+                },
+            )
+        },
         _ => {}
     }
 }

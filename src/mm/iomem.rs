@@ -21,9 +21,10 @@ use kernel::{
 
 use super::bindings as b;
 use super::dma::DmaPage;
+use super::p2p::PeerRoute;
 use super::page::{NewPage, PageRef, PAGE_SIZE};
-use super::pagemap::{BusRange, BusSide, Pagemap, PagemapOps, PeerAddr};
-use super::pci::raw_pci_dev;
+use super::pagemap::{BusRange, BusSide, Pagemap, PagemapOps};
+use super::pci::{self as mmpci, raw_pci_dev, PathCache};
 
 /// A BAR of a bound PCI device, requested for exclusive use and mapped
 /// write-combined. It only ever exists inside a [`Devres`] ([`WcBar::new`]):
@@ -38,6 +39,8 @@ use super::pci::raw_pci_dev;
 /// - `phys` is the CPU physical address of BAR `bar` (its resource's
 ///   start) for as long as the region is ours (`WcBar::bus_range` gives
 ///   it to pagemaps' ranges);
+/// - `bus_offset` is what BAR `bar` adds to a CPU physical address in it
+///   to make its PCI bus address;
 /// - `pdev` is bound to its driver whenever a `WcBar` can be reached: it
 ///   lives in a `Devres` of `pdev`, revoked (and the `WcBar` dropped) before
 ///   `pdev` is unbound.
@@ -46,6 +49,12 @@ pub(crate) struct WcBar {
     bar: i32,
     /// CPU physical address of the BAR (the resource start).
     phys: u64,
+    /// What the BAR adds to a CPU physical address in it to make its PCI
+    /// bus address.
+    bus_offset: u64,
+    /// Each client's path to the BAR, as `pci_p2pdma` decides it
+    /// ([`Self::peer_route`]).
+    paths: PathCache,
     base: NonNull<c_void>,
     len: usize,
 }
@@ -89,11 +98,14 @@ impl WcBar {
         // is the BAR's start, read above from the bound device's resource,
         // which the region requested keeps where it is (no BAR of a device
         // with a driver is moved) until it is released on drop; from here
-        // on the `Devres` holds it (and drops it if it cannot be made).
+        // on the `Devres` holds it (and drops it if it cannot be made);
+        // `bus_offset` is the BAR's, from the bound device.
         let this = Self {
             pdev: ARef::from(&**pdev),
             bar: bar_i,
             phys,
+            bus_offset: mmpci::bar_bus_offset(pdev, bar)?,
+            paths: PathCache::new(),
             base,
             len,
         };
@@ -129,22 +141,33 @@ impl WcBar {
         Ok(unsafe { BusRange::new(self.phys + u64::from_safe_cast(offset), offset, len) })
     }
 
-    /// The bus-side address of `page`, a page of `map`, whose pages stand
-    /// for a range of this BAR: what a peer maps for P2P access to it.
-    /// `None` for a page of another map, or if `map` stands for no range
-    /// of this BAR (none, or another BAR's). The BAR is live while the
-    /// caller holds it (a `WcBar` is reached only while its device is
-    /// bound): so is the address when it is made, and no longer (what
-    /// keeps the BAR in place after: [`PeerAddr`]).
-    pub(crate) fn peer_addr<'a, T: PagemapOps>(
+    /// How `client` reaches `page`, a page of `map`, whose pages stand
+    /// for a range of this BAR: the page's bus-side address and the path
+    /// `pci_p2pdma` gives `client` to this BAR ([`PeerRoute`]). `None` for
+    /// a page of another map, if `map` stands for no range of this BAR
+    /// (none, or another BAR's), or if `pci_p2pdma` gives `client` no
+    /// path. The path is decided at the client's first route to the BAR
+    /// and kept with it, as `pci_p2pdma` keeps its own ([`PathCache`]). The
+    /// BAR is live while the caller holds it (a `WcBar` is reached only
+    /// while its device is bound): so is the address when it is made, and
+    /// no longer (what keeps the BAR in place after:
+    /// [`PeerAddr`](super::pagemap::PeerAddr)).
+    pub(crate) fn peer_route<'a, T: PagemapOps>(
         &self,
         map: &Pagemap<T>,
         page: PageRef<'a>,
-    ) -> Option<PeerAddr<'a>> {
+        client: &device::Device<Bound>,
+    ) -> Option<PeerRoute<'a>> {
         map.bus().range().filter(|r| r.is_in(self.phys, self.len))?;
         // SAFETY: the range lies in this BAR (checked just above), live
         // while `self` is borrowed (type invariant).
-        unsafe { map.peer_addr(page) }
+        let peer = unsafe { map.peer_addr(page) }?;
+        let path = self.paths.path(&self.pdev, client);
+        let bus = peer.phys().wrapping_add(self.bus_offset);
+        // SAFETY: `path` is what `pci_p2pdma` decides for `client` and
+        // this BAR's device, the BAR `peer` is a page of (checked above),
+        // and `bus` its bus address there (type invariant).
+        unsafe { PeerRoute::new(peer, client, path, bus) }
     }
 
     /// Copies the page at `src_off` of `src` (another device's BAR) to

@@ -283,8 +283,8 @@ impl<'p, T> Blit<'p, T> {
                             let (p, _) = self.pool.locate(page).ok_or(EINVAL)?;
                             // The peer's seal waits for this run to end.
                             readers.push(p.p2p_reader()?, GFP_NOWAIT)?;
-                            let peer = self.pool.peer_addr(page)?;
-                            let map = PeerMap::map(dev, peer).ok_or(ENOMEM)?;
+                            let route = self.pool.peer_route(page, dev)?;
+                            let map = PeerMap::map(dev, route).ok_or(ENOMEM)?;
                             add(Command::to_vram(map.addr(), off + k * PAGE_SIZE, PAGE_SIZE))?;
                             peers.push(map, GFP_NOWAIT)?;
                             p2p += PAGE_SIZE as u64;

@@ -67,6 +67,7 @@
 
 use kernel::num::casts::FromSafeCast;
 use kernel::{
+    device::{Bound, Device},
     devres::Devres,
     mm::MmWithUser,
     new_mutex,
@@ -89,8 +90,9 @@ use crate::mm::{
     mmap::Wait,
     numa::Home,
     owner::{Owner, OwnerKey},
+    p2p::PeerRoute,
     page::{NewPage, PageRef, BLOCK_SIZE},
-    pagemap::{self, Pagemap, PeerAddr, PAGE_SIZE},
+    pagemap::{self, Pagemap, PAGE_SIZE},
     reclaim::ReclaimQueue,
     trace,
 };
@@ -462,18 +464,24 @@ impl VramPool {
         locate(page, self.key)
     }
 
-    /// What a device maps for P2P access to device page `page`, a page of
-    /// a pool of this one's owner group (as [`Self::locate`] finds it): the
+    /// How `client` reaches device page `page`, a page of a pool of this
+    /// one's owner group (as [`Self::locate`] finds it), over P2P: the
     /// bus-side address of the BAR page at its offset (its pagemap's range
-    /// gives both), checked against that pool's BAR. `ENODEV` once that
-    /// pool's BAR is gone or sealed ([`VramPool::bar`]), `EINVAL` for a page
-    /// of no such pool.
-    pub(crate) fn peer_addr<'p>(&self, page: PageRef<'p>) -> Result<PeerAddr<'p>> {
+    /// gives both), checked against that pool's BAR, along the path
+    /// `pci_p2pdma` gives `client` to that BAR (`WcBar::peer_route`).
+    /// `ENODEV` once that pool's BAR is gone or sealed ([`VramPool::bar`]),
+    /// `EINVAL` for a page of no such pool, `EREMOTEIO` if `pci_p2pdma`
+    /// gives `client` no path to it.
+    pub(crate) fn peer_route<'p>(
+        &self,
+        page: PageRef<'p>,
+        client: &Device<Bound>,
+    ) -> Result<PeerRoute<'p>> {
         let map = pagemap::map_of(page, self.key).ok_or(EINVAL)?;
-        // The BAR this pool's CPU side reaches the page through, at
-        // `Chunk::base`: the one the map's range must be of.
+        // The BAR this pool's CPU side reaches the page through: the one
+        // the map's range must be of.
         let bar = map.data().pool().bar()?;
-        bar.peer_addr(map, page).ok_or(EINVAL)
+        bar.peer_route(map, page, client).ok_or(EREMOTEIO)
     }
 
     /// The BAR offset of device page `page`, if it is one of this pool's.

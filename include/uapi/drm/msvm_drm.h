@@ -25,7 +25,7 @@ extern "C" {
 #endif
 
 /* Bumped on every ABI addition. */
-#define MSVM_UAPI_VERSION 17
+#define MSVM_UAPI_VERSION 18
 
 /* At most this many msvm devices are bound at once. */
 #define MSVM_MAX_DEVICES 16
@@ -42,12 +42,31 @@ extern "C" {
 /* drm_msvm_peer.flags */
 /* The two devices can reach each other over PCIe peer-to-peer. */
 #define MSVM_PEER_P2P (1u << 0)
+/*
+ * The path, as pci_p2pdma decides it (its map type) for the queried
+ * device reading the peer's memory; neither with no P2P:
+ * inside a switch, by the peer's PCI bus address, no IOMMU mapping
+ * (PCI_P2PDMA_MAP_BUS_ADDR),
+ */
+#define MSVM_PEER_BUS_ADDR (1u << 1)
+/* through the host bridge, DMA-mapped (PCI_P2PDMA_MAP_THRU_HOST_BRIDGE). */
+#define MSVM_PEER_HOST_BRIDGE (1u << 2)
+/*
+ * Why (any path): the two meet at an upstream bridge below the host bridge
+ * (a switch),
+ */
+#define MSVM_PEER_COMMON_SWITCH (1u << 3)
+/* a port on the path between them has ACS redirect on. */
+#define MSVM_PEER_ACS_REDIRECT (1u << 4)
 
 /**
  * struct drm_msvm_peer - reachability of one other msvm device
  * @index: msvm device index of the peer
  * @distance: pci_p2pdma distance between the two devices, -1 if none
- * @flags: MSVM_PEER_*
+ * @flags: MSVM_PEER_*: whether there is a P2P path, which, and why (with
+ *         MSVM_PEER_HOST_BRIDGE or none, not MSVM_PEER_COMMON_SWITCH
+ *         without MSVM_PEER_ACS_REDIRECT: the host bridge passes P2P or
+ *         not)
  * @pad: must be zero
  */
 struct drm_msvm_peer {

@@ -7,6 +7,7 @@ use kernel::prelude::*;
 #[kunit_tests(msvm_uapi)]
 mod tests {
     use super::super::*;
+    use crate::mm::pci::{P2pLink, P2pWhy};
     // `Location` would name the panic location type in test code.
     use crate::placement::Location as Loc;
 
@@ -83,17 +84,46 @@ mod tests {
 
     #[test]
     fn peer_record_layout() {
+        let bus = P2pLink {
+            path: P2pPath::Bus,
+            distance: Some(4),
+            why: P2pWhy {
+                common_bridge: true,
+                acs_redirect: false,
+            },
+        };
         let r = encode_peer(&Peer {
             index: 3,
             distance: Some(4),
+            link: bus,
         });
         assert_eq!(r[0..4], 3u32.to_ne_bytes());
         assert_eq!(r[4..8], 4i32.to_ne_bytes());
-        assert_eq!(r[8..12], MSVM_PEER_P2P.to_ne_bytes());
+        let flags = MSVM_PEER_P2P | MSVM_PEER_BUS_ADDR | MSVM_PEER_COMMON_SWITCH;
+        assert_eq!(r[8..12], flags.to_ne_bytes());
         assert_eq!(r[12..16], [0u8; 4]);
+        // ACS redirect below the switch, the host bridge passing P2P.
+        let r = encode_peer(&Peer {
+            index: 2,
+            distance: Some(6),
+            link: P2pLink {
+                path: P2pPath::HostBridge,
+                distance: Some(6),
+                why: P2pWhy {
+                    common_bridge: true,
+                    acs_redirect: true,
+                },
+            },
+        });
+        let flags = MSVM_PEER_P2P
+            | MSVM_PEER_HOST_BRIDGE
+            | MSVM_PEER_COMMON_SWITCH
+            | MSVM_PEER_ACS_REDIRECT;
+        assert_eq!(r[8..12], flags.to_ne_bytes());
         let r = encode_peer(&Peer {
             index: 1,
             distance: None,
+            link: P2pLink::NONE,
         });
         assert_eq!(r[4..8], (-1i32).to_ne_bytes());
         assert_eq!(r[8..12], 0u32.to_ne_bytes());

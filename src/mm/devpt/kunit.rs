@@ -9,7 +9,9 @@ mod tests {
     use super::super::super::fault::{Fault, FaultError};
     use super::super::super::kunit_dev::{pfn_valid, with_device};
     use super::super::super::numa::Home;
-    use super::super::super::pagemap::{BusRange, OwnerKey, Pagemap, PagemapOps};
+    use super::super::super::p2p::PeerRoute;
+    use super::super::super::pagemap::{BusRange, OwnerKey, Pagemap, PagemapOps, PeerAddr};
+    use super::super::super::pci::P2pPath;
     use super::super::*;
 
     /// A pagemap's owner that does nothing: its pages stand for a peer's
@@ -60,9 +62,14 @@ mod tests {
     /// `CONFIG_DMA_API_DEBUG` reports).
     const BUS: u64 = 1 << 40;
 
+    /// What the case's bus-address routes add to a page's physical
+    /// address (a bus offset, as some host bridges have).
+    const BUS_OFFSET: u64 = 1 << 32;
+
     /// A peer entry's bus address is its own page's: `set` makes no entry
     /// of a page with the address of another, and maps the page's own
-    /// (unless RAM is there).
+    /// (unless RAM is there) through the host bridge; inside a switch, the
+    /// entry holds the page's bus address.
     #[test]
     fn a_peer_entry_maps_its_own_page() -> Result {
         // SAFETY: page aligned; the only mappings of the range are made
@@ -105,38 +112,75 @@ mod tests {
         // What `set` says with `b`'s address and with `a`'s (unless `ram`),
         // whether the first made an entry, the second's bus address, and
         // whether the device's mappings bounce (no P2P mapping then).
-        let (refused, left_none, made, entry, bounce) = with_device(|dev| -> Result<_> {
-            let d: &Device = dev;
-            // SAFETY: `dev` is bound while this runs, and the table is
-            // detached below, before it returns.
-            let mut t = unsafe { DevPt::new(Some(d.into())) };
-            let c = Counters::new(0);
-            let mut spare = Spare::new(1)?;
-            let how = (true, Life::Job);
-            // SAFETY: the table is the case's own, of no mirror: nothing
-            // but this case changes it, and page `a` is held (`pages`)
-            // for longer than the table lives.
-            let refused = unsafe { t.set(dev, &c, addr, a, Bind::Peer(other), how, &mut spare) };
-            let left_none = t.mapping(addr).is_none();
-            let made = if ram {
-                Ok(false)
-            } else {
-                // SAFETY: as above.
-                unsafe { t.set(dev, &c, addr, a, Bind::Peer(own), how, &mut spare) }
-            };
-            let mut entry = None;
-            let i = addr % BLOCK_SIZE / PAGE_SIZE;
-            t.for_each_entry(addr / BLOCK_SIZE, i..i + 1, |_, m, bus_addr, _| {
-                if let Mapping::Peer(p) = m {
-                    entry = Some((p.pfn(), bus_addr));
+        let (refused, left_none, made, entry, bounce, bus_entry) =
+            with_device(|dev| -> Result<_> {
+                let d: &Device = dev;
+                /// `p`'s route for `d` along `path`.
+                fn route<'p>(p: PeerAddr<'p>, d: &Device, path: P2pPath) -> Result<PeerRoute<'p>> {
+                    // SAFETY: the map's range stands for no BAR, so no
+                    // `pci_p2pdma` path is more right than another: through
+                    // the host bridge, the page's address is mapped for the
+                    // device (which reaches nothing); inside a switch, nothing
+                    // is mapped.
+                    unsafe { PeerRoute::new(p, d, path, p.phys() + BUS_OFFSET).ok_or(EINVAL) }
                 }
-            });
-            t.detach(&c);
-            Ok((refused, left_none, made, entry, dma::force_bounce(dev)))
-        })??;
+                let (own_hb, other_hb) = (
+                    route(own, d, P2pPath::HostBridge)?,
+                    route(other, d, P2pPath::HostBridge)?,
+                );
+                let own_bus = route(own, d, P2pPath::Bus)?;
+                // SAFETY: `dev` is bound while this runs, and the table is
+                // detached below, before it returns.
+                let mut t = unsafe { DevPt::new(Some(d.into())) };
+                let c = Counters::new(0);
+                let mut spare = Spare::new(1)?;
+                let how = (true, Life::Job);
+                // SAFETY: the table is the case's own, of no mirror: nothing
+                // but this case changes it, and page `a` is held (`pages`)
+                // for longer than the table lives.
+                let refused =
+                    unsafe { t.set(dev, &c, addr, a, Bind::Peer(other_hb), how, &mut spare) };
+                let left_none = t.mapping(addr).is_none();
+                let made = if ram {
+                    Ok(false)
+                } else {
+                    // SAFETY: as above.
+                    unsafe { t.set(dev, &c, addr, a, Bind::Peer(own_hb), how, &mut spare) }
+                };
+                let mut entry = None;
+                let i = addr % BLOCK_SIZE / PAGE_SIZE;
+                t.for_each_entry(addr / BLOCK_SIZE, i..i + 1, |_, m, bus_addr, _| {
+                    if let Mapping::Peer(p) = m {
+                        entry = Some((p.pfn(), bus_addr));
+                    }
+                });
+                // Inside a switch: an entry at the page's bus address, which
+                // nothing maps (the bus offset shows it is not the physical
+                // address).
+                let b_at = addr + PAGE_SIZE;
+                // SAFETY: as above.
+                let bus_made =
+                    unsafe { t.set(dev, &c, b_at, a, Bind::Peer(own_bus), how, &mut spare) };
+                let mut bus_entry = None;
+                t.for_each_entry(b_at / BLOCK_SIZE, i + 1..i + 2, |_, m, bus_addr, _| {
+                    if let Mapping::Peer(p) = m {
+                        bus_entry = Some((p.pfn(), bus_addr));
+                    }
+                });
+                t.detach(&c);
+                Ok((
+                    refused,
+                    left_none,
+                    made,
+                    entry,
+                    dma::force_bounce(dev),
+                    (bus_made, bus_entry),
+                ))
+            })??;
         drop(pages);
         assert_eq!(refused, Ok(false));
         assert!(left_none);
+        assert_eq!(bus_entry, (Ok(true), Some((a_pfn, want + BUS_OFFSET))));
         if ram {
             pr_info!("msvm_devpt: RAM at {want:#x}: its own address not mapped\n");
         } else if !bounce {

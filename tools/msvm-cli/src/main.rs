@@ -178,6 +178,19 @@ fn info() -> msvm_rt::Result<()> {
         }
         println!();
     }
+    println!();
+    println!("P2P paths (pci_p2pdma's, row reads column's memory):");
+    for (row, _) in &infos {
+        for p in &row.peers {
+            println!(
+                "gpu{} -> gpu{}: {} ({})",
+                row.index,
+                p.index,
+                p.path,
+                p.why()
+            );
+        }
+    }
     Ok(())
 }
 
@@ -610,8 +623,13 @@ fn query(node: Option<PathBuf>, device: Option<u32>) -> msvm_rt::Result<()> {
     println!("owner_group: {}", i.owner_group);
     for p in &i.peers {
         match p.distance {
-            Some(d) => println!("peer gpu{}:   P2P, distance {d}", p.index),
-            None => println!("peer gpu{}:   no P2P path", p.index),
+            Some(d) => println!(
+                "peer gpu{}:   P2P {}, distance {d} ({})",
+                p.index,
+                p.path,
+                p.why()
+            ),
+            None => println!("peer gpu{}:   no P2P path ({})", p.index, p.why()),
         }
     }
     Ok(())

@@ -4,7 +4,7 @@
 //! which compiles a small C program against the real header.
 
 /// `MSVM_UAPI_VERSION`.
-pub const MSVM_UAPI_VERSION: u32 = 17;
+pub const MSVM_UAPI_VERSION: u32 = 18;
 /// `MSVM_MAX_DEVICES`.
 pub const MSVM_MAX_DEVICES: u32 = 16;
 /// `MSVM_SIZE_4K`: a migration step in 4 KiB pages.
@@ -19,6 +19,14 @@ pub const MSVM_SIZE_CLASSES: usize = 3;
 pub const MSVM_QUERY_SELF: u32 = 0xffff_ffff;
 /// `MSVM_PEER_P2P`.
 pub const MSVM_PEER_P2P: u32 = 1 << 0;
+/// `MSVM_PEER_BUS_ADDR`: P2P inside a switch, by bus address.
+pub const MSVM_PEER_BUS_ADDR: u32 = 1 << 1;
+/// `MSVM_PEER_HOST_BRIDGE`: P2P through the host bridge, DMA-mapped.
+pub const MSVM_PEER_HOST_BRIDGE: u32 = 1 << 2;
+/// `MSVM_PEER_COMMON_SWITCH`: the two meet at a switch.
+pub const MSVM_PEER_COMMON_SWITCH: u32 = 1 << 3;
+/// `MSVM_PEER_ACS_REDIRECT`: ACS redirect on the path between them.
+pub const MSVM_PEER_ACS_REDIRECT: u32 = 1 << 4;
 
 /// `DRM_IOCTL_BASE`.
 pub const DRM_IOCTL_BASE: u8 = b'd';

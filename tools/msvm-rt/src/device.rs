@@ -60,6 +60,62 @@ pub struct PeerInfo {
     pub p2p: bool,
     /// `pci_p2pdma` distance, `None` when there is no P2P path.
     pub distance: Option<u32>,
+    /// The P2P path, as `pci_p2pdma` decides it for this device reading
+    /// the peer's memory.
+    pub path: P2pPath,
+    /// The two meet at a switch (an upstream bridge below the host bridge).
+    pub common_switch: bool,
+    /// A port on the path between them has ACS redirect on.
+    pub acs_redirect: bool,
+}
+
+/// How a device reaches a peer's memory over PCIe (`pci_p2pdma`'s map
+/// type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub enum P2pPath {
+    /// Inside a switch, by the peer's PCI bus address, no IOMMU mapping.
+    BusAddr,
+    /// Through the host bridge, DMA-mapped (through the IOMMU if any).
+    HostBridge,
+    /// No P2P path: data goes through system memory.
+    None,
+}
+
+impl P2pPath {
+    /// The path `MSVM_PEER_*` flags name.
+    pub fn from_flags(flags: u32) -> Self {
+        if flags & abi::MSVM_PEER_BUS_ADDR != 0 {
+            Self::BusAddr
+        } else if flags & abi::MSVM_PEER_HOST_BRIDGE != 0 {
+            Self::HostBridge
+        } else {
+            Self::None
+        }
+    }
+}
+
+impl std::fmt::Display for P2pPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::BusAddr => "bus-address",
+            Self::HostBridge => "host-bridge",
+            Self::None => "none",
+        })
+    }
+}
+
+impl PeerInfo {
+    /// Why the path is what it is, as `pci_p2pdma` decides it.
+    pub fn why(&self) -> &'static str {
+        match (self.path, self.common_switch, self.acs_redirect) {
+            (P2pPath::BusAddr, ..) => "one switch, no ACS redirect",
+            (P2pPath::HostBridge, true, _) => "ACS redirect in the switch; host bridge passes P2P",
+            (P2pPath::HostBridge, false, _) => "no common switch; host bridge passes P2P",
+            (P2pPath::None, true, _) => "ACS redirect in the switch; host bridge not whitelisted",
+            (P2pPath::None, false, _) => "no common switch; host bridge not whitelisted",
+        }
+    }
 }
 
 /// What QUERY says of a device.
@@ -335,6 +391,9 @@ impl Device {
                     index: p.index,
                     p2p: p.flags & abi::MSVM_PEER_P2P != 0,
                     distance: u32::try_from(p.distance).ok(),
+                    path: P2pPath::from_flags(p.flags),
+                    common_switch: p.flags & abi::MSVM_PEER_COMMON_SWITCH != 0,
+                    acs_redirect: p.flags & abi::MSVM_PEER_ACS_REDIRECT != 0,
                 })
                 .collect(),
         })

@@ -16,6 +16,6 @@ mod error;
 pub use clients::{clients, parse_fdinfo, Client};
 pub use device::{
     checksum, Access, Attributes, Device, DeviceInfo, Exec, ExecOutcome, Location, MigrateOutcome,
-    PciAddr, PeerInfo, Place, Residency, Stats,
+    P2pPath, PciAddr, PeerInfo, Place, Residency, Stats,
 };
 pub use error::{Error, Result};

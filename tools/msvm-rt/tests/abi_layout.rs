@@ -218,6 +218,10 @@ fn c_layout() -> Vec<(String, u64)> {
          P(\"MSVM_SIZE_CLASSES\", MSVM_SIZE_CLASSES);\n\
          P(\"MSVM_QUERY_SELF\", MSVM_QUERY_SELF);\n\
          P(\"MSVM_PEER_P2P\", MSVM_PEER_P2P);\n\
+         P(\"MSVM_PEER_BUS_ADDR\", MSVM_PEER_BUS_ADDR);\n\
+         P(\"MSVM_PEER_HOST_BRIDGE\", MSVM_PEER_HOST_BRIDGE);\n\
+         P(\"MSVM_PEER_COMMON_SWITCH\", MSVM_PEER_COMMON_SWITCH);\n\
+         P(\"MSVM_PEER_ACS_REDIRECT\", MSVM_PEER_ACS_REDIRECT);\n\
          return 0; }}\n"
     );
     std::fs::write(&src, prog).unwrap();
@@ -462,4 +466,17 @@ fn layouts_match_the_c_header() {
     }
     assert_eq!(u64::from(MSVM_QUERY_SELF), get("MSVM_QUERY_SELF"));
     assert_eq!(u64::from(MSVM_PEER_P2P), get("MSVM_PEER_P2P"));
+    assert_eq!(u64::from(MSVM_PEER_BUS_ADDR), get("MSVM_PEER_BUS_ADDR"));
+    assert_eq!(
+        u64::from(MSVM_PEER_HOST_BRIDGE),
+        get("MSVM_PEER_HOST_BRIDGE")
+    );
+    assert_eq!(
+        u64::from(MSVM_PEER_COMMON_SWITCH),
+        get("MSVM_PEER_COMMON_SWITCH")
+    );
+    assert_eq!(
+        u64::from(MSVM_PEER_ACS_REDIRECT),
+        get("MSVM_PEER_ACS_REDIRECT")
+    );
 }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::os::fd::{AsFd, AsRawFd};
 
 use msvm_rt::abi::{self, DrmMsvmPeer, DrmMsvmQuery};
-use msvm_rt::{Device, DeviceInfo, Error};
+use msvm_rt::{Device, DeviceInfo, Error, P2pPath};
 use nix::errno::Errno;
 
 use crate::check;
@@ -155,22 +155,33 @@ fn indices_are_unique_and_dense() -> Outcome {
 fn p2p_matrix_matches_pci_topology() -> Outcome {
     let all = gpus()?;
     let by_index: BTreeMap<u32, &SysGpu> = all.iter().map(|(g, _, i)| (i.index, g)).collect();
+    let cpu_p2p = sysfs::cpu_passes_p2p();
     for (g, _, i) in &all {
         for p in &i.peers {
             let other = by_index
                 .get(&p.index)
                 .ok_or(format!("unknown peer {}", p.index))?;
-            let want = sysfs::expected_distance(other, g);
+            let want = sysfs::expected_link(other, g, sysfs::acs_redirects, cpu_p2p);
+            let path = match want.path {
+                sysfs::ExpectedPath::Bus => P2pPath::BusAddr,
+                sysfs::ExpectedPath::HostBridge => P2pPath::HostBridge,
+                sysfs::ExpectedPath::None => P2pPath::None,
+            };
             check!(
-                p.distance == want && p.p2p == want.is_some(),
-                "gpu{} ({}) -> gpu{} ({}): got p2p={} distance={:?}, want {:?}",
+                p.distance == want.distance
+                    && p.p2p == want.distance.is_some()
+                    && p.path == path
+                    && p.common_switch == want.common_switch
+                    && p.acs_redirect == want.acs_redirect,
+                "gpu{} ({}) -> gpu{} ({}): got p2p={} distance={:?} path {} ({}), want {want:?}",
                 i.index,
                 g.addr,
                 p.index,
                 other.addr,
                 p.p2p,
                 p.distance,
-                want
+                p.path,
+                p.why()
             );
         }
     }

@@ -38,6 +38,7 @@ mod lifecycle;
 mod multi;
 mod numa;
 mod orphans;
+mod paths;
 mod placement;
 mod policy;
 mod race;
@@ -103,6 +104,7 @@ fn main_tests() -> Vec<harness::Test> {
         devpt::tests(),
         faults::tests(),
         multi::tests(),
+        paths::tests(),
         placement::tests(),
         replicas::tests(),
         lifecycle::tests(),
@@ -145,14 +147,29 @@ const INTEGRITY: &[&str] = &[
 ];
 
 /// The tests `msvm-tests iommu` runs, in a boot behind a virtual IOMMU
-/// (DMA and P2P addresses are IOVAs): the data-integrity tests, P2P jobs
-/// and copies, and the fault buffer's records.
+/// (DMA addresses are IOVAs; a peer inside the switch is reached at its
+/// bus address, which the switch routes): the data-integrity tests, the
+/// P2P paths as `pci_p2pdma` decides them and taken, P2P jobs and copies,
+/// and the fault buffer's records.
 const IOMMU: &[&str] = &[
+    "p2p_matrix_matches_pci_topology",
+    "debugfs_topology_matches_query",
+    "p2p_jobs_take_pci_p2pdma_paths",
     "p2p_exec_in_place_on_peer_memory",
     "hw_peer_pages_move_over_p2p_by_the_copy_engine",
     "devpt_peer_in_place_warm",
     "unreachable_peer_memory_goes_through_ram_for_exec",
     "hw_faults_stall_the_job_until_replayed_or_cancelled",
+];
+
+/// The tests `msvm-tests paths` runs, in a boot whose host bridges pass
+/// P2P (`tests/guest/paths.sh`): the paths, QUERY's and debugfs's, and
+/// jobs and migrations along each, data checked (the tests that want a
+/// GPU out of P2P reach, which this boot has not, run in the others).
+const PATHS: &[&str] = &[
+    "p2p_matrix_matches_pci_topology",
+    "debugfs_topology_matches_query",
+    "p2p_jobs_take_pci_p2pdma_paths",
 ];
 
 /// The core tests `msvm-tests generic` runs after its own, with a generic
@@ -295,6 +312,13 @@ fn main() -> ExitCode {
         Some("iommu") => main_tests()
             .into_iter()
             .filter(|t| INTEGRITY.contains(&t.name) || IOMMU.contains(&t.name))
+            .collect(),
+        // With a CPU whose host bridges pass P2P (scripts/vm.py --cpu
+        // zen): every pair has a path, inside the switch or through the
+        // host bridge.
+        Some("paths") => main_tests()
+            .into_iter()
+            .filter(|t| PATHS.contains(&t.name))
             .collect(),
         Some("hotplug") => unplug::hotplug_tests()
             .into_iter()

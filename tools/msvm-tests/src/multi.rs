@@ -1,7 +1,7 @@
 //! Several devices: execution out of a peer's memory over P2P, device to
 //! device migration, and the fallback for a peer out of P2P reach.
 
-use msvm_rt::{Device, Exec, Location, Stats};
+use msvm_rt::{Device, Exec, Location, P2pPath, Stats};
 
 use crate::check;
 use crate::harness::{Outcome, Test};
@@ -296,6 +296,23 @@ fn debugfs_topology() -> Outcome {
                 i.index,
                 other.index,
                 cells.get(k)
+            );
+        }
+        // Each pair's path line says what QUERY's flags say.
+        for p in &i.peers {
+            let head = format!("gpu{} -> gpu{}: ", i.index, p.index);
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(&head))
+                .ok_or(format!("no '{head}' line in:\n{text}"))?;
+            let want = match p.path {
+                P2pPath::BusAddr => "P2P inside the switch",
+                P2pPath::HostBridge => "P2P through the host bridge",
+                P2pPath::None => "no P2P path",
+            };
+            check!(
+                line[head.len()..].starts_with(want),
+                "'{line}', want {want}"
             );
         }
         let members: Vec<String> = infos
