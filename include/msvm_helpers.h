@@ -31,7 +31,7 @@ int msvm_pci_enable_mem_managed(struct pci_dev *pdev);
 /* @client is no PCI device. */
 #define MSVM_P2P_WHY_NOT_PCI (1u << 2)
 unsigned int msvm_pci_p2p_why(struct pci_dev *provider, struct device *client);
-unsigned int msvm_pci_dev_key(struct device *dev);
+u64 msvm_pci_dev_key(struct device *dev);
 u64 msvm_pci_bar_bus_offset(struct pci_dev *pdev, int bar);
 
 /* The dmem cgroup controller (static inlines without CONFIG_CGROUP_DMEM). */

@@ -542,6 +542,8 @@ def accel_args(want_kvm, icount=False, phys_bits=None, zen=False):
     one (TCG's max CPU is AuthenticAMD, family 6): what Linux's pci_p2pdma
     takes as a CPU whose host bridges pass P2P (cpu_supports_p2pdma())."""
     if want_kvm:
+        if zen:
+            raise SystemExit("vm.py: --cpu zen needs TCG (under KVM the guest has the host's CPU)")
         if not os.access("/dev/kvm", os.R_OK | os.W_OK):
             raise SystemExit("vm.py: MSVM_KVM=1 but /dev/kvm is not usable")
         return ["-accel", "kvm", "-cpu", "host"], "kvm"

@@ -129,14 +129,14 @@ common:
  * client (map_types_idx()): domain << 16 | bus << 8 | devfn, plus one; 0 if
  * @dev is no PCI device.
  */
-unsigned int msvm_pci_dev_key(struct device *dev)
+u64 msvm_pci_dev_key(struct device *dev)
 {
 	struct pci_dev *pdev;
 
 	if (!dev_is_pci(dev))
 		return 0;
 	pdev = to_pci_dev(dev);
-	return ((pci_domain_nr(pdev->bus) << 16) | pci_dev_id(pdev)) + 1;
+	return (((u64)(u32)pci_domain_nr(pdev->bus) << 16) | pci_dev_id(pdev)) + 1;
 }
 
 /*

@@ -166,6 +166,15 @@ impl Port {
         Some(r)
     }
 
+    /// Whether any of `[addr, addr + n)` lies in another port's decoding
+    /// window: a request over it goes piece by piece (`Device`'s bus).
+    pub fn touches(&self, addr: u64, n: usize) -> bool {
+        (0..PORTS)
+            .filter(|&p| p != self.port)
+            .filter_map(|p| self.table.read(p))
+            .any(|(_, w)| w.overlaps(addr, n))
+    }
+
     /// The sibling memory `[addr, addr + n)` reaches through the switch:
     /// the mapping of the peer's VRAM and the offset in it, when the whole
     /// range lies in one decoding window of another port. `None`: the

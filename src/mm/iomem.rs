@@ -125,7 +125,7 @@ impl WcBar {
     /// pagemap of the device memory there is made with
     /// (`super::pagemap::Pagemap::new`), which its owner's CPU side finds
     /// its pages' offsets from, and a peer its pages' bus-side addresses
-    /// ([`Self::peer_addr`]). `ERANGE` unless the range lies in the BAR,
+    /// ([`Self::peer_route`]). `ERANGE` unless the range lies in the BAR,
     /// `EINVAL` unless it is page aligned (the BAR too).
     pub(crate) fn bus_range(&self, offset: usize, len: usize) -> Result<BusRange> {
         self.check(offset, len)?;

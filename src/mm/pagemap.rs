@@ -14,7 +14,7 @@
 //! from: its offset in the BAR (its owner's CPU side, [`Pagemap::bus`])
 //! and its bus-side address, what a peer maps for P2P access to it
 //! ([`PeerAddr`], which comes only from the page, through its map:
-//! [`Pagemap::peer_addr`], for the BAR's `WcBar::peer_addr`).
+//! [`Pagemap::peer_addr`], for the BAR's `WcBar::peer_route`).
 //!
 //! The map keeps its own free pages ([`FreeMap`]): a page is handed out
 //! ([`Pagemap::alloc_pages`], [`Pagemap::alloc_block`]) only off the free map
@@ -160,7 +160,7 @@ impl<T: PagemapOps> Pagemap<T> {
     /// device's). Page `i` of the map stands for page `i` of `bus`, if it
     /// is a range (of `len` bytes too: `EINVAL` otherwise): its owner finds
     /// the page there ([`Self::bus`]), and peers reach it over P2P
-    /// (`WcBar::peer_addr`).
+    /// (`WcBar::peer_route`).
     pub(crate) fn new<I: PinInit<T, Error>>(
         len: usize,
         key: &'static OwnerKey<T>,
@@ -254,7 +254,7 @@ impl<T: PagemapOps> Pagemap<T> {
     /// What the map's pages stand for on the bus, as it was made: for a
     /// range of a BAR, page `i` of the map is at BAR offset
     /// `bus().offset() + i * PAGE_SIZE`, and a peer reaches it at page `i`
-    /// of the range (`WcBar::peer_addr`).
+    /// of the range (`WcBar::peer_route`).
     pub(crate) fn bus(&self) -> &T::Bus {
         &self.bus
     }
@@ -406,7 +406,7 @@ impl<T: PagemapOps> Pagemap<T> {
     /// The bus-side address of `page`, one of this map's pages, that a
     /// peer maps for P2P access to it: page `i` of the map's range for page
     /// `i` of the map. `None` for a page of another map, or if the map
-    /// stands for no range. Only for `WcBar::peer_addr`, which checks the
+    /// stands for no range. Only for `WcBar::peer_route`, which checks the
     /// range against the live BAR it is a range of (and KUnit cases):
     /// nothing here knows whether the BAR is still there.
     ///
@@ -432,7 +432,7 @@ impl<T: PagemapOps> Pagemap<T> {
 /// physical address of page `i` of its map's range (`BusRange`) for page
 /// `i` of the map, which a peer maps for P2P access (`super::p2p::PeerMap`,
 /// a device page table's peer entries). Made only from the page
-/// ([`Pagemap::peer_addr`]), by `WcBar::peer_addr` while the BAR of the
+/// ([`Pagemap::peer_addr`]), by `WcBar::peer_route` while the BAR of the
 /// map's range is live: a device that reaches the address reaches the
 /// memory the page's owner finds at the same page of the range (its BAR
 /// offset). A KUnit case's range stands for no BAR.

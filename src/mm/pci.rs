@@ -151,9 +151,10 @@ where
 /// bus is reached the same way. The mapping paths ask it for each page
 /// they map, without a config space read each time.
 pub(crate) struct PathCache {
-    /// Each a client's key (`msvm_pci_dev_key`, never 0) in bits 63:8 and
-    /// its path in bits 7:0, or 0 for a free slot; taken once, never
-    /// freed (a full cache decides again each time).
+    /// Each a client's key (`msvm_pci_dev_key`: its domain, bus and
+    /// devfn, plus one, at most 49 bits, never 0) in bits 63:8 and its
+    /// path in bits 7:0, or 0 for a free slot; taken once, never freed (a
+    /// full cache decides again each time).
     slots: [Atomic<u64>; PATH_SLOTS],
 }
 
@@ -174,7 +175,7 @@ impl PathCache {
         C: device::DeviceContext,
     {
         // SAFETY: `client` is a valid `struct device` (the borrow).
-        let key = u64::from(unsafe { b::msvm_pci_dev_key(super::rawdev::raw(client)) });
+        let key = unsafe { b::msvm_pci_dev_key(super::rawdev::raw(client)) };
         if key == 0 {
             return P2pPath::None;
         }

@@ -58,7 +58,7 @@ impl Chunk {
     /// `map`: page `i` is `i` pages after it. Its pagemap's range of the
     /// BAR says it ([`Pagemap::bus`]), the one place the chunk's place in
     /// the BAR is kept: a peer reaches page `i` at page `i` of the same
-    /// range (`VramPool::peer_addr`).
+    /// range (`VramPool::peer_route`).
     pub(super) fn base(map: &Pagemap<Chunk>) -> usize {
         map.bus().offset()
     }

@@ -12,7 +12,7 @@
 //! chunk's pagemap is made with that range of the BAR, which it alone
 //! keeps: the pool finds a page's offset from it ([`Chunk::base`],
 //! [`locate`]), and a peer maps the page at the bus-side address the same
-//! range gives ([`VramPool::peer_addr`]).
+//! range gives ([`VramPool::peer_route`]).
 //!
 //! Chunk states ([`Slot`]): `Absent` (no pagemap) -> `Creating` (its
 //! pagemap being created, outside the lock, by [`VramPool::grow`]: never

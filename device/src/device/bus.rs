@@ -6,8 +6,14 @@
 //! switch (`crate::switch`); any other goes upstream, to the DMA space
 //! (directly, through QEMU, or refused).
 
+use std::ops::Range;
+
 use super::*;
 use crate::dma::DmaCounts;
+
+/// The largest request a device sends that the switch routes by itself:
+/// no PCIe request crosses a 4 KiB boundary.
+const PIECE: u64 = 4096;
 
 impl Device {
     /// Refused unless the command register lets the device master the bus.
@@ -18,33 +24,68 @@ impl Device {
         }
     }
 
+    /// The pieces a request of `n` bytes at `addr` goes on the bus in, as
+    /// offsets in it: all of it, unless part of it lies in a sibling's
+    /// window and part does not (or in two siblings' windows), when it
+    /// goes as a device's requests do on PCIe, none crossing a 4 KiB
+    /// boundary, each routed or sent upstream by itself.
+    fn pieces(&self, addr: u64, n: usize) -> Vec<Range<usize>> {
+        // One piece: all of it (a `Range` in a `Vec`, which is the point).
+        #[allow(clippy::single_range_in_vec_init)]
+        let whole = || vec![0..n];
+        let Some(p) = &self.switch else {
+            return whole();
+        };
+        if p.route(addr, n).is_some() || !p.touches(addr, n) {
+            return whole();
+        }
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < n {
+            let a = addr + at as u64;
+            let end = (at + (PIECE - a % PIECE) as usize).min(n);
+            out.push(at..end);
+            at = end;
+        }
+        out
+    }
+
     /// A DMA read by the device at `addr`: refused without bus mastering;
     /// through the switch to a sibling, or else through the DMA space
-    /// (refused outside it).
+    /// (refused outside it), piece by piece where it spans both
+    /// ([`Self::pieces`]).
     pub fn dma_read(&self, addr: u64, buf: &mut [u8], remote: &dyn Remote) -> Result<(), Error> {
         self.may_master()?;
-        let n = buf.len();
-        if let Some(r) = self
-            .switch
-            .as_ref()
-            .and_then(|p| p.reach(addr, n, |m, off| m.read(off, buf)))
-        {
-            return r;
+        for r in self.pieces(addr, buf.len()) {
+            let (a, b) = (addr + r.start as u64, &mut buf[r]);
+            let n = b.len();
+            let routed = self
+                .switch
+                .as_ref()
+                .and_then(|p| p.reach(a, n, |m, off| m.read(off, b)));
+            match routed {
+                Some(res) => res?,
+                None => self.dma.read(a, b, remote)?,
+            }
         }
-        self.dma.read(addr, buf, remote)
+        Ok(())
     }
 
     /// A DMA write by the device at `addr`, as [`Device::dma_read`] reads.
     pub fn dma_write(&self, addr: u64, data: &[u8], remote: &dyn Remote) -> Result<(), Error> {
         self.may_master()?;
-        if let Some(r) = self
-            .switch
-            .as_ref()
-            .and_then(|p| p.reach(addr, data.len(), |m, off| m.write(off, data)))
-        {
-            return r;
+        for r in self.pieces(addr, data.len()) {
+            let (a, d) = (addr + r.start as u64, &data[r]);
+            let routed = self
+                .switch
+                .as_ref()
+                .and_then(|p| p.reach(a, d.len(), |m, off| m.write(off, d)));
+            match routed {
+                Some(res) => res?,
+                None => self.dma.write(a, d, remote)?,
+            }
         }
-        self.dma.write(addr, data, remote)
+        Ok(())
     }
 
     /// An atomic add of `v` to the 64-bit word at DMA address `addr`

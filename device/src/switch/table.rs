@@ -69,6 +69,16 @@ pub struct Window {
 impl Window {
     /// Whether the whole of `[addr, addr + n)` lies in the window while it
     /// decodes (a window that would wrap past 2^64 holds nothing).
+    /// Whether the window decodes any of `[addr, addr + n)`.
+    pub fn overlaps(&self, addr: u64, n: usize) -> bool {
+        let (Some(end), Some(last)) = (self.base.checked_add(self.len), addr.checked_add(n as u64))
+        else {
+            return false;
+        };
+        self.decoding && self.gen != 0 && addr < end && last > self.base
+    }
+
+    /// Whether the window decodes all of `[addr, addr + n)`.
     pub fn holds(&self, addr: u64, n: usize) -> bool {
         let (Some(end), Some(last)) = (self.base.checked_add(self.len), addr.checked_add(n as u64))
         else {

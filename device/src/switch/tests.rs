@@ -103,9 +103,21 @@ fn what_no_sibling_decodes_goes_upstream() {
     // Its own window: a device's request for its own BAR is not the
     // switch's to turn back.
     refused(BASE, 8);
-    // Straddling the sibling's window, at either edge.
+    // Over the sibling window's first edge: the piece below it goes
+    // upstream (refused) first, nothing reaches the sibling.
     refused(BASE + VRAM - 4, 8);
-    refused(BASE + 2 * VRAM - 4, 8);
+    // Over its last edge: as a device's requests go, 4 KiB pieces at most
+    // (none crosses a 4 KiB boundary); the sibling's piece is routed, the
+    // rest goes upstream (refused).
+    let before = a.dma_counts();
+    assert!(a
+        .dma_write(BASE + 2 * VRAM - 4, &[0xee; 8], &NoRemote)
+        .is_err());
+    let after = a.dma_counts();
+    assert_eq!(after.switch_bytes - before.switch_bytes, 4);
+    assert_eq!(after.refused, before.refused + 1);
+    assert_eq!(vram(&b, VRAM - 4, 4), [0xee; 4]);
+    b.region_write(region::BAR2, VRAM - 4, &[0; 4]).unwrap();
     // In no window.
     refused(BASE + 2 * VRAM, 8);
     refused(0x1000, 8);
@@ -136,7 +148,8 @@ fn what_no_sibling_decodes_goes_upstream() {
     a.dma_read(BASE + VRAM, &mut got, &Fives).unwrap();
     assert_eq!(got, [0; 4]);
     let c = a.dma_counts();
-    assert_eq!((c.remote_bytes, c.switch_bytes), (4, 4));
+    // The 4 bytes routed over the window's last edge above, and these.
+    assert_eq!((c.remote_bytes, c.switch_bytes), (4, 8));
 }
 
 #[test]
@@ -270,4 +283,24 @@ fn the_dma_counters_show_each_path_and_start_again_at_reset() {
     alone.region_write(region::CONFIG, 4, &[0x04, 0]).unwrap();
     assert!(alone.dma_write(BASE, &[1], &Sink).is_err());
     assert_eq!(alone.dma_counts().switch_bytes, 0);
+}
+
+/// A request over two siblings' adjacent windows reaches both, a 4 KiB
+/// piece at a time (the copy engine's merged steps over two peers' pages).
+#[test]
+fn a_request_over_two_siblings_reaches_both() {
+    let dir = Dir::new("adjacent");
+    let a = device(&dir, 0);
+    let b = device(&dir, 1);
+    let c = device(&dir, 2);
+    place(&b, BASE, true);
+    place(&c, BASE + VRAM, true);
+    let data: Vec<u8> = (0..8192u32).map(|i| i as u8).collect();
+    a.dma_write(BASE + VRAM - 4096, &data, &NoRemote).unwrap();
+    assert_eq!(vram(&b, VRAM - 4096, 4096), &data[..4096]);
+    assert_eq!(vram(&c, 0, 4096), &data[4096..]);
+    let mut got = vec![0; 8192];
+    a.dma_read(BASE + VRAM - 4096, &mut got, &NoRemote).unwrap();
+    assert_eq!(got, data);
+    assert_eq!(a.dma_counts().switch_bytes, 2 * 8192);
 }

@@ -12,6 +12,8 @@
 //! `BENCH latency_hwfault_<kind>_<first|warm>_{p50,p99}_us`, with
 //! `latency_hwfault_nofault_p50_us` (the same job, its entry there) to
 //! compare, and fails unless every sample stalled and was replayed.
+//! `msvm-tests bench-faults NAME` names them `NAME_...` instead (the
+//! IOMMU boot's `iommu_strict_latency_fault`).
 
 use std::time::Instant;
 
@@ -31,7 +33,7 @@ fn e(x: impl std::fmt::Display) -> String {
     x.to_string()
 }
 
-pub fn run() -> Result<(), String> {
+pub fn run(name: &str) -> Result<(), String> {
     let gpus = sysfs::msvm_gpus()?;
     let open = |k: usize| -> Result<Device, String> {
         let g = gpus.get(k).ok_or_else(|| format!("no gpu{k}"))?;
@@ -96,12 +98,12 @@ pub fn run() -> Result<(), String> {
         }
         for (mode, v) in ["first", "warm"].into_iter().zip(t.iter_mut()) {
             let (p50, p99) = percentiles(v);
-            println!("BENCH latency_hwfault_{kind}_{mode}_p50_us {p50:.1} us");
-            println!("BENCH latency_hwfault_{kind}_{mode}_p99_us {p99:.1} us");
+            println!("BENCH {name}_{kind}_{mode}_p50_us {p50:.1} us");
+            println!("BENCH {name}_{kind}_{mode}_p99_us {p99:.1} us");
         }
     }
     let (p50, _) = percentiles(&mut nofault);
-    println!("BENCH latency_hwfault_nofault_p50_us {p50:.1} us");
+    println!("BENCH {name}_nofault_p50_us {p50:.1} us");
     Ok(())
 }
 

@@ -14,8 +14,9 @@
 //! the one running); `.overhead_unpipelined` the same, one window at a
 //! time (debugfs `job_engine`'s `pipeline 0`), in the same rounds.
 //! `hw_p2p_over_own_<MIB>M`: the same CHECKSUM in place by gpu0's P2P
-//! peer's job engine (reading gpu0's VRAM over P2P, through QEMU's
-//! DMA_READ, 8 bytes an access) over gpu0's own, best of each. Then the
+//! peer's job engine (reading gpu0's VRAM over P2P, inside the switch,
+//! which routes the bus address to gpu0's VRAM) over gpu0's own, best of
+//! each. Then the
 //! smallest job's round trip each way
 //! (`hw_job_latency_{device,cpu}_{p50,p99}_us`).
 

@@ -206,9 +206,10 @@ fn round_trips(dev: &Device) -> Outcome {
 }
 
 /// 4 MiB of written pages on the second GPU of the P2P pair move to the
-/// first: on msvm-gpu its copy engine reads them from the peer's BAR at the
-/// bus address the DMA API gave (QEMU serves the reads: the device log's
-/// "through QEMU"), at least every byte counted as P2P, no failure; then
+/// first: on msvm-gpu its copy engine reads them from the peer's BAR along
+/// the path `pci_p2pdma` decides (behind one switch, its bus address,
+/// which the switch routes: the device log's "through the switch"), at
+/// least every byte counted as P2P, no failure; then
 /// the pages come home intact.
 fn peer_pages_move_over_p2p() -> Outcome {
     let (a, b, _) = crate::multi::devices()?;

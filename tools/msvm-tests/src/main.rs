@@ -15,6 +15,7 @@
 mod bench;
 mod bench_faults;
 mod bench_hw;
+mod bench_iommu;
 mod bench_jobs;
 mod busy;
 mod cases;
@@ -227,7 +228,11 @@ fn main() -> ExitCode {
             let res = bench_jobs::run(arg(1, 64));
             return finish("bench-jobs", res, None);
         }
-        Some("bench-faults") => return finish("bench-faults", bench_faults::run(), None),
+        Some("bench-faults") => {
+            let res = bench_faults::run(&arg(1, "latency_hwfault".to_string()));
+            return finish("bench-faults", res, None);
+        }
+        Some("bench-iommu") => return finish("bench-iommu", bench_iommu::run(arg(1, 64)), None),
         Some("bench-latency") => return finish("bench-latency", bench::run_latency(), None),
         Some("bench-devpt") => return finish("bench-devpt", bench::run_devpt(), None),
         Some("bench-scale") => return finish("bench-scale", bench::run_scale(), None),
