@@ -54,6 +54,7 @@ mod tenants;
 mod topology8;
 mod trace;
 mod trust;
+mod unmap;
 mod unplug;
 
 use std::process::ExitCode;
@@ -106,6 +107,7 @@ fn main_tests() -> Vec<harness::Test> {
         faults::tests(),
         multi::tests(),
         paths::tests(),
+        unmap::tests(),
         placement::tests(),
         replicas::tests(),
         lifecycle::tests(),
@@ -156,6 +158,7 @@ const IOMMU: &[&str] = &[
     "p2p_matrix_matches_pci_topology",
     "debugfs_topology_matches_query",
     "p2p_jobs_take_pci_p2pdma_paths",
+    "freed_pages_are_unmapped_before_their_next_owner",
     "p2p_exec_in_place_on_peer_memory",
     "hw_peer_pages_move_over_p2p_by_the_copy_engine",
     "devpt_peer_in_place_warm",
