@@ -639,15 +639,7 @@ fn unmap(dev: Option<&Device>, pte: Pte) {
         KIND_DMA => unsafe { dma::unmap_page(dev, pte.addr) },
         // SAFETY: as above, for a peer entry mapped through the host
         // bridge (a bus-address entry, `KIND_PEER_BUS`, maps nothing).
-        KIND_PEER => unsafe {
-            p2p::unmap_peer(
-                dev,
-                p2p::PeerMapping {
-                    addr: pte.addr,
-                    mapped: true,
-                },
-            )
-        },
+        KIND_PEER => unsafe { p2p::unmap_peer(dev, p2p::PeerMapping::dma(pte.addr)) },
         _ => {}
     }
 }

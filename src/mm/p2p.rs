@@ -135,6 +135,13 @@ pub(super) struct PeerMapping {
     pub(super) mapped: bool,
 }
 
+impl PeerMapping {
+    /// A DMA mapping at `addr`.
+    pub(super) fn dma(addr: u64) -> Self {
+        Self { addr, mapped: true }
+    }
+}
+
 /// Maps the peer memory `route` leads to for `dev` (as [`PeerMap::map`]
 /// says): the address `dev` reaches it at, which [`unmap_peer`] must let
 /// go of. `None` if `route` was made for another device, or the DMA
@@ -164,7 +171,7 @@ pub(super) fn map_peer(dev: &device::Device<Bound>, route: PeerRoute<'_>) -> Opt
                     0,
                 )
             };
-            mapped(dev, addr).then_some(PeerMapping { addr, mapped: true })
+            mapped(dev, addr).then(|| PeerMapping::dma(addr))
         }
     }
 }

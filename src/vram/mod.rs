@@ -464,14 +464,12 @@ impl VramPool {
         locate(page, self.key)
     }
 
-    /// How `client` reaches device page `page`, a page of a pool of this
-    /// one's owner group (as [`Self::locate`] finds it), over P2P: the
-    /// bus-side address of the BAR page at its offset (its pagemap's range
-    /// gives both), checked against that pool's BAR, along the path
-    /// `pci_p2pdma` gives `client` to that BAR (`WcBar::peer_route`).
-    /// `ENODEV` once that pool's BAR is gone or sealed ([`VramPool::bar`]),
-    /// `EINVAL` for a page of no such pool, `EREMOTEIO` if `pci_p2pdma`
-    /// gives `client` no path to it.
+    /// How `client` reaches device page `page` of a pool of this one's
+    /// owner group ([`Self::locate`]) over P2P: the bus-side address its
+    /// pagemap's range gives, checked against that pool's BAR, along the
+    /// path `pci_p2pdma` gives `client` (`WcBar::peer_route`). `ENODEV`
+    /// once that BAR is gone or sealed ([`VramPool::bar`]), `EINVAL` for a
+    /// page of no such pool, `EREMOTEIO` if `client` has no path to it.
     pub(crate) fn peer_route<'p>(
         &self,
         page: PageRef<'p>,
