@@ -79,7 +79,7 @@ fi
 # skips it).
 rm -f "$B/bench-iommu.log"
 if [ "${MSVM_BENCH_IOMMU:-1}" != 0 ]; then
-	python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
+	MSVM_KVM=0 python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
 		--initrd "$B/bench-initramfs.cpio" --gpus sw,sw,rp --vram 512M --mem 2G \
 		--iommu intel --cpu zen --append "intel_iommu=on iommu.strict=1" \
 		--cmd bench-iommu --quiet-boot --log "$B/bench-iommu.log" --timeout 900 || rc=$?

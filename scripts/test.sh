@@ -12,8 +12,10 @@
 #      own root port), loads msvm (its KUnit suites run), runs the integration
 #      tests, unbind/re-bind, PCIe hot-unplug/re-plug and rmmod; then a
 #      small-RAM boot, a boot whose last GPU's device process is killed
-#      under a job, a swiotlb=force boot, two boots behind a virtual
-#      IOMMU (intel-iommu, strict and passthrough), a boot with generic devices
+#      under a job, a swiotlb=force boot, three boots behind a virtual
+#      IOMMU (intel-iommu, strict, lazy and passthrough), a boot whose GPUs
+#      reach each other inside a switch and through the host bridge (a CPU
+#      taken for an AMD Zen one: MSVM_KVM does not apply), a boot with generic devices
 #      (NVMe controllers bound at run time) and the 8-GPU server (two NUMA
 #      nodes, a host bridge each). Every GPU is an msvm-gpu device (device/,
 #      one process each, attached over vfio-user, QEMU 11.1), but in the
@@ -152,7 +154,7 @@ msvm_stage guest-iommu-pt iommu_boot iommu=pt pt || pt_rc=$?
 # routes, no IOMMU), and through the host bridge to the GPU on its own
 # root port (its BAR mapped through the IOMMU).
 paths_rc=0
-msvm_stage guest-paths python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
+msvm_stage guest-paths env MSVM_KVM=0 python3 "$MSVM_TOP/scripts/vm.py" --kernel "$MSVM_KDIR/arch/x86/boot/bzImage" \
 	--initrd "$B/test-initramfs.cpio" --gpus sw,sw,rp --iommu intel --cpu zen --cmd paths \
 	--append "intel_iommu=on iommu.strict=1" \
 	--log "$B/test-paths-console.log" --timeout "${MSVM_TEST_TIMEOUT:-900}" || paths_rc=$?

@@ -590,6 +590,8 @@ def main():
     args = ap.parse_args()
 
     want_kvm = os.environ.get("MSVM_KVM", "") not in ("", "0")
+    if want_kvm and args.cpu == "zen":
+        raise SystemExit("vm.py: --cpu zen needs TCG (under KVM the guest has the host's CPU)")
     gpus = PRESETS.get(args.gpus, args.gpus)
     tmp = tempfile.mkdtemp(prefix="msvm-vm-")
     entries = [g for g in gpus.split(",") if g]

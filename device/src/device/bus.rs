@@ -24,46 +24,31 @@ impl Device {
         }
     }
 
-    /// The pieces a request of `n` bytes at `addr` goes on the bus in, as
-    /// offsets in it: all of it, unless part of it lies in a sibling's
-    /// window and part does not (or in two siblings' windows), when it
-    /// goes as a device's requests do on PCIe, none crossing a 4 KiB
-    /// boundary, each routed or sent upstream by itself.
-    fn pieces(&self, addr: u64, n: usize) -> Vec<Range<usize>> {
-        // One piece: all of it (a `Range` in a `Vec`, which is the point).
-        #[allow(clippy::single_range_in_vec_init)]
-        let whole = || vec![0..n];
-        let Some(p) = &self.switch else {
-            return whole();
-        };
-        if p.route(addr, n).is_some() || !p.touches(addr, n) {
-            return whole();
-        }
-        let mut out = Vec::new();
-        let mut at = 0;
-        while at < n {
-            let a = addr + at as u64;
-            let end = (at + (PIECE - a % PIECE) as usize).min(n);
-            out.push(at..end);
-            at = end;
-        }
-        out
+    /// Whether a request of `n` bytes at `addr` that the switch did not
+    /// route whole goes in pieces: when part of it lies in a sibling's
+    /// window (or in two siblings'), it goes as a device's requests do on
+    /// PCIe, none crossing a 4 KiB boundary, each routed or sent upstream
+    /// by itself ([`pieces`]).
+    fn in_pieces(&self, addr: u64, n: usize) -> bool {
+        self.switch.as_ref().is_some_and(|p| p.touches(addr, n))
     }
 
     /// A DMA read by the device at `addr`: refused without bus mastering;
     /// through the switch to a sibling, or else through the DMA space
-    /// (refused outside it), piece by piece where it spans both
-    /// ([`Self::pieces`]).
+    /// (refused outside it); in pieces where it spans both
+    /// ([`Self::in_pieces`]).
     pub fn dma_read(&self, addr: u64, buf: &mut [u8], remote: &dyn Remote) -> Result<(), Error> {
         self.may_master()?;
-        for r in self.pieces(addr, buf.len()) {
+        if let Some(r) = self.routed(addr, buf.len(), |m, off| m.read(off, buf)) {
+            return r;
+        }
+        if !self.in_pieces(addr, buf.len()) {
+            return self.dma.read(addr, buf, remote);
+        }
+        for r in pieces(addr, buf.len()) {
             let (a, b) = (addr + r.start as u64, &mut buf[r]);
             let n = b.len();
-            let routed = self
-                .switch
-                .as_ref()
-                .and_then(|p| p.reach(a, n, |m, off| m.read(off, b)));
-            match routed {
+            match self.routed(a, n, |m, off| m.read(off, b)) {
                 Some(res) => res?,
                 None => self.dma.read(a, b, remote)?,
             }
@@ -74,18 +59,31 @@ impl Device {
     /// A DMA write by the device at `addr`, as [`Device::dma_read`] reads.
     pub fn dma_write(&self, addr: u64, data: &[u8], remote: &dyn Remote) -> Result<(), Error> {
         self.may_master()?;
-        for r in self.pieces(addr, data.len()) {
+        if let Some(r) = self.routed(addr, data.len(), |m, off| m.write(off, data)) {
+            return r;
+        }
+        if !self.in_pieces(addr, data.len()) {
+            return self.dma.write(addr, data, remote);
+        }
+        for r in pieces(addr, data.len()) {
             let (a, d) = (addr + r.start as u64, &data[r]);
-            let routed = self
-                .switch
-                .as_ref()
-                .and_then(|p| p.reach(a, d.len(), |m, off| m.write(off, d)));
-            match routed {
+            match self.routed(a, d.len(), |m, off| m.write(off, d)) {
                 Some(res) => res?,
                 None => self.dma.write(a, d, remote)?,
             }
         }
         Ok(())
+    }
+
+    /// `f(sibling's VRAM, offset)` if the switch routes `[addr, addr + n)`
+    /// to a sibling; `None` if it goes upstream.
+    fn routed(
+        &self,
+        addr: u64,
+        n: usize,
+        f: impl FnOnce(&Mmap, u64) -> Result<(), Error>,
+    ) -> Option<Result<(), Error>> {
+        self.switch.as_ref().and_then(|p| p.reach(addr, n, f))
     }
 
     /// An atomic add of `v` to the 64-bit word at DMA address `addr`
@@ -112,4 +110,18 @@ impl Device {
             ..self.dma.counts()
         }
     }
+}
+
+/// `[0, n)` for a request at `addr` in the pieces that cross no 4 KiB
+/// boundary.
+fn pieces(addr: u64, n: usize) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < n {
+        let a = addr + at as u64;
+        let end = (at + (PIECE - a % PIECE) as usize).min(n);
+        out.push(at..end);
+        at = end;
+    }
+    out
 }

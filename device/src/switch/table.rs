@@ -67,9 +67,8 @@ pub struct Window {
 }
 
 impl Window {
-    /// Whether the whole of `[addr, addr + n)` lies in the window while it
-    /// decodes (a window that would wrap past 2^64 holds nothing).
-    /// Whether the window decodes any of `[addr, addr + n)`.
+    /// Whether the window decodes any of `[addr, addr + n)` (a window that
+    /// would wrap past 2^64 decodes nothing).
     pub fn overlaps(&self, addr: u64, n: usize) -> bool {
         let (Some(end), Some(last)) = (self.base.checked_add(self.len), addr.checked_add(n as u64))
         else {
@@ -78,7 +77,8 @@ impl Window {
         self.decoding && self.gen != 0 && addr < end && last > self.base
     }
 
-    /// Whether the window decodes all of `[addr, addr + n)`.
+    /// Whether the whole of `[addr, addr + n)` lies in the window while it
+    /// decodes (a window that would wrap past 2^64 holds nothing).
     pub fn holds(&self, addr: u64, n: usize) -> bool {
         let (Some(end), Some(last)) = (self.base.checked_add(self.len), addr.checked_add(n as u64))
         else {

@@ -116,15 +116,19 @@ fn set_mode(addr: &str, mode: &str) -> Result<(), String> {
     if now.trim() == mode {
         return Ok(());
     }
-    let bound = !(now.trim() == "DMA" && mode == "DMA-FQ");
-    if bound {
+    // Only DMA to DMA-FQ may happen with the driver bound.
+    let unbind = !(now.trim() == "DMA" && mode == "DMA-FQ");
+    if unbind {
         fs::write(format!("{DRIVER}/unbind"), addr).map_err(|x| format!("unbind {addr}: {x}"))?;
     }
     let set = fs::write(&path, mode).map_err(|x| format!("{path} <- {mode}: {x}"));
-    if bound {
-        fs::write(format!("{DRIVER}/bind"), addr).map_err(|x| format!("bind {addr}: {x}"))?;
+    if unbind {
+        let bound =
+            fs::write(format!("{DRIVER}/bind"), addr).map_err(|x| format!("bind {addr}: {x}"));
+        set.and(bound)?;
+    } else {
+        set?;
     }
-    set?;
     let start = Instant::now();
     while !sysfs::msvm_gpus()?.iter().any(|g| g.addr == addr) {
         if start.elapsed() > Duration::from_secs(30) {
@@ -164,6 +168,11 @@ fn modes(len: usize, mib: usize) -> Result<(), String> {
                 .ok_or("the GPU went")?;
             let d = Device::open(&g.node).map_err(e)?;
             d.vm_create().map_err(e)?;
+            // Untimed, first: the device's memory as every mode finds it
+            // (a rebound device has no chunk yet; lazy follows strict on
+            // the same binding).
+            timed_migrate(&d, addr, len, Location::Device)?;
+            timed_migrate(&d, addr, len, Location::System)?;
             let secs = timed_migrate(&d, addr, len, Location::Device)?
                 + timed_migrate(&d, addr, len, Location::System)?;
             t[k].push(secs);
