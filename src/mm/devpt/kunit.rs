@@ -135,11 +135,13 @@ mod tests {
                 let c = Counters::new(0);
                 let mut spare = Spare::new(1)?;
                 let how = (true, Life::Job);
-                // SAFETY: the table is the case's own, of no mirror: nothing
-                // but this case changes it, and page `a` is held (`pages`)
-                // for longer than the table lives.
-                let refused =
-                    unsafe { t.set(dev, &c, addr, a, Bind::Peer(other_hb), how, &mut spare) };
+                let refused = {
+                    let other = Bind::Peer(other_hb);
+                    // SAFETY: the table is the case's own, of no mirror:
+                    // nothing but this case changes it, and page `a` is
+                    // held (`pages`) for longer than the table lives.
+                    unsafe { t.set(dev, &c, addr, a, other, how, &mut spare) }
+                };
                 let left_none = t.mapping(addr).is_none();
                 let made = if ram {
                     Ok(false)
@@ -158,9 +160,11 @@ mod tests {
                 // nothing maps (the bus offset shows it is not the physical
                 // address).
                 let b_at = addr + PAGE_SIZE;
-                // SAFETY: as above.
-                let bus_made =
-                    unsafe { t.set(dev, &c, b_at, a, Bind::Peer(own_bus), how, &mut spare) };
+                let bus_made = {
+                    let own = Bind::Peer(own_bus);
+                    // SAFETY: as above.
+                    unsafe { t.set(dev, &c, b_at, a, own, how, &mut spare) }
+                };
                 let mut bus_entry = None;
                 t.for_each_entry(b_at / BLOCK_SIZE, i + 1..i + 2, |_, m, bus_addr, _| {
                     if let Mapping::Peer(p) = m {
