@@ -382,7 +382,7 @@ fn show_topology(_: &(), f: &mut fmt::Formatter<'_>) -> fmt::Result {
             match topo
                 .peers(i)
                 .find(|p| p.index == j)
-                .and_then(|p| p.distance)
+                .and_then(|p| p.link.distance)
             {
                 Some(d) => write!(f, " {d:>5}")?,
                 None => write!(f, "     -")?,

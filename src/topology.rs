@@ -21,10 +21,8 @@ pub(crate) const MAX_DEVICES: usize = u32_as_usize(crate::mm::abi::MSVM_MAX_DEVI
 pub(crate) struct Peer {
     /// msvm index of the other device.
     pub(crate) index: usize,
-    /// P2P distance for this device accessing the peer's memory, `None` when
-    /// there is no P2P path.
-    pub(crate) distance: Option<u32>,
-    /// This device's P2P link to the peer's memory: its path, and why.
+    /// This device's P2P link to the peer's memory: its path, its distance
+    /// (`None` with no path), and why.
     pub(crate) link: P2pLink,
 }
 
@@ -193,13 +191,9 @@ impl<N> Topology<N> {
             .iter()
             .enumerate()
             .filter(move |(j, n)| present && *j != index && n.is_some())
-            .map(move |(j, _)| {
-                let link = self.links[j][index];
-                Peer {
-                    index: j,
-                    distance: link.distance,
-                    link,
-                }
+            .map(move |(j, _)| Peer {
+                index: j,
+                link: self.links[j][index],
             })
     }
 }
@@ -237,7 +231,7 @@ mod tests {
 
     /// A peer's index and distance.
     fn seen(p: Peer) -> (usize, Option<u32>) {
-        (p.index, p.distance)
+        (p.index, p.link.distance)
     }
 
     #[test]
@@ -268,7 +262,7 @@ mod tests {
         assert_eq!(t.peers(1).next().map(seen), Some((0, Some(4))));
         assert!(t
             .peers(2)
-            .all(|p| p.distance.is_none() && !p.link.reaches()));
+            .all(|p| p.link.distance.is_none() && !p.link.reaches()));
         Ok(())
     }
 
@@ -285,11 +279,11 @@ mod tests {
         // The freed index is reused, with fresh distances.
         assert_eq!(t.insert(Fake(13, 0), dist)?, 1);
         assert_eq!(
-            t.peers(0).find(|p| p.index == 1).map(|p| p.distance),
+            t.peers(0).find(|p| p.index == 1).map(|p| p.link.distance),
             Some(None)
         );
         assert_eq!(
-            t.peers(2).find(|p| p.index == 0).map(|p| p.distance),
+            t.peers(2).find(|p| p.index == 0).map(|p| p.link.distance),
             Some(Some(4))
         );
         Ok(())
@@ -373,8 +367,8 @@ mod tests {
                 }
             },
         )?;
-        assert_eq!(t.peers(1).next().map(|p| p.distance), Some(Some(2)));
-        assert_eq!(t.peers(0).next().map(|p| p.distance), Some(None));
+        assert_eq!(t.peers(1).next().map(|p| p.link.distance), Some(Some(2)));
+        assert_eq!(t.peers(0).next().map(|p| p.link.distance), Some(None));
         Ok(())
     }
 }

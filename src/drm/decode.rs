@@ -67,7 +67,7 @@ impl QueryRequest {
 
 /// The user-space record of one peer.
 pub(super) fn encode_peer(p: &Peer) -> [u8; PEER_SIZE] {
-    let (distance, p2p) = match p.distance {
+    let (distance, p2p) = match p.link.distance {
         Some(d) => (i32::try_from(d).unwrap_or(i32::MAX), MSVM_PEER_P2P),
         None => (-1, 0),
     };

@@ -94,7 +94,6 @@ mod tests {
         };
         let r = encode_peer(&Peer {
             index: 3,
-            distance: Some(4),
             link: bus,
         });
         assert_eq!(r[0..4], 3u32.to_ne_bytes());
@@ -105,7 +104,6 @@ mod tests {
         // ACS redirect below the switch, the host bridge passing P2P.
         let r = encode_peer(&Peer {
             index: 2,
-            distance: Some(6),
             link: P2pLink {
                 path: P2pPath::HostBridge,
                 distance: Some(6),
@@ -122,7 +120,6 @@ mod tests {
         assert_eq!(r[8..12], flags.to_ne_bytes());
         let r = encode_peer(&Peer {
             index: 1,
-            distance: None,
             link: P2pLink::NONE,
         });
         assert_eq!(r[4..8], (-1i32).to_ne_bytes());
