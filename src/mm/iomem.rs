@@ -78,6 +78,7 @@ impl WcBar {
     ) -> Result<Devres<Self>> {
         let len = usize::try_from(pdev.resource_len(bar)?)?.min(max_len);
         let phys = pdev.resource_start(bar)?;
+        let bus_offset = mmpci::bar_bus_offset(pdev, bar)?;
         if len == 0 {
             return Err(ENODEV);
         }
@@ -104,7 +105,7 @@ impl WcBar {
             pdev: ARef::from(&**pdev),
             bar: bar_i,
             phys,
-            bus_offset: mmpci::bar_bus_offset(pdev, bar)?,
+            bus_offset,
             paths: PathCache::new(),
             base,
             len,
@@ -143,11 +144,12 @@ impl WcBar {
 
     /// How `client` reaches `page`, a page of `map`, whose pages stand
     /// for a range of this BAR: the page's bus-side address and the path
-    /// `pci_p2pdma` gives `client` to this BAR ([`PeerRoute`]). `None` for
-    /// a page of another map, if `map` stands for no range of this BAR
-    /// (none, or another BAR's), or if `pci_p2pdma` gives `client` no
-    /// path. The path is decided at the client's first route to the BAR
-    /// and kept with it, as `pci_p2pdma` keeps its own ([`PathCache`]). The
+    /// `pci_p2pdma` gives `client` to this BAR ([`PeerRoute`]). `EINVAL`
+    /// for a page of another map, or if `map` stands for no range of this
+    /// BAR (none, or another BAR's); `EREMOTEIO` if `pci_p2pdma` gives
+    /// `client` no path. A path is decided at the client's first route to
+    /// the BAR and kept with it, as `pci_p2pdma` keeps its own
+    /// ([`PathCache`]); no path is decided again each time. The
     /// BAR is live while the caller holds it (a `WcBar` is reached only
     /// while its device is bound): so is the address when it is made, and
     /// no longer (what keeps the BAR in place after:
@@ -157,17 +159,20 @@ impl WcBar {
         map: &Pagemap<T>,
         page: PageRef<'a>,
         client: &device::Device<Bound>,
-    ) -> Option<PeerRoute<'a>> {
-        map.bus().range().filter(|r| r.is_in(self.phys, self.len))?;
+    ) -> Result<PeerRoute<'a>> {
+        map.bus()
+            .range()
+            .filter(|r| r.is_in(self.phys, self.len))
+            .ok_or(EINVAL)?;
         // SAFETY: the range lies in this BAR (checked just above), live
         // while `self` is borrowed (type invariant).
-        let peer = unsafe { map.peer_addr(page) }?;
+        let peer = unsafe { map.peer_addr(page) }.ok_or(EINVAL)?;
         let path = self.paths.path(&self.pdev, client);
         let bus = peer.phys().wrapping_add(self.bus_offset);
         // SAFETY: `path` is what `pci_p2pdma` decides for `client` and
         // this BAR's device, the BAR `peer` is a page of (checked above),
         // and `bus` its bus address there (type invariant).
-        unsafe { PeerRoute::new(peer, client, path, bus) }
+        unsafe { PeerRoute::new(peer, client, path, bus) }.ok_or(EREMOTEIO)
     }
 
     /// Copies the page at `src_off` of `src` (another device's BAR) to

@@ -189,6 +189,11 @@ impl PathCache {
             }
         }
         let path = decide(raw_pci_dev(provider), super::rawdev::raw(client)).path;
+        // No path is decided again at the next use: what made it (a device
+        // gone, an error recovery) may pass.
+        if path == P2pPath::None {
+            return path;
+        }
         let v = key << 8 | path.code();
         for slot in &self.slots {
             match slot.cmpxchg(0, v, Relaxed) {

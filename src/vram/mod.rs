@@ -479,7 +479,7 @@ impl VramPool {
         // The BAR this pool's CPU side reaches the page through: the one
         // the map's range must be of.
         let bar = map.data().pool().bar()?;
-        bar.peer_route(map, page, client).ok_or(EREMOTEIO)
+        bar.peer_route(map, page, client)
     }
 
     /// The BAR offset of device page `page`, if it is one of this pool's.
